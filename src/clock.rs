@@ -1,0 +1,166 @@
+//! Time, injected. Nothing in msgx reads the wall clock except [`SystemClock`]; every rule that
+//! depends on time takes `now` from a [`Clock`], so unit tests drive it with [`FakeClock`] and
+//! never sleep.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of "now".
+pub trait Clock: Send + Sync {
+    fn now(&self) -> SystemTime;
+}
+
+/// The real wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that moves only when told to. Clones share the same time.
+#[derive(Debug, Clone)]
+pub struct FakeClock {
+    now: Arc<Mutex<SystemTime>>,
+}
+
+impl FakeClock {
+    /// Starts at `2026-01-01T00:00:00Z`, a fixed point so that snapshots stay stable.
+    pub fn new() -> Self {
+        Self::at(UNIX_EPOCH + Duration::from_secs(1_767_225_600))
+    }
+
+    pub fn at(t: SystemTime) -> Self {
+        FakeClock { now: Arc::new(Mutex::new(t)) }
+    }
+
+    pub fn advance(&self, d: Duration) {
+        let mut now = self.now.lock().expect("fake clock poisoned");
+        *now += d;
+    }
+
+    pub fn set(&self, t: SystemTime) {
+        *self.now.lock().expect("fake clock poisoned") = t;
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> SystemTime {
+        *self.now.lock().expect("fake clock poisoned")
+    }
+}
+
+/// A UTC calendar time, as the shared mailbox's `DATETIME` columns hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CivilTime {
+    pub year: i32,
+    pub month: u8,
+    pub day: u8,
+    pub hour: u8,
+    pub minute: u8,
+    pub second: u8,
+    pub micros: u32,
+}
+
+impl CivilTime {
+    /// UTC calendar time of `t` (times before 1970 clamp to the epoch: msgx never meets them).
+    pub fn from_system(t: SystemTime) -> CivilTime {
+        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = since.as_secs() as i64;
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        let (year, month, day) = civil_from_days(days);
+        CivilTime {
+            year,
+            month,
+            day,
+            hour: (rem / 3600) as u8,
+            minute: (rem % 3600 / 60) as u8,
+            second: (rem % 60) as u8,
+            micros: since.subsec_micros(),
+        }
+    }
+
+    pub fn to_system(self) -> SystemTime {
+        let days = days_from_civil(self.year, self.month, self.day);
+        let secs = days * 86_400 + self.hour as i64 * 3600 + self.minute as i64 * 60 + self.second as i64;
+        if secs < 0 {
+            return UNIX_EPOCH;
+        }
+        UNIX_EPOCH + Duration::from_secs(secs as u64) + Duration::from_micros(self.micros as u64)
+    }
+}
+
+// Howard Hinnant's algorithms (public domain), proleptic Gregorian calendar.
+fn civil_from_days(z: i64) -> (i32, u8, u8) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    ((if m <= 2 { y + 1 } else { y }) as i32, m, d)
+}
+
+fn days_from_civil(y: i32, m: u8, d: u8) -> i64 {
+    let y = if m <= 2 { y as i64 - 1 } else { y as i64 };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Milliseconds since the epoch, for log lines and JSON payloads.
+pub fn unix_millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fake_clock_moves_only_when_told() {
+        let c = FakeClock::new();
+        let t0 = c.now();
+        assert_eq!(c.now(), t0);
+        c.advance(Duration::from_secs(5));
+        assert_eq!(c.now(), t0 + Duration::from_secs(5));
+        let shared = c.clone();
+        shared.advance(Duration::from_millis(1));
+        assert_eq!(c.now(), t0 + Duration::from_millis(5001));
+    }
+
+    #[test]
+    fn civil_time_of_known_instants() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        let c = CivilTime::from_system(t);
+        assert_eq!((c.year, c.month, c.day, c.hour, c.minute, c.second), (2026, 1, 1, 0, 0, 0));
+        // 2024-02-29T23:59:59Z, a leap day.
+        let c = CivilTime::from_system(UNIX_EPOCH + Duration::from_secs(1_709_251_199));
+        assert_eq!((c.year, c.month, c.day, c.hour, c.minute, c.second), (2024, 2, 29, 23, 59, 59));
+    }
+
+    #[test]
+    fn civil_time_round_trips_over_decades() {
+        let mut secs = 0u64;
+        while secs < 4_102_444_800 {
+            let t = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(123_456);
+            assert_eq!(CivilTime::from_system(t).to_system(), t, "at {secs}");
+            secs += 86_400 * 37 + 3_601;
+        }
+    }
+}

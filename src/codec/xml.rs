@@ -1,0 +1,169 @@
+//! A small element tree over quick-xml. Mailbox messages are kilobytes, so a tree is simpler
+//! and safer than hand-written event state machines per message kind; depth is bounded so
+//! hostile input cannot exhaust the stack.
+
+use quick_xml::events::Event;
+use quick_xml::Reader;
+
+/// Deeper nesting than any SIS message has (it uses four levels) is refused.
+pub const MAX_DEPTH: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Element {
+    pub name: String,
+    pub attrs: Vec<(String, String)>,
+    pub children: Vec<Element>,
+    /// Concatenated text directly inside this element, trimmed.
+    pub text: String,
+}
+
+impl Element {
+    pub fn child(&self, name: &str) -> Option<&Element> {
+        self.children.iter().find(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn children_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Element> {
+        self.children.iter().filter(move |c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Text of a child, `None` when the child is absent or empty.
+    pub fn child_text(&self, name: &str) -> Option<&str> {
+        self.child(name).map(|c| c.text.as_str()).filter(|t| !t.is_empty())
+    }
+}
+
+/// Parses a whole document and returns its root element, or a reason it is not well-formed.
+pub fn parse(text: &str) -> Result<Element, String> {
+    let mut reader = Reader::from_str(text);
+    reader.config_mut().check_end_names = true;
+    let mut stack: Vec<Element> = Vec::new();
+    let mut root: Option<Element> = None;
+    loop {
+        let ev = reader
+            .read_event()
+            .map_err(|e| format!("not well-formed XML at byte {}: {e}", reader.error_position()))?;
+        match ev {
+            Event::Start(s) => {
+                if root.is_some() {
+                    return Err("content after the root element".into());
+                }
+                if stack.len() >= MAX_DEPTH {
+                    return Err(format!("elements nested deeper than {MAX_DEPTH}"));
+                }
+                stack.push(open(&s)?);
+            }
+            Event::Empty(s) => {
+                let el = open(&s)?;
+                close(el, &mut stack, &mut root)?;
+            }
+            Event::End(_) => {
+                let el = stack.pop().ok_or("closing tag without an opening one")?;
+                close(el, &mut stack, &mut root)?;
+            }
+            Event::Text(t) => {
+                let s = t.xml_content().map_err(|e| format!("bad text: {e}"))?;
+                push_text(&mut stack, &s)?;
+            }
+            Event::CData(c) => {
+                let s = c.decode().map_err(|e| format!("bad CDATA: {e}"))?;
+                push_text(&mut stack, &s)?;
+            }
+            Event::GeneralRef(r) => {
+                let resolved = if r.is_char_ref() {
+                    r.resolve_char_ref()
+                        .map_err(|e| format!("bad character reference: {e}"))?
+                        .map(String::from)
+                } else {
+                    let name = r.decode().map_err(|e| format!("bad entity: {e}"))?;
+                    quick_xml::escape::resolve_predefined_entity(&name).map(String::from)
+                };
+                let s = resolved.ok_or("unknown entity reference")?;
+                push_text(&mut stack, &s)?;
+            }
+            Event::Eof => break,
+            Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => {}
+        }
+    }
+    if !stack.is_empty() {
+        return Err(format!("element <{}> is not closed", stack[stack.len() - 1].name));
+    }
+    let mut root = root.ok_or("no root element")?;
+    trim_all(&mut root);
+    Ok(root)
+}
+
+fn open(s: &quick_xml::events::BytesStart<'_>) -> Result<Element, String> {
+    let name = String::from_utf8_lossy(s.local_name().as_ref()).into_owned();
+    let mut attrs = Vec::new();
+    for a in s.attributes() {
+        let a = a.map_err(|e| format!("bad attribute in <{name}>: {e}"))?;
+        let key = String::from_utf8_lossy(a.key.local_name().as_ref()).into_owned();
+        let value = a.unescape_value().map_err(|e| format!("bad attribute value in <{name}>: {e}"))?;
+        attrs.push((key, value.into_owned()));
+    }
+    Ok(Element { name, attrs, children: Vec::new(), text: String::new() })
+}
+
+fn close(el: Element, stack: &mut [Element], root: &mut Option<Element>) -> Result<(), String> {
+    match stack.last_mut() {
+        Some(parent) => parent.children.push(el),
+        None if root.is_none() => *root = Some(el),
+        None => return Err("more than one root element".into()),
+    }
+    Ok(())
+}
+
+fn push_text(stack: &mut [Element], s: &str) -> Result<(), String> {
+    match stack.last_mut() {
+        Some(el) => el.text.push_str(s),
+        None if s.trim().is_empty() => {}
+        None => return Err("text outside the root element".into()),
+    }
+    Ok(())
+}
+
+fn trim_all(el: &mut Element) {
+    let t = el.text.trim();
+    if t.len() != el.text.len() {
+        el.text = t.to_string();
+    }
+    for c in &mut el.children {
+        trim_all(c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nested_elements_attributes_and_entities() {
+        let root = parse(
+            "<?xml version=\"1.0\"?><MSG a=\"x&amp;y\"><B>1 &lt; 2 &#65;</B><C/><![CDATA[<raw>]]></MSG>",
+        )
+        .unwrap();
+        assert_eq!(root.name, "MSG");
+        assert_eq!(root.attrs, vec![("a".to_string(), "x&y".to_string())]);
+        assert_eq!(root.child_text("b"), Some("1 < 2 A"));
+        assert_eq!(root.child("C").map(|c| c.text.as_str()), Some(""));
+        assert_eq!(root.child_text("C"), None);
+        assert_eq!(root.text, "<raw>");
+    }
+
+    #[test]
+    fn rejects_what_is_not_well_formed() {
+        for bad in
+            ["", "plain text", "<A>", "<A></B>", "<A/><B/>", "<A>&bogus;</A>", "<A x=\"1\" x=\"2\"/>", "</A>"]
+        {
+            assert!(parse(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = "<A>".repeat(MAX_DEPTH + 1) + &"</A>".repeat(MAX_DEPTH + 1);
+        assert!(parse(&deep).unwrap_err().contains("nested deeper"));
+        let ok = "<A>".repeat(MAX_DEPTH) + &"</A>".repeat(MAX_DEPTH);
+        assert!(parse(&ok).is_ok());
+    }
+}

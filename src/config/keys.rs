@@ -1,0 +1,265 @@
+//! The registry of every configuration key: name, default, kind, environment override and a
+//! one-line description. `etc/msgx.toml` and the key table of `docs/reference.md` are checked
+//! against this list by tests, so the three cannot drift apart.
+
+use std::time::Duration;
+
+/// What a key accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// A duration string such as `"50ms"`, `"1s"`, `"10m"`, `"2h"`, `"30d"`, at least `min`.
+    Duration {
+        min: Duration,
+    },
+    /// An integer number of milliseconds, at least `min`.
+    Millis {
+        min: u64,
+    },
+    /// A non-empty list of integer milliseconds, each at least `min`.
+    MillisList {
+        min: u64,
+    },
+    /// An integer in `[min, max]`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    Bool,
+    /// A non-empty string.
+    Str,
+    /// A list of non-empty strings.
+    StrList,
+    /// A SQL identifier of someone else's schema: letters, digits, `_`, `$`.
+    Ident,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpec {
+    pub key: &'static str,
+    /// The default, written as a TOML value.
+    pub default: &'static str,
+    pub kind: Kind,
+    /// The environment variable that overrides the file, if any.
+    pub env: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+const fn k(key: &'static str, default: &'static str, kind: Kind, doc: &'static str) -> KeySpec {
+    KeySpec { key, default, kind, env: None, doc }
+}
+
+const fn e(key: &'static str, default: &'static str, env: &'static str, doc: &'static str) -> KeySpec {
+    KeySpec { key, default, kind: Kind::Str, env: Some(env), doc }
+}
+
+const MS: Duration = Duration::from_millis(1);
+const NONE: Duration = Duration::ZERO;
+
+/// Every key msgx knows, in the order `etc/msgx.toml` lists them.
+pub const KEYS: &[KeySpec] = &[
+    // --- msgx.pipeline: the pump, the poller, the dispatcher, backfill ---
+    k(
+        "msgx.pipeline.poll-interval",
+        "\"1s\"",
+        Kind::Duration { min: Duration::from_millis(50) },
+        "idle interval between mailbox polls; a full batch polls again at once (lower bound 50ms)",
+    ),
+    k("msgx.pipeline.poll-batch", "500", Kind::Int { min: 1, max: 10_000 }, "mailbox rows read per poll"),
+    k(
+        "msgx.pipeline.max-attempts",
+        "5",
+        Kind::Int { min: 1, max: 1_000 },
+        "attempts before a message or an event becomes DEAD(EXHAUSTED)",
+    ),
+    k(
+        "msgx.pipeline.backoff-ms",
+        "[1000, 2000, 4000, 8000, 16000]",
+        Kind::MillisList { min: 1 },
+        "processing and delivery backoff per attempt; the last entry repeats",
+    ),
+    k(
+        "msgx.pipeline.backoff-cap-ms",
+        "60000",
+        Kind::Millis { min: 1 },
+        "upper bound of any single processing or delivery backoff",
+    ),
+    k(
+        "msgx.pipeline.head-deadline",
+        "\"10m\"",
+        Kind::Duration { min: MS },
+        "a FAILED head stuck longer than this (since it first failed) becomes DEAD(EXHAUSTED)",
+    ),
+    k(
+        "msgx.pipeline.max-commit-delay",
+        "\"5m\"",
+        Kind::Duration { min: NONE },
+        "PRE-2: how long a mailbox ID may stay invisible before its commit",
+    ),
+    k(
+        "msgx.pipeline.process-batch",
+        "50",
+        Kind::Int { min: 1, max: 1_000 },
+        "ready messages the pump may take in one round, in MSG_ID order",
+    ),
+    k(
+        "msgx.pipeline.dispatch-batch",
+        "200",
+        Kind::Int { min: 1, max: 10_000 },
+        "events produced per delivery round (still one request in flight)",
+    ),
+    k(
+        "msgx.pipeline.backfill-batch",
+        "200",
+        Kind::Int { min: 1, max: 10_000 },
+        "mailbox rows marked per backfill statement",
+    ),
+    k(
+        "msgx.pipeline.backfill-backoff-ms",
+        "30000",
+        Kind::Millis { min: 1 },
+        "first retry delay of a failed mailbox mark (G-BACKFILL-BACKOFF)",
+    ),
+    k(
+        "msgx.pipeline.backfill-backoff-cap-ms",
+        "900000",
+        Kind::Millis { min: 1 },
+        "upper bound of the doubling mailbox-mark retry delay (G-BACKFILL-BACKOFF)",
+    ),
+    k(
+        "msgx.pipeline.overdue-backfill",
+        "\"30d\"",
+        Kind::Duration { min: MS },
+        "R: a terminal row still unmarked after this is abandoned (C-16)",
+    ),
+    k(
+        "msgx.pipeline.event-retention",
+        "\"7d\"",
+        Kind::Duration { min: MS },
+        "SENT events older than this are deleted (G-EVENT-RETENTION)",
+    ),
+    k(
+        "msgx.pipeline.stats-interval",
+        "\"60s\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "period of the `stats` log line",
+    ),
+    // --- msgx.proc-state, msgx.schd, msgx.identity, msgx.codec ---
+    k(
+        "msgx.proc-state.archive-after",
+        "\"1d\"",
+        Kind::Duration { min: MS },
+        "settled terminal rows older than this move to PROC_STATE_HST (G-PROC-HST)",
+    ),
+    k(
+        "msgx.schd.flush-period",
+        "\"3s\"",
+        Kind::Duration { min: MS },
+        "how often KAFKA:schd events are claimed and sent as one FLTR array",
+    ),
+    k(
+        "msgx.schd.flush-limit",
+        "500",
+        Kind::Int { min: 1, max: 100_000 },
+        "most KAFKA:schd events claimed per flush",
+    ),
+    k(
+        "msgx.identity.include-day-boundary",
+        "false",
+        Kind::Bool,
+        "add the DTTM date to the identity SNDR|TYPE|STYP|SEQN (Q11; keep off until confirmed)",
+    ),
+    k(
+        "msgx.codec.ignore-rules",
+        "[\"LDM-*\", \"REGN-*\", \"RSTA-*\", \"EROR-*\"]",
+        Kind::StrList,
+        "TYPE-STYP or TYPE-* patterns (case-insensitive) that end as SKIPPED (G-IGNORE, US-04)",
+    ),
+    // --- own PostgreSQL ---
+    e(
+        "datasources.default.url",
+        "\"postgres://msgx@127.0.0.1:5432/msgx\"",
+        "MSGX_PG_URL",
+        "own PostgreSQL (PROC_STATE, MSG_EVENT, …)",
+    ),
+    // --- the shared MySQL mailbox (someone else's: DML only, C-14) ---
+    e(
+        "mailbox.shared-mysql.url",
+        "\"mysql://msgx@127.0.0.1:3306/mailbox\"",
+        "MSGX_MYSQL_URL",
+        "the shared mailbox database",
+    ),
+    k("mailbox.inbound.table", "\"cminmsgs\"", Kind::Ident, "inbound mailbox table"),
+    k("mailbox.inbound.id-column", "\"CMINMSGS_ID\"", Kind::Ident, "increasing row id (PRE-2/3)"),
+    k("mailbox.inbound.body-column", "\"CMINMSGS_CLOB_MSG\"", Kind::Ident, "raw XML text"),
+    k(
+        "mailbox.inbound.received-column",
+        "\"CMINMSGS_DATE_RECEIVED\"",
+        Kind::Ident,
+        "when the row arrived (UTC DATETIME)",
+    ),
+    k(
+        "mailbox.inbound.processed-column",
+        "\"CMINMSGS_DATE_PROCESSED\"",
+        Kind::Ident,
+        "the processed mark msgx writes once (INV-7)",
+    ),
+    k(
+        "mailbox.inbound.status-column",
+        "\"CMINMSGS_STATUS\"",
+        Kind::Ident,
+        "row status, filtered on read and set with the mark",
+    ),
+    k("mailbox.inbound.status-filter", "[\"VALID\"]", Kind::StrList, "statuses of rows msgx takes"),
+    k(
+        "mailbox.inbound.processed-status",
+        "\"PROCESSED\"",
+        Kind::Str,
+        "status written with the mark (C-5: a value of the mailbox owner's set)",
+    ),
+    // --- Redis ---
+    e("redis.url", "\"redis://127.0.0.1:6379/\"", "MSGX_REDIS_URL", "Redis holding live flight state"),
+    k("redis.key-prefix", "\"msgx:\"", Kind::Str, "prefix of every Redis key msgx writes"),
+    // --- Kafka ---
+    e(
+        "kafka.bootstrap-servers",
+        "\"127.0.0.1:9092\"",
+        "MSGX_KAFKA_BROKERS",
+        "comma-separated host:port list",
+    ),
+    k("kafka.topics.msg", "\"msgx.msg\"", Kind::Str, "topic of target KAFKA:msg"),
+    k("kafka.topics.schd", "\"msgx.schd\"", Kind::Str, "topic of target KAFKA:schd"),
+    k(
+        "kafka.producers.default.acks",
+        "\"all\"",
+        Kind::Str,
+        "D3: must be \"all\"; msgx refuses to start otherwise",
+    ),
+    k(
+        "kafka.producers.default.enable-idempotence",
+        "true",
+        Kind::Bool,
+        "D3: must be true; msgx refuses to start otherwise",
+    ),
+    k(
+        "kafka.producers.default.max-in-flight-requests-per-connection",
+        "1",
+        Kind::Int { min: 1, max: 5 },
+        "D3 (G-KAFKA-D3): must be 1; msgx refuses to start otherwise",
+    ),
+    k(
+        "kafka.producers.default.message-timeout-ms",
+        "30000",
+        Kind::Millis { min: 1000 },
+        "how long the producer retries one delivery before it counts as failed",
+    ),
+    k(
+        "kafka.producers.default.linger-ms",
+        "5",
+        Kind::Int { min: 0, max: 1000 },
+        "how long the producer waits to fill a request",
+    ),
+];
+
+pub fn spec(key: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|s| s.key == key)
+}

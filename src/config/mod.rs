@@ -1,0 +1,448 @@
+//! Configuration: one TOML file whose keys are the spec's PARAM keys as tables, plus the
+//! connection overrides `MSGX_PG_URL`, `MSGX_MYSQL_URL`, `MSGX_REDIS_URL`, `MSGX_KAFKA_BROKERS`.
+//!
+//! Every key is declared once in [`keys::KEYS`]. A file may leave any key out (its default
+//! applies); an unknown key, a value of the wrong type or out of range, and any Kafka producer
+//! setting other than D3's are refused with an error that names the key.
+
+pub mod keys;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use keys::{Kind, KEYS};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {detail}")]
+    Read { path: String, detail: String },
+    #[error("{path} is not valid TOML: {detail}")]
+    Syntax { path: String, detail: String },
+    #[error("unknown configuration key `{key}`{hint}")]
+    UnknownKey { key: String, hint: String },
+    #[error("bad value for `{key}`: {detail}")]
+    BadValue { key: String, detail: String },
+    #[error("`{key}` = {value} breaks D3 (acks=all, enable-idempotence=true, max-in-flight-requests-per-connection=1); msgx never connects otherwise (G-KAFKA-D3)")]
+    D3 { key: String, value: String },
+}
+
+/// The pump, poller, dispatcher and backfill parameters (`msgx.pipeline.*` and friends).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pipeline {
+    pub poll_interval: Duration,
+    pub poll_batch: usize,
+    pub max_attempts: u32,
+    pub backoff: Vec<Duration>,
+    pub backoff_cap: Duration,
+    pub head_deadline: Duration,
+    pub max_commit_delay: Duration,
+    pub process_batch: usize,
+    pub dispatch_batch: usize,
+    pub backfill_batch: usize,
+    pub backfill_backoff: Duration,
+    pub backfill_backoff_cap: Duration,
+    pub overdue_backfill: Duration,
+    pub event_retention: Duration,
+    pub stats_interval: Duration,
+    pub archive_after: Duration,
+    pub schd_flush_period: Duration,
+    pub schd_flush_limit: usize,
+    pub include_day_boundary: bool,
+    pub ignore_rules: Vec<String>,
+}
+
+/// Names in the shared inbound mailbox (they belong to another team, so they are settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboundMailbox {
+    pub table: String,
+    pub id_column: String,
+    pub body_column: String,
+    pub received_column: String,
+    pub processed_column: String,
+    pub status_column: String,
+    pub status_filter: Vec<String>,
+    pub processed_status: String,
+}
+
+/// The Kafka producer settings. Only D3's values get past [`Config::from_map`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Producer {
+    pub acks: String,
+    pub enable_idempotence: bool,
+    pub max_in_flight: i64,
+    pub message_timeout: Duration,
+    pub linger_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub pipeline: Pipeline,
+    pub pg_url: String,
+    pub mysql_url: String,
+    pub inbound: InboundMailbox,
+    pub redis_url: String,
+    pub redis_prefix: String,
+    pub kafka_brokers: String,
+    pub topic_msg: String,
+    pub topic_schd: String,
+    pub producer: Producer,
+}
+
+/// Raw key → value map after defaults, the file and the environment were layered.
+type Values = BTreeMap<&'static str, toml::Value>;
+
+impl Config {
+    /// All defaults, no file, no environment.
+    pub fn defaults() -> Config {
+        Config::from_toml_str("", |_| None).expect("the built-in defaults are valid")
+    }
+
+    /// Reads `path`, then applies environment overrides from the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), detail: e.to_string() })?;
+        Config::from_toml_str(&text, |k| std::env::var(k).ok()).map_err(|e| match e {
+            ConfigError::Syntax { detail, .. } => {
+                ConfigError::Syntax { path: path.display().to_string(), detail }
+            }
+            other => other,
+        })
+    }
+
+    /// Parses a configuration text; `env` answers environment look-ups (injected for tests).
+    pub fn from_toml_str(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
+            path: "<config>".into(),
+            detail: e.message().to_string(),
+        })?;
+        let mut values = defaults_map();
+        let mut leaves = Vec::new();
+        flatten("", &table, &mut leaves);
+        for (key, value) in leaves {
+            let spec = keys::spec(&key).ok_or_else(|| unknown(&key))?;
+            values.insert(spec.key, value);
+        }
+        for spec in KEYS {
+            if let Some(var) = spec.env {
+                if let Some(v) = env(var).filter(|v| !v.trim().is_empty()) {
+                    values.insert(spec.key, toml::Value::String(v));
+                }
+            }
+        }
+        Config::from_map(&values)
+    }
+
+    fn from_map(v: &Values) -> Result<Config, ConfigError> {
+        let pipeline = Pipeline {
+            poll_interval: duration(v, "msgx.pipeline.poll-interval")?,
+            poll_batch: int(v, "msgx.pipeline.poll-batch")? as usize,
+            max_attempts: int(v, "msgx.pipeline.max-attempts")? as u32,
+            backoff: millis_list(v, "msgx.pipeline.backoff-ms")?,
+            backoff_cap: millis(v, "msgx.pipeline.backoff-cap-ms")?,
+            head_deadline: duration(v, "msgx.pipeline.head-deadline")?,
+            max_commit_delay: duration(v, "msgx.pipeline.max-commit-delay")?,
+            process_batch: int(v, "msgx.pipeline.process-batch")? as usize,
+            dispatch_batch: int(v, "msgx.pipeline.dispatch-batch")? as usize,
+            backfill_batch: int(v, "msgx.pipeline.backfill-batch")? as usize,
+            backfill_backoff: millis(v, "msgx.pipeline.backfill-backoff-ms")?,
+            backfill_backoff_cap: millis(v, "msgx.pipeline.backfill-backoff-cap-ms")?,
+            overdue_backfill: duration(v, "msgx.pipeline.overdue-backfill")?,
+            event_retention: duration(v, "msgx.pipeline.event-retention")?,
+            stats_interval: duration(v, "msgx.pipeline.stats-interval")?,
+            archive_after: duration(v, "msgx.proc-state.archive-after")?,
+            schd_flush_period: duration(v, "msgx.schd.flush-period")?,
+            schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
+            include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
+            ignore_rules: ignore_rules(v, "msgx.codec.ignore-rules")?,
+        };
+        if pipeline.backfill_backoff > pipeline.backfill_backoff_cap {
+            return Err(bad(
+                "msgx.pipeline.backfill-backoff-ms",
+                "must not exceed msgx.pipeline.backfill-backoff-cap-ms",
+            ));
+        }
+        let inbound = InboundMailbox {
+            table: string(v, "mailbox.inbound.table")?,
+            id_column: string(v, "mailbox.inbound.id-column")?,
+            body_column: string(v, "mailbox.inbound.body-column")?,
+            received_column: string(v, "mailbox.inbound.received-column")?,
+            processed_column: string(v, "mailbox.inbound.processed-column")?,
+            status_column: string(v, "mailbox.inbound.status-column")?,
+            status_filter: strings(v, "mailbox.inbound.status-filter")?,
+            processed_status: string(v, "mailbox.inbound.processed-status")?,
+        };
+        let producer = Producer {
+            acks: string(v, "kafka.producers.default.acks")?,
+            enable_idempotence: boolean(v, "kafka.producers.default.enable-idempotence")?,
+            max_in_flight: int(v, "kafka.producers.default.max-in-flight-requests-per-connection")?,
+            message_timeout: millis(v, "kafka.producers.default.message-timeout-ms")?,
+            linger_ms: int(v, "kafka.producers.default.linger-ms")?,
+        };
+        // D3 is a contract, not a tuning knob: anything else is refused, never "adjusted".
+        if producer.acks != "all" {
+            return Err(d3("kafka.producers.default.acks", &format!("{:?}", producer.acks)));
+        }
+        if !producer.enable_idempotence {
+            return Err(d3("kafka.producers.default.enable-idempotence", "false"));
+        }
+        if producer.max_in_flight != 1 {
+            return Err(d3(
+                "kafka.producers.default.max-in-flight-requests-per-connection",
+                &producer.max_in_flight.to_string(),
+            ));
+        }
+        Ok(Config {
+            pipeline,
+            pg_url: string(v, "datasources.default.url")?,
+            mysql_url: string(v, "mailbox.shared-mysql.url")?,
+            inbound,
+            redis_url: string(v, "redis.url")?,
+            redis_prefix: string(v, "redis.key-prefix")?,
+            kafka_brokers: string(v, "kafka.bootstrap-servers")?,
+            topic_msg: string(v, "kafka.topics.msg")?,
+            topic_schd: string(v, "kafka.topics.schd")?,
+            producer,
+        })
+    }
+
+    /// The effective settings as `key = value` lines, passwords redacted: for `msgx check`
+    /// and the start-up log.
+    pub fn describe(&self) -> Vec<String> {
+        let p = &self.producer;
+        vec![
+            format!("datasources.default.url = {}", redact_url(&self.pg_url)),
+            format!("mailbox.shared-mysql.url = {}", redact_url(&self.mysql_url)),
+            format!("redis.url = {}", redact_url(&self.redis_url)),
+            format!("kafka.bootstrap-servers = {}", self.kafka_brokers),
+            format!(
+                "kafka.producers.default: acks={} enable.idempotence={} \
+                 max.in.flight.requests.per.connection={} message.timeout.ms={} linger.ms={}",
+                p.acks,
+                p.enable_idempotence,
+                p.max_in_flight,
+                p.message_timeout.as_millis(),
+                p.linger_ms
+            ),
+        ]
+    }
+}
+
+fn defaults_map() -> Values {
+    KEYS.iter()
+        .map(|s| {
+            let t: toml::Table = format!("v = {}", s.default)
+                .parse()
+                .unwrap_or_else(|e| panic!("default of {} is not TOML: {e}", s.key));
+            (s.key, t["v"].clone())
+        })
+        .collect()
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out),
+            other => out.push((key, other.clone())),
+        }
+    }
+}
+
+fn unknown(key: &str) -> ConfigError {
+    // A near miss is usually a typo of a real key; name it.
+    let best = KEYS
+        .iter()
+        .map(|s| (edit_distance(key, s.key), s.key))
+        .min()
+        .filter(|(d, _)| *d <= 3)
+        .map(|(_, k)| format!(" (did you mean `{k}`?)"))
+        .unwrap_or_default();
+    ConfigError::UnknownKey { key: key.to_string(), hint: best }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn bad(key: &str, detail: impl Into<String>) -> ConfigError {
+    ConfigError::BadValue { key: key.to_string(), detail: detail.into() }
+}
+
+fn d3(key: &str, value: &str) -> ConfigError {
+    ConfigError::D3 { key: key.to_string(), value: value.to_string() }
+}
+
+fn get<'a>(v: &'a Values, key: &'static str) -> (&'a toml::Value, Kind) {
+    let spec = keys::spec(key).unwrap_or_else(|| panic!("{key} is not registered"));
+    (&v[key], spec.kind)
+}
+
+fn duration(v: &Values, key: &'static str) -> Result<Duration, ConfigError> {
+    let (val, kind) = get(v, key);
+    let Kind::Duration { min } = kind else { unreachable!("{key} is not a duration") };
+    let s = val.as_str().ok_or_else(|| bad(key, "expected a duration string such as \"1s\""))?;
+    let d = parse_duration(s).map_err(|e| bad(key, e))?;
+    if d < min {
+        return Err(bad(key, format!("{s} is below the lower bound {}", format_duration(min))));
+    }
+    Ok(d)
+}
+
+fn millis(v: &Values, key: &'static str) -> Result<Duration, ConfigError> {
+    let (val, kind) = get(v, key);
+    let Kind::Millis { min } = kind else { unreachable!("{key} is not millis") };
+    let n = val.as_integer().ok_or_else(|| bad(key, "expected an integer number of milliseconds"))?;
+    if n < min as i64 {
+        return Err(bad(key, format!("{n} is below the lower bound {min}")));
+    }
+    Ok(Duration::from_millis(n as u64))
+}
+
+fn millis_list(v: &Values, key: &'static str) -> Result<Vec<Duration>, ConfigError> {
+    let (val, kind) = get(v, key);
+    let Kind::MillisList { min } = kind else { unreachable!("{key} is not a millis list") };
+    let arr = val.as_array().ok_or_else(|| bad(key, "expected a list of milliseconds"))?;
+    if arr.is_empty() {
+        return Err(bad(key, "the list must not be empty"));
+    }
+    arr.iter()
+        .map(|x| match x.as_integer() {
+            Some(n) if n >= min as i64 => Ok(Duration::from_millis(n as u64)),
+            _ => Err(bad(key, format!("{x} is not an integer of at least {min}"))),
+        })
+        .collect()
+}
+
+fn int(v: &Values, key: &'static str) -> Result<i64, ConfigError> {
+    let (val, kind) = get(v, key);
+    let Kind::Int { min, max } = kind else { unreachable!("{key} is not an integer") };
+    let n = val.as_integer().ok_or_else(|| bad(key, "expected an integer"))?;
+    if n < min || n > max {
+        return Err(bad(key, format!("{n} is outside {min}..={max}")));
+    }
+    Ok(n)
+}
+
+fn boolean(v: &Values, key: &'static str) -> Result<bool, ConfigError> {
+    let (val, _) = get(v, key);
+    val.as_bool().ok_or_else(|| bad(key, "expected true or false"))
+}
+
+fn string(v: &Values, key: &'static str) -> Result<String, ConfigError> {
+    let (val, kind) = get(v, key);
+    let s = val.as_str().ok_or_else(|| bad(key, "expected a string"))?;
+    if s.trim().is_empty() {
+        return Err(bad(key, "must not be empty"));
+    }
+    if kind == Kind::Ident && !is_ident(s) {
+        return Err(bad(key, format!("{s:?} is not a plain SQL name (letters, digits, _ and $)")));
+    }
+    Ok(s.to_string())
+}
+
+fn strings(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {
+    let (val, _) = get(v, key);
+    let arr = val.as_array().ok_or_else(|| bad(key, "expected a list of strings"))?;
+    arr.iter()
+        .map(|x| match x.as_str() {
+            Some(s) if !s.trim().is_empty() => Ok(s.to_string()),
+            _ => Err(bad(key, format!("{x} is not a non-empty string"))),
+        })
+        .collect()
+}
+
+fn ignore_rules(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {
+    let rules = strings(v, key)?;
+    for r in &rules {
+        let ok = match r.split_once('-') {
+            Some((t, s)) => !t.is_empty() && !s.is_empty() && !t.contains('*'),
+            None => false,
+        };
+        if !ok {
+            return Err(bad(key, format!("{r:?} is not of the form TYPE-STYP or TYPE-*")));
+        }
+    }
+    Ok(rules)
+}
+
+fn is_ident(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+        && s.len() <= 64
+}
+
+/// Parses `"50ms"`, `"1s"`, `"10m"`, `"2h"`, `"30d"` (a whole number and one unit).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration such as \"1s\""))?;
+    let ms = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{s:?} has no unit of ms, s, m, h or d")),
+    };
+    n.checked_mul(ms).map(Duration::from_millis).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// The inverse of [`parse_duration`] for whole units.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms != 0 && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// Replaces the password of a `scheme://user:password@host/…` URL with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
+    let userinfo = &rest[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// The text of `etc/msgx.toml`: every key with its default and its one-line description.
+pub fn render_default_file() -> String {
+    let mut out = String::from(
+        "# msgx configuration. Every key msgx knows is listed with its default; delete or\n\
+         # comment out what you do not change. Unknown keys are refused at start-up.\n\
+         # Durations are strings with one unit: \"50ms\", \"1s\", \"10m\", \"2h\", \"30d\".\n",
+    );
+    let mut section = "";
+    for s in KEYS {
+        let (table, leaf) = s.key.rsplit_once('.').expect("keys are dotted");
+        if table != section {
+            out.push_str(&format!("\n[{table}]\n"));
+            section = table;
+        }
+        let env = s.env.map(|e| format!(" (environment: {e})")).unwrap_or_default();
+        out.push_str(&format!("# {}{env}\n{leaf} = {}\n", s.doc, s.default));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,136 @@
+//! The domain's nouns: message processing state (`PROC_STATE`), outbox events (`MSG_EVENT`),
+//! delivery targets, mailbox rows.
+
+use std::time::SystemTime;
+
+use crate::error::ErrorClass;
+
+/// `PROC_STATE.STATE` (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProcStatus {
+    Pending,
+    Failed,
+    Succeeded,
+    Skipped,
+    Dead,
+    /// A dedup shadow row left by the archive job (G-PROC-HST).
+    Archived,
+}
+
+impl ProcStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcStatus::Pending => "PENDING",
+            ProcStatus::Failed => "FAILED",
+            ProcStatus::Succeeded => "SUCCEEDED",
+            ProcStatus::Skipped => "SKIPPED",
+            ProcStatus::Dead => "DEAD",
+            ProcStatus::Archived => "ARCHIVED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ProcStatus> {
+        [
+            ProcStatus::Pending,
+            ProcStatus::Failed,
+            ProcStatus::Succeeded,
+            ProcStatus::Skipped,
+            ProcStatus::Dead,
+            ProcStatus::Archived,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+
+    /// Terminal rows owe exactly one mailbox mark (INV-8).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ProcStatus::Succeeded | ProcStatus::Skipped | ProcStatus::Dead)
+    }
+
+    /// Rows that occupy the FIFO (INV-3): PENDING and FAILED only, never ARCHIVED.
+    pub fn is_unfinished(self) -> bool {
+        matches!(self, ProcStatus::Pending | ProcStatus::Failed)
+    }
+}
+
+/// One `PROC_STATE` row as the pump sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcRow {
+    pub msg_id: i64,
+    pub state: ProcStatus,
+    pub attempts: u32,
+    pub next_attempt_at: Option<SystemTime>,
+    pub error_class: Option<ErrorClass>,
+    pub last_error: Option<String>,
+    pub identity_key: Option<String>,
+}
+
+/// A mailbox row the poller found (nothing is parsed at ingress).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboundRow {
+    pub id: i64,
+    pub received_at: Option<SystemTime>,
+}
+
+/// Where an outbox event goes (`MSG_EVENT.TARGET`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    KafkaMsg,
+    KafkaSchd,
+    Coutmsgs,
+}
+
+impl Target {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::KafkaMsg => "KAFKA:msg",
+            Target::KafkaSchd => "KAFKA:schd",
+            Target::Coutmsgs => "COUTMSGS",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Target> {
+        [Target::KafkaMsg, Target::KafkaSchd, Target::Coutmsgs].into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// `MSG_EVENT.STATE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventStatus {
+    Pending,
+    Sent,
+    Dead,
+}
+
+impl EventStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Pending => "PENDING",
+            EventStatus::Sent => "SENT",
+            EventStatus::Dead => "DEAD",
+        }
+    }
+}
+
+/// An outbox event the pump writes in the same transaction as SUCCEEDED.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NewEvent {
+    pub target: String,
+    /// The flight id: Kafka key and per-flight order.
+    pub partition_key: String,
+    pub event_type: String,
+    pub state_version: i64,
+    pub payload_json: String,
+}
+
+/// An outbox row as the dispatcher sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgEvent {
+    pub event_id: i64,
+    pub msg_id: Option<i64>,
+    pub target: Target,
+    pub partition_key: String,
+    pub payload_json: String,
+    pub attempts: u32,
+    pub next_attempt_at: Option<SystemTime>,
+}

@@ -1,0 +1,25 @@
+//! msgx: upstream message-processing middleware for airport operations.
+//!
+//! Upstream systems write AODB "SIS" XML messages into a shared MySQL mailbox (`CMINMSGS`).
+//! msgx polls them ([`ingress`]), keeps per-message state in its own PostgreSQL with strict
+//! FIFO ([`pump`]), decodes them ([`codec`]), decides what they mean per flight
+//! ([`handlers`], pure), keeps live flight state in Redis, writes an outbox, delivers it to
+//! Kafka ([`dispatch`]) and marks each mailbox row processed ([`backfill`]).
+//! See docs/architecture.md for the map.
+
+pub mod backfill;
+pub mod clock;
+pub mod codec;
+pub mod config;
+pub mod daemon;
+pub mod dispatch;
+pub mod domain;
+pub mod error;
+#[doc(hidden)]
+pub mod fixtures;
+pub mod handlers;
+pub mod ingress;
+pub mod ports;
+pub mod pump;
+pub mod stats;
+pub mod store;

@@ -1,0 +1,257 @@
+//! The `msgx` binary: argument parsing, logging set-up and exit codes. Everything else is in
+//! the library; this is the only place where errors become `anyhow`-style messages.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use log::{error, info};
+
+use msgx::clock::SystemClock;
+use msgx::codec;
+use msgx::config::{self, Config};
+use msgx::daemon;
+use msgx::store::kafka::producer_settings;
+use msgx::store::mailbox::MysqlMailbox;
+use msgx::store::pg::{migrate, Pg};
+
+/// Exit codes (docs/reference.md).
+mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+}
+
+const DEFAULT_CONFIG: &str = "/etc/msgx/msgx.toml";
+
+#[derive(Parser)]
+#[command(name = "msgx", version, about = "Upstream message-processing middleware for airport operations")]
+struct Cli {
+    /// Configuration file (TOML). Without it, /etc/msgx/msgx.toml if present, else defaults.
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (poll, process, dispatch, backfill) until SIGTERM/SIGINT.
+    Run,
+    /// Apply pending migrations to own PostgreSQL.
+    Migrate,
+    /// Check configuration, D3, connectivity, schema and mailbox layout (read-only).
+    Check,
+    /// Show backlog, FIFO head, outbox, and abandoned backfills.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
+    Decode {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the default configuration file (every key, its default and a comment).
+    ConfigDefaults,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::ConfigDefaults => {
+            print!("{}", config::render_default_file());
+            ExitCode::from(exit::OK)
+        }
+        Command::Decode { ref files } => match load_config(cli.config.as_deref()) {
+            Ok(cfg) => decode(&cfg, files),
+            Err(code) => code,
+        },
+        ref cmd => {
+            let cfg = match load_config(cli.config.as_deref()) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let result = match cmd {
+                Command::Run => run(&cfg),
+                Command::Migrate => migrate_cmd(&cfg),
+                Command::Check => check(&cfg),
+                Command::Status { json } => status(&cfg, *json),
+                Command::Decode { .. } | Command::ConfigDefaults => unreachable!("handled above"),
+            };
+            match result {
+                Ok(()) => ExitCode::from(exit::OK),
+                Err((code, e)) => {
+                    error!("{e:#}");
+                    ExitCode::from(code)
+                }
+            }
+        }
+    }
+}
+
+type CmdResult = Result<(), (u8, anyhow::Error)>;
+
+fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
+    let result = match path {
+        Some(p) => Config::load(p),
+        None if Path::new(DEFAULT_CONFIG).exists() => Config::load(Path::new(DEFAULT_CONFIG)),
+        None => Config::from_toml_str("", |k| std::env::var(k).ok()),
+    };
+    result.map_err(|e| {
+        error!("configuration refused: {e}");
+        ExitCode::from(exit::USAGE)
+    })
+}
+
+fn run(cfg: &Config) -> CmdResult {
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let mut signals =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+            .map_err(|e| (exit::FAILED, anyhow::anyhow!("cannot install signal handlers: {e}")))?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                info!("signal {sig} received: stopping");
+            }
+            drop(stop_tx);
+        })
+        .map_err(|e| (exit::FAILED, e.into()))?;
+    let result = daemon::run(cfg, Arc::new(SystemClock), stop_rx);
+    handle.close();
+    result.map_err(|e| (e.exit_code() as u8, e.into()))
+}
+
+fn migrate_cmd(cfg: &Config) -> CmdResult {
+    let err = |e: migrate::SchemaError| {
+        let code = if matches!(e, migrate::SchemaError::Store(_)) { 4 } else { 3 };
+        (code, anyhow::Error::from(e))
+    };
+    let mut pg = Pg::connect(&cfg.pg_url).map_err(|e| (4, e.into()))?;
+    let applied = migrate::migrate(pg.client().map_err(|e| (4, e.into()))?).map_err(err)?;
+    if applied.is_empty() {
+        println!("schema up to date (V{:03})", migrate::MIGRATIONS.len());
+    }
+    for (v, name) in applied {
+        println!("applied V{v:03} {name}");
+    }
+    Ok(())
+}
+
+fn check(cfg: &Config) -> CmdResult {
+    println!("configuration: ok");
+    for line in cfg.describe() {
+        println!("  {line}");
+    }
+    let d3: Vec<String> = producer_settings(cfg)
+        .into_iter()
+        .filter(|(k, _)| ["acks", "enable.idempotence", "max.in.flight.requests.per.connection"].contains(k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!("kafka producer (D3): {}", d3.join(" "));
+    let mut pg = Pg::connect(&cfg.pg_url).map_err(|e| (4, e.into()))?;
+    println!("postgres: reachable");
+    migrate::verify(pg.client().map_err(|e| (4, e.into()))?).map_err(|e| (3, e.into()))?;
+    println!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
+    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(|e| (4, e.into()))?;
+    mb.check_layout().map_err(|e| (4, anyhow::anyhow!("mailbox layout: {e}")))?;
+    println!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
+    msgx::store::flights::RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix)
+        .map_err(|e| (4, e.into()))?;
+    println!("redis: reachable");
+    Ok(())
+}
+
+fn status(cfg: &Config, json: bool) -> CmdResult {
+    let mut pg = Pg::connect(&cfg.pg_url).map_err(|e| (4, e.into()))?;
+    let s = pg.status(100).map_err(|e| (4, e.into()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s).expect("status serialises"));
+        return Ok(());
+    }
+    println!("watermark: {}", s.watermark);
+    println!("messages:");
+    for (state, n) in &s.states {
+        println!("  {state:<10} {n}");
+    }
+    match &s.head {
+        None => println!("head: none (nothing unfinished)"),
+        Some(h) => println!(
+            "head: msg_id={} state={} attempts={} class={} error={:?}",
+            h.msg_id,
+            h.state,
+            h.attempts,
+            h.error_class.as_deref().unwrap_or("-"),
+            h.last_error.as_deref().unwrap_or("-")
+        ),
+    }
+    println!("outbox:");
+    for (target, state, n) in &s.events {
+        println!("  {target:<11} {state:<8} {n}");
+    }
+    println!("backfill owed: {}", s.backfill_owed);
+    println!("backfill abandoned: {}", s.abandoned.len());
+    for a in &s.abandoned {
+        println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
+    }
+    Ok(())
+}
+
+fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
+    let rules = codec::ignore::IgnoreRules::new(&cfg.pipeline.ignore_rules);
+    let mut all_ok = true;
+    for f in files {
+        let out = match std::fs::read_to_string(f) {
+            Err(e) => {
+                all_ok = false;
+                serde_json::json!({ "file": f, "error": format!("cannot read: {e}") })
+            }
+            Ok(raw) => {
+                let (v, ok) = decode_one(&raw, &rules, cfg.pipeline.include_day_boundary);
+                all_ok &= ok;
+                let mut v = v;
+                v["file"] = serde_json::json!(f);
+                v
+            }
+        };
+        println!("{}", serde_json::to_string(&out).expect("json"));
+    }
+    ExitCode::from(if all_ok { exit::OK } else { exit::FAILED })
+}
+
+fn decode_one(raw: &str, rules: &codec::ignore::IgnoreRules, day: bool) -> (serde_json::Value, bool) {
+    use serde_json::json;
+    let env = match codec::decode_meta(raw) {
+        Ok(e) => e,
+        Err(e) => return (json!({ "class": e.class.as_str(), "error": e.detail }), false),
+    };
+    let kind = codec::MsgKind::of(&env.meta).type_tag();
+    let meta = json!(env.meta);
+    if let Some(rule) = rules.matching(&env.meta) {
+        return (json!({ "kind": kind, "meta": meta, "ignored": rule }), true);
+    }
+    match codec::decode_body(env) {
+        Err(e) => {
+            (json!({ "kind": kind, "meta": meta, "class": e.class.as_str(), "error": e.detail }), false)
+        }
+        Ok(m) => {
+            let identity = codec::identity(&m.meta, day);
+            let body = match &m.body {
+                codec::Body::Flop(recs) => json!(recs),
+                codec::Body::Unread => json!(null),
+            };
+            let supported = !matches!(m.kind, codec::MsgKind::Unsupported { .. });
+            (
+                json!({ "kind": kind, "identity": identity, "meta": meta, "supported": supported, "body": body }),
+                true,
+            )
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The ports: the small traits behind which every store lives. Each has a real adapter under
+//! `store/` and an in-memory one under `store/memory`, and the stages only ever see these.
+
+use std::time::SystemTime;
+
+use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, Target};
+use crate::error::{ErrorClass, StoreError};
+use crate::handlers::{Decision, FlightChange, FlightView};
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What binding an identity found (INV-9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bind {
+    /// The identity is this message's (now, or since an earlier attempt).
+    Bound,
+    /// Another message holds it.
+    TakenBy(i64),
+}
+
+/// How a message ends when it does not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// FAILED, attempts+1, retried at `next_attempt_at`.
+    Retry { class: ErrorClass, error: String, next_attempt_at: SystemTime },
+    /// DEAD with this class (MALFORMED, PROTOCOL or EXHAUSTED).
+    Dead { class: ErrorClass, error: String },
+}
+
+/// Own PostgreSQL, message side: `PROC_STATE` and the ingress watermark. Only the process
+/// thread changes message state; the poller only inserts PENDING rows.
+pub trait ProcStore {
+    /// Inserts PENDING rows for `rows` (existing rows are left alone) and overwrites the
+    /// watermark with `watermark`, in one transaction. Returns how many rows were new.
+    fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize>;
+    fn watermark(&mut self) -> StoreResult<i64>;
+    /// The head and up to `limit - 1` unfinished rows behind it, in MSG_ID order (INV-3).
+    fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>>;
+    fn bind_identity(&mut self, msg_id: i64, key: &str, now: SystemTime) -> StoreResult<Bind>;
+    /// SUCCEEDED with its events and the backfill intent, in one transaction (INV-8, I2).
+    fn succeed(&mut self, msg_id: i64, events: &[NewEvent], now: SystemTime) -> StoreResult<()>;
+    /// SKIPPED with `reason` and the backfill intent in one statement (INV-8).
+    fn skip(&mut self, msg_id: i64, reason: &str, now: SystemTime) -> StoreResult<()>;
+    fn fail(&mut self, msg_id: i64, failure: &Failure, now: SystemTime) -> StoreResult<()>;
+    /// Terminal rows whose mark is due, oldest intent first.
+    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
+    fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
+    fn backfill_retry(
+        &mut self,
+        id: i64,
+        error: &str,
+        next_at: SystemTime,
+        now: SystemTime,
+    ) -> StoreResult<u32>;
+    fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()>;
+    /// The backfill attempts so far of `id` (to compute its next delay).
+    fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32>;
+}
+
+/// Own PostgreSQL, delivery side: `MSG_EVENT`.
+pub trait Outbox {
+    /// PENDING events of `target` in EVENT_ID order, at most `limit`.
+    fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>>;
+    /// SENT, only where still PENDING.
+    fn mark_sent(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
+    fn retry(&mut self, id: i64, class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()>;
+    fn dead(&mut self, id: i64, class: ErrorClass, error: &str) -> StoreResult<()>;
+}
+
+/// The outcome of marking one mailbox row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// msgx wrote the mark.
+    Written,
+    /// Someone had marked it already; nothing was overwritten (INV-7).
+    AlreadyMarked,
+    /// No such row (MISSING_ROW).
+    Missing,
+}
+
+/// The shared MySQL mailbox (someone else's: DML only, C-14).
+pub trait Mailbox {
+    /// Unmarked rows with `ID > after` in the status filter, in ID order.
+    fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>>;
+    /// The raw text of a row; `None` when the row or its text is missing.
+    fn raw(&mut self, id: i64) -> StoreResult<Option<String>>;
+    /// Writes the processed mark where it is still empty; one outcome per id, in order.
+    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>>;
+}
+
+/// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
+pub trait FlightStore {
+    /// The flights `flids` as they are now (absent flights are absent from the view).
+    fn view(&mut self, flids: &[String]) -> StoreResult<FlightView>;
+    /// The decision already applied for `msg_id`, if an earlier attempt got that far.
+    fn applied(&mut self, msg_id: i64) -> StoreResult<Option<Decision>>;
+    /// Applies the changes and records `decision` as applied for `msg_id`, atomically.
+    fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()>;
+}
+
+/// One Kafka record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub key: String,
+    pub payload: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// The Kafka producer (D3: idempotent, acks=all, one request in flight).
+pub trait Producer {
+    /// Sends `records` in order and waits for each one's acknowledgement. The result has one
+    /// entry per record; only a prefix of `Ok`s may be counted as delivered in order.
+    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>>;
+}

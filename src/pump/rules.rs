@@ -1,0 +1,154 @@
+//! The pump's rules as plain functions of state and `now` (I1: single-writer FIFO, HOL
+//! blocking, poison escalation). No I/O here, so tests drive them tick by tick.
+
+use std::time::{Duration, SystemTime};
+
+use crate::domain::{ProcRow, ProcStatus};
+use crate::error::ErrorClass;
+use crate::ports::Failure;
+
+/// Attempts and backoff, shared by processing and delivery (`msgx.pipeline.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub backoff: Vec<Duration>,
+    pub cap: Duration,
+}
+
+impl RetryPolicy {
+    /// The delay after the `attempts`-th failure (1-based); the table's last entry repeats and
+    /// every entry is capped. `attempts <= 0` takes the first entry (design.md §4, N28).
+    pub fn delay(&self, attempts: u32) -> Duration {
+        let i = (attempts.max(1) as usize - 1).min(self.backoff.len() - 1);
+        self.backoff[i].min(self.cap)
+    }
+
+    /// What a failure of class `class` makes of a row that had `attempts` attempts before.
+    pub fn on_failure(&self, attempts: u32, class: ErrorClass, error: &str, now: SystemTime) -> Failure {
+        let attempts = attempts + 1;
+        if class.is_fatal() {
+            Failure::Dead { class, error: error.to_string() }
+        } else if attempts >= self.max_attempts {
+            Failure::Dead {
+                class: ErrorClass::Exhausted,
+                error: format!("{class} after {attempts} attempts: {error}"),
+            }
+        } else {
+            Failure::Retry { class, error: error.to_string(), next_attempt_at: now + self.delay(attempts) }
+        }
+    }
+}
+
+/// What to do with the head of the FIFO.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadAction {
+    /// Nothing unfinished.
+    Idle,
+    /// Process it now.
+    Process,
+    /// It is backing off: nothing may overtake it before this time (HOL blocking).
+    Wait(SystemTime),
+    /// Attempts are used up: DEAD(EXHAUSTED).
+    Poison,
+}
+
+/// The decision for the head row at `now`.
+pub fn head_action(head: Option<&ProcRow>, now: SystemTime, policy: &RetryPolicy) -> HeadAction {
+    let Some(row) = head else { return HeadAction::Idle };
+    debug_assert!(row.state.is_unfinished(), "head must be PENDING or FAILED (INV-3)");
+    match row.state {
+        ProcStatus::Failed if row.attempts >= policy.max_attempts => HeadAction::Poison,
+        ProcStatus::Failed => match row.next_attempt_at {
+            Some(t) if t > now => HeadAction::Wait(t),
+            _ => HeadAction::Process,
+        },
+        _ => HeadAction::Process,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, FakeClock};
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 5,
+            backoff: [1, 2, 4, 8, 16].map(Duration::from_secs).to_vec(),
+            cap: Duration::from_secs(60),
+        }
+    }
+
+    fn row(state: ProcStatus, attempts: u32, next: Option<SystemTime>) -> ProcRow {
+        ProcRow {
+            msg_id: 1,
+            state,
+            attempts,
+            next_attempt_at: next,
+            error_class: None,
+            last_error: None,
+            identity_key: None,
+        }
+    }
+
+    #[test]
+    fn delays_follow_the_table_repeat_its_last_entry_and_are_capped() {
+        let p = policy();
+        let got: Vec<u64> = (0..=7).map(|a| p.delay(a).as_secs()).collect();
+        assert_eq!(got, vec![1, 1, 2, 4, 8, 16, 16, 16]);
+        let capped = RetryPolicy { cap: Duration::from_secs(3), ..policy() };
+        assert_eq!(capped.delay(5), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn failures_retry_until_attempts_run_out() {
+        let p = policy();
+        let now = FakeClock::new().now();
+        assert_eq!(
+            p.on_failure(0, ErrorClass::Infra, "db down", now),
+            Failure::Retry {
+                class: ErrorClass::Infra,
+                error: "db down".into(),
+                next_attempt_at: now + Duration::from_secs(1)
+            }
+        );
+        match p.on_failure(4, ErrorClass::Unsupported, "no handler", now) {
+            Failure::Dead { class, error } => {
+                assert_eq!(class, ErrorClass::Exhausted);
+                assert!(error.contains("UNSUPPORTED after 5 attempts"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_and_protocol_die_at_once() {
+        let now = FakeClock::new().now();
+        for class in [ErrorClass::Malformed, ErrorClass::Protocol] {
+            assert_eq!(policy().on_failure(0, class, "x", now), Failure::Dead { class, error: "x".into() });
+        }
+    }
+
+    #[test]
+    fn head_in_backoff_blocks_until_its_time_then_is_processed() {
+        let clock = FakeClock::new();
+        let p = policy();
+        let until = clock.now() + Duration::from_secs(2);
+        let head = row(ProcStatus::Failed, 1, Some(until));
+        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(until));
+        clock.advance(Duration::from_millis(1999));
+        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(until));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Process);
+    }
+
+    #[test]
+    fn pending_head_is_processed_none_is_idle_exhausted_is_poison() {
+        let now = FakeClock::new().now();
+        let p = policy();
+        assert_eq!(head_action(None, now, &p), HeadAction::Idle);
+        assert_eq!(head_action(Some(&row(ProcStatus::Pending, 0, None)), now, &p), HeadAction::Process);
+        let future = now + Duration::from_secs(9);
+        assert_eq!(head_action(Some(&row(ProcStatus::Failed, 5, Some(future))), now, &p), HeadAction::Poison);
+    }
+}

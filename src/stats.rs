@@ -1,0 +1,63 @@
+//! Counters for the periodic `stats` log line. Every counter is listed in docs/reference.md.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal,)*) => {
+        /// Monotonic counters since start-up, shared by all stages.
+        #[derive(Debug, Default)]
+        pub struct Stats { $(#[doc = $doc] pub $name: AtomicU64,)* }
+
+        impl Stats {
+            /// Names and docs of every counter, in log order.
+            pub const NAMES: &'static [(&'static str, &'static str)] = &[$((stringify!($name), $doc),)*];
+
+            /// The `stats` log line body: `name=value …`.
+            pub fn line(&self) -> String {
+                let parts: Vec<String> = vec![$(format!("{}={}", stringify!($name), self.$name.load(Relaxed)),)*];
+                parts.join(" ")
+            }
+        }
+    };
+}
+
+counters! {
+    polled: "mailbox rows seen by the poller",
+    enqueued: "PROC_STATE rows created (PENDING)",
+    succeeded: "messages SUCCEEDED",
+    skipped_duplicate: "messages SKIPPED as duplicate-of another (INV-9)",
+    skipped_ignored: "messages SKIPPED by an ignore rule (G-IGNORE)",
+    failed: "message attempts that ended FAILED",
+    dead: "messages that became DEAD",
+    events_sent: "outbox events acknowledged and marked SENT",
+    events_failed: "event delivery attempts that failed",
+    events_dead: "events that became DEAD (dead-letter queue)",
+    marks_written: "mailbox rows marked processed by msgx",
+    marks_already: "mailbox rows found marked by someone else (nothing overwritten)",
+    marks_missing: "mailbox rows missing at backfill (MISSING_ROW, abandoned)",
+    marks_failed: "backfill attempts that failed and were rescheduled",
+}
+
+pub fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+pub fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_lists_every_counter() {
+        let s = Stats::default();
+        inc(&s.succeeded);
+        add(&s.events_sent, 3);
+        let line = s.line();
+        assert!(line.starts_with("polled=0 enqueued=0 succeeded=1 "), "{line}");
+        assert!(line.contains("events_sent=3"), "{line}");
+        assert_eq!(line.split(' ').count(), Stats::NAMES.len());
+    }
+}

@@ -1,0 +1,186 @@
+//! The Kafka producer: rdkafka's synchronous `BaseProducer` (no async runtime), configured by
+//! D3 only: `acks=all`, `enable.idempotence=true`, `max.in.flight.requests.per.connection=1`.
+//! A batch is produced in order, then flushed; each record's acknowledgement is collected by
+//! index. On a fatal (idempotence) error the producer is recreated and the caller re-sends
+//! what was not acknowledged, in order.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use log::{error, warn};
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+
+use crate::config::Config;
+use crate::error::StoreError;
+use crate::ports::{Producer, Record};
+
+/// The producer settings msgx uses, D3 first. `Config` has already refused anything else.
+pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
+    let p = &cfg.producer;
+    vec![
+        ("bootstrap.servers", cfg.kafka_brokers.clone()),
+        ("acks", p.acks.clone()),
+        ("enable.idempotence", p.enable_idempotence.to_string()),
+        ("max.in.flight.requests.per.connection", p.max_in_flight.to_string()),
+        ("message.timeout.ms", p.message_timeout.as_millis().to_string()),
+        ("linger.ms", p.linger_ms.to_string()),
+        ("client.id", "msgx".to_string()),
+        ("socket.connection.setup.timeout.ms", "10000".to_string()),
+    ]
+}
+
+struct Collector {
+    acks: Mutex<Vec<(usize, Result<(), String>)>>,
+}
+
+impl ClientContext for Collector {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                error!("kafka {fac}: {msg}")
+            }
+            RDKafkaLogLevel::Warning => warn!("kafka {fac}: {msg}"),
+            _ => log::debug!("kafka {fac}: {msg}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // A broker outage shows here many times; delivery failures are reported per event.
+        warn!("kafka client error: {error}: {reason}");
+    }
+}
+
+impl ProducerContext for Collector {
+    type DeliveryOpaque = Box<usize>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, index: Box<usize>) {
+        let r = match result {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(e.to_string()),
+        };
+        self.acks.lock().expect("ack list poisoned").push((*index, r));
+    }
+}
+
+pub struct KafkaProducer {
+    settings: Vec<(&'static str, String)>,
+    producer: BaseProducer<Collector>,
+    /// Upper bound of one flush: the message timeout plus slack.
+    flush_timeout: Duration,
+}
+
+fn build(settings: &[(&'static str, String)]) -> Result<BaseProducer<Collector>, StoreError> {
+    let mut cc = ClientConfig::new();
+    for (k, v) in settings {
+        cc.set(*k, v);
+    }
+    cc.create_with_context(Collector { acks: Mutex::new(Vec::new()) }).map_err(StoreError::from)
+}
+
+impl KafkaProducer {
+    pub fn new(cfg: &Config) -> Result<KafkaProducer, StoreError> {
+        let settings = producer_settings(cfg);
+        let producer = build(&settings)?;
+        Ok(KafkaProducer {
+            settings,
+            producer,
+            flush_timeout: cfg.producer.message_timeout + Duration::from_secs(5),
+        })
+    }
+
+    /// Flushes whatever is queued (on shutdown).
+    pub fn flush(&self, timeout: Duration) -> Result<(), StoreError> {
+        self.producer.flush(timeout).map_err(StoreError::from)
+    }
+
+    fn recreate_if_fatal(&mut self) {
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            error!("kafka producer fatal error {code:?}: {reason}; recreating the producer");
+            match build(&self.settings) {
+                Ok(p) => self.producer = p,
+                Err(e) => error!("kafka producer could not be recreated: {e}"),
+            }
+        }
+    }
+}
+
+impl Producer for KafkaProducer {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+        self.producer.context().acks.lock().expect("ack list poisoned").clear();
+        let mut queued = 0;
+        let mut refused: Option<String> = None;
+        'records: for (i, r) in records.iter().enumerate() {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+            }
+            let mut record = BaseRecord::with_opaque_to(&r.topic, Box::new(i))
+                .key(&r.key)
+                .payload(&r.payload)
+                .headers(headers);
+            // A full local queue drains as the broker acknowledges; bounded retries.
+            for _ in 0..100 {
+                match self.producer.send(record) {
+                    Ok(()) => {
+                        queued += 1;
+                        continue 'records;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        self.producer.poll(Duration::from_millis(100));
+                    }
+                    Err((e, _)) => {
+                        refused = Some(e.to_string());
+                        break 'records;
+                    }
+                }
+            }
+            refused = Some("local producer queue stayed full".into());
+            break;
+        }
+        if let Err(e) = self.producer.flush(self.flush_timeout) {
+            warn!("kafka flush: {e}");
+        }
+        let acks = std::mem::take(&mut *self.producer.context().acks.lock().expect("ack list poisoned"));
+        let mut out: Vec<Result<(), StoreError>> = (0..records.len())
+            .map(|i| {
+                Err(StoreError::new(
+                    "kafka",
+                    if i >= queued {
+                        refused.clone().unwrap_or_else(|| "not queued".into())
+                    } else {
+                        "not acknowledged before the flush timeout".into()
+                    },
+                ))
+            })
+            .collect();
+        for (i, r) in acks {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = r.map_err(|e| StoreError::new("kafka", e));
+            }
+        }
+        self.recreate_if_fatal();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_producer_settings_are_d3() {
+        let s = producer_settings(&Config::defaults());
+        let get = |k: &str| s.iter().find(|(key, _)| *key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("acks"), Some("all"));
+        assert_eq!(get("enable.idempotence"), Some("true"));
+        assert_eq!(get("max.in.flight.requests.per.connection"), Some("1"));
+    }
+}

@@ -1,0 +1,187 @@
+//! The shared MySQL mailbox (someone else's database, C-14): msgx only reads `CMINMSGS`,
+//! writes the processed mark on rows it finished, and (later) inserts into `COUTMSGS`. Table
+//! and column names come from configuration; they were validated as plain SQL names there.
+
+use std::time::{Duration, SystemTime};
+
+use mysql::prelude::Queryable;
+use mysql::{Conn, Opts, OptsBuilder, Value};
+
+use crate::clock::CivilTime;
+use crate::config::InboundMailbox;
+use crate::domain::InboundRow;
+use crate::error::StoreError;
+use crate::ports::{Mailbox, Mark, StoreResult};
+
+pub struct MysqlMailbox {
+    opts: Opts,
+    conn: Option<Conn>,
+    names: InboundMailbox,
+}
+
+pub fn to_value(t: SystemTime) -> Value {
+    let c = CivilTime::from_system(t);
+    Value::Date(c.year as u16, c.month, c.day, c.hour, c.minute, c.second, c.micros)
+}
+
+pub fn from_value(v: Value) -> Option<SystemTime> {
+    match v {
+        Value::Date(y, mo, d, h, mi, s, us) => Some(
+            CivilTime { year: y as i32, month: mo, day: d, hour: h, minute: mi, second: s, micros: us }
+                .to_system(),
+        ),
+        _ => None,
+    }
+}
+
+impl MysqlMailbox {
+    pub fn new(url: &str, names: &InboundMailbox) -> StoreResult<MysqlMailbox> {
+        let opts = Opts::from_url(url)
+            .map_err(|e| StoreError::new("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
+        let opts: Opts = OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(Duration::from_secs(5)))
+            .read_timeout(Some(Duration::from_secs(60)))
+            .write_timeout(Some(Duration::from_secs(60)))
+            .into();
+        Ok(MysqlMailbox { opts, conn: None, names: names.clone() })
+    }
+
+    pub fn connect(url: &str, names: &InboundMailbox) -> StoreResult<MysqlMailbox> {
+        let mut m = MysqlMailbox::new(url, names)?;
+        m.conn()?;
+        Ok(m)
+    }
+
+    fn conn(&mut self) -> StoreResult<&mut Conn> {
+        if self.conn.is_none() {
+            let mut c = Conn::new(self.opts.clone())?;
+            // DATETIME columns hold UTC (docs/reference.md); keep the session on it too.
+            c.query_drop("SET time_zone = '+00:00'")?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    /// Runs `f`; any error drops the connection so the next call starts clean (a MySQL
+    /// connection in an unknown state is not worth reasoning about).
+    fn run<R>(
+        &mut self,
+        f: impl FnOnce(&mut Conn, &InboundMailbox) -> Result<R, mysql::Error>,
+    ) -> StoreResult<R> {
+        let names = self.names.clone();
+        let conn = self.conn()?;
+        let r = f(conn, &names);
+        if r.is_err() {
+            self.conn = None;
+        }
+        r.map_err(StoreError::from)
+    }
+
+    /// Checks, read-only, that the configured table and columns exist (`msgx check`).
+    pub fn check_layout(&mut self) -> StoreResult<()> {
+        let n = self.names.clone();
+        let sql = format!(
+            "SELECT {id}, {body}, {rcv}, {proc}, {st} FROM {t} WHERE 1 = 0",
+            id = n.id_column,
+            body = n.body_column,
+            rcv = n.received_column,
+            proc = n.processed_column,
+            st = n.status_column,
+            t = n.table
+        );
+        self.run(|c, _| c.query_drop(sql))
+    }
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+impl Mailbox for MysqlMailbox {
+    fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+        self.run(|c, n| {
+            let sql = format!(
+                "SELECT {id}, {rcv} FROM {t} WHERE {id} > ? AND {proc} IS NULL AND {st} IN ({ph}) ORDER BY {id} LIMIT ?",
+                id = n.id_column,
+                rcv = n.received_column,
+                t = n.table,
+                proc = n.processed_column,
+                st = n.status_column,
+                ph = placeholders(n.status_filter.len())
+            );
+            let mut params: Vec<Value> = vec![after.into()];
+            params.extend(n.status_filter.iter().map(|s| Value::from(s.as_str())));
+            params.push((limit as u64).into());
+            let rows: Vec<(i64, Value)> = c.exec(sql, params)?;
+            Ok(rows.into_iter().map(|(id, rcv)| InboundRow { id, received_at: from_value(rcv) }).collect())
+        })
+    }
+
+    fn raw(&mut self, id: i64) -> StoreResult<Option<String>> {
+        self.run(|c, n| {
+            let sql = format!(
+                "SELECT {body} FROM {t} WHERE {id} = ?",
+                body = n.body_column,
+                t = n.table,
+                id = n.id_column
+            );
+            let row: Option<Option<String>> = c.exec_first(sql, (id,))?;
+            Ok(row.flatten())
+        })
+    }
+
+    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run(|c, n| {
+            let mut tx = c.start_transaction(mysql::TxOpts::default())?;
+            // Lock the rows first so "already marked by someone else" is known for sure.
+            let sql = format!(
+                "SELECT {id}, {proc} IS NOT NULL FROM {t} WHERE {id} IN ({ph}) FOR UPDATE",
+                id = n.id_column,
+                proc = n.processed_column,
+                t = n.table,
+                ph = placeholders(ids.len())
+            );
+            let found: Vec<(i64, bool)> = tx.exec(sql, ids.to_vec())?;
+            let to_write: Vec<i64> = found.iter().filter(|(_, marked)| !marked).map(|(id, _)| *id).collect();
+            if !to_write.is_empty() {
+                // Only an empty mark is ever written (INV-7, C-5).
+                let sql = format!(
+                    "UPDATE {t} SET {proc} = ?, {st} = ? WHERE {id} IN ({ph}) AND {proc} IS NULL",
+                    t = n.table,
+                    proc = n.processed_column,
+                    st = n.status_column,
+                    id = n.id_column,
+                    ph = placeholders(to_write.len())
+                );
+                let mut params: Vec<Value> = vec![to_value(at), n.processed_status.as_str().into()];
+                params.extend(to_write.iter().map(|id| Value::from(*id)));
+                tx.exec_drop(sql, params)?;
+            }
+            tx.commit()?;
+            Ok(ids
+                .iter()
+                .map(|id| match found.iter().find(|(f, _)| f == id) {
+                    None => Mark::Missing,
+                    Some((_, true)) => Mark::AlreadyMarked,
+                    Some((_, false)) => Mark::Written,
+                })
+                .collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, FakeClock};
+
+    #[test]
+    fn datetime_values_round_trip_to_the_microsecond() {
+        let t = FakeClock::new().now() + Duration::from_micros(123_456);
+        assert_eq!(from_value(to_value(t)), Some(t));
+        assert_eq!(from_value(Value::NULL), None);
+    }
+}

@@ -1,0 +1,568 @@
+//! In-memory adapters of every port, for unit tests and `msgx decode`-style dry runs. They
+//! keep the same rules as the real adapters (conditional writes, FIFO order, unique
+//! identities), and each can be told to fail its next calls to exercise the INFRA paths.
+//! Clones share state, so a test can hand one to a stage and inspect the other.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use crate::domain::{EventStatus, InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::error::{ErrorClass, StoreError};
+use crate::handlers::{Decision, FlightChange, FlightView};
+use crate::ports::{
+    Bind, Failure, FlightStore, Mailbox, Mark, Outbox, ProcStore, Producer, Record, StoreResult,
+};
+
+/// Shared state plus an injectable failure budget.
+#[derive(Debug, Default)]
+struct Cell<T> {
+    state: T,
+    fail_next: u32,
+}
+
+#[derive(Debug)]
+struct Shared<T>(Arc<Mutex<Cell<T>>>);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T: Default> Default for Shared<T> {
+    fn default() -> Self {
+        Shared(Arc::new(Mutex::new(Cell { state: T::default(), fail_next: 0 })))
+    }
+}
+
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, Cell<T>> {
+        self.0.lock().expect("memory store poisoned")
+    }
+
+    /// Runs `f` on the state unless a failure is due.
+    fn with<R>(&self, store: &'static str, f: impl FnOnce(&mut T) -> StoreResult<R>) -> StoreResult<R> {
+        let mut cell = self.lock();
+        if cell.fail_next > 0 {
+            cell.fail_next -= 1;
+            return Err(StoreError::new(store, "injected failure"));
+        }
+        f(&mut cell.state)
+    }
+}
+
+// ---------------------------------------------------------------- own PostgreSQL
+
+/// One `PROC_STATE` row with its backfill columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemProc {
+    pub row: ProcRow,
+    pub updated_at: SystemTime,
+    pub received_at: Option<SystemTime>,
+    pub backfill_next_at: Option<SystemTime>,
+    pub backfill_at: Option<SystemTime>,
+    pub backfill_attempts: u32,
+    pub backfill_error: Option<String>,
+    pub backfill_abandoned_at: Option<SystemTime>,
+    pub backfill_abandoned_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemEvent {
+    pub event: MsgEvent,
+    pub state: EventStatus,
+    pub error_class: Option<ErrorClass>,
+    pub last_error: Option<String>,
+    pub sent_at: Option<SystemTime>,
+}
+
+#[derive(Debug, Default)]
+pub struct PgState {
+    pub procs: BTreeMap<i64, MemProc>,
+    pub events: BTreeMap<i64, MemEvent>,
+    pub watermark: i64,
+    next_event_id: i64,
+}
+
+/// `PROC_STATE`, `MSG_EVENT` and the watermark, in memory.
+#[derive(Debug, Clone, Default)]
+pub struct MemPg(Shared<PgState>);
+
+impl MemPg {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `n` calls fail with an INFRA-class store error.
+    pub fn fail_next(&self, n: u32) {
+        self.0.lock().fail_next = n;
+    }
+
+    /// A copy of the state, for assertions.
+    pub fn inspect<R>(&self, f: impl FnOnce(&PgState) -> R) -> R {
+        f(&self.0.lock().state)
+    }
+
+    pub fn proc(&self, msg_id: i64) -> Option<MemProc> {
+        self.inspect(|s| s.procs.get(&msg_id).cloned())
+    }
+}
+
+fn terminal(p: &mut MemProc, state: ProcStatus, now: SystemTime) {
+    debug_assert!(state.is_terminal());
+    p.row.state = state;
+    p.row.next_attempt_at = None;
+    p.updated_at = now;
+    // INV-8: the backfill intent is written with the terminal state.
+    p.backfill_next_at = Some(now);
+}
+
+fn unfinished(p: &MemProc, msg_id: i64) -> StoreResult<()> {
+    if p.row.state.is_unfinished() {
+        Ok(())
+    } else {
+        Err(StoreError::new(
+            "postgres",
+            format!("msg_id={msg_id} is {}, not unfinished", p.row.state.as_str()),
+        ))
+    }
+}
+
+impl ProcStore for MemPg {
+    fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize> {
+        self.0.with("postgres", |s| {
+            let mut new = 0;
+            for r in rows {
+                s.procs.entry(r.id).or_insert_with(|| {
+                    new += 1;
+                    MemProc {
+                        row: ProcRow {
+                            msg_id: r.id,
+                            state: ProcStatus::Pending,
+                            attempts: 0,
+                            next_attempt_at: None,
+                            error_class: None,
+                            last_error: None,
+                            identity_key: None,
+                        },
+                        updated_at: now,
+                        received_at: r.received_at,
+                        backfill_next_at: None,
+                        backfill_at: None,
+                        backfill_attempts: 0,
+                        backfill_error: None,
+                        backfill_abandoned_at: None,
+                        backfill_abandoned_reason: None,
+                    }
+                });
+            }
+            s.watermark = watermark;
+            Ok(new)
+        })
+    }
+
+    fn watermark(&mut self) -> StoreResult<i64> {
+        self.0.with("postgres", |s| Ok(s.watermark))
+    }
+
+    fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
+        self.0.with("postgres", |s| {
+            Ok(s.procs
+                .values()
+                .filter(|p| p.row.state.is_unfinished())
+                .take(limit)
+                .map(|p| p.row.clone())
+                .collect())
+        })
+    }
+
+    fn bind_identity(&mut self, msg_id: i64, key: &str, now: SystemTime) -> StoreResult<Bind> {
+        self.0.with("postgres", |s| {
+            // ARCHIVED shadow rows keep their identity too (INV-9 after archive).
+            if let Some(other) = s.procs.values().find(|p| p.row.identity_key.as_deref() == Some(key)) {
+                return Ok(if other.row.msg_id == msg_id {
+                    Bind::Bound
+                } else {
+                    Bind::TakenBy(other.row.msg_id)
+                });
+            }
+            let p = s
+                .procs
+                .get_mut(&msg_id)
+                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
+            p.row.identity_key = Some(key.to_string());
+            p.updated_at = now;
+            Ok(Bind::Bound)
+        })
+    }
+
+    fn succeed(&mut self, msg_id: i64, events: &[NewEvent], now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            let p = s
+                .procs
+                .get(&msg_id)
+                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
+            unfinished(p, msg_id)?;
+            for e in events {
+                let target = Target::parse(&e.target)
+                    .ok_or_else(|| StoreError::new("postgres", format!("unknown target {}", e.target)))?;
+                s.next_event_id += 1;
+                let id = s.next_event_id;
+                s.events.insert(
+                    id,
+                    MemEvent {
+                        event: MsgEvent {
+                            event_id: id,
+                            msg_id: Some(msg_id),
+                            target,
+                            partition_key: e.partition_key.clone(),
+                            payload_json: e.payload_json.clone(),
+                            attempts: 0,
+                            next_attempt_at: None,
+                        },
+                        state: EventStatus::Pending,
+                        error_class: None,
+                        last_error: None,
+                        sent_at: None,
+                    },
+                );
+            }
+            terminal(s.procs.get_mut(&msg_id).expect("checked"), ProcStatus::Succeeded, now);
+            Ok(())
+        })
+    }
+
+    fn skip(&mut self, msg_id: i64, reason: &str, now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            let p = s
+                .procs
+                .get_mut(&msg_id)
+                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
+            unfinished(p, msg_id)?;
+            p.row.last_error = Some(reason.to_string());
+            terminal(p, ProcStatus::Skipped, now);
+            Ok(())
+        })
+    }
+
+    fn fail(&mut self, msg_id: i64, failure: &Failure, now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            let p = s
+                .procs
+                .get_mut(&msg_id)
+                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
+            unfinished(p, msg_id)?;
+            p.row.attempts += 1;
+            match failure {
+                Failure::Retry { class, error, next_attempt_at } => {
+                    p.row.state = ProcStatus::Failed;
+                    p.row.error_class = Some(*class);
+                    p.row.last_error = Some(error.clone());
+                    p.row.next_attempt_at = Some(*next_attempt_at);
+                    p.updated_at = now;
+                }
+                Failure::Dead { class, error } => {
+                    p.row.error_class = Some(*class);
+                    p.row.last_error = Some(error.clone());
+                    terminal(p, ProcStatus::Dead, now);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
+        self.0.with("postgres", |s| {
+            let mut due: Vec<_> = s
+                .procs
+                .values()
+                .filter(|p| {
+                    p.row.state.is_terminal() && p.backfill_at.is_none() && p.backfill_abandoned_at.is_none()
+                })
+                .filter_map(|p| p.backfill_next_at.filter(|t| *t <= now).map(|t| (t, p.row.msg_id)))
+                .collect();
+            due.sort();
+            Ok(due.into_iter().take(limit).map(|(_, id)| id).collect())
+        })
+    }
+
+    fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            for id in ids {
+                if let Some(p) = s.procs.get_mut(id).filter(|p| p.backfill_at.is_none()) {
+                    p.backfill_at = Some(now);
+                    p.backfill_next_at = None;
+                    p.updated_at = now;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn backfill_retry(
+        &mut self,
+        id: i64,
+        error: &str,
+        next_at: SystemTime,
+        now: SystemTime,
+    ) -> StoreResult<u32> {
+        self.0.with("postgres", |s| {
+            let p =
+                s.procs.get_mut(&id).ok_or_else(|| StoreError::new("postgres", format!("no msg_id={id}")))?;
+            p.backfill_attempts += 1;
+            p.backfill_error = Some(error.to_string());
+            p.backfill_next_at = Some(next_at);
+            p.updated_at = now;
+            Ok(p.backfill_attempts)
+        })
+    }
+
+    fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            for id in ids {
+                if let Some(p) = s.procs.get_mut(id).filter(|p| p.backfill_at.is_none()) {
+                    p.backfill_abandoned_at = Some(now);
+                    p.backfill_abandoned_reason = Some(reason.to_string());
+                    p.backfill_next_at = None;
+                    p.updated_at = now;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32> {
+        self.0.with("postgres", |s| Ok(s.procs.get(&id).map(|p| p.backfill_attempts).unwrap_or(0)))
+    }
+}
+
+impl Outbox for MemPg {
+    fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>> {
+        self.0.with("postgres", |s| {
+            Ok(s.events
+                .values()
+                .filter(|e| e.state == EventStatus::Pending && e.event.target == target)
+                .take(limit)
+                .map(|e| e.event.clone())
+                .collect())
+        })
+    }
+
+    fn mark_sent(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            for id in ids {
+                if let Some(e) = s.events.get_mut(id).filter(|e| e.state == EventStatus::Pending) {
+                    e.state = EventStatus::Sent;
+                    e.sent_at = Some(now);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn retry(&mut self, id: i64, class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            if let Some(e) = s.events.get_mut(&id).filter(|e| e.state == EventStatus::Pending) {
+                e.event.attempts += 1;
+                e.event.next_attempt_at = Some(next_at);
+                e.error_class = Some(class);
+                e.last_error = Some(error.to_string());
+            }
+            Ok(())
+        })
+    }
+
+    fn dead(&mut self, id: i64, class: ErrorClass, error: &str) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            if let Some(e) = s.events.get_mut(&id).filter(|e| e.state == EventStatus::Pending) {
+                e.event.attempts += 1;
+                e.state = EventStatus::Dead;
+                e.error_class = Some(class);
+                e.last_error = Some(error.to_string());
+            }
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------- shared mailbox
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemRow {
+    pub raw: Option<String>,
+    pub status: String,
+    pub processed_at: Option<SystemTime>,
+}
+
+#[derive(Debug, Default)]
+pub struct MailboxState {
+    pub rows: BTreeMap<i64, MemRow>,
+    pub processed_status: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MemMailbox(Shared<MailboxState>);
+
+impl MemMailbox {
+    pub fn new() -> Self {
+        let m = Self::default();
+        m.0.lock().state.processed_status = "PROCESSED".into();
+        m
+    }
+
+    pub fn insert(&self, id: i64, raw: Option<&str>) {
+        self.0
+            .lock()
+            .state
+            .rows
+            .insert(id, MemRow { raw: raw.map(str::to_string), status: "VALID".into(), processed_at: None });
+    }
+
+    pub fn remove(&self, id: i64) {
+        self.0.lock().state.rows.remove(&id);
+    }
+
+    pub fn row(&self, id: i64) -> Option<MemRow> {
+        self.0.lock().state.rows.get(&id).cloned()
+    }
+
+    pub fn fail_next(&self, n: u32) {
+        self.0.lock().fail_next = n;
+    }
+
+    /// Marks a row as another system would.
+    pub fn mark_externally(&self, id: i64, at: SystemTime) {
+        if let Some(r) = self.0.lock().state.rows.get_mut(&id) {
+            r.processed_at = Some(at);
+            r.status = "DONE-ELSEWHERE".into();
+        }
+    }
+}
+
+impl Mailbox for MemMailbox {
+    fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+        self.0.with("mailbox", |s| {
+            Ok(s.rows
+                .range(after + 1..)
+                .filter(|(_, r)| r.processed_at.is_none() && r.status == "VALID")
+                .take(limit)
+                .map(|(id, _)| InboundRow { id: *id, received_at: None })
+                .collect())
+        })
+    }
+
+    fn raw(&mut self, id: i64) -> StoreResult<Option<String>> {
+        self.0.with("mailbox", |s| Ok(s.rows.get(&id).and_then(|r| r.raw.clone())))
+    }
+
+    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+        self.0.with("mailbox", |s| {
+            let status = s.processed_status.clone();
+            Ok(ids
+                .iter()
+                .map(|id| match s.rows.get_mut(id) {
+                    None => Mark::Missing,
+                    Some(r) if r.processed_at.is_some() => Mark::AlreadyMarked,
+                    Some(r) => {
+                        r.processed_at = Some(at);
+                        r.status = status.clone();
+                        Mark::Written
+                    }
+                })
+                .collect())
+        })
+    }
+}
+
+// ---------------------------------------------------------------- Redis flights
+
+#[derive(Debug, Default)]
+pub struct FlightState {
+    pub flights: FlightView,
+    pub applied: BTreeMap<i64, Decision>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MemFlights(Shared<FlightState>);
+
+impl MemFlights {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn fail_next(&self, n: u32) {
+        self.0.lock().fail_next = n;
+    }
+
+    pub fn flight(&self, flid: &str) -> Option<crate::handlers::Flight> {
+        self.0.lock().state.flights.get(flid).cloned()
+    }
+}
+
+impl FlightStore for MemFlights {
+    fn view(&mut self, flids: &[String]) -> StoreResult<FlightView> {
+        self.0.with("redis", |s| {
+            Ok(flids.iter().filter_map(|f| s.flights.get(f).map(|v| (f.clone(), v.clone()))).collect())
+        })
+    }
+
+    fn applied(&mut self, msg_id: i64) -> StoreResult<Option<Decision>> {
+        self.0.with("redis", |s| Ok(s.applied.get(&msg_id).cloned()))
+    }
+
+    fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()> {
+        self.0.with("redis", |s| {
+            for c in changes {
+                let f = s.flights.entry(c.flid.clone()).or_default();
+                for (k, v) in &c.set {
+                    f.insert(k.clone(), v.clone());
+                }
+                for k in &c.clear {
+                    f.remove(k);
+                }
+            }
+            s.applied.insert(msg_id, decision.clone());
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------- Kafka
+
+#[derive(Debug, Default)]
+pub struct ProducerState {
+    pub delivered: Vec<Record>,
+}
+
+/// A producer that delivers to a list; with failures due, a whole send fails (as a broker
+/// outage does).
+#[derive(Debug, Clone, Default)]
+pub struct MemProducer(Shared<ProducerState>);
+
+impl MemProducer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn fail_next(&self, n: u32) {
+        self.0.lock().fail_next = n;
+    }
+
+    pub fn delivered(&self) -> Vec<Record> {
+        self.0.lock().state.delivered.clone()
+    }
+}
+
+impl Producer for MemProducer {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+        let res = self.0.with("kafka", |s| {
+            s.delivered.extend(records.iter().cloned());
+            Ok(())
+        });
+        match res {
+            Ok(()) => records.iter().map(|_| Ok(())).collect(),
+            Err(e) => records.iter().map(|_| Err(StoreError::new("kafka", &e.detail))).collect(),
+        }
+    }
+}

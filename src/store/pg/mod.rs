@@ -1,0 +1,458 @@
+//! Own PostgreSQL: `PROC_STATE`, `MSG_EVENT`, the watermark and the migrations. Every state
+//! change is a conditional write (`WHERE state IN (…)`), so a row can only move along the
+//! lifecycle, never back, whatever a caller does.
+
+pub mod migrate;
+
+use std::time::{Duration, SystemTime};
+
+use postgres::{Client, NoTls};
+
+use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::error::{ErrorClass, StoreError};
+use crate::ports::{Bind, Failure, Outbox, ProcStore, StoreResult};
+
+/// A PostgreSQL connection that reconnects on the next call after it broke.
+pub struct Pg {
+    config: postgres::Config,
+    client: Option<Client>,
+}
+
+impl Pg {
+    /// Parses the URL; connects lazily. Connect and statement time are bounded.
+    pub fn new(url: &str) -> Result<Pg, StoreError> {
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::new("postgres", format!("bad datasources.default.url: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("msgx");
+        }
+        Ok(Pg { config, client: None })
+    }
+
+    pub fn connect(url: &str) -> Result<Pg, StoreError> {
+        let mut pg = Pg::new(url)?;
+        pg.client()?;
+        Ok(pg)
+    }
+
+    pub fn client(&mut self) -> Result<&mut Client, StoreError> {
+        if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+            let mut c = self.config.connect(NoTls)?;
+            c.batch_execute("SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'")?;
+            self.client = Some(c);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// Runs `f`; a failure on a broken connection drops it so the next call reconnects.
+    fn run<R>(&mut self, f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>) -> StoreResult<R> {
+        let client = self.client()?;
+        let result = f(client);
+        if result.is_err() && client.is_closed() {
+            self.client = None;
+        }
+        result.map_err(StoreError::from)
+    }
+}
+
+/// Clips text to a column's width on a character boundary.
+pub fn clip(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
+
+const TERMINAL: &str = "('SUCCEEDED', 'SKIPPED', 'DEAD')";
+const UNFINISHED: &str = "('PENDING', 'FAILED')";
+
+fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
+    let state: String = r.get("state");
+    let attempts: i32 = r.get("attempts");
+    Ok(ProcRow {
+        msg_id: r.get("msg_id"),
+        state: ProcStatus::parse(&state)
+            .ok_or_else(|| StoreError::new("postgres", format!("unknown PROC_STATE.STATE {state:?}")))?,
+        attempts: attempts.max(0) as u32,
+        next_attempt_at: r.get("next_attempt_at"),
+        error_class: r.get::<_, Option<String>>("error_class").and_then(|c| ErrorClass::parse(&c)),
+        last_error: r.get("last_error"),
+        identity_key: r.get("identity_key"),
+    })
+}
+
+fn expect_one(n: u64, msg_id: i64, what: &str) -> StoreResult<()> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::new(
+            "postgres",
+            format!("{what} msg_id={msg_id}: the row is not unfinished (INV-3 guard)"),
+        ))
+    }
+}
+
+impl ProcStore for Pg {
+    fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let received: Vec<Option<SystemTime>> = rows.iter().map(|r| r.received_at).collect();
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "INSERT INTO proc_state (msg_id, state, attempts, updated_at, received_at, enqueued_at)
+                 SELECT id, 'PENDING', 0, $3, rcv, $3 FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(id, rcv)
+                 ON CONFLICT (msg_id) DO NOTHING",
+                &[&ids, &received, &now],
+            )?;
+            tx.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&watermark, &now])?;
+            tx.commit()?;
+            Ok(n as usize)
+        })
+    }
+
+    fn watermark(&mut self) -> StoreResult<i64> {
+        self.run(|c| Ok(c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0)))
+    }
+
+    fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
+        let rows = self.run(|c| {
+            c.query(
+                &format!(
+                    "SELECT msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key
+                     FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT $1"
+                ),
+                &[&(limit as i64)],
+            )
+        })?;
+        rows.iter().map(proc_row).collect()
+    }
+
+    fn bind_identity(&mut self, msg_id: i64, key: &str, now: SystemTime) -> StoreResult<Bind> {
+        self.run(|c| {
+            // The process thread is the only binder (PRE-5, single writer), so look-then-bind
+            // cannot race; the unique constraint stays the last word all the same.
+            if let Some(r) = c.query_opt("SELECT msg_id FROM proc_state WHERE identity_key = $1", &[&key])? {
+                let holder: i64 = r.get(0);
+                return Ok(if holder == msg_id { Bind::Bound } else { Bind::TakenBy(holder) });
+            }
+            c.execute(
+                "UPDATE proc_state SET identity_key = $2, updated_at = $3 WHERE msg_id = $1",
+                &[&msg_id, &key, &now],
+            )?;
+            Ok(Bind::Bound)
+        })
+    }
+
+    fn succeed(&mut self, msg_id: i64, events: &[NewEvent], now: SystemTime) -> StoreResult<()> {
+        for e in events {
+            if Target::parse(&e.target).is_none() {
+                return Err(StoreError::new("postgres", format!("unknown event target {:?}", e.target)));
+            }
+        }
+        let targets: Vec<&str> = events.iter().map(|e| e.target.as_str()).collect();
+        let keys: Vec<String> = events.iter().map(|e| clip(&e.partition_key, 32)).collect();
+        let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+        let versions: Vec<i64> = events.iter().map(|e| e.state_version).collect();
+        let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
+        let n = self.run(|c| {
+            let mut tx = c.transaction()?;
+            if !events.is_empty() {
+                // WITH ORDINALITY keeps EVENT_IDs in the decision's order.
+                tx.execute(
+                    "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
+                     SELECT t, k, ty, v, p, 'PENDING', 0, $6, $7
+                     FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[]) WITH ORDINALITY AS x(t, k, ty, v, p, ord)
+                     ORDER BY ord",
+                    &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
+                )?;
+            }
+            // SUCCEEDED and the backfill intent in one statement (INV-8).
+            let n = tx.execute(
+                &format!(
+                    "UPDATE proc_state SET state = 'SUCCEEDED', next_attempt_at = NULL, updated_at = $2, backfill_next_at = $2
+                     WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                ),
+                &[&msg_id, &now],
+            )?;
+            if n == 1 {
+                tx.commit()?;
+            }
+            Ok(n)
+        })?;
+        expect_one(n, msg_id, "succeed")
+    }
+
+    fn skip(&mut self, msg_id: i64, reason: &str, now: SystemTime) -> StoreResult<()> {
+        let reason = clip(reason, 1000);
+        let n = self.run(|c| {
+            c.execute(
+                &format!(
+                    "UPDATE proc_state SET state = 'SKIPPED', last_error = $2, next_attempt_at = NULL, updated_at = $3, backfill_next_at = $3
+                     WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                ),
+                &[&msg_id, &reason, &now],
+            )
+        })?;
+        expect_one(n, msg_id, "skip")
+    }
+
+    fn fail(&mut self, msg_id: i64, failure: &Failure, now: SystemTime) -> StoreResult<()> {
+        let n = match failure {
+            Failure::Retry { class, error, next_attempt_at } => {
+                let error = clip(error, 1000);
+                self.run(|c| {
+                    c.execute(
+                        &format!(
+                            "UPDATE proc_state SET state = 'FAILED', attempts = attempts + 1, error_class = $2, last_error = $3,
+                             next_attempt_at = $4, updated_at = $5 WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                        ),
+                        &[&msg_id, &class.as_str(), &error, next_attempt_at, &now],
+                    )
+                })?
+            }
+            Failure::Dead { class, error } => {
+                let error = clip(error, 1000);
+                self.run(|c| {
+                    c.execute(
+                        &format!(
+                            "UPDATE proc_state SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3,
+                             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4 WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                        ),
+                        &[&msg_id, &class.as_str(), &error, &now],
+                    )
+                })?
+            }
+        };
+        expect_one(n, msg_id, "fail")
+    }
+
+    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query(
+                &format!(
+                    "SELECT msg_id FROM proc_state
+                     WHERE state IN {TERMINAL} AND backfill_at IS NULL AND backfill_abandoned_at IS NULL
+                       AND backfill_next_at IS NOT NULL AND backfill_next_at <= $1
+                     ORDER BY backfill_next_at, msg_id LIMIT $2"
+                ),
+                &[&now, &(limit as i64)],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        self.run(|c| {
+            c.execute(
+                "UPDATE proc_state SET backfill_at = $2, backfill_next_at = NULL, updated_at = $2
+                 WHERE msg_id = ANY($1) AND backfill_at IS NULL",
+                &[&ids, &now],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn backfill_retry(
+        &mut self,
+        id: i64,
+        error: &str,
+        next_at: SystemTime,
+        now: SystemTime,
+    ) -> StoreResult<u32> {
+        let error = clip(error, 512);
+        let row = self.run(|c| {
+            c.query_opt(
+                "UPDATE proc_state SET backfill_attempts = backfill_attempts + 1, backfill_error = $2, backfill_next_at = $3, updated_at = $4
+                 WHERE msg_id = $1 AND backfill_at IS NULL RETURNING backfill_attempts",
+                &[&id, &error, &next_at, &now],
+            )
+        })?;
+        Ok(row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0))
+    }
+
+    fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()> {
+        let reason = clip(reason, 64);
+        self.run(|c| {
+            c.execute(
+                "UPDATE proc_state SET backfill_abandoned_at = $3, backfill_abandoned_reason = $2, backfill_next_at = NULL, updated_at = $3
+                 WHERE msg_id = ANY($1) AND backfill_at IS NULL",
+                &[&ids, &reason, &now],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32> {
+        let row =
+            self.run(|c| c.query_opt("SELECT backfill_attempts FROM proc_state WHERE msg_id = $1", &[&id]))?;
+        Ok(row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0))
+    }
+}
+
+impl Outbox for Pg {
+    fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT event_id, msg_id, partition_key, payload_json, attempts, next_attempt_at
+                 FROM msg_event WHERE target = $1 AND state = 'PENDING' ORDER BY event_id LIMIT $2",
+                &[&target.as_str(), &(limit as i64)],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| MsgEvent {
+                event_id: r.get(0),
+                msg_id: r.get(1),
+                target,
+                partition_key: r.get(2),
+                payload_json: r.get(3),
+                attempts: r.get::<_, i32>(4).max(0) as u32,
+                next_attempt_at: r.get(5),
+            })
+            .collect())
+    }
+
+    fn mark_sent(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        // SENT and SENT_AT in the same conditional UPDATE (G-EVENT-RETENTION).
+        self.run(|c| {
+            c.execute(
+                "UPDATE msg_event SET state = 'SENT', sent_at = $2 WHERE event_id = ANY($1) AND state = 'PENDING'",
+                &[&ids, &now],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn retry(&mut self, id: i64, class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
+        let error = clip(error, 1000);
+        self.run(|c| {
+            c.execute(
+                "UPDATE msg_event SET attempts = attempts + 1, next_attempt_at = $2, error_class = $3, last_error = $4
+                 WHERE event_id = $1 AND state = 'PENDING'",
+                &[&id, &next_at, &class.as_str(), &error],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn dead(&mut self, id: i64, class: ErrorClass, error: &str) -> StoreResult<()> {
+        let error = clip(error, 1000);
+        self.run(|c| {
+            c.execute(
+                "UPDATE msg_event SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3
+                 WHERE event_id = $1 AND state = 'PENDING'",
+                &[&id, &class.as_str(), &error],
+            )
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_respects_character_boundaries() {
+        assert_eq!(clip("航班延误", 2), "航班");
+        assert_eq!(clip("abc", 10), "abc");
+        assert_eq!(clip("", 0), "");
+    }
+}
+
+/// What `msgx status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Status {
+    pub watermark: i64,
+    /// Rows per `PROC_STATE.STATE`.
+    pub states: Vec<(String, i64)>,
+    /// The FIFO head: MSG_ID, state, attempts, class, last error, next attempt.
+    pub head: Option<HeadInfo>,
+    /// Rows per (`TARGET`, `MSG_EVENT.STATE`).
+    pub events: Vec<(String, String, i64)>,
+    pub backfill_owed: i64,
+    pub abandoned: Vec<Abandoned>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeadInfo {
+    pub msg_id: i64,
+    pub state: String,
+    pub attempts: i32,
+    pub error_class: Option<String>,
+    pub last_error: Option<String>,
+    pub next_attempt_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Abandoned {
+    pub msg_id: i64,
+    pub state: String,
+    pub reason: String,
+    pub abandoned_at_ms: i64,
+}
+
+impl Pg {
+    /// A read-only snapshot for operators (`msgx status`); abandoned backfills are listed
+    /// up to `limit` (C-16: they stay queryable).
+    pub fn status(&mut self, limit: i64) -> StoreResult<Status> {
+        use crate::clock::unix_millis;
+        self.run(|c| {
+            let watermark = c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0);
+            let states = c
+                .query("SELECT state, count(*) FROM proc_state GROUP BY state ORDER BY state", &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            let head = c
+                .query_opt(
+                    &format!(
+                        "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at FROM proc_state
+                         WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
+                    ),
+                    &[],
+                )?
+                .map(|r| HeadInfo {
+                    msg_id: r.get(0),
+                    state: r.get(1),
+                    attempts: r.get(2),
+                    error_class: r.get(3),
+                    last_error: r.get(4),
+                    next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
+                });
+            let events = c
+                .query("SELECT target, state, count(*) FROM msg_event GROUP BY target, state ORDER BY target, state", &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
+            let backfill_owed = c
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM proc_state WHERE state IN {TERMINAL} AND backfill_at IS NULL
+                         AND backfill_abandoned_at IS NULL"
+                    ),
+                    &[],
+                )?
+                .get(0);
+            let abandoned = c
+                .query(
+                    "SELECT msg_id, state, backfill_abandoned_reason, backfill_abandoned_at FROM proc_state
+                     WHERE backfill_abandoned_at IS NOT NULL ORDER BY msg_id LIMIT $1",
+                    &[&limit],
+                )?
+                .iter()
+                .map(|r| Abandoned {
+                    msg_id: r.get(0),
+                    state: r.get(1),
+                    reason: r.get::<_, Option<String>>(2).unwrap_or_default(),
+                    abandoned_at_ms: unix_millis(r.get(3)),
+                })
+                .collect();
+            Ok(Status { watermark, states, head, events, backfill_owed, abandoned })
+        })
+    }
+}

@@ -1,0 +1,227 @@
+//! Shared set-up of the integration tests: every test gets its own PostgreSQL database, its
+//! own MariaDB database, its own Redis key prefix and its own Kafka topic, so tests run in
+//! parallel without seeing each other. The services come from `tests/support/services.sh`.
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+use msgx::config::Config;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: integration tests need the local services. Run them with \
+             `tests/run.sh`, or start them with `eval \"$(tests/support/services.sh start)\"`"
+        )
+    })
+}
+
+/// Replaces the database (path) of a URL.
+fn with_db(url: &str, db: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("URL has a path");
+    format!("{base}/{db}")
+}
+
+pub struct Services {
+    pub name: String,
+    pub cfg: Config,
+    pg_admin: String,
+    mysql_admin: String,
+}
+
+impl Services {
+    /// Fresh, migrated stores for one test. `extra` is TOML added to the configuration.
+    pub fn new(extra: &str) -> Services {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let name = format!("t{}_{}", std::process::id(), n);
+        let pg_admin = env("MSGX_PG_URL");
+        let mysql_admin = env("MSGX_MYSQL_URL");
+        let mut admin =
+            postgres::Client::connect(&pg_admin, postgres::NoTls).expect("admin connection to PostgreSQL");
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create test database");
+        let mut my = mysql::Conn::new(mysql::Opts::from_url(&mysql_admin).unwrap())
+            .expect("admin connection to MariaDB");
+        my.query_drop(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4")).unwrap();
+        my.query_drop(format!("USE {name}")).unwrap();
+        for stmt in include_str!("../../sql/fixtures/mailbox.sql").split(';') {
+            let body: String =
+                stmt.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+            if !body.trim().is_empty() {
+                my.query_drop(&body).expect("fixture DDL");
+            }
+        }
+        let topic = format!("msgx.{name}");
+        create_topic(&topic);
+        let text = format!(
+            "[kafka.topics]\nmsg = \"{topic}\"\n[redis]\nkey-prefix = \"{name}:\"\n\
+             [msgx.pipeline]\npoll-interval = \"50ms\"\n{extra}"
+        );
+        let pg_url = with_db(&pg_admin, &name);
+        let mysql_url = with_db(&mysql_admin, &name);
+        let cfg = Config::from_toml_str(&text, |k| match k {
+            "MSGX_PG_URL" => Some(pg_url.clone()),
+            "MSGX_MYSQL_URL" => Some(mysql_url.clone()),
+            _ => std::env::var(k).ok(),
+        })
+        .expect("test configuration");
+        Services { name, cfg, pg_admin, mysql_admin }
+    }
+
+    pub fn migrated(extra: &str) -> Services {
+        let s = Services::new(extra);
+        let mut pg = s.pg();
+        msgx::store::pg::migrate::migrate(&mut pg).expect("migrate");
+        s
+    }
+
+    pub fn pg(&self) -> postgres::Client {
+        postgres::Client::connect(&self.cfg.pg_url, postgres::NoTls).expect("test PostgreSQL")
+    }
+
+    pub fn mysql(&self) -> mysql::Conn {
+        mysql::Conn::new(mysql::Opts::from_url(&self.cfg.mysql_url).unwrap()).expect("test MariaDB")
+    }
+
+    pub fn redis(&self) -> redis::Connection {
+        redis::Client::open(self.cfg.redis_url.as_str()).unwrap().get_connection().expect("test Redis")
+    }
+
+    /// Inserts messages into the inbound mailbox as the upstream does; returns their IDs.
+    pub fn insert_inbound(&self, raws: &[String]) -> Vec<i64> {
+        let mut my = self.mysql();
+        let mut ids = Vec::new();
+        for raw in raws {
+            my.exec_drop(
+                "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')",
+                (raw,),
+            )
+            .unwrap();
+            ids.push(my.last_insert_id() as i64);
+        }
+        ids
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.cfg.topic_msg
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        // Best effort: a failed test keeps nothing worth the disk.
+        if let Ok(mut admin) = postgres::Client::connect(&self.pg_admin, postgres::NoTls) {
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        }
+        if let Ok(mut my) = mysql::Conn::new(mysql::Opts::from_url(&self.mysql_admin).unwrap()) {
+            let _ = my.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name));
+        }
+    }
+}
+
+pub fn create_topic(topic: &str) {
+    let tansu = env("MSGX_TANSU");
+    let broker = format!("tcp://{}", env("MSGX_KAFKA_BROKERS"));
+    let out = Command::new(&tansu)
+        .args(["topic", "create", topic, "--partitions", "1", "--broker", &broker])
+        .output()
+        .expect("run tansu topic create");
+    assert!(out.status.success(), "tansu topic create {topic}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A record as a consumer reads it.
+#[derive(Debug, Clone)]
+pub struct Consumed {
+    pub key: String,
+    pub payload: serde_json::Value,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Consumed {
+    pub fn header(&self, k: &str) -> Option<&str> {
+        self.headers.iter().find(|(h, _)| h == k).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads partition 0 of `topic` from the beginning until `want` records or `deadline`.
+pub fn consume(topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", env("MSGX_KAFKA_BROKERS"))
+        .set("group.id", format!("msgx-test-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    consumer.assign(&tpl).expect("assign");
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while out.len() < want && start.elapsed() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|x| {
+                                (
+                                    x.key.to_string(),
+                                    String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push(Consumed {
+                    key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                    payload: serde_json::from_slice(m.payload().unwrap_or_default()).expect("JSON payload"),
+                    headers,
+                });
+            }
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Polls `check` every 50 ms until it returns true or `deadline` passes; true on success.
+/// (Waiting for a condition, not asserting a duration: the deadline only bounds a failure.)
+pub fn eventually(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if start.elapsed() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the daemon on its own thread; dropping the returned sender stops it.
+pub fn start_daemon(
+    cfg: &Config,
+) -> (crossbeam_channel::Sender<()>, std::thread::JoinHandle<Result<(), msgx::daemon::DaemonError>>) {
+    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+    let cfg = cfg.clone();
+    let h = std::thread::spawn(move || {
+        msgx::daemon::run(&cfg, std::sync::Arc::new(msgx::clock::SystemClock), rx)
+    });
+    (tx, h)
+}
+
+pub fn count(pg: &mut postgres::Client, sql: &str) -> i64 {
+    pg.query_one(sql, &[]).unwrap().get(0)
+}

