@@ -61,3 +61,14 @@ mod tests {
         assert_eq!(line.split(' ').count(), Stats::NAMES.len());
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    #[test]
+    fn reference_doc_lists_every_counter() {
+        let doc = include_str!("../docs/reference.md");
+        for (name, _) in super::Stats::NAMES {
+            assert!(doc.contains(&format!("| `{name}` |")), "docs/reference.md lacks counter {name}");
+        }
+    }
+}
