@@ -102,7 +102,7 @@ pub fn decode_meta(raw: &str) -> Result<Envelope, DecodeError> {
     if raw.trim().is_empty() {
         return Err(malformed("raw text is empty"));
     }
-    let root = xml::parse(raw).map_err(malformed)?;
+    let root = xml::parse(raw).map_err(|e| malformed(format!("not XML: {e}")))?;
     if !root.name.eq_ignore_ascii_case("MSG") {
         return Err(malformed(format!("root element is <{}>, not <MSG>", root.name)));
     }

@@ -5,6 +5,7 @@
 #   tests/support/services.sh install   install missing packages (apt-get, pip); idempotent
 #   tests/support/services.sh start     install, start everything, print `export MSGX_…=…` lines
 #   tests/support/services.sh env       print the export lines again
+#   tests/support/services.sh status    exit 0 when all four are up
 #   tests/support/services.sh stop      stop everything and remove the directory
 #
 # Environment: MSGX_SERVICES_DIR (default /tmp/msgx-services), MSGX_PG_PORT (55432),
@@ -166,6 +167,8 @@ case "${1:-}" in
     say "all services up in $DIR"
     print_env ;;
   env) print_env ;;
+  status)
+    for p in "$PG_PORT" "$MYSQL_PORT" "$REDIS_PORT" "$KAFKA_PORT"; do port_open "$p" || exit 1; done ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|env|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|env|status|stop" >&2; exit 2 ;;
 esac
