@@ -63,6 +63,10 @@ pub struct ProcRow {
     pub error_class: Option<ErrorClass>,
     pub last_error: Option<String>,
     pub identity_key: Option<String>,
+    /// When the message first failed (the head-deadline anchor); cleared by replay.
+    pub first_failed_at: Option<SystemTime>,
+    /// `FLOP-STND`, `SCHD-DNLD`, … once the META was read.
+    pub type_tag: Option<String>,
 }
 
 /// A mailbox row the poller found (nothing is parsed at ingress).

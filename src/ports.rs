@@ -3,20 +3,11 @@
 
 use std::time::SystemTime;
 
-use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, Target};
+use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightChange, FlightView};
 
 pub type StoreResult<T> = Result<T, StoreError>;
-
-/// What binding an identity found (INV-9).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Bind {
-    /// The identity is this message's (now, or since an earlier attempt).
-    Bound,
-    /// Another message holds it.
-    TakenBy(i64),
-}
 
 /// How a message ends when it does not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +18,66 @@ pub enum Failure {
     Dead { class: ErrorClass, error: String },
 }
 
+/// The recorded outcome of one message in a pump round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settle {
+    pub msg_id: i64,
+    /// The type tag, when the META could be read.
+    pub type_tag: Option<String>,
+    pub outcome: Outcome,
+}
+
+impl Settle {
+    pub fn succeeded(msg_id: i64, identity: &str, events: Vec<NewEvent>) -> Settle {
+        Settle {
+            msg_id,
+            type_tag: None,
+            outcome: Outcome::Succeeded { identity: identity.to_string(), events },
+        }
+    }
+
+    pub fn skipped(msg_id: i64, reason: &str) -> Settle {
+        Settle { msg_id, type_tag: None, outcome: Outcome::Skipped { reason: reason.to_string() } }
+    }
+
+    pub fn failed(msg_id: i64, failure: Failure) -> Settle {
+        Settle { msg_id, type_tag: None, outcome: Outcome::Failed(failure) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// SUCCEEDED: binds `identity` (INV-9) and inserts `events`, with the backfill intent.
+    Succeeded {
+        identity: String,
+        events: Vec<NewEvent>,
+    },
+    /// SKIPPED with `reason` (`ignored:<rule>`, `duplicate-of:<id>`), with the backfill intent.
+    Skipped {
+        reason: String,
+    },
+    Failed(Failure),
+}
+
+/// Which rows `msgx replay` is asked to bring back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplaySelection {
+    Ids(Vec<i64>),
+    /// Inclusive MSG_ID range.
+    Range(i64, i64),
+    Class(ErrorClass),
+}
+
+/// What replay did with one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    pub msg_id: i64,
+    /// The row's state and class before replay (`None` when the row does not exist).
+    pub was: Option<(ProcStatus, Option<ErrorClass>)>,
+    /// `Ok` when the row is PENDING again, else why not.
+    pub verdict: Result<(), String>,
+}
+
 /// Own PostgreSQL, message side: `PROC_STATE` and the ingress watermark. Only the process
 /// thread changes message state; the poller only inserts PENDING rows.
 pub trait ProcStore {
@@ -34,14 +85,19 @@ pub trait ProcStore {
     /// watermark with `watermark`, in one transaction. Returns how many rows were new.
     fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize>;
     fn watermark(&mut self) -> StoreResult<i64>;
+    /// One row, whatever its state.
+    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>>;
     /// The head and up to `limit - 1` unfinished rows behind it, in MSG_ID order (INV-3).
     fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>>;
-    fn bind_identity(&mut self, msg_id: i64, key: &str, now: SystemTime) -> StoreResult<Bind>;
-    /// SUCCEEDED with its events and the backfill intent, in one transaction (INV-8, I2).
-    fn succeed(&mut self, msg_id: i64, events: &[NewEvent], now: SystemTime) -> StoreResult<()>;
-    /// SKIPPED with `reason` and the backfill intent in one statement (INV-8).
-    fn skip(&mut self, msg_id: i64, reason: &str, now: SystemTime) -> StoreResult<()>;
-    fn fail(&mut self, msg_id: i64, failure: &Failure, now: SystemTime) -> StoreResult<()>;
+    /// The message holding `key`, ARCHIVED shadow rows included (INV-9).
+    fn identity_holder(&mut self, key: &str) -> StoreResult<Option<i64>>;
+    /// Records a round's outcomes in order, in one transaction. Each terminal state is written
+    /// in the same statement as its backfill intent (INV-8). Every row must still be
+    /// unfinished, else nothing is recorded and an error is returned (INV-3 guard).
+    fn commit(&mut self, settles: &[Settle], now: SystemTime) -> StoreResult<()>;
+    /// `msgx replay`: FAILED/DEAD rows of a replayable class back to PENDING (SPEC §4.7);
+    /// at most `limit` rows are looked at.
+    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>>;
     /// Terminal rows whose mark is due, oldest intent first.
     fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
     fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;

@@ -105,6 +105,7 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::config::Config;
     use crate::domain::InboundRow;
+    use crate::ports::Settle;
     use crate::store::memory::{MemMailbox, MemPg};
 
     fn setup(ids: &[i64]) -> (FakeClock, MemPg, MemMailbox, Backfill<MemPg, MemMailbox>) {
@@ -144,8 +145,8 @@ mod tests {
     #[test]
     fn terminal_rows_are_marked_once() {
         let (clock, mut pg, mailbox, mut b) = setup(&[1, 2]);
-        pg.succeed(1, &[], clock.now()).unwrap();
-        pg.skip(2, "ignored:LDM-*", clock.now()).unwrap();
+        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        pg.commit(&[Settle::skipped(2, "ignored:LDM-*")], clock.now()).unwrap();
         assert_eq!(b.round().unwrap(), Round::Marked { written: 2, already: 0, missing: 0 });
         let row = mailbox.row(1).unwrap();
         assert_eq!((row.processed_at, row.status.as_str()), (Some(clock.now()), "PROCESSED"));
@@ -159,7 +160,7 @@ mod tests {
         let theirs = clock.now();
         mailbox.mark_externally(1, theirs);
         clock.advance(Duration::from_secs(5));
-        pg.succeed(1, &[], clock.now()).unwrap();
+        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
         assert_eq!(b.round().unwrap(), Round::Marked { written: 0, already: 1, missing: 0 });
         let row = mailbox.row(1).unwrap();
         assert_eq!((row.processed_at, row.status.as_str()), (Some(theirs), "DONE-ELSEWHERE"));
@@ -170,7 +171,7 @@ mod tests {
     fn missing_row_is_abandoned_at_once() {
         let (clock, mut pg, mailbox, mut b) = setup(&[1]);
         mailbox.remove(1);
-        pg.succeed(1, &[], clock.now()).unwrap();
+        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
         assert_eq!(b.round().unwrap(), Round::Marked { written: 0, already: 0, missing: 1 });
         let p = pg.proc(1).unwrap();
         assert_eq!(p.backfill_abandoned_reason.as_deref(), Some("MISSING_ROW"));
@@ -181,7 +182,7 @@ mod tests {
     #[test]
     fn mailbox_outage_backs_off_then_marks() {
         let (clock, mut pg, mailbox, mut b) = setup(&[1]);
-        pg.succeed(1, &[], clock.now()).unwrap();
+        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
         mailbox.fail_next(2);
         assert_eq!(b.round().unwrap(), Round::Failed { rescheduled: 1 });
         assert_eq!(b.round().unwrap(), Round::Idle, "not due before 30s");

@@ -148,7 +148,7 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::config::Config;
     use crate::domain::{EventStatus, InboundRow, NewEvent};
-    use crate::ports::ProcStore;
+    use crate::ports::{ProcStore, Settle};
     use crate::store::memory::{MemPg, MemProducer};
 
     fn setup(n: i64) -> (FakeClock, MemPg, MemProducer, Dispatcher<MemPg, MemProducer>) {
@@ -163,7 +163,7 @@ mod tests {
                 state_version: id,
                 payload_json: format!("{{\"n\":{id}}}"),
             };
-            pg.succeed(id, &[ev], clock.now()).unwrap();
+            pg.commit(&[Settle::succeeded(id, &format!("k{id}"), vec![ev])], clock.now()).unwrap();
         }
         let producer = MemProducer::new();
         let cfg = Config::defaults();

@@ -1,11 +1,15 @@
 //! The pump (process thread): the single writer of message state and of Redis flight state.
-//! It takes the FIFO head (INV-3), runs `processOne` in the spec's order (SPEC §4.2) and
-//! records the outcome. Time comes from the injected clock; the rules live in [`rules`].
+//! Each round takes the FIFO head and the ready messages behind it (INV-3), runs `processOne`
+//! on each in the spec's order (SPEC §4.2), and records all their outcomes in one PostgreSQL
+//! transaction. Time comes from the injected clock; the rules live in [`rules`].
 
+pub mod replay;
 pub mod rules;
 
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use log::{error, info, warn};
 
@@ -14,8 +18,8 @@ use crate::codec::{self, ignore::IgnoreRules};
 use crate::config::Pipeline;
 use crate::domain::ProcRow;
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers;
-use crate::ports::{Bind, Failure, FlightStore, Mailbox, ProcStore};
+use crate::handlers::{self, Decision};
+use crate::ports::{Failure, FlightStore, Mailbox, Outcome, ProcStore, Settle};
 use crate::stats::{self, Stats};
 use rules::{head_action, HeadAction, RetryPolicy};
 
@@ -26,16 +30,8 @@ pub enum Round {
     Idle,
     /// The head is backing off until then.
     Wait(SystemTime),
-    /// This many messages reached an outcome (terminal or FAILED).
+    /// This many messages reached an outcome (terminal or FAILED), recorded together.
     Worked(usize),
-}
-
-/// How `processOne` ended for one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Succeeded { events: usize },
-    Skipped(String),
-    Failed(Failure),
 }
 
 pub struct Pump<P, M, F> {
@@ -44,6 +40,7 @@ pub struct Pump<P, M, F> {
     flights: F,
     clock: Arc<dyn Clock>,
     policy: RetryPolicy,
+    head_deadline: Duration,
     ignore: IgnoreRules,
     include_day_boundary: bool,
     batch: usize,
@@ -65,6 +62,7 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
             flights,
             clock,
             policy: retry_policy(cfg),
+            head_deadline: cfg.head_deadline,
             ignore: IgnoreRules::new(&cfg.ignore_rules),
             include_day_boundary: cfg.include_day_boundary,
             batch: cfg.process_batch,
@@ -72,142 +70,202 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         }
     }
 
-    /// One round: the head and the ready messages behind it, in MSG_ID order, until one fails
-    /// (it becomes the head in backoff) or the batch is done.
+    /// One round: the head and up to `process-batch − 1` ready messages behind it, in MSG_ID
+    /// order, until one fails (it becomes the head in backoff). All outcomes are committed in
+    /// one transaction, failure included: the messages before a failure are never lost to it.
     pub fn round(&mut self) -> Result<Round, StoreError> {
         let rows = self.procs.unfinished(self.batch)?;
-        let mut worked = 0;
+        let mut settles: Vec<Settle> = Vec::with_capacity(rows.len());
+        let mut taken: HashMap<String, i64> = HashMap::new(); // identities bound in this round
+        let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
             let now = self.clock.now();
-            match head_action(Some(row), now, &self.policy) {
+            match head_action(Some(row), now, &self.policy, self.head_deadline) {
                 HeadAction::Idle => break,
-                HeadAction::Wait(t) if worked == 0 => return Ok(Round::Wait(t)),
+                HeadAction::Wait(t) if settles.is_empty() => return Ok(Round::Wait(t)),
                 HeadAction::Wait(_) => break,
-                HeadAction::Poison => {
-                    let f = Failure::Dead {
-                        class: ErrorClass::Exhausted,
-                        error: format!(
-                            "poison: {} attempts, last {}: {}",
-                            row.attempts,
-                            row.error_class.map(|c| c.as_str()).unwrap_or("-"),
-                            row.last_error.as_deref().unwrap_or("-")
-                        ),
-                    };
-                    self.record_failure(row, "-", &f, now)?;
-                    worked += 1;
+                HeadAction::Poison(p) => {
+                    let reason = format!(
+                        "{}; last {}: {}",
+                        p.describe(now),
+                        row.error_class.map(|c| c.as_str()).unwrap_or("-"),
+                        row.last_error.as_deref().unwrap_or("-")
+                    );
+                    settles.push(Settle {
+                        msg_id: row.msg_id,
+                        type_tag: None,
+                        outcome: Outcome::Failed(Failure::Dead {
+                            class: ErrorClass::Exhausted,
+                            error: reason,
+                        }),
+                    });
+                    events.push(0);
                 }
                 HeadAction::Process => {
-                    worked += 1;
-                    if let Outcome::Failed(Failure::Retry { .. }) = self.process_one(row)? {
+                    let (settle, n) = self.process_one(row, now, &taken);
+                    if let Outcome::Succeeded { identity, .. } = &settle.outcome {
+                        taken.insert(identity.clone(), row.msg_id);
+                    }
+                    let stop = matches!(settle.outcome, Outcome::Failed(Failure::Retry { .. }));
+                    settles.push(settle);
+                    events.push(n);
+                    if stop {
                         break;
                     }
                 }
             }
         }
-        Ok(if worked == 0 { Round::Idle } else { Round::Worked(worked) })
+        let Some(head) = rows.first() else { return Ok(Round::Idle) };
+        if settles.is_empty() {
+            return Ok(Round::Idle);
+        }
+        let now = self.clock.now();
+        if let Err(e) = self.procs.commit(&settles, now) {
+            // Nothing of the round was recorded; the Redis side is replayable (applied
+            // decisions). Charge the head an INFRA attempt so a commit that can never succeed
+            // still ends in DEAD(EXHAUSTED) instead of looping.
+            let failure =
+                self.policy.on_failure(head.attempts, ErrorClass::Infra, &format!("commit: {e}"), now);
+            let settle = Settle { msg_id: head.msg_id, type_tag: None, outcome: Outcome::Failed(failure) };
+            self.procs.commit(std::slice::from_ref(&settle), now)?;
+            self.log(head, &settle, 0);
+            return Ok(Round::Worked(1));
+        }
+        for ((settle, row), n) in settles.iter().zip(&rows).zip(events) {
+            self.log(row, settle, n);
+        }
+        Ok(Round::Worked(settles.len()))
     }
 
-    /// `processOne` (SPEC §4.2). Store errors inside become FAILED(INFRA); only an error
-    /// while recording the outcome itself is returned.
-    pub fn process_one(&mut self, row: &ProcRow) -> Result<Outcome, StoreError> {
-        let now = self.clock.now();
-        let mut tag = String::from("-");
-        let outcome = match self.attempt(row, now, &mut tag) {
+    /// `processOne` (SPEC §4.2) for one message; returns its outcome and how many events it
+    /// wrote. Nothing is recorded here. Store errors become FAILED(INFRA); a panic in the
+    /// pure decoding or deciding code becomes FAILED(INFRA) too, so one bad message cannot
+    /// crash-loop the service (it ends DEAD(EXHAUSTED) after max-attempts).
+    fn process_one(
+        &mut self,
+        row: &ProcRow,
+        now: SystemTime,
+        taken: &HashMap<String, i64>,
+    ) -> (Settle, usize) {
+        let mut tag = row.type_tag.clone();
+        let outcome = match self.attempt(row, now, taken, &mut tag) {
             Ok(o) => o,
             Err(e) => {
                 Outcome::Failed(self.policy.on_failure(row.attempts, ErrorClass::Infra, &e.to_string(), now))
             }
         };
-        match &outcome {
-            Outcome::Succeeded { events } => {
-                stats::inc(&self.stats.succeeded);
-                info!("succeeded msg_id={} type={tag} events={events}", row.msg_id);
+        let n = match &outcome {
+            Outcome::Succeeded { events, .. } => events.len(),
+            _ => 0,
+        };
+        (Settle { msg_id: row.msg_id, type_tag: tag, outcome }, n)
+    }
+
+    fn attempt(
+        &mut self,
+        row: &ProcRow,
+        now: SystemTime,
+        taken: &HashMap<String, i64>,
+        tag: &mut Option<String>,
+    ) -> Result<Outcome, StoreError> {
+        let msg_id = row.msg_id;
+        let fail =
+            |class: ErrorClass, e: &str| Outcome::Failed(self.policy.on_failure(row.attempts, class, e, now));
+        // 1. raw text
+        let Some(raw) = self.mailbox.raw(msg_id)? else {
+            return Ok(fail(ErrorClass::Malformed, "raw text missing in the mailbox"));
+        };
+        // 2. META; 3. ignore rules before body, identity and handler (US-04)
+        let env = match pure(|| codec::decode_meta(&raw)) {
+            Ok(Ok(env)) => env,
+            Ok(Err(e)) => return Ok(fail(e.class, &e.detail)),
+            Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
+        };
+        *tag = Some(codec::MsgKind::of(&env.meta).type_tag());
+        if let Some(rule) = self.ignore.matching(&env.meta) {
+            return Ok(Outcome::Skipped { reason: format!("ignored:{rule}") });
+        }
+        let msg = match pure(|| codec::decode_body(env)) {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Ok(fail(e.class, &e.detail)),
+            Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
+        };
+        // 4. identity (INV-9): held by an earlier message, or by one earlier in this round.
+        let identity = codec::identity(&msg.meta, self.include_day_boundary);
+        let holder = match taken.get(&identity) {
+            Some(h) => Some(*h),
+            None => self.procs.identity_holder(&identity)?,
+        };
+        if let Some(other) = holder.filter(|h| *h != msg_id) {
+            return Ok(Outcome::Skipped { reason: format!("duplicate-of:{other}") });
+        }
+        // 5.–6. the handler decides; an earlier attempt's applied decision is reused, so a
+        // retry after "Redis applied, PostgreSQL failed" writes the same events (I2).
+        let decision: Decision = match self.flights.applied(msg_id)? {
+            Some(d) => d,
+            None => {
+                let view = self.flights.view(&handlers::flids_of(&msg))?;
+                let d = match pure(|| handlers::decide(&view, &msg, msg_id)) {
+                    Ok(Ok(d)) => d,
+                    Ok(Err(e)) => return Ok(fail(ErrorClass::Unsupported, &e.to_string())),
+                    Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
+                };
+                // 7. Redis first (I2); PostgreSQL when the round commits.
+                self.flights.apply(msg_id, &d.flights, &d)?;
+                d
             }
-            Outcome::Skipped(reason) => {
+        };
+        Ok(Outcome::Succeeded { identity, events: decision.events })
+    }
+
+    fn log(&self, row: &ProcRow, settle: &Settle, events: usize) {
+        let id = row.msg_id;
+        let tag = settle.type_tag.as_deref().or(row.type_tag.as_deref()).unwrap_or("-");
+        match &settle.outcome {
+            Outcome::Succeeded { .. } => {
+                stats::inc(&self.stats.succeeded);
+                info!("succeeded msg_id={id} type={tag} events={events}");
+            }
+            Outcome::Skipped { reason } => {
                 if reason.starts_with("ignored:") {
                     stats::inc(&self.stats.skipped_ignored);
                 } else {
                     stats::inc(&self.stats.skipped_duplicate);
                 }
-                info!("skipped msg_id={} type={tag} reason={reason}", row.msg_id);
+                info!("skipped msg_id={id} type={tag} reason={reason}");
             }
-            Outcome::Failed(f) => self.record_failure(row, &tag, f, now)?,
-        }
-        Ok(outcome)
-    }
-
-    fn attempt(&mut self, row: &ProcRow, now: SystemTime, tag: &mut String) -> Result<Outcome, StoreError> {
-        let msg_id = row.msg_id;
-        let fail = |class: ErrorClass, e: &str| self.policy.on_failure(row.attempts, class, e, now);
-        // 1. raw text
-        let Some(raw) = self.mailbox.raw(msg_id)? else {
-            return Ok(Outcome::Failed(fail(ErrorClass::Malformed, "raw text missing in the mailbox")));
-        };
-        // 2. META, then 3. ignore rules before body, identity and handler (US-04)
-        let env = match codec::decode_meta(&raw) {
-            Ok(env) => env,
-            Err(e) => return Ok(Outcome::Failed(fail(e.class, &e.detail))),
-        };
-        *tag = codec::MsgKind::of(&env.meta).type_tag();
-        if let Some(rule) = self.ignore.matching(&env.meta) {
-            let reason = format!("ignored:{rule}");
-            self.procs.skip(msg_id, &reason, now)?;
-            return Ok(Outcome::Skipped(reason));
-        }
-        let msg = match codec::decode_body(env) {
-            Ok(m) => m,
-            Err(e) => return Ok(Outcome::Failed(fail(e.class, &e.detail))),
-        };
-        // 4. identity (INV-9)
-        let key = codec::identity(&msg.meta, self.include_day_boundary);
-        if let Bind::TakenBy(other) = self.procs.bind_identity(msg_id, &key, now)? {
-            let reason = format!("duplicate-of:{other}");
-            self.procs.skip(msg_id, &reason, now)?;
-            return Ok(Outcome::Skipped(reason));
-        }
-        // 5.–6. the handler decides; an earlier attempt's applied decision is reused, so a
-        // retry after "Redis applied, PostgreSQL failed" emits the same events (I2).
-        let decision = match self.flights.applied(msg_id)? {
-            Some(d) => d,
-            None => {
-                let view = self.flights.view(&handlers::flids_of(&msg))?;
-                let d = match handlers::decide(&view, &msg, msg_id) {
-                    Ok(d) => d,
-                    Err(e) => return Ok(Outcome::Failed(fail(ErrorClass::Unsupported, &e.to_string()))),
-                };
-                // 7. Redis first (I2), then one PostgreSQL transaction.
-                self.flights.apply(msg_id, &d.flights, &d)?;
-                d
-            }
-        };
-        self.procs.succeed(msg_id, &decision.events, now)?;
-        Ok(Outcome::Succeeded { events: decision.events.len() })
-    }
-
-    fn record_failure(
-        &mut self,
-        row: &ProcRow,
-        tag: &str,
-        f: &Failure,
-        now: SystemTime,
-    ) -> Result<(), StoreError> {
-        self.procs.fail(row.msg_id, f, now)?;
-        match f {
-            Failure::Retry { class, error, .. } => {
+            Outcome::Failed(Failure::Retry { class, error, .. }) => {
                 stats::inc(&self.stats.failed);
                 warn!(
-                    "failed msg_id={} type={tag} class={class} attempts={} error={error:?}",
-                    row.msg_id,
+                    "failed msg_id={id} type={tag} class={class} attempts={} error={error:?}",
                     row.attempts + 1
                 );
             }
-            Failure::Dead { class, error } => {
+            Outcome::Failed(Failure::Dead { class, error }) => {
                 stats::inc(&self.stats.dead);
-                error!("dead msg_id={} type={tag} class={class} error={error:?}", row.msg_id);
+                if error.starts_with("poison:") {
+                    error!(
+                        "poison msg_id={id} type={tag} class={class} attempts={} error={error:?}",
+                        row.attempts + 1
+                    );
+                } else {
+                    error!("dead msg_id={id} type={tag} class={class} error={error:?}");
+                }
             }
         }
-        Ok(())
     }
+}
+
+/// Runs pure code, turning a panic into an error text (logged by the panic hook).
+fn pure<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        format!("panic in decoder or handler: {what}")
+    })
 }
 
 pub fn retry_policy(cfg: &Pipeline) -> RetryPolicy {

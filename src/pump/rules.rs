@@ -39,6 +39,30 @@ impl RetryPolicy {
     }
 }
 
+/// Why a head is poison (I1: poison escalation to DEAD(EXHAUSTED)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poison {
+    Attempts(u32),
+    /// Stuck longer than `head-deadline` since it first failed.
+    Deadline {
+        since: SystemTime,
+        deadline: Duration,
+    },
+}
+
+impl Poison {
+    pub fn describe(&self, now: SystemTime) -> String {
+        match self {
+            Poison::Attempts(n) => format!("poison: {n} attempts used"),
+            Poison::Deadline { since, deadline } => format!(
+                "poison: head stuck since its first failure {}s ago, longer than head-deadline {}",
+                now.duration_since(*since).map(|d| d.as_secs()).unwrap_or(0),
+                crate::config::format_duration(*deadline)
+            ),
+        }
+    }
+}
+
 /// What to do with the head of the FIFO.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeadAction {
@@ -48,20 +72,34 @@ pub enum HeadAction {
     Process,
     /// It is backing off: nothing may overtake it before this time (HOL blocking).
     Wait(SystemTime),
-    /// Attempts are used up: DEAD(EXHAUSTED).
-    Poison,
+    /// DEAD(EXHAUSTED), now.
+    Poison(Poison),
 }
 
-/// The decision for the head row at `now`.
-pub fn head_action(head: Option<&ProcRow>, now: SystemTime, policy: &RetryPolicy) -> HeadAction {
+/// The decision for the head row at `now`. A FAILED head is poison when its attempts are used
+/// up or it has been failing for longer than `head_deadline`, counted from its first failure —
+/// an anchor that, unlike UPDATED_AT, retries do not move, so the deadline is reachable.
+pub fn head_action(
+    head: Option<&ProcRow>,
+    now: SystemTime,
+    policy: &RetryPolicy,
+    head_deadline: Duration,
+) -> HeadAction {
     let Some(row) = head else { return HeadAction::Idle };
     debug_assert!(row.state.is_unfinished(), "head must be PENDING or FAILED (INV-3)");
-    match row.state {
-        ProcStatus::Failed if row.attempts >= policy.max_attempts => HeadAction::Poison,
-        ProcStatus::Failed => match row.next_attempt_at {
-            Some(t) if t > now => HeadAction::Wait(t),
-            _ => HeadAction::Process,
-        },
+    if row.state != ProcStatus::Failed {
+        return HeadAction::Process;
+    }
+    if row.attempts >= policy.max_attempts {
+        return HeadAction::Poison(Poison::Attempts(row.attempts));
+    }
+    if let Some(since) = row.first_failed_at {
+        if now.duration_since(since).is_ok_and(|stuck| stuck >= head_deadline) {
+            return HeadAction::Poison(Poison::Deadline { since, deadline: head_deadline });
+        }
+    }
+    match row.next_attempt_at {
+        Some(t) if t > now => HeadAction::Wait(t),
         _ => HeadAction::Process,
     }
 }
@@ -88,8 +126,12 @@ mod tests {
             error_class: None,
             last_error: None,
             identity_key: None,
+            first_failed_at: next.map(|t| t - Duration::from_secs(1)),
+            type_tag: None,
         }
     }
+
+    const DEADLINE: Duration = Duration::from_secs(600);
 
     #[test]
     fn delays_follow_the_table_repeat_its_last_entry_and_are_capped() {
@@ -135,20 +177,45 @@ mod tests {
         let p = policy();
         let until = clock.now() + Duration::from_secs(2);
         let head = row(ProcStatus::Failed, 1, Some(until));
-        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(until));
+        assert_eq!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Wait(until));
         clock.advance(Duration::from_millis(1999));
-        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(until));
+        assert_eq!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Wait(until));
         clock.advance(Duration::from_millis(1));
-        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Process);
+        assert_eq!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Process);
     }
 
     #[test]
     fn pending_head_is_processed_none_is_idle_exhausted_is_poison() {
         let now = FakeClock::new().now();
         let p = policy();
-        assert_eq!(head_action(None, now, &p), HeadAction::Idle);
-        assert_eq!(head_action(Some(&row(ProcStatus::Pending, 0, None)), now, &p), HeadAction::Process);
+        assert_eq!(head_action(None, now, &p, DEADLINE), HeadAction::Idle);
+        assert_eq!(
+            head_action(Some(&row(ProcStatus::Pending, 0, None)), now, &p, DEADLINE),
+            HeadAction::Process
+        );
         let future = now + Duration::from_secs(9);
-        assert_eq!(head_action(Some(&row(ProcStatus::Failed, 5, Some(future))), now, &p), HeadAction::Poison);
+        assert_eq!(
+            head_action(Some(&row(ProcStatus::Failed, 5, Some(future))), now, &p, DEADLINE),
+            HeadAction::Poison(Poison::Attempts(5))
+        );
+    }
+
+    #[test]
+    fn head_deadline_fires_from_the_first_failure_even_while_backing_off() {
+        // Many attempts allowed, so only the deadline can end it (design.md §3.2: the
+        // UPDATED_AT anchor made this branch unreachable).
+        let p = RetryPolicy { max_attempts: 1000, ..policy() };
+        let clock = FakeClock::new();
+        let first = clock.now();
+        let mut head = row(ProcStatus::Failed, 3, None);
+        head.first_failed_at = Some(first);
+        clock.advance(Duration::from_secs(599));
+        head.next_attempt_at = Some(clock.now() + Duration::from_secs(16));
+        assert!(matches!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Wait(_)));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            head_action(Some(&head), clock.now(), &p, DEADLINE),
+            HeadAction::Poison(Poison::Deadline { since: first, deadline: DEADLINE })
+        );
     }
 }

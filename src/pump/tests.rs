@@ -1,3 +1,5 @@
+//! The pump driven tick by tick with the fake clock, on the in-memory stores.
+
 use std::time::Duration;
 
 use super::*;
@@ -15,10 +17,9 @@ struct World {
     pump: Pump<MemPg, MemMailbox, MemFlights>,
 }
 
-fn world() -> World {
+fn world_with(cfg: crate::config::Pipeline) -> World {
     let clock = FakeClock::new();
     let (pg, mailbox, flights) = (MemPg::new(), MemMailbox::new(), MemFlights::new());
-    let cfg = Config::defaults().pipeline;
     let pump = Pump::new(
         pg.clone(),
         mailbox.clone(),
@@ -30,6 +31,13 @@ fn world() -> World {
     World { clock, pg, mailbox, flights, pump }
 }
 
+fn world() -> World {
+    world_with(Config::defaults().pipeline)
+}
+
+const UNSUPPORTED: &str =
+    "<MSG><META><SNDR>A</SNDR><SEQN>1</SEQN><DTTM>1</DTTM><TYPE>ZZZZ</TYPE><STYP>Q</STYP></META></MSG>";
+
 impl World {
     fn arrive(&mut self, id: i64, raw: Option<&str>) {
         self.mailbox.insert(id, raw);
@@ -37,12 +45,16 @@ impl World {
         pg.enqueue(&[InboundRow { id, received_at: None }], id, self.clock.now()).unwrap();
     }
 
-    fn state(&self, id: i64) -> ProcStatus {
-        self.pg.proc(id).unwrap().row.state
+    fn row(&self, id: i64) -> crate::domain::ProcRow {
+        self.pg.proc(id).unwrap().row
     }
 
-    fn last_error(&self, id: i64) -> String {
-        self.pg.proc(id).unwrap().row.last_error.unwrap_or_default()
+    fn state(&self, id: i64) -> ProcStatus {
+        self.row(id).state
+    }
+
+    fn events(&self) -> usize {
+        self.pg.inspect(|s| s.events.len())
     }
 }
 
@@ -51,13 +63,12 @@ fn a_flop_message_updates_the_flight_and_writes_one_event() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
     assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
-    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    let r = w.row(1);
+    assert_eq!((r.state, r.type_tag.as_deref()), (ProcStatus::Succeeded, Some("FLOP-STND")));
+    assert_eq!(r.identity_key.as_deref(), Some("AODB|FLOP|STND|1"));
     assert_eq!(w.flights.flight("1001").unwrap()["STND"], "A12");
-    let events = w.pg.inspect(|s| s.events.values().map(|e| e.event.clone()).collect::<Vec<_>>());
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].msg_id, Some(1));
-    // INV-8: the backfill intent came with the terminal state.
-    assert!(w.pg.proc(1).unwrap().backfill_next_at.is_some());
+    assert_eq!(w.events(), 1);
+    assert!(w.pg.proc(1).unwrap().backfill_next_at.is_some(), "INV-8");
     assert_eq!(w.pump.round().unwrap(), Round::Idle);
 }
 
@@ -66,129 +77,212 @@ fn raw_text_missing_is_dead_malformed_at_once() {
     let mut w = world();
     w.arrive(1, None);
     w.pump.round().unwrap();
-    let p = w.pg.proc(1).unwrap();
-    assert_eq!(p.row.state, ProcStatus::Dead);
-    assert_eq!(p.row.error_class, Some(ErrorClass::Malformed));
-    assert!(p.backfill_next_at.is_some(), "DEAD owes a mark too");
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Malformed), 1));
+    assert!(w.pg.proc(1).unwrap().backfill_next_at.is_some(), "DEAD owes a mark too");
 }
 
 #[test]
-fn malformed_xml_is_dead_and_does_not_block_the_next_message() {
+fn malformed_is_dead_at_once_and_does_not_block_the_next_message() {
     let mut w = world();
     w.arrive(1, Some("<MSG><META>"));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(2), "one round, one commit");
     assert_eq!(w.state(1), ProcStatus::Dead);
+    assert_eq!(w.row(1).error_class, Some(ErrorClass::Malformed));
     assert_eq!(w.state(2), ProcStatus::Succeeded);
 }
 
 #[test]
-fn unsupported_head_backs_off_and_blocks_everything_behind_it() {
+fn head_in_backoff_blocks_everything_behind_it_tick_by_tick() {
     let mut w = world();
-    w.arrive(1, Some(&fixtures::other(1, "ZZZZ", "Q", "")));
+    w.arrive(1, Some(UNSUPPORTED));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
     assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
-    let p = w.pg.proc(1).unwrap();
-    assert_eq!(
-        (p.row.state, p.row.error_class, p.row.attempts),
-        (ProcStatus::Failed, Some(ErrorClass::Unsupported), 1)
-    );
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Failed, Some(ErrorClass::Unsupported), 1));
     let until = w.clock.now() + Duration::from_secs(1);
-    assert_eq!(w.pump.round().unwrap(), Round::Wait(until), "HOL: message 2 must not overtake");
+    for _ in 0..3 {
+        assert_eq!(w.pump.round().unwrap(), Round::Wait(until), "HOL: message 2 must not overtake");
+        w.clock.advance(Duration::from_millis(300));
+    }
     assert_eq!(w.state(2), ProcStatus::Pending);
+    w.clock.advance(Duration::from_millis(100)); // backoff expired: the head is tried again
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.row(1).attempts, 2);
 }
 
 #[test]
-fn unsupported_head_is_dead_exhausted_after_max_attempts_then_the_queue_moves() {
+fn poison_by_attempts_is_dead_exhausted_then_the_queue_moves() {
     let mut w = world();
-    w.arrive(1, Some(&fixtures::other(1, "ZZZZ", "Q", "")));
+    w.arrive(1, Some(UNSUPPORTED));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
     for (i, wait) in [1u64, 2, 4, 8].into_iter().enumerate() {
         assert_eq!(w.pump.round().unwrap(), Round::Worked(1), "attempt {}", i + 1);
         assert!(matches!(w.pump.round().unwrap(), Round::Wait(_)));
         w.clock.advance(Duration::from_secs(wait));
     }
-    // Fifth attempt: attempts reach max-attempts → DEAD(EXHAUSTED); message 2 follows.
+    // Fifth attempt: attempts reach max-attempts → DEAD(EXHAUSTED), and message 2 follows.
     assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
-    let p = w.pg.proc(1).unwrap();
-    assert_eq!(
-        (p.row.state, p.row.error_class, p.row.attempts),
-        (ProcStatus::Dead, Some(ErrorClass::Exhausted), 5)
-    );
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Exhausted), 5));
+    assert!(r.last_error.unwrap().contains("UNSUPPORTED after 5 attempts"));
     assert_eq!(w.state(2), ProcStatus::Succeeded);
 }
 
 #[test]
-fn infra_failure_is_retried_and_the_retry_emits_the_same_events() {
-    let mut w = world();
-    w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
-    // Redis applies, then PostgreSQL fails: the call sequence is unfinished (ok), raw (mailbox),
-    // applied/view/apply (redis), succeed (pg).
-    w.pump.round().unwrap(); // dry run to know the happy path works
-    assert_eq!(w.state(1), ProcStatus::Succeeded);
+fn poison_by_head_deadline_fires_when_attempts_are_not_used_up() {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.max_attempts = 1000;
+    let mut w = world_with(cfg);
+    w.arrive(1, Some(UNSUPPORTED));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
+    let mut rounds = 0;
+    // Keep failing: backoff 1,2,4,8,16,16,… until ten minutes have passed since the first failure.
+    while w.state(1) == ProcStatus::Failed || w.state(1) == ProcStatus::Pending {
+        match w.pump.round().unwrap() {
+            Round::Wait(t) => w.clock.set(t),
+            Round::Worked(_) => {}
+            Round::Idle => panic!("head vanished"),
+        }
+        rounds += 1;
+        assert!(rounds < 200, "the deadline never fired");
+    }
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class), (ProcStatus::Dead, Some(ErrorClass::Exhausted)));
+    assert!(r.last_error.as_deref().unwrap().contains("head-deadline 10m"), "{:?}", r.last_error);
+    let stuck = w.clock.now().duration_since(r.first_failed_at.unwrap()).unwrap();
+    assert!(stuck >= Duration::from_secs(600) && stuck < Duration::from_secs(600 + 16), "{stuck:?}");
+    assert!(r.attempts < 1000);
+    assert_eq!(w.state(2), ProcStatus::Succeeded, "the poisoned head's round went on to message 2");
+}
 
+#[test]
+fn infra_failure_is_retried_and_the_retry_emits_the_event() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
     w.flights.fail_next(1);
     assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
-    let p = w.pg.proc(1).unwrap();
-    assert_eq!((p.row.state, p.row.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
-    assert!(p.row.last_error.unwrap().contains("redis"));
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
+    assert!(r.last_error.unwrap().contains("redis"));
     w.clock.advance(Duration::from_secs(1));
     w.pump.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
-    assert_eq!(w.pg.inspect(|s| s.events.len()), 1);
+    assert_eq!(w.events(), 1);
 }
 
 #[test]
 fn regression_retry_after_redis_applied_but_pg_failed_keeps_the_event() {
     // Redis holds the new value after the first attempt, so a fresh decision would find
-    // nothing changed and emit no event: the applied decision must be reused (I2).
+    // nothing changed and write no event: the applied decision must be reused (I2).
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
-    let decision = {
-        let msg = codec::decode(&fixtures::flop_stnd(1, "1001", "A12")).unwrap();
-        handlers::decide(&Default::default(), &msg, 1).unwrap()
-    };
+    let raw = fixtures::flop_stnd(1, "1001", "A12");
+    let msg = codec::decode(&raw).unwrap();
+    let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
     let mut flights = w.flights.clone();
-    flights.apply(1, &decision.flights, &decision).unwrap();
+    flights.apply(1, &d.flights, &d).unwrap(); // the crashed attempt got this far
     w.pump.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
-    assert_eq!(w.pg.inspect(|s| s.events.len()), 1, "the event survives the crash window");
+    assert_eq!(w.events(), 1, "the event survives the crash window");
 }
 
 #[test]
-fn duplicate_identity_is_skipped_with_the_holder() {
+fn commit_failure_records_nothing_of_the_round_but_charges_the_head() {
+    // The commit fails: the head gets FAILED(INFRA), the rest stays PENDING.
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "2", "A2")));
+    w.pg.fail_on_commit(1);
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
+    assert!(r.last_error.unwrap().starts_with("commit:"));
+    assert_eq!(w.state(2), ProcStatus::Pending);
+    assert_eq!(w.events(), 0);
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.events(), 2, "Redis decisions were reused, events written once");
+}
+
+#[test]
+fn a_failure_commits_the_messages_before_it_and_becomes_the_head() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
+    w.arrive(2, Some(UNSUPPORTED));
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "3", "A3")));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!(
+        (w.state(1), w.state(2), w.state(3)),
+        (ProcStatus::Succeeded, ProcStatus::Failed, ProcStatus::Pending)
+    );
+    assert!(matches!(w.pump.round().unwrap(), Round::Wait(_)));
+}
+
+#[test]
+fn duplicate_identity_is_skipped_even_within_one_round() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(5, "1", "A1")));
     w.arrive(2, Some(&fixtures::flop_stnd(5, "1", "A2"))); // same SNDR|TYPE|STYP|SEQN
-    w.pump.round().unwrap();
-    assert_eq!(w.state(2), ProcStatus::Skipped);
-    assert_eq!(w.last_error(2), "duplicate-of:1");
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    let r = w.row(2);
+    assert_eq!((r.state, r.last_error.as_deref()), (ProcStatus::Skipped, Some("duplicate-of:1")));
+    assert_eq!(r.identity_key, None);
     assert_eq!(w.flights.flight("1").unwrap()["STND"], "A1", "the duplicate changed nothing");
-    assert!(w.pg.proc(2).unwrap().backfill_next_at.is_some());
+    // …and across rounds.
+    w.arrive(3, Some(&fixtures::flop_stnd(5, "1", "A3")));
+    w.pump.round().unwrap();
+    assert_eq!(w.row(3).last_error.as_deref(), Some("duplicate-of:1"));
 }
 
 #[test]
 fn ignored_message_is_skipped_before_body_and_identity_and_never_blocks() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::other(1, "ldm", "XX", "<LDM><unreadable a='1'><x/></unreadable></LDM>")));
-    w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
-    let p = w.pg.proc(1).unwrap();
-    assert_eq!(p.row.state, ProcStatus::Skipped);
-    assert_eq!(p.row.last_error.as_deref(), Some("ignored:LDM-*"));
-    assert_eq!(p.row.identity_key, None, "an ignored message binds no identity");
-    assert_eq!(p.row.attempts, 0);
-    assert!(p.backfill_next_at.is_some());
+    w.arrive(2, Some(&fixtures::other(2, "Rsta", "ANY", "")));
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "7", "B1")));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(3));
+    let r = w.row(1);
+    assert_eq!((r.state, r.last_error.as_deref()), (ProcStatus::Skipped, Some("ignored:LDM-*")));
+    assert_eq!((r.identity_key, r.attempts), (None, 0), "no identity, no attempt");
+    assert!(w.pg.proc(1).unwrap().backfill_next_at.is_some());
+    assert_eq!(w.row(2).last_error.as_deref(), Some("ignored:RSTA-*"));
+    assert_eq!(w.state(3), ProcStatus::Succeeded);
+    assert_eq!(w.events(), 1, "an ignored message touches no flight and writes no event");
+}
+
+#[test]
+fn a_dead_duplicate_holder_does_not_bind_its_identity() {
+    // Only SUCCEEDED binds: a message that died (e.g. EXHAUSTED) leaves its identity free for
+    // a corrected copy.
+    let mut w = world();
+    w.arrive(1, Some("<MSG><META><SNDR>AODB</SNDR><SEQN>9</SEQN><DTTM>1</DTTM><TYPE>FLOP</TYPE><STYP>STND</STYP></META></MSG>"));
+    w.arrive(2, Some(&fixtures::flop_stnd(9, "1", "A1")));
+    w.pump.round().unwrap();
+    assert_eq!(w.state(1), ProcStatus::Dead, "no <FLOP> record: MALFORMED");
     assert_eq!(w.state(2), ProcStatus::Succeeded);
 }
 
 #[test]
-fn outcome_store_failure_is_returned_not_swallowed() {
+fn the_round_is_bounded_by_process_batch() {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.process_batch = 3;
+    let mut w = world_with(cfg);
+    for i in 1..=7 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, "F", &format!("S{i}"))));
+    }
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(3));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(3));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "S7", "applied in MSG_ID order");
+}
+
+#[test]
+fn reading_the_head_fails_loudly() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
     w.pg.fail_next(1);
-    assert!(w.pump.round().is_err(), "reading the head failed: the caller must see it");
+    assert!(w.pump.round().is_err(), "the caller must see it");
     assert_eq!(w.state(1), ProcStatus::Pending);
 }

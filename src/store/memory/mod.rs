@@ -7,12 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use crate::domain::{EventStatus, InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{EventStatus, InboundRow, MsgEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightChange, FlightView};
 use crate::ports::{
-    Bind, Failure, FlightStore, Mailbox, Mark, Outbox, ProcStore, Producer, Record, StoreResult,
+    Failure, FlightStore, Mailbox, Mark, Outbox, Outcome, ProcStore, Producer, Record, ReplaySelection,
+    Replayed, Settle, StoreResult,
 };
+use crate::pump::replay;
 
 /// Shared state plus an injectable failure budget.
 #[derive(Debug, Default)]
@@ -83,6 +85,7 @@ pub struct PgState {
     pub events: BTreeMap<i64, MemEvent>,
     pub watermark: i64,
     next_event_id: i64,
+    fail_commits: u32,
 }
 
 /// `PROC_STATE`, `MSG_EVENT` and the watermark, in memory.
@@ -97,6 +100,11 @@ impl MemPg {
     /// Makes the next `n` calls fail with an INFRA-class store error.
     pub fn fail_next(&self, n: u32) {
         self.0.lock().fail_next = n;
+    }
+
+    /// Makes the next `n` calls of `commit` fail (reads keep working).
+    pub fn fail_on_commit(&self, n: u32) {
+        self.0.lock().state.fail_commits = n;
     }
 
     /// A copy of the state, for assertions.
@@ -145,6 +153,8 @@ impl ProcStore for MemPg {
                             error_class: None,
                             last_error: None,
                             identity_key: None,
+                            first_failed_at: None,
+                            type_tag: None,
                         },
                         updated_at: now,
                         received_at: r.received_at,
@@ -166,6 +176,10 @@ impl ProcStore for MemPg {
         self.0.with("postgres", |s| Ok(s.watermark))
     }
 
+    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
+        self.0.with("postgres", |s| Ok(s.procs.get(&msg_id).map(|p| p.row.clone())))
+    }
+
     fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
         self.0.with("postgres", |s| {
             Ok(s.procs
@@ -177,98 +191,147 @@ impl ProcStore for MemPg {
         })
     }
 
-    fn bind_identity(&mut self, msg_id: i64, key: &str, now: SystemTime) -> StoreResult<Bind> {
+    fn identity_holder(&mut self, key: &str) -> StoreResult<Option<i64>> {
+        // ARCHIVED shadow rows keep their identity too (INV-9 after archive).
         self.0.with("postgres", |s| {
-            // ARCHIVED shadow rows keep their identity too (INV-9 after archive).
-            if let Some(other) = s.procs.values().find(|p| p.row.identity_key.as_deref() == Some(key)) {
-                return Ok(if other.row.msg_id == msg_id {
-                    Bind::Bound
-                } else {
-                    Bind::TakenBy(other.row.msg_id)
-                });
+            Ok(s.procs.values().find(|p| p.row.identity_key.as_deref() == Some(key)).map(|p| p.row.msg_id))
+        })
+    }
+
+    fn commit(&mut self, settles: &[Settle], now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            if s.fail_commits > 0 {
+                s.fail_commits -= 1;
+                return Err(StoreError::new("postgres", "injected commit failure"));
             }
-            let p = s
-                .procs
-                .get_mut(&msg_id)
-                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
-            p.row.identity_key = Some(key.to_string());
-            p.updated_at = now;
-            Ok(Bind::Bound)
-        })
-    }
-
-    fn succeed(&mut self, msg_id: i64, events: &[NewEvent], now: SystemTime) -> StoreResult<()> {
-        self.0.with("postgres", |s| {
-            let p = s
-                .procs
-                .get(&msg_id)
-                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
-            unfinished(p, msg_id)?;
-            for e in events {
-                let target = Target::parse(&e.target)
-                    .ok_or_else(|| StoreError::new("postgres", format!("unknown target {}", e.target)))?;
-                s.next_event_id += 1;
-                let id = s.next_event_id;
-                s.events.insert(
-                    id,
-                    MemEvent {
-                        event: MsgEvent {
-                            event_id: id,
-                            msg_id: Some(msg_id),
-                            target,
-                            partition_key: e.partition_key.clone(),
-                            payload_json: e.payload_json.clone(),
-                            attempts: 0,
-                            next_attempt_at: None,
-                        },
-                        state: EventStatus::Pending,
-                        error_class: None,
-                        last_error: None,
-                        sent_at: None,
-                    },
-                );
-            }
-            terminal(s.procs.get_mut(&msg_id).expect("checked"), ProcStatus::Succeeded, now);
-            Ok(())
-        })
-    }
-
-    fn skip(&mut self, msg_id: i64, reason: &str, now: SystemTime) -> StoreResult<()> {
-        self.0.with("postgres", |s| {
-            let p = s
-                .procs
-                .get_mut(&msg_id)
-                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
-            unfinished(p, msg_id)?;
-            p.row.last_error = Some(reason.to_string());
-            terminal(p, ProcStatus::Skipped, now);
-            Ok(())
-        })
-    }
-
-    fn fail(&mut self, msg_id: i64, failure: &Failure, now: SystemTime) -> StoreResult<()> {
-        self.0.with("postgres", |s| {
-            let p = s
-                .procs
-                .get_mut(&msg_id)
-                .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={msg_id}")))?;
-            unfinished(p, msg_id)?;
-            p.row.attempts += 1;
-            match failure {
-                Failure::Retry { class, error, next_attempt_at } => {
-                    p.row.state = ProcStatus::Failed;
-                    p.row.error_class = Some(*class);
-                    p.row.last_error = Some(error.clone());
-                    p.row.next_attempt_at = Some(*next_attempt_at);
-                    p.updated_at = now;
+            // All or nothing: work on copies, swap them in at the end.
+            let mut procs = s.procs.clone();
+            let mut events = s.events.clone();
+            let mut next_event_id = s.next_event_id;
+            for st in settles {
+                let id = st.msg_id;
+                let p = procs
+                    .get_mut(&id)
+                    .ok_or_else(|| StoreError::new("postgres", format!("no msg_id={id}")))?;
+                unfinished(p, id)?;
+                if st.type_tag.is_some() {
+                    p.row.type_tag = st.type_tag.clone();
                 }
-                Failure::Dead { class, error } => {
-                    p.row.error_class = Some(*class);
-                    p.row.last_error = Some(error.clone());
-                    terminal(p, ProcStatus::Dead, now);
+                match &st.outcome {
+                    Outcome::Succeeded { identity, events: new } => {
+                        if let Some(other) = s.procs.values().find(|o| {
+                            o.row.identity_key.as_deref() == Some(identity.as_str()) && o.row.msg_id != id
+                        }) {
+                            return Err(StoreError::new(
+                                "postgres",
+                                format!(
+                                    "identity {identity} is held by msg_id={} (uk_proc_identity)",
+                                    other.row.msg_id
+                                ),
+                            ));
+                        }
+                        p.row.identity_key = Some(identity.clone());
+                        terminal(p, ProcStatus::Succeeded, now);
+                        for e in new {
+                            let target = Target::parse(&e.target).ok_or_else(|| {
+                                StoreError::new("postgres", format!("unknown event target {:?}", e.target))
+                            })?;
+                            next_event_id += 1;
+                            events.insert(
+                                next_event_id,
+                                MemEvent {
+                                    event: MsgEvent {
+                                        event_id: next_event_id,
+                                        msg_id: Some(id),
+                                        target,
+                                        partition_key: e.partition_key.clone(),
+                                        payload_json: e.payload_json.clone(),
+                                        attempts: 0,
+                                        next_attempt_at: None,
+                                    },
+                                    state: EventStatus::Pending,
+                                    error_class: None,
+                                    last_error: None,
+                                    sent_at: None,
+                                },
+                            );
+                        }
+                    }
+                    Outcome::Skipped { reason } => {
+                        p.row.last_error = Some(reason.clone());
+                        terminal(p, ProcStatus::Skipped, now);
+                    }
+                    Outcome::Failed(f) => {
+                        p.row.attempts += 1;
+                        p.row.first_failed_at.get_or_insert(now);
+                        match f {
+                            Failure::Retry { class, error, next_attempt_at } => {
+                                p.row.state = ProcStatus::Failed;
+                                p.row.error_class = Some(*class);
+                                p.row.last_error = Some(error.clone());
+                                p.row.next_attempt_at = Some(*next_attempt_at);
+                                p.updated_at = now;
+                            }
+                            Failure::Dead { class, error } => {
+                                p.row.error_class = Some(*class);
+                                p.row.last_error = Some(error.clone());
+                                terminal(p, ProcStatus::Dead, now);
+                            }
+                        }
+                    }
                 }
             }
+            s.procs = procs;
+            s.events = events;
+            s.next_event_id = next_event_id;
             Ok(())
+        })
+    }
+
+    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
+        self.0.with("postgres", |s| {
+            let ids: Vec<i64> = match sel {
+                ReplaySelection::Ids(ids) => ids.iter().copied().take(limit).collect(),
+                ReplaySelection::Range(a, b) => s
+                    .procs
+                    .range(*a..=*b)
+                    .filter(|(_, p)| matches!(p.row.state, ProcStatus::Failed | ProcStatus::Dead))
+                    .map(|(id, _)| *id)
+                    .take(limit)
+                    .collect(),
+                ReplaySelection::Class(c) => s
+                    .procs
+                    .values()
+                    .filter(|p| {
+                        matches!(p.row.state, ProcStatus::Failed | ProcStatus::Dead)
+                            && p.row.error_class == Some(*c)
+                    })
+                    .map(|p| p.row.msg_id)
+                    .take(limit)
+                    .collect(),
+            };
+            Ok(ids
+                .into_iter()
+                .map(|id| match s.procs.get_mut(&id) {
+                    None => Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) },
+                    Some(p) => {
+                        let was = (p.row.state, p.row.error_class);
+                        let verdict = replay::verdict(p.row.state, p.row.error_class);
+                        if verdict.is_ok() {
+                            p.row.state = ProcStatus::Pending;
+                            p.row.attempts = 0;
+                            p.row.next_attempt_at = None;
+                            p.row.first_failed_at = None;
+                            p.updated_at = now;
+                            if p.backfill_at.is_none() {
+                                // Not terminal any more: no mark is owed until it is (INV-8).
+                                p.backfill_next_at = None;
+                            }
+                        }
+                        Replayed { msg_id: id, was: Some(was), verdict }
+                    }
+                })
+                .collect())
         })
     }
 
@@ -565,4 +628,9 @@ impl Producer for MemProducer {
             Err(e) => records.iter().map(|_| Err(StoreError::new("kafka", &e.detail))).collect(),
         }
     }
+}
+
+#[cfg(test)]
+mod conformance {
+    crate::conformance_tests!((super::MemPg::new(), ()));
 }

@@ -10,7 +10,8 @@ use postgres::{Client, NoTls};
 
 use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::ports::{Bind, Failure, Outbox, ProcStore, StoreResult};
+use crate::ports::{Failure, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, Settle, StoreResult};
+use crate::pump::replay;
 
 /// A PostgreSQL connection that reconnects on the next call after it broke.
 pub struct Pg {
@@ -82,18 +83,34 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
         error_class: r.get::<_, Option<String>>("error_class").and_then(|c| ErrorClass::parse(&c)),
         last_error: r.get("last_error"),
         identity_key: r.get("identity_key"),
+        first_failed_at: r.get("first_failed_at"),
+        type_tag: r.get("type_tag"),
     })
 }
 
-fn expect_one(n: u64, msg_id: i64, what: &str) -> StoreResult<()> {
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::new(
-            "postgres",
-            format!("{what} msg_id={msg_id}: the row is not unfinished (INV-3 guard)"),
-        ))
+/// Inserts a message's events in the decision's order (WITH ORDINALITY keeps EVENT_IDs in it).
+fn insert_events(
+    tx: &mut postgres::Transaction<'_>,
+    msg_id: i64,
+    events: &[NewEvent],
+    now: SystemTime,
+) -> Result<(), postgres::Error> {
+    if events.is_empty() {
+        return Ok(());
     }
+    let targets: Vec<&str> = events.iter().map(|e| e.target.as_str()).collect();
+    let keys: Vec<String> = events.iter().map(|e| clip(&e.partition_key, 32)).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let versions: Vec<i64> = events.iter().map(|e| e.state_version).collect();
+    let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
+    tx.execute(
+        "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
+         SELECT t, k, ty, v, p, 'PENDING', 0, $6, $7
+         FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[]) WITH ORDINALITY AS x(t, k, ty, v, p, ord)
+         ORDER BY ord",
+        &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
+    )?;
+    Ok(())
 }
 
 impl ProcStore for Pg {
@@ -118,11 +135,24 @@ impl ProcStore for Pg {
         self.run(|c| Ok(c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0)))
     }
 
+    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
+        let row = self.run(|c| {
+            c.query_opt(
+                "SELECT msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key,
+                        first_failed_at, type_tag
+                 FROM proc_state WHERE msg_id = $1",
+                &[&msg_id],
+            )
+        })?;
+        row.as_ref().map(proc_row).transpose()
+    }
+
     fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
         let rows = self.run(|c| {
             c.query(
                 &format!(
-                    "SELECT msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key
+                    "SELECT msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key,
+                            first_failed_at, type_tag
                      FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT $1"
                 ),
                 &[&(limit as i64)],
@@ -131,103 +161,134 @@ impl ProcStore for Pg {
         rows.iter().map(proc_row).collect()
     }
 
-    fn bind_identity(&mut self, msg_id: i64, key: &str, now: SystemTime) -> StoreResult<Bind> {
-        self.run(|c| {
-            // The process thread is the only binder (PRE-5, single writer), so look-then-bind
-            // cannot race; the unique constraint stays the last word all the same.
-            if let Some(r) = c.query_opt("SELECT msg_id FROM proc_state WHERE identity_key = $1", &[&key])? {
-                let holder: i64 = r.get(0);
-                return Ok(if holder == msg_id { Bind::Bound } else { Bind::TakenBy(holder) });
-            }
-            c.execute(
-                "UPDATE proc_state SET identity_key = $2, updated_at = $3 WHERE msg_id = $1",
-                &[&msg_id, &key, &now],
-            )?;
-            Ok(Bind::Bound)
-        })
+    fn identity_holder(&mut self, key: &str) -> StoreResult<Option<i64>> {
+        // ARCHIVED shadow rows keep IDENTITY_KEY, so they answer here too (INV-9).
+        let row =
+            self.run(|c| c.query_opt("SELECT msg_id FROM proc_state WHERE identity_key = $1", &[&key]))?;
+        Ok(row.map(|r| r.get(0)))
     }
 
-    fn succeed(&mut self, msg_id: i64, events: &[NewEvent], now: SystemTime) -> StoreResult<()> {
-        for e in events {
-            if Target::parse(&e.target).is_none() {
-                return Err(StoreError::new("postgres", format!("unknown event target {:?}", e.target)));
+    fn commit(&mut self, settles: &[Settle], now: SystemTime) -> StoreResult<()> {
+        for st in settles {
+            if let Outcome::Succeeded { events, .. } = &st.outcome {
+                if let Some(e) = events.iter().find(|e| Target::parse(&e.target).is_none()) {
+                    return Err(StoreError::new("postgres", format!("unknown event target {:?}", e.target)));
+                }
             }
         }
-        let targets: Vec<&str> = events.iter().map(|e| e.target.as_str()).collect();
-        let keys: Vec<String> = events.iter().map(|e| clip(&e.partition_key, 32)).collect();
-        let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-        let versions: Vec<i64> = events.iter().map(|e| e.state_version).collect();
-        let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
-        let n = self.run(|c| {
+        let mut unmoved = None;
+        self.run(|c| {
             let mut tx = c.transaction()?;
-            if !events.is_empty() {
-                // WITH ORDINALITY keeps EVENT_IDs in the decision's order.
-                tx.execute(
-                    "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-                     SELECT t, k, ty, v, p, 'PENDING', 0, $6, $7
-                     FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[]) WITH ORDINALITY AS x(t, k, ty, v, p, ord)
-                     ORDER BY ord",
-                    &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
-                )?;
-            }
-            // SUCCEEDED and the backfill intent in one statement (INV-8).
-            let n = tx.execute(
-                &format!(
-                    "UPDATE proc_state SET state = 'SUCCEEDED', next_attempt_at = NULL, updated_at = $2, backfill_next_at = $2
-                     WHERE msg_id = $1 AND state IN {UNFINISHED}"
-                ),
-                &[&msg_id, &now],
-            )?;
-            if n == 1 {
-                tx.commit()?;
-            }
-            Ok(n)
-        })?;
-        expect_one(n, msg_id, "succeed")
-    }
-
-    fn skip(&mut self, msg_id: i64, reason: &str, now: SystemTime) -> StoreResult<()> {
-        let reason = clip(reason, 1000);
-        let n = self.run(|c| {
-            c.execute(
-                &format!(
-                    "UPDATE proc_state SET state = 'SKIPPED', last_error = $2, next_attempt_at = NULL, updated_at = $3, backfill_next_at = $3
-                     WHERE msg_id = $1 AND state IN {UNFINISHED}"
-                ),
-                &[&msg_id, &reason, &now],
-            )
-        })?;
-        expect_one(n, msg_id, "skip")
-    }
-
-    fn fail(&mut self, msg_id: i64, failure: &Failure, now: SystemTime) -> StoreResult<()> {
-        let n = match failure {
-            Failure::Retry { class, error, next_attempt_at } => {
-                let error = clip(error, 1000);
-                self.run(|c| {
-                    c.execute(
+            for st in settles {
+                let id = st.msg_id;
+                let tag = st.type_tag.as_deref().map(|t| clip(t, 32));
+                let n = match &st.outcome {
+                    Outcome::Succeeded { identity, events } => {
+                        insert_events(&mut tx, id, events, now)?;
+                        // SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8) in one statement.
+                        tx.execute(
+                            &format!(
+                                "UPDATE proc_state SET state = 'SUCCEEDED', identity_key = $2, type_tag = COALESCE($3, type_tag),
+                                 next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
+                                 WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                            ),
+                            &[&id, &clip(identity, 200), &tag, &now],
+                        )?
+                    }
+                    Outcome::Skipped { reason } => tx.execute(
+                        &format!(
+                            "UPDATE proc_state SET state = 'SKIPPED', last_error = $2, type_tag = COALESCE($3, type_tag),
+                             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
+                             WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                        ),
+                        &[&id, &clip(reason, 1000), &tag, &now],
+                    )?,
+                    Outcome::Failed(Failure::Retry { class, error, next_attempt_at }) => tx.execute(
                         &format!(
                             "UPDATE proc_state SET state = 'FAILED', attempts = attempts + 1, error_class = $2, last_error = $3,
-                             next_attempt_at = $4, updated_at = $5 WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                             type_tag = COALESCE($4, type_tag), next_attempt_at = $5, updated_at = $6,
+                             first_failed_at = COALESCE(first_failed_at, $6)
+                             WHERE msg_id = $1 AND state IN {UNFINISHED}"
                         ),
-                        &[&msg_id, &class.as_str(), &error, next_attempt_at, &now],
-                    )
-                })?
-            }
-            Failure::Dead { class, error } => {
-                let error = clip(error, 1000);
-                self.run(|c| {
-                    c.execute(
+                        &[&id, &class.as_str(), &clip(error, 1000), &tag, next_attempt_at, &now],
+                    )?,
+                    Outcome::Failed(Failure::Dead { class, error }) => tx.execute(
                         &format!(
                             "UPDATE proc_state SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3,
-                             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4 WHERE msg_id = $1 AND state IN {UNFINISHED}"
+                             type_tag = COALESCE($4, type_tag), next_attempt_at = NULL, updated_at = $5,
+                             first_failed_at = COALESCE(first_failed_at, $5), backfill_next_at = $5
+                             WHERE msg_id = $1 AND state IN {UNFINISHED}"
                         ),
-                        &[&msg_id, &class.as_str(), &error, &now],
-                    )
-                })?
+                        &[&id, &class.as_str(), &clip(error, 1000), &tag, &now],
+                    )?,
+                };
+                if n != 1 {
+                    // Dropping the transaction rolls the whole round back.
+                    unmoved = Some(id);
+                    return Ok(());
+                }
             }
-        };
-        expect_one(n, msg_id, "fail")
+            tx.commit()
+        })?;
+        match unmoved {
+            None => Ok(()),
+            Some(id) => Err(StoreError::new(
+                "postgres",
+                format!("commit msg_id={id}: the row is not unfinished (INV-3 guard); nothing of the round was recorded"),
+            )),
+        }
+    }
+
+    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
+        let limit = limit as i64;
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let cols = "SELECT msg_id, state, error_class FROM proc_state";
+            let rows = match sel {
+                ReplaySelection::Ids(ids) => {
+                    tx.query(&format!("{cols} WHERE msg_id = ANY($1) ORDER BY msg_id LIMIT $2"), &[ids, &limit])?
+                }
+                ReplaySelection::Range(a, b) => tx.query(
+                    &format!("{cols} WHERE msg_id BETWEEN $1 AND $2 AND state IN ('FAILED', 'DEAD') ORDER BY msg_id LIMIT $3"),
+                    &[a, b, &limit],
+                )?,
+                ReplaySelection::Class(class) => tx.query(
+                    &format!("{cols} WHERE error_class = $1 AND state IN ('FAILED', 'DEAD') ORDER BY msg_id LIMIT $2"),
+                    &[&class.as_str(), &limit],
+                )?,
+            };
+            let mut out = Vec::new();
+            for r in &rows {
+                let id: i64 = r.get(0);
+                let state = ProcStatus::parse(r.get::<_, &str>(1)).unwrap_or(ProcStatus::Archived);
+                let class = r.get::<_, Option<String>>(2).and_then(|c| ErrorClass::parse(&c));
+                let mut verdict = replay::verdict(state, class);
+                if verdict.is_ok() {
+                    // Class and last error stay for audit; a mark not yet written is no longer
+                    // owed while the row is unfinished (INV-8).
+                    let n = tx.execute(
+                        "UPDATE proc_state SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, first_failed_at = NULL,
+                         updated_at = $2, backfill_next_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_next_at END
+                         WHERE msg_id = $1 AND state IN ('FAILED', 'DEAD')
+                           AND error_class IN ('CODEC_ERROR', 'UNSUPPORTED', 'INFRA', 'EXHAUSTED')",
+                        &[&id, &now],
+                    )?;
+                    if n != 1 {
+                        verdict = Err("changed while replaying; run replay again".into());
+                    }
+                }
+                out.push(Replayed { msg_id: id, was: Some((state, class)), verdict });
+            }
+            if let ReplaySelection::Ids(ids) = sel {
+                for id in ids.iter().take(limit as usize) {
+                    if !out.iter().any(|x| x.msg_id == *id) {
+                        out.push(Replayed { msg_id: *id, was: None, verdict: Err("no such message".into()) });
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        })
     }
 
     fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {

@@ -1,0 +1,52 @@
+//! `msgx replay` rules (SPEC §4.7): only FAILED/DEAD rows whose class is in
+//! {CODEC_ERROR, UNSUPPORTED, INFRA, EXHAUSTED} go back to PENDING (ATTEMPTS=0,
+//! NEXT_ATTEMPT_AT=NULL, class and last error kept for audit). MALFORMED/PROTOCOL never do.
+
+use crate::domain::ProcStatus;
+use crate::error::ErrorClass;
+
+/// Whether a row in `state` with `class` may be replayed, and if not, why — in words an
+/// operator can act on.
+pub fn verdict(state: ProcStatus, class: Option<ErrorClass>) -> Result<(), String> {
+    match state {
+        ProcStatus::Failed | ProcStatus::Dead => match class {
+            Some(c) if c.is_replayable() => Ok(()),
+            Some(c) => Err(format!(
+                "{c} is never replayed: the message itself is illegal (format or protocol), so \
+                 processing it again cannot succeed; have it corrected and resent upstream"
+            )),
+            None => Err("no error class recorded, nothing to replay".to_string()),
+        },
+        other => Err(format!("state is {}; only FAILED or DEAD rows are replayed", other.as_str())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whitelist_is_codec_unsupported_infra_exhausted_from_failed_or_dead() {
+        for state in [ProcStatus::Failed, ProcStatus::Dead] {
+            for c in ErrorClass::ALL {
+                assert_eq!(verdict(state, Some(c)).is_ok(), c.is_replayable(), "{state:?} {c}");
+            }
+        }
+        let ok: Vec<_> =
+            ErrorClass::ALL.into_iter().filter(|c| verdict(ProcStatus::Dead, Some(*c)).is_ok()).collect();
+        assert_eq!(
+            ok,
+            [ErrorClass::CodecError, ErrorClass::Unsupported, ErrorClass::Infra, ErrorClass::Exhausted]
+        );
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let e = verdict(ProcStatus::Dead, Some(ErrorClass::Malformed)).unwrap_err();
+        assert!(e.contains("MALFORMED is never replayed") && e.contains("resent upstream"), "{e}");
+        let e = verdict(ProcStatus::Succeeded, Some(ErrorClass::Infra)).unwrap_err();
+        assert!(e.contains("state is SUCCEEDED"), "{e}");
+        assert!(verdict(ProcStatus::Pending, None).is_err());
+        assert!(verdict(ProcStatus::Archived, Some(ErrorClass::Infra)).is_err());
+    }
+}

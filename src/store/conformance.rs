@@ -1,0 +1,240 @@
+//! One behavioural suite for every `ProcStore + Outbox` adapter: the in-memory one runs it as
+//! unit tests, the PostgreSQL one as integration tests on a real server, so both keep the same
+//! rules (conditional writes, FIFO, INV-3/7/8/9, replay whitelist). Generate the tests with
+//! [`conformance_tests!`](crate::conformance_tests).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
+use crate::error::ErrorClass;
+use crate::ports::{Failure, Outbox, ProcStore, ReplaySelection, Settle};
+
+/// A fixed "now" so both adapters see the same times.
+pub fn t0() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_767_225_600)
+}
+
+fn at(secs: u64) -> SystemTime {
+    t0() + Duration::from_secs(secs)
+}
+
+fn enqueue<S: ProcStore>(s: &mut S, ids: &[i64]) {
+    let rows: Vec<InboundRow> = ids.iter().map(|&id| InboundRow { id, received_at: Some(t0()) }).collect();
+    s.enqueue(&rows, *ids.iter().max().unwrap_or(&0), t0()).unwrap();
+}
+
+fn event(flid: &str, n: i64) -> NewEvent {
+    NewEvent {
+        target: Target::KafkaMsg.as_str().into(),
+        partition_key: flid.into(),
+        event_type: "UPSERT".into(),
+        state_version: n,
+        payload_json: format!("{{\"n\":{n}}}"),
+    }
+}
+
+fn retry(secs: u64) -> Failure {
+    Failure::Retry { class: ErrorClass::Infra, error: "db down".into(), next_attempt_at: at(secs) }
+}
+
+fn state<S: ProcStore>(s: &mut S, id: i64) -> ProcStatus {
+    s.row(id).unwrap().unwrap().state
+}
+
+pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: ProcStore + Outbox>(mut s: S) {
+    assert_eq!(s.watermark().unwrap(), 0);
+    let rows = [InboundRow { id: 3, received_at: None }, InboundRow { id: 7, received_at: Some(t0()) }];
+    assert_eq!(s.enqueue(&rows, 7, t0()).unwrap(), 2);
+    assert_eq!(s.enqueue(&rows, 7, t0()).unwrap(), 0, "existing rows are left alone");
+    assert_eq!(s.watermark().unwrap(), 7);
+    assert_eq!(state(&mut s, 3), ProcStatus::Pending);
+    assert_eq!(s.row(4).unwrap(), None);
+}
+
+pub fn unfinished_is_fifo_and_excludes_terminal_rows<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[5, 1, 3, 2, 4]);
+    s.commit(&[Settle::skipped(1, "ignored:LDM-*"), Settle::failed(2, retry(10))], at(1)).unwrap();
+    let ids: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
+    assert_eq!(ids, [2, 3, 4, 5], "FAILED occupies the head; SKIPPED never does (INV-3)");
+    assert_eq!(s.unfinished(2).unwrap().len(), 2, "bounded");
+}
+
+pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    s.commit(&[Settle::succeeded(1, "A|FLOP|STND|1", vec![event("F1", 1), event("F2", 2)])], at(5)).unwrap();
+    let r = s.row(1).unwrap().unwrap();
+    assert_eq!((r.state, r.identity_key.as_deref()), (ProcStatus::Succeeded, Some("A|FLOP|STND|1")));
+    assert_eq!(s.identity_holder("A|FLOP|STND|1").unwrap(), Some(1));
+    assert_eq!(s.identity_holder("nobody").unwrap(), None);
+    let ev = s.pending(Target::KafkaMsg, 10).unwrap();
+    let keys: Vec<&str> = ev.iter().map(|e| e.partition_key.as_str()).collect();
+    assert_eq!(keys, ["F1", "F2"]);
+    assert!(ev[0].event_id < ev[1].event_id);
+    assert_eq!(ev[0].msg_id, Some(1));
+    assert_eq!(s.due_backfills(at(4), 10).unwrap(), Vec::<i64>::new(), "intent is due from its time on");
+    assert_eq!(s.due_backfills(at(5), 10).unwrap(), vec![1], "INV-8: owed with the terminal state");
+}
+
+pub fn commit_is_all_or_nothing<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    s.commit(&[Settle::skipped(2, "x")], at(1)).unwrap();
+    // 1 would succeed, but 2 is terminal already: the whole round must be refused.
+    let err =
+        s.commit(&[Settle::succeeded(1, "k1", vec![event("F", 1)]), Settle::skipped(2, "again")], at(2));
+    assert!(err.is_err());
+    assert_eq!(state(&mut s, 1), ProcStatus::Pending);
+    assert!(s.pending(Target::KafkaMsg, 10).unwrap().is_empty(), "no event of a rolled-back round");
+    assert_eq!(s.row(2).unwrap().unwrap().last_error.as_deref(), Some("x"));
+}
+
+pub fn an_identity_is_held_once<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    s.commit(&[Settle::succeeded(1, "same", vec![])], at(1)).unwrap();
+    assert!(s.commit(&[Settle::succeeded(2, "same", vec![])], at(2)).is_err(), "uk_proc_identity");
+    assert_eq!(state(&mut s, 2), ProcStatus::Pending);
+}
+
+pub fn failures_count_attempts_and_anchor_the_first_failure<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1]);
+    s.commit(&[Settle::failed(1, retry(10))], at(1)).unwrap();
+    s.commit(&[Settle::failed(1, retry(20))], at(11)).unwrap();
+    let r = s.row(1).unwrap().unwrap();
+    assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Failed, 2, Some(ErrorClass::Infra)));
+    assert_eq!(r.next_attempt_at, Some(at(20)));
+    assert_eq!(r.first_failed_at, Some(at(1)), "the deadline anchor does not move with retries");
+    assert!(s.due_backfills(at(100), 10).unwrap().is_empty(), "FAILED owes no mark (INV-8)");
+    s.commit(
+        &[Settle::failed(1, Failure::Dead { class: ErrorClass::Exhausted, error: "poison".into() })],
+        at(30),
+    )
+    .unwrap();
+    let r = s.row(1).unwrap().unwrap();
+    assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Dead, 3, Some(ErrorClass::Exhausted)));
+    assert_eq!(s.due_backfills(at(30), 10).unwrap(), vec![1], "DEAD owes a mark");
+}
+
+pub fn type_tag_is_kept<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1]);
+    let mut st = Settle::failed(1, retry(10));
+    st.type_tag = Some("FLOP-STND".into());
+    s.commit(&[st], at(1)).unwrap();
+    s.commit(&[Settle::skipped(1, "duplicate-of:0")], at(2)).unwrap();
+    assert_eq!(s.row(1).unwrap().unwrap().type_tag.as_deref(), Some("FLOP-STND"));
+}
+
+pub fn replay_follows_the_whitelist<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3, 4, 5]);
+    let dead = |class| Failure::Dead { class, error: "e".into() };
+    s.commit(
+        &[
+            Settle::failed(1, dead(ErrorClass::Malformed)),
+            Settle::failed(2, dead(ErrorClass::Exhausted)),
+            Settle::succeeded(3, "k3", vec![]),
+            Settle::failed(4, retry(99)),
+        ],
+        at(1),
+    )
+    .unwrap();
+    let out = s.replay(&ReplaySelection::Ids(vec![1, 2, 3, 4, 9]), 100, at(2)).unwrap();
+    let verdicts: Vec<(i64, bool)> = out.iter().map(|r| (r.msg_id, r.verdict.is_ok())).collect();
+    assert_eq!(verdicts, [(1, false), (2, true), (3, false), (4, true), (9, false)]);
+    assert!(out[0].verdict.as_ref().unwrap_err().contains("MALFORMED is never replayed"));
+    assert_eq!(out[4].was, None);
+    let r = s.row(2).unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.attempts, r.next_attempt_at, r.first_failed_at),
+        (ProcStatus::Pending, 0, None, None)
+    );
+    assert_eq!(
+        (r.error_class, r.last_error.as_deref()),
+        (Some(ErrorClass::Exhausted), Some("e")),
+        "kept for audit"
+    );
+    assert_eq!(state(&mut s, 1), ProcStatus::Dead);
+    assert!(
+        !s.due_backfills(at(100), 10).unwrap().contains(&2),
+        "a replayed row owes no mark while unfinished"
+    );
+}
+
+pub fn replay_by_range_and_class<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3, 4]);
+    let f = |class| Failure::Dead { class, error: "e".into() };
+    s.commit(
+        &[
+            Settle::failed(1, f(ErrorClass::Unsupported)),
+            Settle::failed(2, f(ErrorClass::Protocol)),
+            Settle::failed(3, f(ErrorClass::Unsupported)),
+        ],
+        at(1),
+    )
+    .unwrap();
+    let out = s.replay(&ReplaySelection::Class(ErrorClass::Unsupported), 1, at(2)).unwrap();
+    assert_eq!(out.iter().map(|r| r.msg_id).collect::<Vec<_>>(), [1], "bounded by the limit");
+    let out = s.replay(&ReplaySelection::Range(1, 4), 100, at(3)).unwrap();
+    let got: Vec<(i64, bool)> = out.iter().map(|r| (r.msg_id, r.verdict.is_ok())).collect();
+    assert_eq!(got, [(2, false), (3, true)], "the range lists FAILED/DEAD rows only");
+    assert_eq!(state(&mut s, 3), ProcStatus::Pending);
+}
+
+pub fn backfill_settles_abandons_and_retries<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3]);
+    s.commit(&[Settle::skipped(1, "a"), Settle::skipped(2, "b"), Settle::skipped(3, "c")], at(1)).unwrap();
+    assert_eq!(s.due_backfills(at(1), 2).unwrap(), vec![1, 2], "bounded, oldest first");
+    s.backfill_settled(&[1], at(2)).unwrap();
+    s.backfill_abandon(&[2], "MISSING_ROW", at(2)).unwrap();
+    assert_eq!(s.backfill_retry(3, "mailbox down", at(40), at(2)).unwrap(), 1);
+    assert_eq!(s.backfill_attempts(3).unwrap(), 1);
+    assert!(s.due_backfills(at(39), 10).unwrap().is_empty());
+    assert_eq!(s.due_backfills(at(40), 10).unwrap(), vec![3]);
+    s.backfill_abandon(&[1], "late", at(3)).unwrap(); // settled rows cannot be abandoned
+    s.backfill_settled(&[3], at(41)).unwrap();
+    assert!(s.due_backfills(at(1000), 10).unwrap().is_empty());
+}
+
+pub fn outbox_is_fifo_per_target_and_conditional<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    s.commit(&[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 2)])], at(1)).unwrap();
+    s.commit(&[Settle::succeeded(2, "k2", vec![event("C", 3)])], at(2)).unwrap();
+    let ev = s.pending(Target::KafkaMsg, 10).unwrap();
+    assert_eq!(ev.iter().map(|e| e.partition_key.as_str()).collect::<Vec<_>>(), ["A", "B", "C"]);
+    assert!(s.pending(Target::KafkaSchd, 10).unwrap().is_empty());
+    s.retry(ev[0].event_id, ErrorClass::Infra, "broker down", at(9)).unwrap();
+    let head = &s.pending(Target::KafkaMsg, 1).unwrap()[0];
+    assert_eq!((head.attempts, head.next_attempt_at), (1, Some(at(9))));
+    s.mark_sent(&[ev[0].event_id, ev[1].event_id], at(10)).unwrap();
+    s.dead(ev[2].event_id, ErrorClass::Exhausted, "x").unwrap();
+    s.retry(ev[0].event_id, ErrorClass::Infra, "late", at(99)).unwrap(); // SENT rows do not move
+    s.dead(ev[1].event_id, ErrorClass::Exhausted, "late").unwrap();
+    assert!(s.pending(Target::KafkaMsg, 10).unwrap().is_empty());
+}
+
+/// Expands to one `#[test]` per conformance case. `$make` builds a fresh, empty store and
+/// returns it with a guard that lives until the case ends (a test database, say).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@cases $make;
+            enqueue_is_idempotent_and_overwrites_the_watermark,
+            unfinished_is_fifo_and_excludes_terminal_rows,
+            succeeded_writes_identity_events_in_order_and_the_backfill_intent,
+            commit_is_all_or_nothing,
+            an_identity_is_held_once,
+            failures_count_attempts_and_anchor_the_first_failure,
+            type_tag_is_kept,
+            replay_follows_the_whitelist,
+            replay_by_range_and_class,
+            backfill_settles_abandons_and_retries,
+            outbox_is_fifo_per_target_and_conditional,
+        );
+    };
+    (@cases $make:expr; $($case:ident,)*) => {
+        $(
+            #[test]
+            fn $case() {
+                let (store, _guard) = $make;
+                $crate::store::conformance::$case(store);
+            }
+        )*
+    };
+}
