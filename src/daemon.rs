@@ -68,14 +68,109 @@ fn bell() -> (Bell, Receiver<()>) {
     (Bell(tx), rx)
 }
 
-/// Waits for the stop signal, a doorbell or the timeout; true when stopping.
-fn wait(stop: &Receiver<()>, bell: Option<&Receiver<()>>, timeout: Duration) -> bool {
+/// Waits for the stop signal, a doorbell or the timeout; true when stopping. A zero pause
+/// only checks for stop.
+fn pause_or_stop(stop: &Receiver<()>, bell: Option<&Receiver<()>>, pause: Duration) -> bool {
+    if pause.is_zero() {
+        return !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
+    }
     let never = crossbeam_channel::never();
     let bell = bell.unwrap_or(&never);
     select! {
         recv(stop) -> _ => true,
         recv(bell) -> _ => false,
-        default(timeout) => false,
+        default(pause) => false,
+    }
+}
+
+/// A stage's loop: run a round, pause as it says (a doorbell cuts the pause short), until
+/// stop. A store error outside any message backs the stage off 1 s doubling to 30 s.
+fn stage_loop(
+    name: &str,
+    stop: &Receiver<()>,
+    bell: Option<&Receiver<()>>,
+    mut round: impl FnMut() -> Result<Duration, StoreError>,
+) {
+    let mut errors = 0;
+    loop {
+        let pause = match round() {
+            Ok(p) => {
+                errors = 0;
+                p
+            }
+            Err(e) => {
+                errors += 1;
+                warn!("{name} error attempts={errors} error={e}");
+                error_backoff(errors)
+            }
+        };
+        if pause_or_stop(stop, bell, pause) {
+            break;
+        }
+    }
+}
+
+/// A stage thread: its loop runs until its stop receiver disconnects.
+pub struct Stage {
+    name: &'static str,
+    body: Box<dyn FnOnce(Receiver<()>) + Send>,
+}
+
+impl Stage {
+    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) + Send + 'static) -> Stage {
+        Stage { name, body: Box::new(body) }
+    }
+}
+
+/// Runs the stages on their own threads until `stop` disconnects or one of them ends on its
+/// own (a stage loop only ends by a panic). Either way every stage is then told to stop,
+/// finishes its round and is joined; `on_tick` runs every `tick` meanwhile (the stats line).
+pub fn supervise(
+    stages: Vec<Stage>,
+    stop: &Receiver<()>,
+    tick: Duration,
+    mut on_tick: impl FnMut(),
+) -> Result<(), DaemonError> {
+    let (inner_stop_tx, inner_stop) = bounded::<()>(0);
+    let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
+    let mut handles = Vec::new();
+    for stage in stages {
+        let tx = exit_tx.clone();
+        let rx = inner_stop.clone();
+        let Stage { name, body } = stage;
+        let h = thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let _guard = ExitGuard { name, tx };
+                body(rx)
+            })
+            .map_err(|e| StoreError::new("daemon", format!("cannot start thread {name}: {e}")))?;
+        handles.push(h);
+    }
+    drop(exit_tx);
+    let early = loop {
+        select! {
+            recv(exit_rx) -> msg => {
+                let (name, panicked) = msg.unwrap_or(("?", false));
+                error!("stage {name} ended{} before stop was requested", if panicked { " by a panic" } else { "" });
+                break Some(name);
+            }
+            recv(stop) -> _ => break None,
+            default(tick) => on_tick(),
+        }
+    };
+    info!("stopping: finishing the rounds in hand");
+    drop(inner_stop_tx);
+    let mut panicked = None;
+    for h in handles {
+        let name = h.thread().name().unwrap_or("?").to_string();
+        if h.join().is_err() {
+            panicked.get_or_insert(name);
+        }
+    }
+    match early.map(str::to_string).or(panicked) {
+        Some(name) => Err(DaemonError::StageFailed(name)),
+        None => Ok(()),
     }
 }
 
@@ -170,203 +265,113 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     );
     info!("started poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
 
-    let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
     let (to_process, process_bell) = bell();
     let (to_dispatch, dispatch_bell) = bell();
     let (to_backfill, backfill_bell) = bell();
     let interval = p.poll_interval;
-    let mut handles = Vec::new();
+    let mut stages: Vec<Stage> = Vec::new();
 
-    let spawn = |name: &'static str, body: Box<dyn FnOnce() + Send>| {
-        let tx = exit_tx.clone();
-        thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || {
-                let _guard = ExitGuard { name, tx };
-                body()
+    let mut poller = poller;
+    stages.push(Stage::new("poll", move |stop| {
+        stage_loop("poll", &stop, None, || {
+            Ok(match poller.round()? {
+                ingress::Round::Polled { full, new, .. } => {
+                    if new > 0 {
+                        to_process.ring();
+                    }
+                    // Poll again at once while batches come back full.
+                    if full {
+                        Duration::ZERO
+                    } else {
+                        interval
+                    }
+                }
+                ingress::Round::Idle => interval,
             })
-            .expect("spawning a stage thread")
-    };
+        })
+    }));
 
-    {
-        let stop = stop.clone();
-        let mut poller = poller;
-        handles.push(spawn(
-            "poll",
-            Box::new(move || {
-                let mut errors = 0;
-                loop {
-                    let pause = match poller.round() {
-                        Ok(ingress::Round::Polled { full, new, .. }) => {
-                            errors = 0;
-                            if new > 0 {
-                                to_process.ring();
-                            }
-                            if full {
-                                Duration::ZERO
-                            } else {
-                                interval
-                            }
-                        }
-                        Ok(ingress::Round::Idle) => {
-                            errors = 0;
-                            interval
-                        }
-                        Err(e) => {
-                            errors += 1;
-                            warn!("poll error attempts={errors} error={e}");
-                            error_backoff(errors)
-                        }
-                    };
-                    if wait(&stop, None, pause) {
-                        break;
-                    }
+    let mut pump = pump;
+    let pump_clock = clock.clone();
+    stages.push(Stage::new("process", move |stop| {
+        stage_loop("process", &stop, Some(&process_bell), || {
+            Ok(match pump.round()? {
+                pump::Round::Worked(_) => {
+                    to_dispatch.ring();
+                    to_backfill.ring();
+                    Duration::ZERO
                 }
-            }),
-        ));
-    }
-    {
-        let stop = stop.clone();
-        let clock = clock.clone();
-        let mut pump = pump;
-        handles.push(spawn(
-            "process",
-            Box::new(move || {
-                let mut errors = 0;
-                loop {
-                    let pause = match pump.round() {
-                        Ok(pump::Round::Worked(_)) => {
-                            errors = 0;
-                            to_dispatch.ring();
-                            to_backfill.ring();
-                            Duration::ZERO
-                        }
-                        Ok(pump::Round::Wait(t)) => {
-                            errors = 0;
-                            until(clock.as_ref(), t).min(interval)
-                        }
-                        Ok(pump::Round::Idle) => {
-                            errors = 0;
-                            interval
-                        }
-                        Err(e) => {
-                            errors += 1;
-                            warn!("process error attempts={errors} error={e}");
-                            error_backoff(errors)
-                        }
-                    };
-                    if pause.is_zero() {
-                        if stop.try_recv() != Err(crossbeam_channel::TryRecvError::Empty) {
-                            break;
-                        }
-                    } else if wait(&stop, Some(&process_bell), pause) {
-                        break;
-                    }
-                }
-            }),
-        ));
-    }
-    {
-        let stop = stop.clone();
-        let clock = clock.clone();
-        let mut dispatcher = dispatcher;
-        handles.push(spawn(
-            "dispatch",
-            Box::new(move || {
-                let mut errors = 0;
-                loop {
-                    let pause = match dispatcher.round() {
-                        Ok(dispatch::Round::Sent { failed: false, .. }) => {
-                            errors = 0;
-                            Duration::ZERO
-                        }
-                        Ok(dispatch::Round::Sent { failed: true, .. }) => Duration::from_millis(100),
-                        Ok(dispatch::Round::Wait(t)) => until(clock.as_ref(), t).min(interval),
-                        Ok(dispatch::Round::Idle) => {
-                            errors = 0;
-                            interval
-                        }
-                        Err(e) => {
-                            errors += 1;
-                            warn!("dispatch error attempts={errors} error={e}");
-                            error_backoff(errors)
-                        }
-                    };
-                    if pause.is_zero() {
-                        if stop.try_recv() != Err(crossbeam_channel::TryRecvError::Empty) {
-                            break;
-                        }
-                    } else if wait(&stop, Some(&dispatch_bell), pause) {
-                        break;
-                    }
-                }
-            }),
-        ));
-    }
-    {
-        let stop = stop.clone();
-        let mut backfill = backfill;
-        handles.push(spawn(
-            "backfill",
-            Box::new(move || {
-                let mut errors = 0;
-                loop {
-                    let pause = match backfill.round() {
-                        Ok(backfill::Round::Marked { .. }) => {
-                            errors = 0;
-                            Duration::ZERO
-                        }
-                        Ok(backfill::Round::Failed { .. }) | Ok(backfill::Round::Idle) => {
-                            errors = 0;
-                            interval
-                        }
-                        Err(e) => {
-                            errors += 1;
-                            warn!("backfill error attempts={errors} error={e}");
-                            error_backoff(errors)
-                        }
-                    };
-                    if pause.is_zero() {
-                        if stop.try_recv() != Err(crossbeam_channel::TryRecvError::Empty) {
-                            break;
-                        }
-                    } else if wait(&stop, Some(&backfill_bell), pause) {
-                        break;
-                    }
-                }
-            }),
-        ));
-    }
-    drop(exit_tx);
+                // Capped, so a replay by another process is noticed within one interval.
+                pump::Round::Wait(t) => until(pump_clock.as_ref(), t).min(interval),
+                pump::Round::Idle => interval,
+            })
+        })
+    }));
 
-    // Supervise: stats line on its interval. A stage that ends before stop was requested
-    // (a panic: loops never return on their own) ends the process.
-    let stats_every = p.stats_interval;
-    loop {
-        select! {
-            recv(exit_rx) -> msg => {
-                let (name, panicked) = msg.unwrap_or(("?", false));
-                error!("stage {name} ended{} before stop was requested", if panicked { " by a panic" } else { "" });
-                info!("stats {}", stats.line());
-                // The other stages are left to the process exit that follows.
-                return Err(DaemonError::StageFailed(name.to_string()));
-            }
-            recv(stop) -> _ => break,
-            default(stats_every) => info!("stats {}", stats.line()),
-        }
-    }
-    info!("stopping: finishing the rounds in hand");
-    let mut panicked = None;
-    for h in handles {
-        let name = h.thread().name().unwrap_or("?").to_string();
-        if h.join().is_err() {
-            panicked.get_or_insert(name);
-        }
-    }
+    let mut dispatcher = dispatcher;
+    let dispatch_clock = clock.clone();
+    stages.push(Stage::new("dispatch", move |stop| {
+        stage_loop("dispatch", &stop, Some(&dispatch_bell), || {
+            Ok(match dispatcher.round()? {
+                dispatch::Round::Sent { failed: false, .. } => Duration::ZERO,
+                dispatch::Round::Sent { failed: true, .. } => Duration::from_millis(100),
+                dispatch::Round::Wait(t) => until(dispatch_clock.as_ref(), t).min(interval),
+                dispatch::Round::Idle => interval,
+            })
+        })
+    }));
+
+    let mut backfill = backfill;
+    stages.push(Stage::new("backfill", move |stop| {
+        stage_loop("backfill", &stop, Some(&backfill_bell), || {
+            Ok(match backfill.round()? {
+                backfill::Round::Marked { .. } => Duration::ZERO,
+                backfill::Round::Failed { .. } | backfill::Round::Idle => interval,
+            })
+        })
+    }));
+
+    let result = supervise(stages, &stop, p.stats_interval, || info!("stats {}", stats.line()));
     info!("stats {}", stats.line());
-    if let Some(name) = panicked {
-        return Err(DaemonError::StageFailed(name));
-    }
+    result?;
     info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) + Send + 'static {
+        move |stop: Receiver<()>| {
+            let _ = stop.recv(); // blocks until the supervisor disconnects it
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn stop_request_ends_every_stage_cleanly() {
+        let (tx, rx) = bounded::<()>(0);
+        let (a, b) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let stages =
+            vec![Stage::new("a", until_stopped(a.clone())), Stage::new("b", until_stopped(b.clone()))];
+        drop(tx);
+        supervise(stages, &rx, Duration::from_secs(3600), || {}).expect("clean stop");
+        assert!(a.load(Ordering::SeqCst) && b.load(Ordering::SeqCst), "both stages saw stop");
+    }
+
+    #[test]
+    fn a_panicking_stage_stops_the_others_and_fails_the_run() {
+        let (_tx, rx) = bounded::<()>(0); // nobody asks to stop
+        let other = Arc::new(AtomicBool::new(false));
+        let stages = vec![
+            Stage::new("steady", until_stopped(other.clone())),
+            Stage::new("broken", |_stop| panic!("boom (expected by this test)")),
+        ];
+        let err = supervise(stages, &rx, Duration::from_secs(3600), || {}).unwrap_err();
+        assert!(matches!(&err, DaemonError::StageFailed(n) if n == "broken"), "{err}");
+        assert_eq!(err.exit_code(), 1);
+        assert!(other.load(Ordering::SeqCst), "the steady stage was stopped and joined");
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use log::{error, info};
 
-use msgx::clock::SystemClock;
+use msgx::clock::{Clock, SystemClock};
 use msgx::codec;
 use msgx::config::{self, Config};
 use msgx::daemon;
@@ -49,6 +49,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Bring FAILED/DEAD messages of a replayable class (CODEC_ERROR, UNSUPPORTED, INFRA,
+    /// EXHAUSTED) back to PENDING. MALFORMED and PROTOCOL are never replayed.
+    #[command(group(clap::ArgGroup::new("selection").required(true).args(["ids", "range", "class"])))]
+    Replay {
+        /// MSG_IDs, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        ids: Vec<i64>,
+        /// An inclusive MSG_ID range, FROM-TO.
+        #[arg(long, value_name = "FROM-TO")]
+        range: Option<String>,
+        /// Every FAILED/DEAD message of this error class.
+        #[arg(long)]
+        class: Option<String>,
+        /// At most this many messages are looked at.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
     /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
     Decode {
         #[arg(required = true)]
@@ -62,6 +79,12 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
+    // Panics go to the log file operators watch, with the thread (stage) that panicked.
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let backtrace = std::backtrace::Backtrace::capture();
+        error!("panic thread={} {info}\n{backtrace}", thread.name().unwrap_or("?"));
+    }));
     let cli = Cli::parse();
     match cli.command {
         Command::ConfigDefaults => {
@@ -82,6 +105,9 @@ fn main() -> ExitCode {
                 Command::Migrate => migrate_cmd(&cfg),
                 Command::Check => check(&cfg),
                 Command::Status { json } => status(&cfg, *json),
+                Command::Replay { ids, range, class, limit } => {
+                    replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit)
+                }
                 Command::Decode { .. } | Command::ConfigDefaults => unreachable!("handled above"),
             };
             match result {
@@ -169,8 +195,73 @@ fn check(cfg: &Config) -> CmdResult {
     Ok(())
 }
 
-fn status(cfg: &Config, json: bool) -> CmdResult {
+/// Connects to own PostgreSQL and checks its schema, as every command but `migrate` must.
+fn own_pg(cfg: &Config) -> Result<Pg, (u8, anyhow::Error)> {
     let mut pg = Pg::connect(&cfg.pg_url).map_err(|e| (4, e.into()))?;
+    migrate::verify(pg.client().map_err(|e| (4, e.into()))?).map_err(|e| (3, e.into()))?;
+    Ok(pg)
+}
+
+fn replay(cfg: &Config, ids: &[i64], range: Option<&str>, class: Option<&str>, limit: usize) -> CmdResult {
+    use msgx::error::ErrorClass;
+    use msgx::ports::{ProcStore, ReplaySelection};
+    let usage = |m: String| (exit::USAGE, anyhow::anyhow!(m));
+    let sel = if let Some(r) = range {
+        let (a, b) = r
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse::<i64>().ok()?, b.trim().parse::<i64>().ok()?)))
+            .ok_or_else(|| usage(format!("--range {r:?} is not FROM-TO, e.g. 100-200")))?;
+        if a > b {
+            return Err(usage(format!("--range {r:?}: FROM is after TO")));
+        }
+        ReplaySelection::Range(a, b)
+    } else if let Some(c) = class {
+        let c = ErrorClass::parse(c).ok_or_else(|| {
+            let all: Vec<_> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+            usage(format!("--class {c:?} is not an error class ({})", all.join(", ")))
+        })?;
+        if !c.is_replayable() {
+            return Err(usage(format!(
+                "{c} messages are never replayed: the message itself is illegal; have it corrected and resent upstream"
+            )));
+        }
+        ReplaySelection::Class(c)
+    } else {
+        ReplaySelection::Ids(ids.to_vec())
+    };
+    let mut pg = own_pg(cfg)?;
+    let out = pg.replay(&sel, limit, SystemClock.now()).map_err(|e| (4, e.into()))?;
+    let (mut ok, mut refused) = (0, 0);
+    for r in &out {
+        let was = match r.was {
+            Some((state, class)) => {
+                format!("was={} class={}", state.as_str(), class.map(|c| c.as_str()).unwrap_or("-"))
+            }
+            None => "was=absent".to_string(),
+        };
+        match &r.verdict {
+            Ok(()) => {
+                ok += 1;
+                println!("replayed msg_id={} {was} -> PENDING", r.msg_id);
+            }
+            Err(why) => {
+                refused += 1;
+                println!("refused  msg_id={} {was}: {why}", r.msg_id);
+            }
+        }
+    }
+    println!(
+        "replayed {ok}, refused {refused}{}",
+        if out.len() >= limit { " (limit reached: run again for more)" } else { "" }
+    );
+    if refused > 0 {
+        return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not replayed")));
+    }
+    Ok(())
+}
+
+fn status(cfg: &Config, json: bool) -> CmdResult {
+    let mut pg = own_pg(cfg)?;
     let s = pg.status(100).map_err(|e| (4, e.into()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s).expect("status serialises"));

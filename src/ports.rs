@@ -1,6 +1,7 @@
 //! The ports: the small traits behind which every store lives. Each has a real adapter under
 //! `store/` and an in-memory one under `store/memory`, and the stages only ever see these.
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
@@ -138,20 +139,27 @@ pub enum Mark {
 pub trait Mailbox {
     /// Unmarked rows with `ID > after` in the status filter, in ID order.
     fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>>;
-    /// The raw text of a row; `None` when the row or its text is missing.
-    fn raw(&mut self, id: i64) -> StoreResult<Option<String>>;
+    /// The raw texts of rows, in one read; a row or text that is missing is absent.
+    fn raws(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, String>>;
     /// Writes the processed mark where it is still empty; one outcome per id, in order.
     fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>>;
 }
 
 /// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
 pub trait FlightStore {
-    /// The flights `flids` as they are now (absent flights are absent from the view).
-    fn view(&mut self, flids: &[String]) -> StoreResult<FlightView>;
-    /// The decision already applied for `msg_id`, if an earlier attempt got that far.
-    fn applied(&mut self, msg_id: i64) -> StoreResult<Option<Decision>>;
+    /// In one read: the decision already applied for `msg_id` if an earlier attempt got that
+    /// far, else the flights `flids` as they are now (absent flights are absent).
+    fn prepare(&mut self, msg_id: i64, flids: &[String]) -> StoreResult<Prepared>;
     /// Applies the changes and records `decision` as applied for `msg_id`, atomically.
     fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()>;
+}
+
+/// What the pump needs from Redis before deciding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// An earlier attempt applied this decision: reuse it, do not decide again (I2).
+    Applied(Decision),
+    Fresh(FlightView),
 }
 
 /// One Kafka record.

@@ -45,9 +45,14 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
         stats::add(&self.stats.polled, rows.len() as u64);
         stats::add(&self.stats.enqueued, new as u64);
         for r in &rows {
-            log::debug!("received msg_id={}", r.id);
+            info!("received msg_id={}", r.id);
         }
-        info!("received rows={} new={new} first_msg_id={} last_msg_id={}", rows.len(), rows[0].id, last.id);
+        log::debug!(
+            "polled rows={} new={new} first_msg_id={} last_msg_id={}",
+            rows.len(),
+            rows[0].id,
+            last.id
+        );
         Ok(Round::Polled { seen: rows.len(), new, full: rows.len() == self.batch })
     }
 }

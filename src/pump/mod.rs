@@ -19,7 +19,7 @@ use crate::config::Pipeline;
 use crate::domain::ProcRow;
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, Decision};
-use crate::ports::{Failure, FlightStore, Mailbox, Outcome, ProcStore, Settle};
+use crate::ports::{Failure, FlightStore, Mailbox, Outcome, Prepared, ProcStore, Settle};
 use crate::stats::{self, Stats};
 use rules::{head_action, HeadAction, RetryPolicy};
 
@@ -75,6 +75,12 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
     /// one transaction, failure included: the messages before a failure are never lost to it.
     pub fn round(&mut self) -> Result<Round, StoreError> {
         let rows = self.procs.unfinished(self.batch)?;
+        if rows.is_empty() {
+            return Ok(Round::Idle);
+        }
+        // The round's raw texts in one read (messages are immutable, PRE-7).
+        let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
+        let mut raws = self.mailbox.raws(&ids);
         let mut settles: Vec<Settle> = Vec::with_capacity(rows.len());
         let mut taken: HashMap<String, i64> = HashMap::new(); // identities bound in this round
         let mut events = Vec::with_capacity(rows.len());
@@ -102,7 +108,11 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
                     events.push(0);
                 }
                 HeadAction::Process => {
-                    let (settle, n) = self.process_one(row, now, &taken);
+                    let raw = match raws.as_mut() {
+                        Ok(r) => Ok(r.remove(&row.msg_id)),
+                        Err(e) => Err(StoreError::new(e.store, &e.detail)),
+                    };
+                    let (settle, n) = self.process_one(row, raw, now, &taken);
                     if let Outcome::Succeeded { identity, .. } = &settle.outcome {
                         taken.insert(identity.clone(), row.msg_id);
                     }
@@ -144,11 +154,12 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
     fn process_one(
         &mut self,
         row: &ProcRow,
+        raw: Result<Option<String>, StoreError>,
         now: SystemTime,
         taken: &HashMap<String, i64>,
     ) -> (Settle, usize) {
         let mut tag = row.type_tag.clone();
-        let outcome = match self.attempt(row, now, taken, &mut tag) {
+        let outcome = match raw.and_then(|raw| self.attempt(row, raw, now, taken, &mut tag)) {
             Ok(o) => o,
             Err(e) => {
                 Outcome::Failed(self.policy.on_failure(row.attempts, ErrorClass::Infra, &e.to_string(), now))
@@ -164,6 +175,7 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
     fn attempt(
         &mut self,
         row: &ProcRow,
+        raw: Option<String>,
         now: SystemTime,
         taken: &HashMap<String, i64>,
         tag: &mut Option<String>,
@@ -172,7 +184,7 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         let fail =
             |class: ErrorClass, e: &str| Outcome::Failed(self.policy.on_failure(row.attempts, class, e, now));
         // 1. raw text
-        let Some(raw) = self.mailbox.raw(msg_id)? else {
+        let Some(raw) = raw else {
             return Ok(fail(ErrorClass::Malformed, "raw text missing in the mailbox"));
         };
         // 2. META; 3. ignore rules before body, identity and handler (US-04)
@@ -201,10 +213,9 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         }
         // 5.–6. the handler decides; an earlier attempt's applied decision is reused, so a
         // retry after "Redis applied, PostgreSQL failed" writes the same events (I2).
-        let decision: Decision = match self.flights.applied(msg_id)? {
-            Some(d) => d,
-            None => {
-                let view = self.flights.view(&handlers::flids_of(&msg))?;
+        let decision: Decision = match self.flights.prepare(msg_id, &handlers::flids_of(&msg))? {
+            Prepared::Applied(d) => d,
+            Prepared::Fresh(view) => {
                 let d = match pure(|| handlers::decide(&view, &msg, msg_id)) {
                     Ok(Ok(d)) => d,
                     Ok(Err(e)) => return Ok(fail(ErrorClass::Unsupported, &e.to_string())),

@@ -286,3 +286,18 @@ fn reading_the_head_fails_loudly() {
     assert!(w.pump.round().is_err(), "the caller must see it");
     assert_eq!(w.state(1), ProcStatus::Pending);
 }
+
+#[test]
+fn a_mailbox_outage_fails_the_head_as_infra_and_it_recovers() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "2", "A2")));
+    w.mailbox.fail_next(1);
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
+    assert!(r.last_error.unwrap().starts_with("mailbox:"));
+    assert_eq!(w.state(2), ProcStatus::Pending);
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+}

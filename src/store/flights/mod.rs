@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::{Client, Commands, Connection};
 
 use crate::error::StoreError;
-use crate::handlers::{Decision, Flight, FlightChange, FlightView};
-use crate::ports::{FlightStore, StoreResult};
+use crate::handlers::{Decision, Flight, FlightChange};
+use crate::ports::{FlightStore, Prepared, StoreResult};
 
 /// How long an applied decision is remembered: far longer than any retry schedule.
 const APPLIED_TTL_SECS: u64 = 7 * 86_400;
@@ -72,30 +72,29 @@ impl RedisFlights {
 }
 
 impl FlightStore for RedisFlights {
-    fn view(&mut self, flids: &[String]) -> StoreResult<FlightView> {
-        if flids.is_empty() {
-            return Ok(FlightView::new());
-        }
+    fn prepare(&mut self, msg_id: i64, flids: &[String]) -> StoreResult<Prepared> {
+        let applied_key = self.applied_key(msg_id);
         let keys: Vec<String> = flids.iter().map(|f| self.flight_key(f)).collect();
-        let hashes: Vec<Flight> = self.run(|c| {
+        // One round trip: the applied record and every flight hash.
+        let (applied, hashes): (Option<String>, Vec<Flight>) = self.run(|c| {
             let mut p = redis::pipe();
+            p.get(&applied_key);
             for k in &keys {
                 p.hgetall(k);
             }
-            p.query(c)
+            let mut values: Vec<redis::Value> = p.query(c)?;
+            let rest = values.split_off(1);
+            let applied: Option<String> = redis::from_redis_value(values.remove(0))?;
+            let hashes = rest.into_iter().map(redis::from_redis_value).collect::<Result<Vec<Flight>, _>>()?;
+            Ok((applied, hashes))
         })?;
-        Ok(flids.iter().cloned().zip(hashes).filter(|(_, h)| !h.is_empty()).collect())
-    }
-
-    fn applied(&mut self, msg_id: i64) -> StoreResult<Option<Decision>> {
-        let key = self.applied_key(msg_id);
-        let text: Option<String> = self.run(|c| c.get(key))?;
-        text.map(|t| {
-            serde_json::from_str(&t).map_err(|e| {
+        if let Some(text) = applied {
+            let d = serde_json::from_str(&text).map_err(|e| {
                 StoreError::new("redis", format!("applied decision of msg_id={msg_id} unreadable: {e}"))
-            })
-        })
-        .transpose()
+            })?;
+            return Ok(Prepared::Applied(d));
+        }
+        Ok(Prepared::Fresh(flids.iter().cloned().zip(hashes).filter(|(_, h)| !h.is_empty()).collect()))
     }
 
     fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()> {

@@ -2,6 +2,7 @@
 //! writes the processed mark on rows it finished, and (later) inserts into `COUTMSGS`. Table
 //! and column names come from configuration; they were validated as plain SQL names there.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use mysql::prelude::Queryable;
@@ -117,16 +118,20 @@ impl Mailbox for MysqlMailbox {
         })
     }
 
-    fn raw(&mut self, id: i64) -> StoreResult<Option<String>> {
+    fn raws(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, String>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
         self.run(|c, n| {
             let sql = format!(
-                "SELECT {body} FROM {t} WHERE {id} = ?",
+                "SELECT {id}, {body} FROM {t} WHERE {id} IN ({ph})",
                 body = n.body_column,
                 t = n.table,
-                id = n.id_column
+                id = n.id_column,
+                ph = placeholders(ids.len())
             );
-            let row: Option<Option<String>> = c.exec_first(sql, (id,))?;
-            Ok(row.flatten())
+            let rows: Vec<(i64, Option<String>)> = c.exec(sql, ids.to_vec())?;
+            Ok(rows.into_iter().filter_map(|(id, raw)| raw.map(|r| (id, r))).collect())
         })
     }
 

@@ -3,7 +3,7 @@
 //! identities), and each can be told to fail its next calls to exercise the INFRA paths.
 //! Clones share state, so a test can hand one to a stage and inspect the other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -11,8 +11,8 @@ use crate::domain::{EventStatus, InboundRow, MsgEvent, ProcRow, ProcStatus, Targ
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightChange, FlightView};
 use crate::ports::{
-    Failure, FlightStore, Mailbox, Mark, Outbox, Outcome, ProcStore, Producer, Record, ReplaySelection,
-    Replayed, Settle, StoreResult,
+    Failure, FlightStore, Mailbox, Mark, Outbox, Outcome, Prepared, ProcStore, Producer, Record,
+    ReplaySelection, Replayed, Settle, StoreResult,
 };
 use crate::pump::replay;
 
@@ -515,8 +515,10 @@ impl Mailbox for MemMailbox {
         })
     }
 
-    fn raw(&mut self, id: i64) -> StoreResult<Option<String>> {
-        self.0.with("mailbox", |s| Ok(s.rows.get(&id).and_then(|r| r.raw.clone())))
+    fn raws(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, String>> {
+        self.0.with("mailbox", |s| {
+            Ok(ids.iter().filter_map(|id| s.rows.get(id)?.raw.clone().map(|r| (*id, r))).collect())
+        })
     }
 
     fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
@@ -564,14 +566,15 @@ impl MemFlights {
 }
 
 impl FlightStore for MemFlights {
-    fn view(&mut self, flids: &[String]) -> StoreResult<FlightView> {
+    fn prepare(&mut self, msg_id: i64, flids: &[String]) -> StoreResult<Prepared> {
         self.0.with("redis", |s| {
-            Ok(flids.iter().filter_map(|f| s.flights.get(f).map(|v| (f.clone(), v.clone()))).collect())
+            if let Some(d) = s.applied.get(&msg_id) {
+                return Ok(Prepared::Applied(d.clone()));
+            }
+            Ok(Prepared::Fresh(
+                flids.iter().filter_map(|f| s.flights.get(f).map(|v| (f.clone(), v.clone()))).collect(),
+            ))
         })
-    }
-
-    fn applied(&mut self, msg_id: i64) -> StoreResult<Option<Decision>> {
-        self.0.with("redis", |s| Ok(s.applied.get(&msg_id).cloned()))
     }
 
     fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()> {

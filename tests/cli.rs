@@ -1,0 +1,143 @@
+//! The `msgx` binary as an operator runs it: exit codes and what it prints.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::Services;
+use msgx::domain::InboundRow;
+use msgx::error::ErrorClass;
+use msgx::ports::{Failure, ProcStore, Settle};
+use msgx::store::conformance::t0;
+use msgx::store::pg::Pg;
+
+fn msgx(s: &Services, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .args(args)
+        .env("MSGX_PG_URL", &s.cfg.pg_url)
+        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run msgx")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn dead(class: ErrorClass) -> Failure {
+    Failure::Dead { class, error: format!("{class} for the test") }
+}
+
+#[test]
+fn replay_brings_back_the_whitelist_and_says_why_not_for_the_rest() {
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    let rows: Vec<InboundRow> = (1..=3).map(|id| InboundRow { id, received_at: None }).collect();
+    pg.enqueue(&rows, 3, t0()).unwrap();
+    pg.commit(
+        &[Settle::failed(1, dead(ErrorClass::Exhausted)), Settle::failed(2, dead(ErrorClass::Malformed))],
+        t0(),
+    )
+    .unwrap();
+
+    let o = msgx(&s, &["replay", "--ids", "1,2,7"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "some were refused: {out}");
+    assert!(out.contains("replayed msg_id=1 was=DEAD class=EXHAUSTED -> PENDING"), "{out}");
+    assert!(out.contains("refused  msg_id=2 was=DEAD class=MALFORMED: MALFORMED is never replayed"), "{out}");
+    assert!(out.contains("refused  msg_id=7 was=absent: no such message"), "{out}");
+    let r = pg.row(1).unwrap().unwrap();
+    assert_eq!((r.state.as_str(), r.attempts, r.error_class), ("PENDING", 0, Some(ErrorClass::Exhausted)));
+
+    let o = msgx(&s, &["replay", "--class", "malformed"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("MALFORMED messages are never replayed"), "{}", text(&o));
+    let o = msgx(&s, &["replay", "--range", "9-3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("FROM is after TO"));
+    let o = msgx(&s, &["replay"]);
+    assert_eq!(o.status.code(), Some(2), "a selection is required");
+}
+
+#[test]
+fn status_shows_the_head_and_the_counts() {
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    let rows: Vec<InboundRow> = (1..=2).map(|id| InboundRow { id, received_at: None }).collect();
+    pg.enqueue(&rows, 2, t0()).unwrap();
+    let retry = Failure::Retry {
+        class: ErrorClass::Unsupported,
+        error: "no handler for SCHD-DNLD".into(),
+        next_attempt_at: t0(),
+    };
+    pg.commit(&[Settle::failed(1, retry)], t0()).unwrap();
+    let o = msgx(&s, &["status"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("watermark: 2"), "{out}");
+    assert!(out.contains("head: msg_id=1 state=FAILED attempts=1 class=UNSUPPORTED"), "{out}");
+    assert!(out.contains("PENDING    1") && out.contains("FAILED     1"), "{out}");
+    let o = msgx(&s, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["head"]["msg_id"], 1);
+}
+
+#[test]
+fn a_bad_configuration_key_is_named_and_exits_2() {
+    let s = Services::new("");
+    let dir = std::env::temp_dir().join(format!("msgx-cli-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("msgx.toml");
+    std::fs::write(&file, "[msgx.pipeline]\nmax-attemps = 3\n").unwrap();
+    let o = msgx(&s, &["--config", file.to_str().unwrap(), "check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("unknown configuration key `msgx.pipeline.max-attemps` (did you mean `msgx.pipeline.max-attempts`?)"), "{}", text(&o));
+    std::fs::write(&file, "[kafka.producers.default]\nmax-in-flight-requests-per-connection = 5\n").unwrap();
+    let o = msgx(&s, &["--config", file.to_str().unwrap(), "check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("D3"), "{}", text(&o));
+    let o = msgx(&s, &["--config", dir.join("absent.toml").to_str().unwrap(), "check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("absent.toml"), "{}", text(&o));
+}
+
+#[test]
+fn commands_refuse_an_unmigrated_schema_with_exit_3_and_migrate_fixes_it() {
+    let s = Services::new("");
+    let o = msgx(&s, &["status"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("msgx migrate"));
+    let o = msgx(&s, &["migrate"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("applied V001 baseline"));
+    assert_eq!(msgx(&s, &["status"]).status.code(), Some(0));
+}
+
+#[test]
+fn check_passes_on_a_good_setup_and_never_prints_a_password() {
+    let s = Services::migrated("");
+    let o = msgx(&s, &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains(
+        "kafka producer (D3): acks=all enable.idempotence=true max.in.flight.requests.per.connection=1"
+    ));
+    assert!(out.contains("mailbox: reachable"), "{out}");
+    assert!(!out.contains("msgx-secret"), "password leaked: {out}");
+}
+
+#[test]
+fn unreachable_store_exits_4_naming_it() {
+    let s = Services::migrated("");
+    let o = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .args(["status"])
+        .env("MSGX_PG_URL", "postgres://msgx:pw-never-logged@127.0.0.1:9/msgx")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("postgres"), "{}", text(&o));
+    assert!(!text(&o).contains("pw-never-logged"), "{}", text(&o));
+    drop(s);
+}
