@@ -17,7 +17,7 @@ if [ "$started" = 1 ]; then
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --all-targets --no-fail-fast "$@"
+  cargo nextest run --lib --bins --tests --no-fail-fast "$@"
 else
-  cargo test --all-targets --no-fail-fast "$@"
+  cargo test --lib --bins --tests --no-fail-fast "$@"
 fi
