@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::{self, Dispatcher};
 use crate::error::StoreError;
+use crate::ingress::compat::CompatServer;
 use crate::ingress::{self, Poller};
 use crate::pump::{self, Pump};
 use crate::stats::Stats;
@@ -236,7 +237,7 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
         Pg::connect(&cfg.pg_url)?,
         MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound)?,
         clock.clone(),
-        p.poll_batch,
+        p,
         stats.clone(),
     );
     let pump = Pump::new(
@@ -266,6 +267,7 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     info!("started poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
 
     let (to_process, process_bell) = bell();
+    let compat_bell = to_process.clone();
     let (to_dispatch, dispatch_bell) = bell();
     let (to_backfill, backfill_bell) = bell();
     let interval = p.poll_interval;
@@ -320,6 +322,32 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
             })
         })
     }));
+
+    if cfg.compat.enabled {
+        if !cfg.compat.listen.ip().is_loopback() {
+            warn!(
+                "compat-http listens on {} — not loopback: keep it behind a proxy or firewall",
+                cfg.compat.listen
+            );
+        }
+        let mut server = CompatServer::bind(
+            cfg.compat.listen,
+            MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound)?,
+            Pg::connect(&cfg.pg_url)?,
+            clock.clone(),
+            cfg.compat.max_body_bytes,
+        )?;
+        info!("compat-http listening on {}", cfg.compat.listen);
+        let to_process = compat_bell;
+        stages.push(Stage::new("compat-http", move |stop| loop {
+            if server.serve_one(Duration::from_millis(200)) {
+                to_process.ring();
+            }
+            if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+                break;
+            }
+        }));
+    }
 
     let mut backfill = backfill;
     stages.push(Stage::new("backfill", move |stop| {

@@ -76,6 +76,21 @@ pub struct InboundRow {
     pub received_at: Option<SystemTime>,
 }
 
+/// A mailbox row as the poller reads it: every row counts for gap tracking, `wanted` ones
+/// (unmarked, in the status filter) are enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MailboxRow {
+    pub id: i64,
+    pub received_at: Option<SystemTime>,
+    pub wanted: bool,
+}
+
+impl MailboxRow {
+    pub fn inbound(&self) -> InboundRow {
+        InboundRow { id: self.id, received_at: self.received_at }
+    }
+}
+
 /// Where an outbox event goes (`MSG_EVENT.TARGET`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightChange, FlightView};
 
@@ -82,9 +82,12 @@ pub struct Replayed {
 /// Own PostgreSQL, message side: `PROC_STATE` and the ingress watermark. Only the process
 /// thread changes message state; the poller only inserts PENDING rows.
 pub trait ProcStore {
-    /// Inserts PENDING rows for `rows` (existing rows are left alone) and overwrites the
-    /// watermark with `watermark`, in one transaction. Returns how many rows were new.
-    fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize>;
+    /// Inserts PENDING rows for `rows` (existing rows are left alone) and, when given,
+    /// overwrites the watermark, in one transaction. Returns how many rows were new.
+    fn enqueue(&mut self, rows: &[InboundRow], watermark: Option<i64>, now: SystemTime)
+        -> StoreResult<usize>;
+    /// Which of `ids` have a `PROC_STATE` row (for the compensating rescan).
+    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
     fn watermark(&mut self) -> StoreResult<i64>;
     /// One row, whatever its state.
     fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>>;
@@ -102,14 +105,11 @@ pub trait ProcStore {
     /// Terminal rows whose mark is due, oldest intent first.
     fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
     fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
-    fn backfill_retry(
-        &mut self,
-        id: i64,
-        error: &str,
-        next_at: SystemTime,
-        now: SystemTime,
-    ) -> StoreResult<u32>;
+    fn backfill_retry(&mut self, id: i64, error: &str, next_at: SystemTime) -> StoreResult<u32>;
     fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()>;
+    /// Rows whose mark has been owed since before `owed_before` (their terminal time) and is
+    /// still not settled: overdue (`overdue-backfill`, C-16).
+    fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
     /// The backfill attempts so far of `id` (to compute its next delay).
     fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32>;
 }
@@ -137,8 +137,14 @@ pub enum Mark {
 
 /// The shared MySQL mailbox (someone else's: DML only, C-14).
 pub trait Mailbox {
-    /// Unmarked rows with `ID > after` in the status filter, in ID order.
-    fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>>;
+    /// Every visible row with `from <= ID <= to`, in ID order, flagged `wanted` when it is
+    /// unmarked and in the status filter. Unfiltered, so that only IDs that are really not
+    /// visible count as gaps.
+    fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>>;
+    /// Unmarked rows in the status filter with `from <= ID <= to`, in ID order (rescan).
+    fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>>;
+    /// Inserts a message as the upstream does (compat HTTP path); returns its ID.
+    fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64>;
     /// The raw texts of rows, in one read; a row or text that is missing is absent.
     fn raws(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, String>>;
     /// Writes the processed mark where it is still empty; one outcome per id, in order.

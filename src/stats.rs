@@ -24,6 +24,7 @@ macro_rules! counters {
 counters! {
     polled: "mailbox rows seen by the poller",
     enqueued: "PROC_STATE rows created (PENDING)",
+    rescued: "unmarked mailbox rows without PROC_STATE enqueued by the compensating rescan",
     succeeded: "messages SUCCEEDED",
     skipped_duplicate: "messages SKIPPED as duplicate-of another (INV-9)",
     skipped_ignored: "messages SKIPPED by an ignore rule (G-IGNORE)",
@@ -36,6 +37,7 @@ counters! {
     marks_already: "mailbox rows found marked by someone else (nothing overwritten)",
     marks_missing: "mailbox rows missing at backfill (MISSING_ROW, abandoned)",
     marks_failed: "backfill attempts that failed and were rescheduled",
+    marks_overdue: "marks abandoned as OVERDUE (unmarked longer than overdue-backfill)",
 }
 
 pub fn inc(c: &AtomicU64) {
@@ -56,7 +58,7 @@ mod tests {
         inc(&s.succeeded);
         add(&s.events_sent, 3);
         let line = s.line();
-        assert!(line.starts_with("polled=0 enqueued=0 succeeded=1 "), "{line}");
+        assert!(line.starts_with("polled=0 enqueued=0 rescued=0 succeeded=1 "), "{line}");
         assert!(line.contains("events_sent=3"), "{line}");
         assert_eq!(line.split(' ').count(), Stats::NAMES.len());
     }

@@ -34,7 +34,7 @@ fn replay_brings_back_the_whitelist_and_says_why_not_for_the_rest() {
     let s = Services::migrated("");
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     let rows: Vec<InboundRow> = (1..=3).map(|id| InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, 3, t0()).unwrap();
+    pg.enqueue(&rows, Some(3), t0()).unwrap();
     pg.commit(
         &[Settle::failed(1, dead(ErrorClass::Exhausted)), Settle::failed(2, dead(ErrorClass::Malformed))],
         t0(),
@@ -65,7 +65,7 @@ fn status_shows_the_head_and_the_counts() {
     let s = Services::migrated("");
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     let rows: Vec<InboundRow> = (1..=2).map(|id| InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, 2, t0()).unwrap();
+    pg.enqueue(&rows, Some(2), t0()).unwrap();
     let retry = Failure::Retry {
         class: ErrorClass::Unsupported,
         error: "no handler for SCHD-DNLD".into(),
@@ -140,4 +140,16 @@ fn unreachable_store_exits_4_naming_it() {
     assert!(text(&o).contains("postgres"), "{}", text(&o));
     assert!(!text(&o).contains("pw-never-logged"), "{}", text(&o));
     drop(s);
+}
+
+#[test]
+fn check_names_a_mailbox_column_that_does_not_exist() {
+    let s = Services::migrated("");
+    let dir = std::env::temp_dir().join(format!("msgx-cli-col-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("msgx.toml");
+    std::fs::write(&file, "[mailbox.inbound]\nstatus-column = \"CMINMSGS_STATE\"\n").unwrap();
+    let o = msgx(&s, &["--config", file.to_str().unwrap(), "check"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("CMINMSGS_STATE"), "{}", text(&o));
 }

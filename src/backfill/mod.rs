@@ -34,6 +34,7 @@ pub struct Backfill<P, M> {
     clock: Arc<dyn Clock>,
     base: Duration,
     cap: Duration,
+    overdue: Duration,
     batch: usize,
     stats: Arc<Stats>,
 }
@@ -46,6 +47,7 @@ impl<P: ProcStore, M: Mailbox> Backfill<P, M> {
             clock,
             base: cfg.backfill_backoff,
             cap: cfg.backfill_backoff_cap,
+            overdue: cfg.overdue_backfill,
             batch: cfg.backfill_batch,
             stats,
         }
@@ -53,6 +55,17 @@ impl<P: ProcStore, M: Mailbox> Backfill<P, M> {
 
     pub fn round(&mut self) -> Result<Round, StoreError> {
         let now = self.clock.now();
+        // Past R the mark is not tried again: abandoned, listed, reconciled by a person (C-16).
+        if let Some(owed_before) = now.checked_sub(self.overdue) {
+            let overdue = self.procs.backfill_overdue(owed_before, self.batch)?;
+            if !overdue.is_empty() {
+                self.procs.backfill_abandon(&overdue, "OVERDUE", now)?;
+                for id in &overdue {
+                    error!("backfill abandoned msg_id={id} reason=OVERDUE (unmarked longer than overdue-backfill)");
+                }
+                stats::add(&self.stats.marks_overdue, overdue.len() as u64);
+            }
+        }
         let ids = self.procs.due_backfills(now, self.batch)?;
         if ids.is_empty() {
             return Ok(Round::Idle);
@@ -89,7 +102,7 @@ impl<P: ProcStore, M: Mailbox> Backfill<P, M> {
                 for id in &ids {
                     let attempts = self.procs.backfill_attempts(*id)? + 1;
                     let next = now + delay(attempts, self.base, self.cap);
-                    self.procs.backfill_retry(*id, &e.to_string(), next, now)?;
+                    self.procs.backfill_retry(*id, &e.to_string(), next)?;
                     warn!("backfill failed msg_id={id} attempts={attempts} error={:?}", e.to_string());
                 }
                 stats::add(&self.stats.marks_failed, ids.len() as u64);
@@ -114,7 +127,7 @@ mod tests {
         let mailbox = MemMailbox::new();
         for &id in ids {
             mailbox.insert(id, Some("<MSG/>"));
-            pg.enqueue(&[InboundRow { id, received_at: None }], id, clock.now()).unwrap();
+            pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), clock.now()).unwrap();
         }
         let b = Backfill::new(
             pg.clone(),
@@ -177,6 +190,29 @@ mod tests {
         assert_eq!(p.backfill_abandoned_reason.as_deref(), Some("MISSING_ROW"));
         assert_eq!(p.backfill_at, None);
         assert_eq!(b.round().unwrap(), Round::Idle);
+    }
+
+    #[test]
+    fn a_mark_still_failing_after_overdue_backfill_is_abandoned() {
+        let (clock, mut pg, mailbox, mut b) = setup(&[1, 2]);
+        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        clock.advance(Duration::from_secs(86_400));
+        pg.commit(&[Settle::succeeded(2, "k2", vec![])], clock.now()).unwrap();
+        mailbox.fail_next(u32::MAX);
+        // Keep failing for 30 days: retries do not move the anchor (the terminal time).
+        let mut rounds = 0;
+        while pg.proc(1).unwrap().backfill_abandoned_at.is_none() {
+            clock.advance(Duration::from_secs(900));
+            b.round().unwrap();
+            rounds += 1;
+            assert!(rounds < 3000, "never abandoned");
+        }
+        let p1 = pg.proc(1).unwrap();
+        assert_eq!(p1.backfill_abandoned_reason.as_deref(), Some("OVERDUE"));
+        let owed = clock.now().duration_since(p1.updated_at).unwrap();
+        assert!(owed <= Duration::from_secs(900), "abandoned in the round it became overdue");
+        assert!(pg.proc(2).unwrap().backfill_abandoned_at.is_none(), "one day younger: still retried");
+        assert!(pg.proc(1).unwrap().backfill_attempts > 1);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub enum Kind {
     StrList,
     /// A SQL identifier of someone else's schema: letters, digits, `_`, `$`.
     Ident,
+    /// An `ip:port` socket address.
+    SocketAddr,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +67,12 @@ pub const KEYS: &[KeySpec] = &[
         "idle interval between mailbox polls; a full batch polls again at once (lower bound 50ms)",
     ),
     k("msgx.pipeline.poll-batch", "500", Kind::Int { min: 1, max: 10_000 }, "mailbox rows read per poll"),
+    k(
+        "msgx.pipeline.rescan-interval",
+        "\"1m\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "pause between passes of the rescan for unmarked mailbox rows without PROC_STATE",
+    ),
     k(
         "msgx.pipeline.max-attempts",
         "5",
@@ -173,6 +181,25 @@ pub const KEYS: &[KeySpec] = &[
         "[\"LDM-*\", \"REGN-*\", \"RSTA-*\", \"EROR-*\"]",
         Kind::StrList,
         "TYPE-STYP or TYPE-* patterns (case-insensitive) that end as SKIPPED (G-IGNORE, US-04)",
+    ),
+    // --- the compat write path POST /cminmsgs/send ---
+    k(
+        "msgx.compat-http.enabled",
+        "false",
+        Kind::Bool,
+        "serve POST /cminmsgs/send (inserts into the mailbox and enqueues)",
+    ),
+    k(
+        "msgx.compat-http.listen",
+        "\"127.0.0.1:18080\"",
+        Kind::SocketAddr,
+        "address of the compat server; keep it on loopback unless a proxy guards it",
+    ),
+    k(
+        "msgx.compat-http.max-body-bytes",
+        "1048576",
+        Kind::Int { min: 1, max: 16_777_215 },
+        "largest accepted message (the mailbox column is a MEDIUMTEXT)",
     ),
     // --- own PostgreSQL ---
     e(

@@ -32,6 +32,7 @@ pub enum ConfigError {
 pub struct Pipeline {
     pub poll_interval: Duration,
     pub poll_batch: usize,
+    pub rescan_interval: Duration,
     pub max_attempts: u32,
     pub backoff: Vec<Duration>,
     pub backoff_cap: Duration,
@@ -50,6 +51,14 @@ pub struct Pipeline {
     pub schd_flush_limit: usize,
     pub include_day_boundary: bool,
     pub ignore_rules: Vec<String>,
+}
+
+/// The compat write path (`msgx.compat-http.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompatHttp {
+    pub enabled: bool,
+    pub listen: std::net::SocketAddr,
+    pub max_body_bytes: usize,
 }
 
 /// Names in the shared inbound mailbox (they belong to another team, so they are settings).
@@ -78,6 +87,7 @@ pub struct Producer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub pipeline: Pipeline,
+    pub compat: CompatHttp,
     pub pg_url: String,
     pub mysql_url: String,
     pub inbound: InboundMailbox,
@@ -137,6 +147,7 @@ impl Config {
         let pipeline = Pipeline {
             poll_interval: duration(v, "msgx.pipeline.poll-interval")?,
             poll_batch: int(v, "msgx.pipeline.poll-batch")? as usize,
+            rescan_interval: duration(v, "msgx.pipeline.rescan-interval")?,
             max_attempts: int(v, "msgx.pipeline.max-attempts")? as u32,
             backoff: millis_list(v, "msgx.pipeline.backoff-ms")?,
             backoff_cap: millis(v, "msgx.pipeline.backoff-cap-ms")?,
@@ -192,8 +203,14 @@ impl Config {
                 &producer.max_in_flight.to_string(),
             ));
         }
+        let compat = CompatHttp {
+            enabled: boolean(v, "msgx.compat-http.enabled")?,
+            listen: socket_addr(v, "msgx.compat-http.listen")?,
+            max_body_bytes: int(v, "msgx.compat-http.max-body-bytes")? as usize,
+        };
         Ok(Config {
             pipeline,
+            compat,
             pg_url: string(v, "datasources.default.url")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,
             inbound,
@@ -349,6 +366,11 @@ fn string(v: &Values, key: &'static str) -> Result<String, ConfigError> {
         return Err(bad(key, format!("{s:?} is not a plain SQL name (letters, digits, _ and $)")));
     }
     Ok(s.to_string())
+}
+
+fn socket_addr(v: &Values, key: &'static str) -> Result<std::net::SocketAddr, ConfigError> {
+    let s = string(v, key)?;
+    s.parse().map_err(|_| bad(key, format!("{s:?} is not an ip:port address such as \"127.0.0.1:18080\"")))
 }
 
 fn strings(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {

@@ -155,7 +155,7 @@ mod tests {
         let clock = FakeClock::new();
         let mut pg = MemPg::new();
         for id in 1..=n {
-            pg.enqueue(&[InboundRow { id, received_at: None }], id, clock.now()).unwrap();
+            pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), clock.now()).unwrap();
             let ev = NewEvent {
                 target: "KAFKA:msg".into(),
                 partition_key: format!("F{}", id % 3),

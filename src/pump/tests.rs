@@ -42,7 +42,7 @@ impl World {
     fn arrive(&mut self, id: i64, raw: Option<&str>) {
         self.mailbox.insert(id, raw);
         let mut pg = self.pg.clone();
-        pg.enqueue(&[InboundRow { id, received_at: None }], id, self.clock.now()).unwrap();
+        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
     }
 
     fn row(&self, id: i64) -> crate::domain::ProcRow {

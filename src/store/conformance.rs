@@ -20,7 +20,7 @@ fn at(secs: u64) -> SystemTime {
 
 fn enqueue<S: ProcStore>(s: &mut S, ids: &[i64]) {
     let rows: Vec<InboundRow> = ids.iter().map(|&id| InboundRow { id, received_at: Some(t0()) }).collect();
-    s.enqueue(&rows, *ids.iter().max().unwrap_or(&0), t0()).unwrap();
+    s.enqueue(&rows, ids.iter().max().copied(), t0()).unwrap();
 }
 
 fn event(flid: &str, n: i64) -> NewEvent {
@@ -44,9 +44,12 @@ fn state<S: ProcStore>(s: &mut S, id: i64) -> ProcStatus {
 pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: ProcStore + Outbox>(mut s: S) {
     assert_eq!(s.watermark().unwrap(), 0);
     let rows = [InboundRow { id: 3, received_at: None }, InboundRow { id: 7, received_at: Some(t0()) }];
-    assert_eq!(s.enqueue(&rows, 7, t0()).unwrap(), 2);
-    assert_eq!(s.enqueue(&rows, 7, t0()).unwrap(), 0, "existing rows are left alone");
-    assert_eq!(s.watermark().unwrap(), 7);
+    assert_eq!(s.enqueue(&rows, Some(7), t0()).unwrap(), 2);
+    assert_eq!(s.enqueue(&rows, None, t0()).unwrap(), 0, "existing rows are left alone");
+    assert_eq!(s.watermark().unwrap(), 7, "None leaves the watermark");
+    s.enqueue(&[], Some(5), t0()).unwrap();
+    assert_eq!(s.watermark().unwrap(), 5, "an overwrite, not a maximum");
+    assert_eq!(s.known(&[1, 3, 5, 7]).unwrap(), vec![3, 7]);
     assert_eq!(state(&mut s, 3), ProcStatus::Pending);
     assert_eq!(s.row(4).unwrap(), None);
 }
@@ -183,11 +186,17 @@ pub fn backfill_settles_abandons_and_retries<S: ProcStore + Outbox>(mut s: S) {
     assert_eq!(s.due_backfills(at(1), 2).unwrap(), vec![1, 2], "bounded, oldest first");
     s.backfill_settled(&[1], at(2)).unwrap();
     s.backfill_abandon(&[2], "MISSING_ROW", at(2)).unwrap();
-    assert_eq!(s.backfill_retry(3, "mailbox down", at(40), at(2)).unwrap(), 1);
+    assert_eq!(s.backfill_retry(3, "mailbox down", at(40)).unwrap(), 1);
     assert_eq!(s.backfill_attempts(3).unwrap(), 1);
     assert!(s.due_backfills(at(39), 10).unwrap().is_empty());
     assert_eq!(s.due_backfills(at(40), 10).unwrap(), vec![3]);
     s.backfill_abandon(&[1], "late", at(3)).unwrap(); // settled rows cannot be abandoned
+    assert!(s.backfill_overdue(at(0), 10).unwrap().is_empty());
+    assert_eq!(
+        s.backfill_overdue(at(1), 10).unwrap(),
+        vec![3],
+        "owed since its terminal time, retries or not"
+    );
     s.backfill_settled(&[3], at(41)).unwrap();
     assert!(s.due_backfills(at(1000), 10).unwrap().is_empty());
 }

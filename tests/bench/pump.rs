@@ -31,7 +31,7 @@ fn run(batch: usize) -> f64 {
         Pg::connect(&cfg.pg_url).unwrap(),
         MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).unwrap(),
         clock.clone(),
-        cfg.pipeline.poll_batch,
+        &cfg.pipeline,
         stats.clone(),
     );
     while poller.round().unwrap() != ingress::Round::Idle {}

@@ -10,7 +10,7 @@ use mysql::{Conn, Opts, OptsBuilder, Value};
 
 use crate::clock::CivilTime;
 use crate::config::InboundMailbox;
-use crate::domain::InboundRow;
+use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
 use crate::ports::{Mailbox, Mark, StoreResult};
 
@@ -99,10 +99,37 @@ fn placeholders(n: usize) -> String {
 }
 
 impl Mailbox for MysqlMailbox {
-    fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+    fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>> {
         self.run(|c, n| {
             let sql = format!(
-                "SELECT {id}, {rcv} FROM {t} WHERE {id} > ? AND {proc} IS NULL AND {st} IN ({ph}) ORDER BY {id} LIMIT ?",
+                "SELECT {id}, {rcv}, ({proc} IS NULL AND {st} IN ({ph})) FROM {t}
+                 WHERE {id} >= ? AND {id} <= ? ORDER BY {id} LIMIT ?",
+                id = n.id_column,
+                rcv = n.received_column,
+                proc = n.processed_column,
+                st = n.status_column,
+                ph = placeholders(n.status_filter.len()),
+                t = n.table,
+            );
+            let mut params: Vec<Value> = n.status_filter.iter().map(|s| Value::from(s.as_str())).collect();
+            params.extend([from.into(), to.into(), (limit as u64).into()]);
+            let rows: Vec<(i64, Value, Option<i64>)> = c.exec(sql, params)?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, rcv, wanted)| MailboxRow {
+                    id,
+                    received_at: from_value(rcv),
+                    wanted: wanted == Some(1),
+                })
+                .collect())
+        })
+    }
+
+    fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+        self.run(|c, n| {
+            let sql = format!(
+                "SELECT {id}, {rcv} FROM {t} WHERE {id} >= ? AND {id} <= ? AND {proc} IS NULL AND {st} IN ({ph})
+                 ORDER BY {id} LIMIT ?",
                 id = n.id_column,
                 rcv = n.received_column,
                 t = n.table,
@@ -110,11 +137,26 @@ impl Mailbox for MysqlMailbox {
                 st = n.status_column,
                 ph = placeholders(n.status_filter.len())
             );
-            let mut params: Vec<Value> = vec![after.into()];
+            let mut params: Vec<Value> = vec![from.into(), to.into()];
             params.extend(n.status_filter.iter().map(|s| Value::from(s.as_str())));
             params.push((limit as u64).into());
             let rows: Vec<(i64, Value)> = c.exec(sql, params)?;
             Ok(rows.into_iter().map(|(id, rcv)| InboundRow { id, received_at: from_value(rcv) }).collect())
+        })
+    }
+
+    fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64> {
+        self.run(|c, n| {
+            // A new row as the upstream writes it: the first status of the filter (VALID).
+            let sql = format!(
+                "INSERT INTO {t} ({body}, {rcv}, {st}) VALUES (?, ?, ?)",
+                t = n.table,
+                body = n.body_column,
+                rcv = n.received_column,
+                st = n.status_column
+            );
+            c.exec_drop(sql, (raw, to_value(at), n.status_filter[0].as_str()))?;
+            Ok(c.last_insert_id() as i64)
         })
     }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use crate::domain::{EventStatus, InboundRow, MsgEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{EventStatus, InboundRow, MailboxRow, MsgEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightChange, FlightView};
 use crate::ports::{
@@ -138,7 +138,16 @@ fn unfinished(p: &MemProc, msg_id: i64) -> StoreResult<()> {
 }
 
 impl ProcStore for MemPg {
-    fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize> {
+    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        self.0.with("postgres", |s| Ok(ids.iter().copied().filter(|id| s.procs.contains_key(id)).collect()))
+    }
+
+    fn enqueue(
+        &mut self,
+        rows: &[InboundRow],
+        watermark: Option<i64>,
+        now: SystemTime,
+    ) -> StoreResult<usize> {
         self.0.with("postgres", |s| {
             let mut new = 0;
             for r in rows {
@@ -167,7 +176,9 @@ impl ProcStore for MemPg {
                     }
                 });
             }
-            s.watermark = watermark;
+            if let Some(w) = watermark {
+                s.watermark = w;
+            }
             Ok(new)
         })
     }
@@ -363,20 +374,14 @@ impl ProcStore for MemPg {
         })
     }
 
-    fn backfill_retry(
-        &mut self,
-        id: i64,
-        error: &str,
-        next_at: SystemTime,
-        now: SystemTime,
-    ) -> StoreResult<u32> {
+    fn backfill_retry(&mut self, id: i64, error: &str, next_at: SystemTime) -> StoreResult<u32> {
         self.0.with("postgres", |s| {
             let p =
                 s.procs.get_mut(&id).ok_or_else(|| StoreError::new("postgres", format!("no msg_id={id}")))?;
+            // A retry is no lifecycle step: UPDATED_AT keeps the terminal time (overdue anchor).
             p.backfill_attempts += 1;
             p.backfill_error = Some(error.to_string());
             p.backfill_next_at = Some(next_at);
-            p.updated_at = now;
             Ok(p.backfill_attempts)
         })
     }
@@ -392,6 +397,23 @@ impl ProcStore for MemPg {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
+        self.0.with("postgres", |s| {
+            Ok(s.procs
+                .values()
+                .filter(|p| {
+                    p.row.state.is_terminal()
+                        && p.backfill_at.is_none()
+                        && p.backfill_abandoned_at.is_none()
+                        && p.backfill_next_at.is_some()
+                        && p.updated_at <= owed_before
+                })
+                .take(limit)
+                .map(|p| p.row.msg_id)
+                .collect())
         })
     }
 
@@ -456,6 +478,8 @@ pub struct MemRow {
     pub raw: Option<String>,
     pub status: String,
     pub processed_at: Option<SystemTime>,
+    /// Allocated but not committed: invisible to readers (PRE-2).
+    pub uncommitted: bool,
 }
 
 #[derive(Debug, Default)]
@@ -475,11 +499,26 @@ impl MemMailbox {
     }
 
     pub fn insert(&self, id: i64, raw: Option<&str>) {
-        self.0
-            .lock()
-            .state
-            .rows
-            .insert(id, MemRow { raw: raw.map(str::to_string), status: "VALID".into(), processed_at: None });
+        let row = MemRow {
+            raw: raw.map(str::to_string),
+            status: "VALID".into(),
+            processed_at: None,
+            uncommitted: false,
+        };
+        self.0.lock().state.rows.insert(id, row);
+    }
+
+    /// A row whose ID is allocated but whose transaction has not committed (PRE-2).
+    pub fn insert_uncommitted(&self, id: i64, raw: &str) {
+        self.insert(id, Some(raw));
+        self.0.lock().state.rows.get_mut(&id).expect("just inserted").uncommitted = true;
+    }
+
+    /// Commits a row inserted with [`MemMailbox::insert_uncommitted`].
+    pub fn commit_row(&self, id: i64) {
+        if let Some(r) = self.0.lock().state.rows.get_mut(&id) {
+            r.uncommitted = false;
+        }
     }
 
     pub fn remove(&self, id: i64) {
@@ -504,14 +543,42 @@ impl MemMailbox {
 }
 
 impl Mailbox for MemMailbox {
-    fn fetch_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+    fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>> {
         self.0.with("mailbox", |s| {
+            if from > to {
+                return Ok(Vec::new()); // as SQL's BETWEEN answers
+            }
             Ok(s.rows
-                .range(after + 1..)
-                .filter(|(_, r)| r.processed_at.is_none() && r.status == "VALID")
+                .range(from..=to)
+                .filter(|(_, r)| !r.uncommitted)
                 .take(limit)
-                .map(|(id, _)| InboundRow { id: *id, received_at: None })
+                .map(|(id, r)| MailboxRow {
+                    id: *id,
+                    received_at: None,
+                    wanted: r.processed_at.is_none() && r.status == "VALID",
+                })
                 .collect())
+        })
+    }
+
+    fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+        let rows = self.rows(from, to, usize::MAX)?;
+        Ok(rows.into_iter().filter(|r| r.wanted).take(limit).map(|r| r.inbound()).collect())
+    }
+
+    fn insert(&mut self, raw: &str, _at: SystemTime) -> StoreResult<i64> {
+        self.0.with("mailbox", |s| {
+            let id = s.rows.keys().next_back().copied().unwrap_or(0) + 1;
+            s.rows.insert(
+                id,
+                MemRow {
+                    raw: Some(raw.to_string()),
+                    status: "VALID".into(),
+                    processed_at: None,
+                    uncommitted: false,
+                },
+            );
+            Ok(id)
         })
     }
 

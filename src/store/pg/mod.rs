@@ -114,7 +114,19 @@ fn insert_events(
 }
 
 impl ProcStore for Pg {
-    fn enqueue(&mut self, rows: &[InboundRow], watermark: i64, now: SystemTime) -> StoreResult<usize> {
+    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query("SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id", &[&ids])
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn enqueue(
+        &mut self,
+        rows: &[InboundRow],
+        watermark: Option<i64>,
+        now: SystemTime,
+    ) -> StoreResult<usize> {
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let received: Vec<Option<SystemTime>> = rows.iter().map(|r| r.received_at).collect();
         self.run(|c| {
@@ -125,7 +137,9 @@ impl ProcStore for Pg {
                  ON CONFLICT (msg_id) DO NOTHING",
                 &[&ids, &received, &now],
             )?;
-            tx.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&watermark, &now])?;
+            if let Some(w) = watermark {
+                tx.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&w, &now])?;
+            }
             tx.commit()?;
             Ok(n as usize)
         })
@@ -317,19 +331,14 @@ impl ProcStore for Pg {
         Ok(())
     }
 
-    fn backfill_retry(
-        &mut self,
-        id: i64,
-        error: &str,
-        next_at: SystemTime,
-        now: SystemTime,
-    ) -> StoreResult<u32> {
+    fn backfill_retry(&mut self, id: i64, error: &str, next_at: SystemTime) -> StoreResult<u32> {
         let error = clip(error, 512);
         let row = self.run(|c| {
             c.query_opt(
-                "UPDATE proc_state SET backfill_attempts = backfill_attempts + 1, backfill_error = $2, backfill_next_at = $3, updated_at = $4
+                // A retry is no lifecycle step: UPDATED_AT keeps the terminal time (overdue anchor).
+                "UPDATE proc_state SET backfill_attempts = backfill_attempts + 1, backfill_error = $2, backfill_next_at = $3
                  WHERE msg_id = $1 AND backfill_at IS NULL RETURNING backfill_attempts",
-                &[&id, &error, &next_at, &now],
+                &[&id, &error, &next_at],
             )
         })?;
         Ok(row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0))
@@ -345,6 +354,21 @@ impl ProcStore for Pg {
             )
         })?;
         Ok(())
+    }
+
+    fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query(
+                &format!(
+                    "SELECT msg_id FROM proc_state
+                     WHERE state IN {TERMINAL} AND backfill_at IS NULL AND backfill_abandoned_at IS NULL
+                       AND backfill_next_at IS NOT NULL AND updated_at <= $1
+                     ORDER BY msg_id LIMIT $2"
+                ),
+                &[&owed_before, &(limit as i64)],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32> {

@@ -1,0 +1,292 @@
+//! Ingress and backfill against real MariaDB and PostgreSQL: gap safety (PRE-2), the four
+//! backfill outcomes (INV-7, C-5, C-16), a mailbox outage, and the compat HTTP path.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+
+use common::*;
+use msgx::backfill::{self, Backfill};
+use msgx::clock::{Clock, FakeClock, SystemClock};
+use msgx::fixtures;
+use msgx::ingress::compat::CompatServer;
+use msgx::ports::{ProcStore, Settle};
+use msgx::stats::Stats;
+use msgx::store::mailbox::MysqlMailbox;
+use msgx::store::pg::Pg;
+
+fn insert_sql() -> &'static str {
+    "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')"
+}
+
+#[test]
+fn a_lower_id_that_commits_after_a_higher_one_was_polled_is_processed() {
+    let s = Services::migrated("");
+    let (stop, daemon) = start_daemon(&s.cfg);
+    let mut slow = s.mysql();
+    let mut fast = s.mysql();
+    // Transaction A takes ID 1 and stays open; B takes ID 2 and commits at once.
+    let mut tx = slow.start_transaction(mysql::TxOpts::default()).unwrap();
+    tx.exec_drop(insert_sql(), (fixtures::flop_stnd(1, "G1", "A1"),)).unwrap();
+    let slow_id = tx.last_insert_id().unwrap() as i64;
+    fast.exec_drop(insert_sql(), (fixtures::flop_stnd(2, "G2", "B2"),)).unwrap();
+    let fast_id = fast.last_insert_id() as i64;
+    assert!(slow_id < fast_id);
+    let mut pg = s.pg();
+    assert!(
+        eventually(Duration::from_secs(30), || count(
+            &mut pg,
+            &format!("SELECT count(*) FROM proc_state WHERE msg_id = {fast_id} AND state = 'SUCCEEDED'")
+        ) == 1),
+        "the higher id was processed"
+    );
+    let wm: i64 = pg.query_one("SELECT last_id FROM ingress_watermark", &[]).unwrap().get(0);
+    assert!(wm < slow_id, "the watermark is held below the open gap: {wm}");
+    tx.commit().unwrap();
+    let both = eventually(Duration::from_secs(30), || {
+        count(
+            &mut pg,
+            "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL",
+        ) == 2
+    });
+    drop(stop);
+    daemon.join().unwrap().unwrap();
+    assert!(both, "the late row was lost");
+    let wm: i64 = pg.query_one("SELECT last_id FROM ingress_watermark", &[]).unwrap().get(0);
+    assert_eq!(wm, fast_id);
+    let marked: Vec<i64> = s
+        .mysql()
+        .query("SELECT CMINMSGS_ID FROM cminmsgs WHERE CMINMSGS_DATE_PROCESSED IS NOT NULL ORDER BY 1")
+        .unwrap();
+    assert_eq!(marked, vec![slow_id, fast_id]);
+}
+
+struct BackfillWorld {
+    s: Services,
+    clock: FakeClock,
+    pg: Pg,
+    backfill: Backfill<Pg, MysqlMailbox>,
+}
+
+fn backfill_world(n: usize) -> (BackfillWorld, Vec<i64>) {
+    let s = Services::migrated("");
+    let ids = s.insert_inbound(&(0..n).map(|i| fixtures::flop_stnd(i as u64, "F", "S")).collect::<Vec<_>>());
+    let clock = FakeClock::new();
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    let rows: Vec<_> = ids.iter().map(|&id| msgx::domain::InboundRow { id, received_at: None }).collect();
+    pg.enqueue(&rows, ids.last().copied(), clock.now()).unwrap();
+    let backfill = Backfill::new(
+        Pg::connect(&s.cfg.pg_url).unwrap(),
+        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
+        Arc::new(clock.clone()),
+        &s.cfg.pipeline,
+        Arc::new(Stats::default()),
+    );
+    (BackfillWorld { s, clock, pg, backfill }, ids)
+}
+
+#[test]
+fn backfill_writes_only_empty_marks_and_never_for_unfinished_rows() {
+    let (mut w, ids) = backfill_world(3);
+    let now = w.clock.now();
+    // ids[0] terminal, ids[1] terminal but marked by someone else, ids[2] still PENDING.
+    w.s.mysql()
+        .exec_drop(
+            "UPDATE cminmsgs SET CMINMSGS_DATE_PROCESSED = '2020-01-02 03:04:05', CMINMSGS_STATUS = 'THEIRS' WHERE CMINMSGS_ID = ?",
+            (ids[1],),
+        )
+        .unwrap();
+    w.pg.commit(&[Settle::succeeded(ids[0], "k0", vec![]), Settle::skipped(ids[1], "ignored:LDM-*")], now)
+        .unwrap();
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Marked { written: 1, already: 1, missing: 0 });
+    let rows: Vec<(i64, Option<String>, Option<String>)> = w
+        .s
+        .mysql()
+        .query("SELECT CMINMSGS_ID, CAST(CMINMSGS_DATE_PROCESSED AS CHAR), CMINMSGS_STATUS FROM cminmsgs ORDER BY 1")
+        .unwrap();
+    assert_eq!(rows[0].1.as_deref(), Some("2026-01-01 00:00:00"), "the clock's time, UTC");
+    assert_eq!(rows[0].2.as_deref(), Some("PROCESSED"));
+    assert_eq!(
+        (rows[1].1.as_deref(), rows[1].2.as_deref()),
+        (Some("2020-01-02 03:04:05"), Some("THEIRS")),
+        "INV-7"
+    );
+    assert_eq!(
+        (rows[2].1.as_deref(), rows[2].2.as_deref()),
+        (None, Some("VALID")),
+        "PENDING owes no mark (INV-8)"
+    );
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle);
+}
+
+#[test]
+fn backfill_abandons_a_missing_row_at_once_and_status_lists_it() {
+    let (mut w, ids) = backfill_world(1);
+    w.s.mysql().exec_drop("DELETE FROM cminmsgs WHERE CMINMSGS_ID = ?", (ids[0],)).unwrap();
+    w.pg.commit(&[Settle::succeeded(ids[0], "k0", vec![])], w.clock.now()).unwrap();
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Marked { written: 0, already: 0, missing: 1 });
+    let st = w.pg.status(10).unwrap();
+    assert_eq!(st.abandoned.len(), 1);
+    assert_eq!((st.abandoned[0].msg_id, st.abandoned[0].reason.as_str()), (ids[0], "MISSING_ROW"));
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle);
+}
+
+#[test]
+fn backfill_rides_out_a_mailbox_outage_with_its_backoff() {
+    let (mut w, ids) = backfill_world(2);
+    w.pg.commit(
+        &[Settle::succeeded(ids[0], "k0", vec![]), Settle::succeeded(ids[1], "k1", vec![])],
+        w.clock.now(),
+    )
+    .unwrap();
+    let mut admin = w.s.mysql();
+    admin.query_drop("RENAME TABLE cminmsgs TO cminmsgs_away").unwrap();
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Failed { rescheduled: 2 });
+    w.clock.advance(Duration::from_secs(29));
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle, "backfill-backoff-ms: 30 s");
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Failed { rescheduled: 2 });
+    admin.query_drop("RENAME TABLE cminmsgs_away TO cminmsgs").unwrap();
+    w.clock.advance(Duration::from_secs(59));
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle, "doubled: 60 s");
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Marked { written: 2, already: 0, missing: 0 });
+    let marked: i64 =
+        w.s.mysql()
+            .query_first("SELECT count(*) FROM cminmsgs WHERE CMINMSGS_DATE_PROCESSED IS NOT NULL")
+            .unwrap()
+            .unwrap();
+    assert_eq!(marked, 2);
+}
+
+#[test]
+fn a_mailbox_outage_while_running_loses_nothing() {
+    let s = Services::migrated("backfill-backoff-ms = 200\nbackfill-backoff-cap-ms = 400\n");
+    let first = s.insert_inbound(
+        &(1..=20u64).map(|i| fixtures::flop_stnd(i, "H", &format!("S{i}"))).collect::<Vec<_>>(),
+    );
+    let (stop, daemon) = start_daemon(&s.cfg);
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(30), || count(
+        &mut pg,
+        "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'"
+    ) >= 1));
+    let mut admin = s.mysql();
+    admin.query_drop("RENAME TABLE cminmsgs TO cminmsgs_away").unwrap();
+    // The outage lasts a few poll and backfill rounds (the daemon's 50 ms poll interval).
+    std::thread::sleep(Duration::from_millis(700));
+    admin.query_drop("RENAME TABLE cminmsgs_away TO cminmsgs").unwrap();
+    let more = s.insert_inbound(
+        &(21..=40u64).map(|i| fixtures::flop_stnd(i, "H", &format!("S{i}"))).collect::<Vec<_>>(),
+    );
+    let all = eventually(Duration::from_secs(60), || {
+        count(
+            &mut pg,
+            "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL",
+        ) == 40
+    });
+    drop(stop);
+    daemon.join().unwrap().unwrap();
+    assert!(
+        all,
+        "not everything was processed and marked after the outage: {:?}",
+        Pg::connect(&s.cfg.pg_url).unwrap().status(5)
+    );
+    let unmarked: i64 = s
+        .mysql()
+        .query_first("SELECT count(*) FROM cminmsgs WHERE CMINMSGS_DATE_PROCESSED IS NULL")
+        .unwrap()
+        .unwrap();
+    assert_eq!(unmarked, 0);
+    assert_eq!(first.len() + more.len(), 40);
+}
+
+/// A minimal HTTP/1.1 client: returns the status code and the body.
+fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(ct) = content_type {
+        head.push_str(&format!("Content-Type: {ct}\r\n"));
+    }
+    head.push_str("\r\n");
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(body).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    let status = out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+#[test]
+fn compat_http_persists_then_answers_and_refuses_clearly() {
+    let s = Services::migrated("");
+    let mut server = CompatServer::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
+        Pg::connect(&s.cfg.pg_url).unwrap(),
+        Arc::new(SystemClock),
+        64 * 1024,
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let serving = std::thread::spawn(move || {
+        let mut served = 0;
+        while served < 7 {
+            if server.serve_one(Duration::from_millis(100)) {
+                served += 1;
+            }
+        }
+    });
+    let msg = fixtures::flop_stnd(1, "C1", "航站楼");
+    let (status, body) =
+        http(addr, "POST", "/cminmsgs/send", Some("text/xml; charset=UTF-8"), msg.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = v["msg_id"].as_i64().unwrap();
+    assert_eq!(v["enqueued"], true);
+    let stored: String = s
+        .mysql()
+        .exec_first("SELECT CMINMSGS_CLOB_MSG FROM cminmsgs WHERE CMINMSGS_ID = ?", (id,))
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, msg, "persisted byte for byte before the 200");
+    let mut pg = s.pg();
+    assert_eq!(
+        count(&mut pg, &format!("SELECT count(*) FROM proc_state WHERE msg_id = {id} AND state = 'PENDING'")),
+        1
+    );
+
+    let (status, _) = http(addr, "POST", "/cminmsgs/send", Some("application/xml"), msg.as_bytes());
+    assert_eq!(status, 200);
+    let (status, body) = http(addr, "POST", "/cminmsgs/send", Some("application/json"), b"{}");
+    assert_eq!(status, 415, "{body}");
+    let (status, body) = http(addr, "POST", "/cminmsgs/send", Some("text/plain"), b"   ");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("empty"));
+    let big = vec![b'x'; 64 * 1024 + 1];
+    let (status, body) = http(addr, "POST", "/cminmsgs/send", Some("text/plain"), &big);
+    assert_eq!(status, 413, "{body}");
+    let (status, _) = http(addr, "GET", "/cminmsgs/send", None, b"");
+    assert_eq!(status, 405);
+    let (status, _) = http(addr, "POST", "/elsewhere", Some("text/xml"), b"<MSG/>");
+    assert_eq!(status, 404);
+    serving.join().unwrap();
+    let rows: i64 = s.mysql().query_first("SELECT count(*) FROM cminmsgs").unwrap().unwrap();
+    assert_eq!(rows, 2, "refused requests wrote nothing");
+}
