@@ -62,9 +62,11 @@ impl Services {
         }
         let topic = format!("msgx.{name}");
         create_topic(&topic);
+        // Tests poll fast unless they say otherwise; `extra` lands in [msgx.pipeline].
+        let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
         let text = format!(
             "[kafka.topics]\nmsg = \"{topic}\"\n[redis]\nkey-prefix = \"{name}:\"\n\
-             [msgx.pipeline]\npoll-interval = \"50ms\"\n{extra}"
+             [msgx.pipeline]\n{poll}{extra}"
         );
         let pg_url = with_db(&pg_admin, &name);
         let mysql_url = with_db(&mysql_admin, &name);
