@@ -27,7 +27,7 @@ use crate::pump::{self, Pump};
 use crate::stats::Stats;
 use crate::store::flights::RedisFlights;
 use crate::store::kafka::KafkaProducer;
-use crate::store::mailbox::MysqlMailbox;
+use crate::store::mailbox::{MysqlMailbox, MysqlOutbound};
 use crate::store::pg::{migrate, Pg};
 
 #[derive(Debug, thiserror::Error)]
@@ -251,10 +251,10 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     let dispatcher = Dispatcher::new(
         Pg::connect(&cfg.pg_url)?,
         KafkaProducer::new(cfg)?,
+        MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound)?,
         clock.clone(),
         pump::retry_policy(p),
-        p.dispatch_batch,
-        cfg.topic_msg.clone(),
+        dispatch::Settings::from_config(cfg),
         stats.clone(),
     );
     let backfill = Backfill::new(

@@ -149,7 +149,11 @@ pub struct MsgEvent {
     pub msg_id: Option<i64>,
     pub target: Target,
     pub partition_key: String,
+    /// The generation; `KAFKA:schd` rows are reset in place by a newer one.
+    pub state_version: i64,
     pub payload_json: String,
     pub attempts: u32,
     pub next_attempt_at: Option<SystemTime>,
+    /// When delivery was last started (COUTMSGS stamps it before inserting).
+    pub last_attempt_at: Option<SystemTime>,
 }

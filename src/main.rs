@@ -13,7 +13,7 @@ use msgx::codec;
 use msgx::config::{self, Config};
 use msgx::daemon;
 use msgx::store::kafka::producer_settings;
-use msgx::store::mailbox::MysqlMailbox;
+use msgx::store::mailbox::{MysqlMailbox, MysqlOutbound};
 use msgx::store::pg::{migrate, Pg};
 
 /// Exit codes (docs/reference.md).
@@ -65,6 +65,10 @@ enum Command {
         /// At most this many messages are looked at.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// Replay DEAD outbox events (the dead-letter queue) instead; --ids and --range then
+        /// name EVENT_IDs.
+        #[arg(long)]
+        events: bool,
     },
     /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
     Decode {
@@ -105,8 +109,8 @@ fn main() -> ExitCode {
                 Command::Migrate => migrate_cmd(&cfg),
                 Command::Check => check(&cfg),
                 Command::Status { json } => status(&cfg, *json),
-                Command::Replay { ids, range, class, limit } => {
-                    replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit)
+                Command::Replay { ids, range, class, limit, events } => {
+                    replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, *events)
                 }
                 Command::Decode { .. } | Command::ConfigDefaults => unreachable!("handled above"),
             };
@@ -189,6 +193,9 @@ fn check(cfg: &Config) -> CmdResult {
     let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(|e| (4, e.into()))?;
     mb.check_layout().map_err(|e| (4, anyhow::anyhow!("mailbox layout: {e}")))?;
     println!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
+    let mut out = MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).map_err(|e| (4, e.into()))?;
+    out.check_layout().map_err(|e| (4, anyhow::anyhow!("outbound mailbox layout: {e}")))?;
+    println!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
     msgx::store::flights::RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix)
         .map_err(|e| (4, e.into()))?;
     println!("redis: reachable");
@@ -202,7 +209,14 @@ fn own_pg(cfg: &Config) -> Result<Pg, (u8, anyhow::Error)> {
     Ok(pg)
 }
 
-fn replay(cfg: &Config, ids: &[i64], range: Option<&str>, class: Option<&str>, limit: usize) -> CmdResult {
+fn replay(
+    cfg: &Config,
+    ids: &[i64],
+    range: Option<&str>,
+    class: Option<&str>,
+    limit: usize,
+    events: bool,
+) -> CmdResult {
     use msgx::error::ErrorClass;
     use msgx::ports::{ProcStore, ReplaySelection};
     let usage = |m: String| (exit::USAGE, anyhow::anyhow!(m));
@@ -220,7 +234,7 @@ fn replay(cfg: &Config, ids: &[i64], range: Option<&str>, class: Option<&str>, l
             let all: Vec<_> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
             usage(format!("--class {c:?} is not an error class ({})", all.join(", ")))
         })?;
-        if !c.is_replayable() {
+        if !c.is_replayable() && !events {
             return Err(usage(format!(
                 "{c} messages are never replayed: the message itself is illegal; have it corrected and resent upstream"
             )));
@@ -230,6 +244,9 @@ fn replay(cfg: &Config, ids: &[i64], range: Option<&str>, class: Option<&str>, l
         ReplaySelection::Ids(ids.to_vec())
     };
     let mut pg = own_pg(cfg)?;
+    if events {
+        return replay_events(&mut pg, &sel, limit);
+    }
     let out = pg.replay(&sel, limit, SystemClock.now()).map_err(|e| (4, e.into()))?;
     let (mut ok, mut refused) = (0, 0);
     for r in &out {
@@ -256,6 +273,33 @@ fn replay(cfg: &Config, ids: &[i64], range: Option<&str>, class: Option<&str>, l
     );
     if refused > 0 {
         return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not replayed")));
+    }
+    Ok(())
+}
+
+fn replay_events(pg: &mut Pg, sel: &msgx::ports::ReplaySelection, limit: usize) -> CmdResult {
+    use msgx::ports::Outbox;
+    let out = pg.replay_events(sel, limit).map_err(|e| (4, e.into()))?;
+    let (mut ok, mut refused) = (0, 0);
+    for r in &out {
+        let was = match &r.was {
+            Some((target, state)) => format!("target={target} was={state}"),
+            None => "was=absent".to_string(),
+        };
+        match &r.verdict {
+            Ok(()) => {
+                ok += 1;
+                println!("replayed event_id={} {was} -> PENDING", r.event_id);
+            }
+            Err(why) => {
+                refused += 1;
+                println!("refused  event_id={} {was}: {why}", r.event_id);
+            }
+        }
+    }
+    println!("replayed {ok} event(s), refused {refused}");
+    if refused > 0 {
+        return Err((exit::FAILED, anyhow::anyhow!("{refused} event(s) not replayed")));
     }
     Ok(())
 }

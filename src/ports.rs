@@ -118,10 +118,35 @@ pub trait ProcStore {
 pub trait Outbox {
     /// PENDING events of `target` in EVENT_ID order, at most `limit`.
     fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>>;
-    /// SENT, only where still PENDING.
-    fn mark_sent(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
-    fn retry(&mut self, id: i64, class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()>;
-    fn dead(&mut self, id: i64, class: ErrorClass, error: &str) -> StoreResult<()>;
+    /// SENT with SENT_AT, in one conditional UPDATE, only where the row is still PENDING at the
+    /// generation that was sent (a `KAFKA:schd` row reset meanwhile stays PENDING).
+    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()>;
+    /// Attempts+1 and a new due time for each PENDING event.
+    fn retry(&mut self, ids: &[i64], class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()>;
+    /// DEAD (the dead-letter queue) for each PENDING event.
+    fn dead(&mut self, ids: &[i64], class: ErrorClass, error: &str) -> StoreResult<()>;
+    /// Stamps LAST_ATTEMPT_AT before an external side effect.
+    fn started(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
+    /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
+    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
+}
+
+/// What event replay did with one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayedEvent {
+    pub event_id: i64,
+    /// Target and state before (`None` when there is no such event).
+    pub was: Option<(String, String)>,
+    pub verdict: Result<(), String>,
+}
+
+/// The shared outbound mailbox `COUTMSGS` (DML only, C-14).
+pub trait Outbound {
+    /// Inserts one outbound message; returns its row id.
+    fn insert(&mut self, routing_id: &str, xml: &str, at: SystemTime) -> StoreResult<i64>;
+    /// A row with this routing id and text inserted at or after `since`, if any: the trace of
+    /// an earlier attempt whose SENT mark was lost.
+    fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>>;
 }
 
 /// The outcome of marking one mailbox row.

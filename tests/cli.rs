@@ -153,3 +153,34 @@ fn check_names_a_mailbox_column_that_does_not_exist() {
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     assert!(text(&o).contains("CMINMSGS_STATE"), "{}", text(&o));
 }
+
+#[test]
+fn replay_events_revives_the_dead_letter_queue() {
+    use msgx::domain::{NewEvent, Target};
+    use msgx::ports::Outbox;
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    pg.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), t0()).unwrap();
+    let ev = |k: &str| NewEvent {
+        target: Target::KafkaMsg.as_str().into(),
+        partition_key: k.into(),
+        event_type: "UPSERT".into(),
+        state_version: 1,
+        payload_json: "{}".into(),
+    };
+    pg.commit(&[Settle::succeeded(1, "k", vec![ev("A"), ev("B")])], t0()).unwrap();
+    let ids: Vec<i64> = pg.pending(Target::KafkaMsg, 10).unwrap().iter().map(|e| e.event_id).collect();
+    pg.dead(&ids[..1], ErrorClass::Exhausted, "broker gone").unwrap();
+    let o = msgx(&s, &["status"]);
+    assert!(text(&o).contains("KAFKA:msg   DEAD     1"), "the DLQ shows in status: {}", text(&o));
+    let list = format!("{},{}", ids[0], ids[1]);
+    let o = msgx(&s, &["replay", "--events", "--ids", &list]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("replayed event_id={} target=KAFKA:msg was=DEAD -> PENDING", ids[0])),
+        "{out}"
+    );
+    assert!(out.contains("only DEAD events are replayed"), "{out}");
+    assert_eq!(pg.pending(Target::KafkaMsg, 10).unwrap().len(), 2);
+}

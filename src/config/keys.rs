@@ -29,6 +29,8 @@ pub enum Kind {
     Str,
     /// A list of non-empty strings.
     StrList,
+    /// A string that may be empty.
+    Text,
     /// A SQL identifier of someone else's schema: letters, digits, `_`, `$`.
     Ident,
     /// An `ip:port` socket address.
@@ -243,6 +245,16 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Str,
         "status written with the mark (C-5: a value of the mailbox owner's set)",
     ),
+    k("mailbox.outbound.table", "\"coutmsgs\"", Kind::Ident, "outbound mailbox table (target COUTMSGS)"),
+    k("mailbox.outbound.id-column", "\"COUTMSGS_ID\"", Kind::Ident, "outbound row id"),
+    k("mailbox.outbound.body-column", "\"COUTMSGS_CLOB_MSG\"", Kind::Ident, "outbound XML text"),
+    k(
+        "mailbox.outbound.inserted-column",
+        "\"COUTMSGS_DATE_INSERTED\"",
+        Kind::Ident,
+        "when msgx inserted the row (UTC DATETIME)",
+    ),
+    k("mailbox.outbound.routing-column", "\"ROUTINGID\"", Kind::Ident, "routing id of the outbound message"),
     // --- Redis ---
     e("redis.url", "\"redis://127.0.0.1:6379/\"", "MSGX_REDIS_URL", "Redis holding live flight state"),
     k("redis.key-prefix", "\"msgx:\"", Kind::Str, "prefix of every Redis key msgx writes"),
@@ -281,9 +293,15 @@ pub const KEYS: &[KeySpec] = &[
     ),
     k(
         "kafka.producers.default.linger-ms",
-        "5",
+        "0",
         Kind::Int { min: 0, max: 1000 },
-        "how long the producer waits to fill a request",
+        "how long the producer waits to fill a request (a round is produced whole, so 0 suffices)",
+    ),
+    k(
+        "kafka.producers.default.debug",
+        "\"\"",
+        Kind::Text,
+        "librdkafka debug contexts (e.g. \"eos,broker,msg\"); empty: none",
     ),
 ];
 

@@ -74,6 +74,16 @@ pub struct InboundMailbox {
     pub processed_status: String,
 }
 
+/// Names in the shared outbound mailbox (`mailbox.outbound.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboundMailbox {
+    pub table: String,
+    pub id_column: String,
+    pub body_column: String,
+    pub inserted_column: String,
+    pub routing_column: String,
+}
+
 /// The Kafka producer settings. Only D3's values get past [`Config::from_map`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Producer {
@@ -82,6 +92,8 @@ pub struct Producer {
     pub max_in_flight: i64,
     pub message_timeout: Duration,
     pub linger_ms: i64,
+    /// librdkafka debug contexts, empty for none.
+    pub debug: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +103,7 @@ pub struct Config {
     pub pg_url: String,
     pub mysql_url: String,
     pub inbound: InboundMailbox,
+    pub outbound: OutboundMailbox,
     pub redis_url: String,
     pub redis_prefix: String,
     pub kafka_brokers: String,
@@ -183,12 +196,20 @@ impl Config {
             status_filter: strings(v, "mailbox.inbound.status-filter")?,
             processed_status: string(v, "mailbox.inbound.processed-status")?,
         };
+        let outbound = OutboundMailbox {
+            table: string(v, "mailbox.outbound.table")?,
+            id_column: string(v, "mailbox.outbound.id-column")?,
+            body_column: string(v, "mailbox.outbound.body-column")?,
+            inserted_column: string(v, "mailbox.outbound.inserted-column")?,
+            routing_column: string(v, "mailbox.outbound.routing-column")?,
+        };
         let producer = Producer {
             acks: string(v, "kafka.producers.default.acks")?,
             enable_idempotence: boolean(v, "kafka.producers.default.enable-idempotence")?,
             max_in_flight: int(v, "kafka.producers.default.max-in-flight-requests-per-connection")?,
             message_timeout: millis(v, "kafka.producers.default.message-timeout-ms")?,
             linger_ms: int(v, "kafka.producers.default.linger-ms")?,
+            debug: text(v, "kafka.producers.default.debug")?,
         };
         // D3 is a contract, not a tuning knob: anything else is refused, never "adjusted".
         if producer.acks != "all" {
@@ -214,6 +235,7 @@ impl Config {
             pg_url: string(v, "datasources.default.url")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,
             inbound,
+            outbound,
             redis_url: string(v, "redis.url")?,
             redis_prefix: string(v, "redis.key-prefix")?,
             kafka_brokers: string(v, "kafka.bootstrap-servers")?,
@@ -371,6 +393,11 @@ fn string(v: &Values, key: &'static str) -> Result<String, ConfigError> {
 fn socket_addr(v: &Values, key: &'static str) -> Result<std::net::SocketAddr, ConfigError> {
     let s = string(v, key)?;
     s.parse().map_err(|_| bad(key, format!("{s:?} is not an ip:port address such as \"127.0.0.1:18080\"")))
+}
+
+fn text(v: &Values, key: &'static str) -> Result<String, ConfigError> {
+    let (val, _) = get(v, key);
+    val.as_str().map(str::to_string).ok_or_else(|| bad(key, "expected a string"))
 }
 
 fn strings(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {

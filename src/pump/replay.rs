@@ -21,6 +21,14 @@ pub fn verdict(state: ProcStatus, class: Option<ErrorClass>) -> Result<(), Strin
     }
 }
 
+/// Whether an outbox event in `state` may be replayed: only DEAD ones (the dead-letter queue).
+pub fn event_verdict(state: crate::domain::EventStatus) -> Result<(), String> {
+    match state {
+        crate::domain::EventStatus::Dead => Ok(()),
+        other => Err(format!("event is {}; only DEAD events are replayed", other.as_str())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

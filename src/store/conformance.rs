@@ -208,14 +208,50 @@ pub fn outbox_is_fifo_per_target_and_conditional<S: ProcStore + Outbox>(mut s: S
     let ev = s.pending(Target::KafkaMsg, 10).unwrap();
     assert_eq!(ev.iter().map(|e| e.partition_key.as_str()).collect::<Vec<_>>(), ["A", "B", "C"]);
     assert!(s.pending(Target::KafkaSchd, 10).unwrap().is_empty());
-    s.retry(ev[0].event_id, ErrorClass::Infra, "broker down", at(9)).unwrap();
+    s.retry(&[ev[0].event_id], ErrorClass::Infra, "broker down", at(9)).unwrap();
+    s.started(&[ev[0].event_id], at(8)).unwrap();
     let head = &s.pending(Target::KafkaMsg, 1).unwrap()[0];
-    assert_eq!((head.attempts, head.next_attempt_at), (1, Some(at(9))));
-    s.mark_sent(&[ev[0].event_id, ev[1].event_id], at(10)).unwrap();
-    s.dead(ev[2].event_id, ErrorClass::Exhausted, "x").unwrap();
-    s.retry(ev[0].event_id, ErrorClass::Infra, "late", at(99)).unwrap(); // SENT rows do not move
-    s.dead(ev[1].event_id, ErrorClass::Exhausted, "late").unwrap();
+    assert_eq!((head.attempts, head.next_attempt_at, head.last_attempt_at), (1, Some(at(9)), Some(at(8))));
+    s.mark_sent(&[(ev[0].event_id, ev[0].state_version), (ev[1].event_id, ev[1].state_version)], at(10))
+        .unwrap();
+    s.dead(&[ev[2].event_id], ErrorClass::Exhausted, "x").unwrap();
+    s.retry(&[ev[0].event_id], ErrorClass::Infra, "late", at(99)).unwrap(); // SENT rows do not move
+    s.dead(&[ev[1].event_id], ErrorClass::Exhausted, "late").unwrap();
     assert!(s.pending(Target::KafkaMsg, 10).unwrap().is_empty());
+    let out = s.replay_events(&ReplaySelection::Ids(vec![ev[0].event_id, ev[2].event_id, 999]), 10).unwrap();
+    let verdicts: Vec<bool> = out.iter().map(|r| r.verdict.is_ok()).collect();
+    assert_eq!(verdicts, [false, true, false], "only DEAD events are replayed");
+    let back = s.pending(Target::KafkaMsg, 10).unwrap();
+    assert_eq!((back.len(), back[0].event_id, back[0].attempts), (1, ev[2].event_id, 0));
+}
+
+fn schd_event(flid: &str, version: i64) -> NewEvent {
+    NewEvent { target: Target::KafkaSchd.as_str().into(), ..event(flid, version) }
+}
+
+pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: ProcStore + Outbox>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3, 4]);
+    s.commit(&[Settle::succeeded(1, "k1", vec![schd_event("A", 5), schd_event("B", 5)])], at(1)).unwrap();
+    let rows = s.pending(Target::KafkaSchd, 10).unwrap();
+    assert_eq!(rows.len(), 2);
+    let a = rows[0].clone();
+    s.mark_sent(&[(a.event_id, 5)], at(2)).unwrap();
+    s.dead(&[rows[1].event_id], ErrorClass::Exhausted, "x").unwrap();
+    assert!(s.pending(Target::KafkaSchd, 10).unwrap().is_empty());
+    // A new generation for both flights: the SENT row and the DEAD row come back PENDING.
+    s.commit(&[Settle::succeeded(2, "k2", vec![schd_event("A", 6), schd_event("B", 6)])], at(3)).unwrap();
+    let rows = s.pending(Target::KafkaSchd, 10).unwrap();
+    assert_eq!(rows.len(), 2, "reset in place, not added");
+    assert_eq!((rows[0].event_id, rows[0].state_version, rows[0].attempts), (a.event_id, 6, 0));
+    assert_eq!(rows[0].msg_id, Some(2));
+    // An older generation arriving late changes nothing.
+    s.commit(&[Settle::succeeded(3, "k3", vec![schd_event("A", 4)])], at(4)).unwrap();
+    assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 6);
+    // SENT only at the generation that was sent.
+    s.mark_sent(&[(a.event_id, 5)], at(5)).unwrap();
+    assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap().len(), 2, "generation 5 was sent, 6 was not");
+    s.mark_sent(&[(a.event_id, 6)], at(5)).unwrap();
+    assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap().len(), 1);
 }
 
 /// Expands to one `#[test]` per conformance case. `$make` builds a fresh, empty store and
@@ -235,6 +271,7 @@ macro_rules! conformance_tests {
             replay_by_range_and_class,
             backfill_settles_abandons_and_retries,
             outbox_is_fifo_per_target_and_conditional,
+            schd_rows_are_one_per_flight_and_a_new_generation_resets_them,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -62,10 +62,11 @@ impl Services {
         }
         let topic = format!("msgx.{name}");
         create_topic(&topic);
+        create_topic(&format!("{topic}.schd"));
         // Tests poll fast unless they say otherwise; `extra` lands in [msgx.pipeline].
         let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
         let text = format!(
-            "[kafka.topics]\nmsg = \"{topic}\"\n[redis]\nkey-prefix = \"{name}:\"\n\
+            "[kafka.topics]\nmsg = \"{topic}\"\nschd = \"{topic}.schd\"\n[redis]\nkey-prefix = \"{name}:\"\n\
              [msgx.pipeline]\n{poll}{extra}"
         );
         let pg_url = with_db(&pg_admin, &name);
@@ -131,8 +132,12 @@ impl Drop for Services {
 }
 
 pub fn create_topic(topic: &str) {
+    create_topic_on(&env("MSGX_KAFKA_BROKERS"), topic)
+}
+
+pub fn create_topic_on(brokers: &str, topic: &str) {
     let tansu = env("MSGX_TANSU");
-    let broker = format!("tcp://{}", env("MSGX_KAFKA_BROKERS"));
+    let broker = format!("tcp://{brokers}");
     let out = Command::new(&tansu)
         .args(["topic", "create", topic, "--partitions", "1", "--broker", &broker])
         .output()
@@ -156,8 +161,12 @@ impl Consumed {
 
 /// Reads partition 0 of `topic` from the beginning until `want` records or `deadline`.
 pub fn consume(topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
+    consume_from(&env("MSGX_KAFKA_BROKERS"), topic, want, deadline)
+}
+
+pub fn consume_from(brokers: &str, topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", env("MSGX_KAFKA_BROKERS"))
+        .set("bootstrap.servers", brokers)
         .set("group.id", format!("msgx-test-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
@@ -226,4 +235,61 @@ pub fn start_daemon(
 
 pub fn count(pg: &mut postgres::Client, sql: &str) -> i64 {
     pg.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// A private Tansu broker on its own port, for tests that stop and start a broker.
+pub struct Broker {
+    pub port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut b = Broker { port, child: None };
+        b.restart();
+        b
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port, with empty in-memory storage.
+    pub fn restart(&mut self) {
+        self.stop();
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let child = Command::new(env("MSGX_TANSU"))
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        self.child = Some(child);
+        let up = eventually(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        });
+        assert!(up, "private tansu did not listen on {}", self.port);
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

@@ -21,7 +21,7 @@ use crate::ports::{Producer, Record};
 /// The producer settings msgx uses, D3 first. `Config` has already refused anything else.
 pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
     let p = &cfg.producer;
-    vec![
+    let mut s = vec![
         ("bootstrap.servers", cfg.kafka_brokers.clone()),
         ("acks", p.acks.clone()),
         ("enable.idempotence", p.enable_idempotence.to_string()),
@@ -30,7 +30,11 @@ pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
         ("linger.ms", p.linger_ms.to_string()),
         ("client.id", "msgx".to_string()),
         ("socket.connection.setup.timeout.ms", "10000".to_string()),
-    ]
+    ];
+    if !p.debug.is_empty() {
+        s.push(("debug", p.debug.clone()));
+    }
+    s
 }
 
 struct Collector {
@@ -81,6 +85,9 @@ fn build(settings: &[(&'static str, String)]) -> Result<BaseProducer<Collector>,
     for (k, v) in settings {
         cc.set(*k, v);
     }
+    if settings.iter().any(|(k, _)| *k == "debug") {
+        cc.set_log_level(RDKafkaLogLevel::Debug);
+    }
     cc.create_with_context(Collector { acks: Mutex::new(Vec::new()) }).map_err(StoreError::from)
 }
 
@@ -95,18 +102,29 @@ impl KafkaProducer {
         })
     }
 
+    fn acked(&self) -> usize {
+        self.producer.context().acks.lock().expect("ack list poisoned").len()
+    }
+
     /// Flushes whatever is queued (on shutdown).
     pub fn flush(&self, timeout: Duration) -> Result<(), StoreError> {
         self.producer.flush(timeout).map_err(StoreError::from)
     }
 
-    fn recreate_if_fatal(&mut self) {
-        if let Some((code, reason)) = self.producer.client().fatal_error() {
-            error!("kafka producer fatal error {code:?}: {reason}; recreating the producer");
-            match build(&self.settings) {
-                Ok(p) => self.producer = p,
-                Err(e) => error!("kafka producer could not be recreated: {e}"),
+    /// Replaces the producer after a failed round. A fatal (idempotence) error demands it;
+    /// and an idempotent producer whose id the broker no longer knows (UNKNOWN_PRODUCER_ID
+    /// after the broker lost its state) otherwise loops bumping its epoch for ever. A fresh
+    /// producer asks for a new id; the outbox re-sends what was not acknowledged, in order.
+    fn recreate(&mut self) {
+        match self.producer.client().fatal_error() {
+            Some((code, reason)) => {
+                error!("kafka producer fatal error {code:?}: {reason}; recreating the producer")
             }
+            None => warn!("kafka delivery failed; recreating the producer (fresh producer id)"),
+        }
+        match build(&self.settings) {
+            Ok(p) => self.producer = p,
+            Err(e) => error!("kafka producer could not be recreated: {e}"),
         }
     }
 }
@@ -145,8 +163,13 @@ impl Producer for KafkaProducer {
             refused = Some("local producer queue stayed full".into());
             break;
         }
-        if let Err(e) = self.producer.flush(self.flush_timeout) {
-            warn!("kafka flush: {e}");
+        // Wait for exactly the acknowledgements expected. Not `flush()`: rdkafka's poll waits
+        // out its whole timeout, which made every round cost at least 100 ms. Bounded by the
+        // flush timeout, counted in 1 ms polls.
+        let mut waited = Duration::ZERO;
+        while self.acked() < queued && waited < self.flush_timeout {
+            self.producer.poll(Duration::from_millis(1));
+            waited += Duration::from_millis(1);
         }
         let acks = std::mem::take(&mut *self.producer.context().acks.lock().expect("ack list poisoned"));
         let mut out: Vec<Result<(), StoreError>> = (0..records.len())
@@ -166,7 +189,9 @@ impl Producer for KafkaProducer {
                 *slot = r.map_err(|e| StoreError::new("kafka", e));
             }
         }
-        self.recreate_if_fatal();
+        if out.iter().any(|r| r.is_err()) {
+            self.recreate();
+        }
         out
     }
 }

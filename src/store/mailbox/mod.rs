@@ -6,17 +6,55 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use mysql::prelude::Queryable;
-use mysql::{Conn, Opts, OptsBuilder, Value};
+use mysql::{Opts, OptsBuilder, Value};
 
 use crate::clock::CivilTime;
-use crate::config::InboundMailbox;
+use crate::config::{InboundMailbox, OutboundMailbox};
 use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
-use crate::ports::{Mailbox, Mark, StoreResult};
+use crate::ports::{Mailbox, Mark, Outbound, StoreResult};
 
-pub struct MysqlMailbox {
+/// A MySQL connection that is opened lazily and dropped after any error, so the next call
+/// starts clean (a connection in an unknown state is not worth reasoning about).
+struct Conn {
     opts: Opts,
-    conn: Option<Conn>,
+    conn: Option<mysql::Conn>,
+}
+
+impl Conn {
+    fn new(url: &str) -> StoreResult<Conn> {
+        let opts = Opts::from_url(url)
+            .map_err(|e| StoreError::new("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
+        let opts: Opts = OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(Duration::from_secs(5)))
+            .read_timeout(Some(Duration::from_secs(60)))
+            .write_timeout(Some(Duration::from_secs(60)))
+            .into();
+        Ok(Conn { opts, conn: None })
+    }
+
+    fn get(&mut self) -> StoreResult<&mut mysql::Conn> {
+        if self.conn.is_none() {
+            let mut c = mysql::Conn::new(self.opts.clone())?;
+            // DATETIME columns hold UTC (docs/reference.md); keep the session on it too.
+            c.query_drop("SET time_zone = '+00:00'")?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    fn run<R>(&mut self, f: impl FnOnce(&mut mysql::Conn) -> Result<R, mysql::Error>) -> StoreResult<R> {
+        let r = f(self.get()?);
+        if r.is_err() {
+            self.conn = None;
+        }
+        r.map_err(StoreError::from)
+    }
+}
+
+/// The inbound mailbox `CMINMSGS`: read, mark, and the compat insert.
+pub struct MysqlMailbox {
+    conn: Conn,
     names: InboundMailbox,
 }
 
@@ -37,45 +75,21 @@ pub fn from_value(v: Value) -> Option<SystemTime> {
 
 impl MysqlMailbox {
     pub fn new(url: &str, names: &InboundMailbox) -> StoreResult<MysqlMailbox> {
-        let opts = Opts::from_url(url)
-            .map_err(|e| StoreError::new("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
-        let opts: Opts = OptsBuilder::from_opts(opts)
-            .tcp_connect_timeout(Some(Duration::from_secs(5)))
-            .read_timeout(Some(Duration::from_secs(60)))
-            .write_timeout(Some(Duration::from_secs(60)))
-            .into();
-        Ok(MysqlMailbox { opts, conn: None, names: names.clone() })
+        Ok(MysqlMailbox { conn: Conn::new(url)?, names: names.clone() })
     }
 
     pub fn connect(url: &str, names: &InboundMailbox) -> StoreResult<MysqlMailbox> {
         let mut m = MysqlMailbox::new(url, names)?;
-        m.conn()?;
+        m.conn.get()?;
         Ok(m)
     }
 
-    fn conn(&mut self) -> StoreResult<&mut Conn> {
-        if self.conn.is_none() {
-            let mut c = Conn::new(self.opts.clone())?;
-            // DATETIME columns hold UTC (docs/reference.md); keep the session on it too.
-            c.query_drop("SET time_zone = '+00:00'")?;
-            self.conn = Some(c);
-        }
-        Ok(self.conn.as_mut().expect("connected above"))
-    }
-
-    /// Runs `f`; any error drops the connection so the next call starts clean (a MySQL
-    /// connection in an unknown state is not worth reasoning about).
     fn run<R>(
         &mut self,
-        f: impl FnOnce(&mut Conn, &InboundMailbox) -> Result<R, mysql::Error>,
+        f: impl FnOnce(&mut mysql::Conn, &InboundMailbox) -> Result<R, mysql::Error>,
     ) -> StoreResult<R> {
-        let names = self.names.clone();
-        let conn = self.conn()?;
-        let r = f(conn, &names);
-        if r.is_err() {
-            self.conn = None;
-        }
-        r.map_err(StoreError::from)
+        let names = &self.names;
+        self.conn.run(|c| f(c, names))
     }
 
     /// Checks, read-only, that the configured table and columns exist (`msgx check`).
@@ -216,6 +230,72 @@ impl Mailbox for MysqlMailbox {
                     Some((_, false)) => Mark::Written,
                 })
                 .collect())
+        })
+    }
+}
+
+/// The outbound mailbox `COUTMSGS`: insert only (someone else reads and sends, C-14).
+pub struct MysqlOutbound {
+    conn: Conn,
+    names: OutboundMailbox,
+}
+
+impl MysqlOutbound {
+    pub fn connect(url: &str, names: &OutboundMailbox) -> StoreResult<MysqlOutbound> {
+        let mut m = MysqlOutbound { conn: Conn::new(url)?, names: names.clone() };
+        m.conn.get()?;
+        Ok(m)
+    }
+
+    /// Checks, read-only, that the configured table and columns exist (`msgx check`).
+    pub fn check_layout(&mut self) -> StoreResult<()> {
+        let n = &self.names;
+        let sql = format!(
+            "SELECT {id}, {body}, {ins}, {rt} FROM {t} WHERE 1 = 0",
+            id = n.id_column,
+            body = n.body_column,
+            ins = n.inserted_column,
+            rt = n.routing_column,
+            t = n.table
+        );
+        self.conn.run(|c| c.query_drop(sql))
+    }
+}
+
+/// A time truncated to the second, as a `DATETIME` column stores it.
+fn to_value_secs(t: SystemTime) -> Value {
+    let c = CivilTime::from_system(t);
+    Value::Date(c.year as u16, c.month, c.day, c.hour, c.minute, c.second, 0)
+}
+
+impl Outbound for MysqlOutbound {
+    fn insert(&mut self, routing_id: &str, xml: &str, at: SystemTime) -> StoreResult<i64> {
+        let n = self.names.clone();
+        self.conn.run(|c| {
+            let sql = format!(
+                "INSERT INTO {t} ({body}, {ins}, {rt}) VALUES (?, ?, ?)",
+                t = n.table,
+                body = n.body_column,
+                ins = n.inserted_column,
+                rt = n.routing_column
+            );
+            c.exec_drop(sql, (xml, to_value_secs(at), routing_id))?;
+            Ok(c.last_insert_id() as i64)
+        })
+    }
+
+    fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>> {
+        let n = self.names.clone();
+        self.conn.run(|c| {
+            let sql = format!(
+                "SELECT {id} FROM {t} WHERE {rt} = ? AND {ins} >= ? AND {body} = ? ORDER BY {id} LIMIT 1",
+                id = n.id_column,
+                t = n.table,
+                rt = n.routing_column,
+                ins = n.inserted_column,
+                body = n.body_column
+            );
+            c.exec_first(sql, (routing_id, to_value_secs(since), xml))
         })
     }
 }

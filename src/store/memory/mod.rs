@@ -11,8 +11,8 @@ use crate::domain::{EventStatus, InboundRow, MailboxRow, MsgEvent, ProcRow, Proc
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightChange, FlightView};
 use crate::ports::{
-    Failure, FlightStore, Mailbox, Mark, Outbox, Outcome, Prepared, ProcStore, Producer, Record,
-    ReplaySelection, Replayed, Settle, StoreResult,
+    Failure, FlightStore, Mailbox, Mark, Outbound, Outbox, Outcome, Prepared, ProcStore, Producer, Record,
+    ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
 };
 use crate::pump::replay;
 
@@ -20,6 +20,8 @@ use crate::pump::replay;
 #[derive(Debug, Default)]
 struct Cell<T> {
     state: T,
+    /// Calls to let through before `fail_next` starts counting.
+    pass_first: u32,
     fail_next: u32,
 }
 
@@ -34,7 +36,7 @@ impl<T> Clone for Shared<T> {
 
 impl<T: Default> Default for Shared<T> {
     fn default() -> Self {
-        Shared(Arc::new(Mutex::new(Cell { state: T::default(), fail_next: 0 })))
+        Shared(Arc::new(Mutex::new(Cell { state: T::default(), pass_first: 0, fail_next: 0 })))
     }
 }
 
@@ -46,7 +48,9 @@ impl<T> Shared<T> {
     /// Runs `f` on the state unless a failure is due.
     fn with<R>(&self, store: &'static str, f: impl FnOnce(&mut T) -> StoreResult<R>) -> StoreResult<R> {
         let mut cell = self.lock();
-        if cell.fail_next > 0 {
+        if cell.pass_first > 0 {
+            cell.pass_first -= 1;
+        } else if cell.fail_next > 0 {
             cell.fail_next -= 1;
             return Err(StoreError::new(store, "injected failure"));
         }
@@ -100,6 +104,13 @@ impl MemPg {
     /// Makes the next `n` calls fail with an INFRA-class store error.
     pub fn fail_next(&self, n: u32) {
         self.0.lock().fail_next = n;
+    }
+
+    /// Lets `pass` calls through, then fails the `n` after them.
+    pub fn fail_later(&self, pass: u32, n: u32) {
+        let mut c = self.0.lock();
+        c.pass_first = pass;
+        c.fail_next = n;
     }
 
     /// Makes the next `n` calls of `commit` fail (reads keep working).
@@ -247,25 +258,42 @@ impl ProcStore for MemPg {
                             let target = Target::parse(&e.target).ok_or_else(|| {
                                 StoreError::new("postgres", format!("unknown event target {:?}", e.target))
                             })?;
-                            next_event_id += 1;
-                            events.insert(
-                                next_event_id,
-                                MemEvent {
-                                    event: MsgEvent {
-                                        event_id: next_event_id,
-                                        msg_id: Some(id),
-                                        target,
-                                        partition_key: e.partition_key.clone(),
-                                        payload_json: e.payload_json.clone(),
-                                        attempts: 0,
-                                        next_attempt_at: None,
-                                    },
-                                    state: EventStatus::Pending,
-                                    error_class: None,
-                                    last_error: None,
-                                    sent_at: None,
+                            let fresh = |event_id| MemEvent {
+                                event: MsgEvent {
+                                    event_id,
+                                    msg_id: Some(id),
+                                    target,
+                                    partition_key: e.partition_key.clone(),
+                                    state_version: e.state_version,
+                                    payload_json: e.payload_json.clone(),
+                                    attempts: 0,
+                                    next_attempt_at: None,
+                                    last_attempt_at: None,
                                 },
-                            );
+                                state: EventStatus::Pending,
+                                error_class: None,
+                                last_error: None,
+                                sent_at: None,
+                            };
+                            // KAFKA:schd: one row per flight, reset in place by a newer generation.
+                            let existing = (target == Target::KafkaSchd)
+                                .then(|| {
+                                    events.values_mut().find(|x| {
+                                        x.event.target == Target::KafkaSchd
+                                            && x.event.partition_key == e.partition_key
+                                    })
+                                })
+                                .flatten();
+                            match existing {
+                                Some(x) if x.event.state_version <= e.state_version => {
+                                    *x = fresh(x.event.event_id)
+                                }
+                                Some(_) => {} // an older generation than the one held: stale
+                                None => {
+                                    next_event_id += 1;
+                                    events.insert(next_event_id, fresh(next_event_id));
+                                }
+                            }
                         }
                     }
                     Outcome::Skipped { reason } => {
@@ -434,10 +462,14 @@ impl Outbox for MemPg {
         })
     }
 
-    fn mark_sent(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()> {
         self.0.with("postgres", |s| {
-            for id in ids {
-                if let Some(e) = s.events.get_mut(id).filter(|e| e.state == EventStatus::Pending) {
+            for (id, version) in sent {
+                if let Some(e) = s
+                    .events
+                    .get_mut(id)
+                    .filter(|e| e.state == EventStatus::Pending && e.event.state_version == *version)
+                {
                     e.state = EventStatus::Sent;
                     e.sent_at = Some(now);
                 }
@@ -446,27 +478,118 @@ impl Outbox for MemPg {
         })
     }
 
-    fn retry(&mut self, id: i64, class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
+    fn retry(&mut self, ids: &[i64], class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
         self.0.with("postgres", |s| {
-            if let Some(e) = s.events.get_mut(&id).filter(|e| e.state == EventStatus::Pending) {
-                e.event.attempts += 1;
-                e.event.next_attempt_at = Some(next_at);
-                e.error_class = Some(class);
-                e.last_error = Some(error.to_string());
+            for id in ids {
+                if let Some(e) = s.events.get_mut(id).filter(|e| e.state == EventStatus::Pending) {
+                    e.event.attempts += 1;
+                    e.event.next_attempt_at = Some(next_at);
+                    e.error_class = Some(class);
+                    e.last_error = Some(error.to_string());
+                }
             }
             Ok(())
         })
     }
 
-    fn dead(&mut self, id: i64, class: ErrorClass, error: &str) -> StoreResult<()> {
+    fn dead(&mut self, ids: &[i64], class: ErrorClass, error: &str) -> StoreResult<()> {
         self.0.with("postgres", |s| {
-            if let Some(e) = s.events.get_mut(&id).filter(|e| e.state == EventStatus::Pending) {
-                e.event.attempts += 1;
-                e.state = EventStatus::Dead;
-                e.error_class = Some(class);
-                e.last_error = Some(error.to_string());
+            for id in ids {
+                if let Some(e) = s.events.get_mut(id).filter(|e| e.state == EventStatus::Pending) {
+                    e.event.attempts += 1;
+                    e.state = EventStatus::Dead;
+                    e.error_class = Some(class);
+                    e.last_error = Some(error.to_string());
+                }
             }
             Ok(())
+        })
+    }
+
+    fn started(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        self.0.with("postgres", |s| {
+            for id in ids {
+                if let Some(e) = s.events.get_mut(id).filter(|e| e.state == EventStatus::Pending) {
+                    e.event.last_attempt_at = Some(now);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
+        self.0.with("postgres", |s| {
+            let ids: Vec<i64> = match sel {
+                ReplaySelection::Ids(ids) => ids.iter().copied().take(limit).collect(),
+                ReplaySelection::Range(a, b) => s
+                    .events
+                    .range(*a..=*b)
+                    .filter(|(_, e)| e.state == EventStatus::Dead)
+                    .map(|(id, _)| *id)
+                    .take(limit)
+                    .collect(),
+                ReplaySelection::Class(c) => s
+                    .events
+                    .values()
+                    .filter(|e| e.state == EventStatus::Dead && e.error_class == Some(*c))
+                    .map(|e| e.event.event_id)
+                    .take(limit)
+                    .collect(),
+            };
+            Ok(ids
+                .into_iter()
+                .map(|id| match s.events.get_mut(&id) {
+                    None => ReplayedEvent { event_id: id, was: None, verdict: Err("no such event".into()) },
+                    Some(e) => {
+                        let was = Some((e.event.target.as_str().to_string(), e.state.as_str().to_string()));
+                        let verdict = replay::event_verdict(e.state);
+                        if verdict.is_ok() {
+                            e.state = EventStatus::Pending;
+                            e.event.attempts = 0;
+                            e.event.next_attempt_at = None;
+                        }
+                        ReplayedEvent { event_id: id, was, verdict }
+                    }
+                })
+                .collect())
+        })
+    }
+}
+
+/// The outbound mailbox `COUTMSGS`, in memory.
+#[derive(Debug, Clone, Default)]
+pub struct MemOutbound(Shared<Vec<(i64, String, String, SystemTime)>>);
+
+impl MemOutbound {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn fail_next(&self, n: u32) {
+        self.0.lock().fail_next = n;
+    }
+
+    /// (routing id, text) of every row, in insert order.
+    pub fn rows(&self) -> Vec<(String, String)> {
+        self.0.lock().state.iter().map(|(_, r, x, _)| (r.clone(), x.clone())).collect()
+    }
+}
+
+impl Outbound for MemOutbound {
+    fn insert(&mut self, routing_id: &str, xml: &str, at: SystemTime) -> StoreResult<i64> {
+        self.0.with("mailbox", |rows| {
+            let id = rows.len() as i64 + 1;
+            rows.push((id, routing_id.to_string(), xml.to_string(), at));
+            Ok(id)
+        })
+    }
+
+    fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>> {
+        self.0.with("mailbox", |rows| {
+            Ok(rows
+                .iter()
+                .find(|(_, r, x, at)| r == routing_id && x == xml && *at >= since)
+                .map(|(id, ..)| *id))
         })
     }
 }

@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(1, "baseline", "V001__baseline.sql"),
     migration!(2, "event_sent_at", "V002__event_sent_at.sql"),
     migration!(3, "head_deadline_and_type_tag", "V003__head_deadline_and_type_tag.sql"),
+    migration!(4, "schd_upsert_and_outbound_attempts", "V004__schd_upsert_and_outbound_attempts.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

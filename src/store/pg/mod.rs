@@ -8,9 +8,11 @@ use std::time::{Duration, SystemTime};
 
 use postgres::{Client, NoTls};
 
-use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{EventStatus, InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::ports::{Failure, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, Settle, StoreResult};
+use crate::ports::{
+    Failure, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
+};
 use crate::pump::replay;
 
 /// A PostgreSQL connection that reconnects on the next call after it broke.
@@ -89,27 +91,43 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
 }
 
 /// Inserts a message's events in the decision's order (WITH ORDINALITY keeps EVENT_IDs in it).
+/// `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation resets the
+/// flight's row to PENDING with the new payload and clears SENT_AT; an older one is dropped.
 fn insert_events(
     tx: &mut postgres::Transaction<'_>,
     msg_id: i64,
     events: &[NewEvent],
     now: SystemTime,
 ) -> Result<(), postgres::Error> {
-    if events.is_empty() {
-        return Ok(());
+    let schd = Target::KafkaSchd.as_str();
+    let (upserts, inserts): (Vec<&NewEvent>, Vec<&NewEvent>) = events.iter().partition(|e| e.target == schd);
+    if !inserts.is_empty() {
+        let targets: Vec<&str> = inserts.iter().map(|e| e.target.as_str()).collect();
+        let keys: Vec<String> = inserts.iter().map(|e| clip(&e.partition_key, 32)).collect();
+        let types: Vec<&str> = inserts.iter().map(|e| e.event_type.as_str()).collect();
+        let versions: Vec<i64> = inserts.iter().map(|e| e.state_version).collect();
+        let payloads: Vec<&str> = inserts.iter().map(|e| e.payload_json.as_str()).collect();
+        tx.execute(
+            "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
+             SELECT t, k, ty, v, p, 'PENDING', 0, $6, $7
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[]) WITH ORDINALITY AS x(t, k, ty, v, p, ord)
+             ORDER BY ord",
+            &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
+        )?;
     }
-    let targets: Vec<&str> = events.iter().map(|e| e.target.as_str()).collect();
-    let keys: Vec<String> = events.iter().map(|e| clip(&e.partition_key, 32)).collect();
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let versions: Vec<i64> = events.iter().map(|e| e.state_version).collect();
-    let payloads: Vec<&str> = events.iter().map(|e| e.payload_json.as_str()).collect();
-    tx.execute(
-        "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-         SELECT t, k, ty, v, p, 'PENDING', 0, $6, $7
-         FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[]) WITH ORDINALITY AS x(t, k, ty, v, p, ord)
-         ORDER BY ord",
-        &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
-    )?;
+    for e in upserts {
+        tx.execute(
+            "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
+             VALUES ('KAFKA:schd', $1, $2, $3, $4, 'PENDING', 0, $5, $6)
+             ON CONFLICT (partition_key) WHERE target = 'KAFKA:schd' DO UPDATE SET
+                 event_type = EXCLUDED.event_type, state_version = EXCLUDED.state_version,
+                 payload_json = EXCLUDED.payload_json, state = 'PENDING', attempts = 0,
+                 next_attempt_at = NULL, error_class = NULL, last_error = NULL, sent_at = NULL,
+                 last_attempt_at = NULL, created_at = EXCLUDED.created_at, msg_id = EXCLUDED.msg_id
+             WHERE msg_event.state_version <= EXCLUDED.state_version",
+            &[&clip(&e.partition_key, 32), &e.event_type, &e.state_version, &e.payload_json, &now, &msg_id],
+        )?;
+    }
     Ok(())
 }
 
@@ -382,7 +400,7 @@ impl Outbox for Pg {
     fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT event_id, msg_id, partition_key, payload_json, attempts, next_attempt_at
+                "SELECT event_id, msg_id, partition_key, state_version, payload_json, attempts, next_attempt_at, last_attempt_at
                  FROM msg_event WHERE target = $1 AND state = 'PENDING' ORDER BY event_id LIMIT $2",
                 &[&target.as_str(), &(limit as i64)],
             )
@@ -394,46 +412,115 @@ impl Outbox for Pg {
                 msg_id: r.get(1),
                 target,
                 partition_key: r.get(2),
-                payload_json: r.get(3),
-                attempts: r.get::<_, i32>(4).max(0) as u32,
-                next_attempt_at: r.get(5),
+                state_version: r.get(3),
+                payload_json: r.get(4),
+                attempts: r.get::<_, i32>(5).max(0) as u32,
+                next_attempt_at: r.get(6),
+                last_attempt_at: r.get(7),
             })
             .collect())
     }
 
-    fn mark_sent(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
-        // SENT and SENT_AT in the same conditional UPDATE (G-EVENT-RETENTION).
+    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()> {
+        let ids: Vec<i64> = sent.iter().map(|(id, _)| *id).collect();
+        let versions: Vec<i64> = sent.iter().map(|(_, v)| *v).collect();
+        // SENT and SENT_AT in the same conditional UPDATE (G-EVENT-RETENTION); a row reset to a
+        // newer generation meanwhile does not match and stays PENDING.
         self.run(|c| {
             c.execute(
-                "UPDATE msg_event SET state = 'SENT', sent_at = $2 WHERE event_id = ANY($1) AND state = 'PENDING'",
+                "UPDATE msg_event e SET state = 'SENT', sent_at = $3
+                 FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, v)
+                 WHERE e.event_id = s.id AND e.state_version = s.v AND e.state = 'PENDING'",
+                &[&ids, &versions, &now],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn retry(&mut self, ids: &[i64], class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
+        let error = clip(error, 1000);
+        self.run(|c| {
+            c.execute(
+                "UPDATE msg_event SET attempts = attempts + 1, next_attempt_at = $2, error_class = $3, last_error = $4
+                 WHERE event_id = ANY($1) AND state = 'PENDING'",
+                &[&ids, &next_at, &class.as_str(), &error],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn dead(&mut self, ids: &[i64], class: ErrorClass, error: &str) -> StoreResult<()> {
+        let error = clip(error, 1000);
+        self.run(|c| {
+            c.execute(
+                "UPDATE msg_event SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3
+                 WHERE event_id = ANY($1) AND state = 'PENDING'",
+                &[&ids, &class.as_str(), &error],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn started(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        self.run(|c| {
+            c.execute(
+                "UPDATE msg_event SET last_attempt_at = $2 WHERE event_id = ANY($1) AND state = 'PENDING'",
                 &[&ids, &now],
             )
         })?;
         Ok(())
     }
 
-    fn retry(&mut self, id: i64, class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
-        let error = clip(error, 1000);
+    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
+        let limit = limit as i64;
         self.run(|c| {
-            c.execute(
-                "UPDATE msg_event SET attempts = attempts + 1, next_attempt_at = $2, error_class = $3, last_error = $4
-                 WHERE event_id = $1 AND state = 'PENDING'",
-                &[&id, &next_at, &class.as_str(), &error],
-            )
-        })?;
-        Ok(())
-    }
-
-    fn dead(&mut self, id: i64, class: ErrorClass, error: &str) -> StoreResult<()> {
-        let error = clip(error, 1000);
-        self.run(|c| {
-            c.execute(
-                "UPDATE msg_event SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3
-                 WHERE event_id = $1 AND state = 'PENDING'",
-                &[&id, &class.as_str(), &error],
-            )
-        })?;
-        Ok(())
+            let mut tx = c.transaction()?;
+            let cols = "SELECT event_id, target, state FROM msg_event";
+            let rows = match sel {
+                ReplaySelection::Ids(ids) => {
+                    tx.query(&format!("{cols} WHERE event_id = ANY($1) ORDER BY event_id LIMIT $2"), &[ids, &limit])?
+                }
+                ReplaySelection::Range(a, b) => tx.query(
+                    &format!("{cols} WHERE event_id BETWEEN $1 AND $2 AND state = 'DEAD' ORDER BY event_id LIMIT $3"),
+                    &[a, b, &limit],
+                )?,
+                ReplaySelection::Class(class) => tx.query(
+                    &format!("{cols} WHERE error_class = $1 AND state = 'DEAD' ORDER BY event_id LIMIT $2"),
+                    &[&class.as_str(), &limit],
+                )?,
+            };
+            let mut out = Vec::new();
+            for r in &rows {
+                let id: i64 = r.get(0);
+                let (target, state): (String, String) = (r.get(1), r.get(2));
+                let status = match state.as_str() {
+                    "DEAD" => EventStatus::Dead,
+                    "SENT" => EventStatus::Sent,
+                    _ => EventStatus::Pending,
+                };
+                let mut verdict = replay::event_verdict(status);
+                if verdict.is_ok() {
+                    let n = tx.execute(
+                        "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL
+                         WHERE event_id = $1 AND state = 'DEAD'",
+                        &[&id],
+                    )?;
+                    if n != 1 {
+                        verdict = Err("changed while replaying; run replay again".into());
+                    }
+                }
+                out.push(ReplayedEvent { event_id: id, was: Some((target, state)), verdict });
+            }
+            if let ReplaySelection::Ids(ids) = sel {
+                for id in ids.iter().take(limit as usize) {
+                    if !out.iter().any(|x| x.event_id == *id) {
+                        out.push(ReplayedEvent { event_id: *id, was: None, verdict: Err("no such event".into()) });
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        })
     }
 }
 

@@ -1,0 +1,268 @@
+//! Dispatch rules on the in-memory outbox and producer, tick by tick with the fake clock.
+
+use std::time::Duration;
+
+use super::*;
+use crate::clock::FakeClock;
+use crate::config::Config;
+use crate::domain::{EventStatus, InboundRow, NewEvent};
+use crate::ports::{ProcStore, Settle};
+use crate::store::memory::{MemOutbound, MemPg, MemProducer};
+
+struct World {
+    clock: FakeClock,
+    pg: MemPg,
+    producer: MemProducer,
+    outbound: MemOutbound,
+    d: Dispatcher<MemPg, MemProducer, MemOutbound>,
+    next_msg: i64,
+}
+
+fn world(batch: usize) -> World {
+    let clock = FakeClock::new();
+    let (pg, producer, outbound) = (MemPg::new(), MemProducer::new(), MemOutbound::new());
+    let cfg = Config::defaults();
+    let mut settings = Settings::from_config(&cfg);
+    settings.batch = batch;
+    settings.topic_msg = "t.msg".into();
+    settings.topic_schd = "t.schd".into();
+    let d = Dispatcher::new(
+        pg.clone(),
+        producer.clone(),
+        outbound.clone(),
+        Arc::new(clock.clone()),
+        crate::pump::retry_policy(&cfg.pipeline),
+        settings,
+        Arc::new(Stats::default()),
+    );
+    World { clock, pg, producer, outbound, d, next_msg: 0 }
+}
+
+impl World {
+    /// A message that succeeds with these events (target, key, version, payload).
+    fn message(&mut self, events: &[(Target, &str, i64, &str)]) {
+        self.next_msg += 1;
+        let id = self.next_msg;
+        let mut pg = self.pg.clone();
+        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
+        let evs = events
+            .iter()
+            .map(|(t, k, v, p)| NewEvent {
+                target: t.as_str().into(),
+                partition_key: k.to_string(),
+                event_type: "UPSERT".into(),
+                state_version: *v,
+                payload_json: p.to_string(),
+            })
+            .collect();
+        pg.commit(&[Settle::succeeded(id, &format!("k{id}"), evs)], self.clock.now()).unwrap();
+    }
+
+    fn msg(&mut self, n: i64) {
+        self.message(&[(Target::KafkaMsg, &format!("F{}", n % 3), n, &format!("{{\"n\":{n}}}"))]);
+    }
+
+    fn states(&self, target: Target) -> Vec<EventStatus> {
+        self.pg.inspect(|s| s.events.values().filter(|e| e.event.target == target).map(|e| e.state).collect())
+    }
+}
+
+#[test]
+fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
+    let mut w = world(2);
+    for n in 1..=3 {
+        w.msg(n);
+    }
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    let got = w.producer.delivered();
+    let payloads: Vec<_> = got.iter().map(|r| r.payload.as_str()).collect();
+    assert_eq!(payloads, ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
+    assert_eq!((got[0].key.as_str(), got[0].topic.as_str()), ("F1", "t.msg"));
+    assert_eq!(got[0].headers, vec![("event_id".into(), "1".into()), ("msg_id".into(), "1".into())]);
+    assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Sent; 3]);
+    assert!(w.pg.inspect(|s| s.events.values().all(|e| e.sent_at.is_some())), "SENT_AT with SENT");
+}
+
+#[test]
+fn failed_head_backs_off_and_nothing_overtakes_it() {
+    let mut w = world(10);
+    w.msg(1);
+    w.msg(2);
+    w.producer.fail_next(1);
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true });
+    let until = w.clock.now() + Duration::from_secs(1);
+    assert_eq!(w.d.round().unwrap(), Round::Wait(until));
+    assert!(w.producer.delivered().is_empty());
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+}
+
+#[test]
+fn exhausted_event_goes_dead_kept_as_dlq_and_the_next_one_follows() {
+    let mut w = world(10);
+    w.msg(1);
+    w.msg(2);
+    w.producer.fail_next(5);
+    for _ in 0..5 {
+        assert!(matches!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true }));
+        w.clock.advance(Duration::from_secs(60));
+    }
+    assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Dead, EventStatus::Pending]);
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    let dead = w.pg.inspect(|s| s.events[&1].clone());
+    assert_eq!((dead.error_class, dead.event.attempts), (Some(ErrorClass::Exhausted), 5));
+    // replay --events brings it back; it goes out after the event that overtook it as DLQ.
+    let out = w.pg.replay_events(&crate::ports::ReplaySelection::Ids(vec![1, 2]), 10).unwrap();
+    assert!(out[0].verdict.is_ok() && out[1].verdict.is_err());
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+}
+
+#[test]
+fn ready_prefix_stops_at_a_row_in_backoff() {
+    let now = FakeClock::new().now();
+    let ev = |id, next: Option<SystemTime>| MsgEvent {
+        event_id: id,
+        msg_id: None,
+        target: Target::KafkaMsg,
+        partition_key: "k".into(),
+        state_version: 1,
+        payload_json: "{}".into(),
+        attempts: 0,
+        next_attempt_at: next,
+        last_attempt_at: None,
+    };
+    let later = now + Duration::from_secs(5);
+    let rows = [ev(1, Some(now)), ev(2, None), ev(3, Some(later)), ev(4, None)];
+    assert_eq!(ready_prefix(&rows, now).unwrap().len(), 2);
+    assert_eq!(ready_prefix(&rows[2..], now), Err(later));
+    assert_eq!(ready_prefix(&[], now).unwrap().len(), 0);
+}
+
+#[test]
+fn latest_per_flid_keeps_the_newest_generation_in_event_order() {
+    let ev = |id, key: &str, v| MsgEvent {
+        event_id: id,
+        msg_id: None,
+        target: Target::KafkaSchd,
+        partition_key: key.into(),
+        state_version: v,
+        payload_json: format!("{id}"),
+        attempts: 0,
+        next_attempt_at: None,
+        last_attempt_at: None,
+    };
+    let rows = [ev(1, "A", 1), ev(2, "B", 1), ev(3, "A", 3), ev(4, "C", 1), ev(5, "A", 2)];
+    let ids: Vec<i64> = latest_per_flid(&rows).iter().map(|e| e.event_id).collect();
+    assert_eq!(ids, [2, 3, 4], "A keeps generation 3, not the later-inserted generation 2");
+}
+
+fn schd(w: &mut World, flid: &str, version: i64) {
+    w.message(&[(Target::KafkaSchd, flid, version, &format!("{{\"FLID\":\"{flid}\",\"v\":{version}}}"))]);
+}
+
+#[test]
+fn schd_is_one_fltr_array_per_flush_period_with_the_latest_per_flight() {
+    let mut w = world(10);
+    schd(&mut w, "A", 1);
+    schd(&mut w, "B", 1);
+    schd(&mut w, "A", 2); // a new generation resets A's row in place
+    assert_eq!(w.pg.inspect(|s| s.events.len()), 2, "one row per flight");
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    let got = w.producer.delivered();
+    assert_eq!(got.len(), 1, "never one by one");
+    assert_eq!((got[0].topic.as_str(), got[0].key.as_str()), ("t.schd", "FLTR"));
+    let arr: serde_json::Value = serde_json::from_str(&got[0].payload).unwrap();
+    assert_eq!(arr, serde_json::json!([{"FLID": "A", "v": 2}, {"FLID": "B", "v": 1}]));
+    // The next flush waits for the period, however much arrives meanwhile.
+    schd(&mut w, "C", 1);
+    let next = w.clock.now() + Duration::from_secs(3);
+    assert_eq!(w.d.round().unwrap(), Round::Wait(next));
+    w.clock.advance(Duration::from_secs(3));
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.producer.delivered().len(), 2);
+}
+
+#[test]
+fn schd_failure_backs_off_the_whole_batch_and_claims_nothing_before_it_is_due() {
+    let mut w = world(10);
+    schd(&mut w, "A", 1);
+    schd(&mut w, "B", 1);
+    w.producer.fail_next(1);
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true });
+    assert!(w.pg.inspect(|s| s.events.values().all(|e| e.event.attempts == 1)), "the whole batch");
+    schd(&mut w, "C", 1); // ready, but behind a head that is not due
+    let until = w.clock.now() + Duration::from_secs(1);
+    assert_eq!(w.d.round().unwrap(), Round::Wait(until), "head not due: nothing claimed");
+    assert!(w.producer.delivered().is_empty());
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 3, failed: false });
+}
+
+#[test]
+fn schd_exhausted_batch_dies_whole_and_a_new_generation_revives_its_flight() {
+    let mut w = world(10);
+    schd(&mut w, "A", 1);
+    schd(&mut w, "B", 1);
+    w.producer.fail_next(5);
+    for _ in 0..5 {
+        w.clock.advance(Duration::from_secs(60));
+        assert!(matches!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true }));
+    }
+    assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Dead, EventStatus::Dead]);
+    schd(&mut w, "A", 2);
+    assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending, EventStatus::Dead]);
+    w.clock.advance(Duration::from_secs(60));
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    let a = w.pg.inspect(|s| s.events[&1].clone());
+    assert_eq!((a.state, a.event.attempts, a.event.state_version), (EventStatus::Sent, 0, 2));
+}
+
+#[test]
+fn a_schd_row_reset_during_a_flush_is_not_marked_sent() {
+    // The dispatcher sends generation 1; meanwhile the pump resets the row to generation 2.
+    // Marking "SENT" must not swallow generation 2.
+    let mut w = world(10);
+    schd(&mut w, "A", 1);
+    let claimed = w.pg.clone().pending(Target::KafkaSchd, 10).unwrap();
+    schd(&mut w, "A", 2);
+    w.pg.clone().mark_sent(&[(claimed[0].event_id, claimed[0].state_version)], w.clock.now()).unwrap();
+    assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending]);
+    w.clock.advance(Duration::from_secs(3));
+    w.d.round().unwrap();
+    let arr: serde_json::Value = serde_json::from_str(&w.producer.delivered()[0].payload).unwrap();
+    assert_eq!(arr[0]["v"], 2);
+}
+
+fn intent(routing: &str, xml: &str) -> String {
+    serde_json::to_string(&OutboundIntent { routing_id: routing.into(), xml: xml.into() }).unwrap()
+}
+
+#[test]
+fn coutmsgs_inserts_each_intent_once_even_when_the_sent_mark_is_lost() {
+    let mut w = world(10);
+    w.message(&[(Target::Coutmsgs, "RQRD", 1, &intent("VIEWRQRD", "<MSG>rqrd</MSG>"))]);
+    // The round reads KAFKA:msg, KAFKA:schd and COUTMSGS, stamps the start, inserts, and then
+    // its mark_sent fails: the insert committed, the mark did not.
+    w.pg.fail_later(4, 1);
+    assert!(w.d.round().is_err());
+    assert_eq!(w.outbound.rows().len(), 1);
+    assert_eq!(w.states(Target::Coutmsgs), vec![EventStatus::Pending]);
+    w.d.round().unwrap();
+    assert_eq!(w.outbound.rows(), vec![("VIEWRQRD".to_string(), "<MSG>rqrd</MSG>".to_string())], "not twice");
+    assert_eq!(w.states(Target::Coutmsgs), vec![EventStatus::Sent]);
+}
+
+#[test]
+fn coutmsgs_failure_is_a_head_in_backoff() {
+    let mut w = world(10);
+    w.message(&[(Target::Coutmsgs, "A", 1, &intent("R", "<a/>"))]);
+    w.message(&[(Target::Coutmsgs, "B", 1, &intent("R", "<b/>"))]);
+    w.outbound.fail_next(1);
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true });
+    assert!(w.outbound.rows().is_empty(), "nothing behind the failed head");
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    let xs: Vec<String> = w.outbound.rows().into_iter().map(|(_, x)| x).collect();
+    assert_eq!(xs, ["<a/>", "<b/>"]);
+}

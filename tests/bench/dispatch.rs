@@ -1,0 +1,104 @@
+//! Delivery throughput to the broker on the real stores, one run, side by side:
+//! - the raw floor: rdkafka's BaseProducer with msgx's D3 settings, no PostgreSQL;
+//! - msgx dispatch with `dispatch-batch = 200` (many records per round, SENT in batches);
+//! - msgx dispatch with `dispatch-batch = 1`.
+//!
+//! Run with the services up: `cargo bench --bench dispatch`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use msgx::clock::{Clock, SystemClock};
+use msgx::dispatch::{self, Dispatcher, Round};
+use msgx::domain::{InboundRow, NewEvent, Target};
+use msgx::ports::{ProcStore, Producer, Record, Settle};
+use msgx::pump::retry_policy;
+use msgx::stats::Stats;
+use msgx::store::kafka::KafkaProducer;
+use msgx::store::mailbox::MysqlOutbound;
+use msgx::store::pg::Pg;
+
+const N: i64 = 5000;
+
+fn payload(n: i64) -> String {
+    format!("{{\"msg_id\":{n},\"type\":\"FLOP-STND\",\"flid\":\"F{}\",\"changes\":[{{\"field\":\"STND\",\"old\":\"A1\",\"new\":\"A2\"}}]}}", n % 100)
+}
+
+fn raw_floor() -> f64 {
+    let s = common::Services::new("");
+    let mut producer = KafkaProducer::new(&s.cfg).unwrap();
+    let records: Vec<Record> = (1..=N)
+        .map(|n| Record {
+            topic: s.cfg.topic_msg.clone(),
+            key: format!("F{}", n % 100),
+            payload: payload(n),
+            headers: vec![("event_id".into(), n.to_string()), ("msg_id".into(), n.to_string())],
+        })
+        .collect();
+    let start = Instant::now();
+    for chunk in records.chunks(200) {
+        assert!(producer.send(chunk).iter().all(|r| r.is_ok()));
+    }
+    N as f64 / start.elapsed().as_secs_f64()
+}
+
+fn dispatch(batch: usize) -> f64 {
+    let s = common::Services::migrated(&format!("dispatch-batch = {batch}\n"));
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    let now = SystemClock.now();
+    let rows: Vec<InboundRow> = (1..=N).map(|id| InboundRow { id, received_at: None }).collect();
+    pg.enqueue(&rows, Some(N), now).unwrap();
+    let settles: Vec<Settle> = (1..=N)
+        .map(|n| {
+            let e = NewEvent {
+                target: Target::KafkaMsg.as_str().into(),
+                partition_key: format!("F{}", n % 100),
+                event_type: "UPSERT".into(),
+                state_version: n,
+                payload_json: payload(n),
+            };
+            Settle::succeeded(n, &format!("k{n}"), vec![e])
+        })
+        .collect();
+    for chunk in settles.chunks(500) {
+        pg.commit(chunk, now).unwrap();
+    }
+    let mut d = Dispatcher::new(
+        Pg::connect(&s.cfg.pg_url).unwrap(),
+        KafkaProducer::new(&s.cfg).unwrap(),
+        MysqlOutbound::connect(&s.cfg.mysql_url, &s.cfg.outbound).unwrap(),
+        Arc::new(SystemClock),
+        retry_policy(&s.cfg.pipeline),
+        dispatch::Settings::from_config(&s.cfg),
+        Arc::new(Stats::default()),
+    );
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < N as usize {
+        match d.round().unwrap() {
+            Round::Sent { sent: n, failed: false } => sent += n,
+            other => panic!("unexpected round {other:?}"),
+        }
+    }
+    N as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let _ = env_logger::Builder::new().filter_level(log::LevelFilter::Warn).try_init();
+    let floor = raw_floor();
+    let batched = dispatch(200);
+    let single = dispatch(1);
+    println!("delivery of {N} events to Tansu (acks=all, idempotent, 1 in flight), one run:");
+    println!("  raw BaseProducer, 200 per flush   {floor:8.0} events/s");
+    println!(
+        "  msgx dispatch-batch = 200          {batched:8.0} events/s  ({:.0}% of the floor)",
+        100.0 * batched / floor
+    );
+    println!(
+        "  msgx dispatch-batch = 1            {single:8.0} events/s  ({:.0}% of the floor)",
+        100.0 * single / floor
+    );
+}
