@@ -340,6 +340,7 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
 }
 
 fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
+    use codec::report::{report, Verdict};
     let rules = codec::ignore::IgnoreRules::new(&cfg.pipeline.ignore_rules);
     let mut all_ok = true;
     for f in files {
@@ -349,9 +350,8 @@ fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
                 serde_json::json!({ "file": f, "error": format!("cannot read: {e}") })
             }
             Ok(raw) => {
-                let (v, ok) = decode_one(&raw, &rules, cfg.pipeline.include_day_boundary);
-                all_ok &= ok;
-                let mut v = v;
+                let (verdict, mut v) = report(&raw, &rules, cfg.pipeline.include_day_boundary);
+                all_ok &= !matches!(verdict, Verdict::Failed { .. });
                 v["file"] = serde_json::json!(f);
                 v
             }
@@ -359,34 +359,4 @@ fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
         println!("{}", serde_json::to_string(&out).expect("json"));
     }
     ExitCode::from(if all_ok { exit::OK } else { exit::FAILED })
-}
-
-fn decode_one(raw: &str, rules: &codec::ignore::IgnoreRules, day: bool) -> (serde_json::Value, bool) {
-    use serde_json::json;
-    let env = match codec::decode_meta(raw) {
-        Ok(e) => e,
-        Err(e) => return (json!({ "class": e.class.as_str(), "error": e.detail }), false),
-    };
-    let kind = codec::MsgKind::of(&env.meta).type_tag();
-    let meta = json!(env.meta);
-    if let Some(rule) = rules.matching(&env.meta) {
-        return (json!({ "kind": kind, "meta": meta, "ignored": rule }), true);
-    }
-    match codec::decode_body(env) {
-        Err(e) => {
-            (json!({ "kind": kind, "meta": meta, "class": e.class.as_str(), "error": e.detail }), false)
-        }
-        Ok(m) => {
-            let identity = codec::identity(&m.meta, day);
-            let body = match &m.body {
-                codec::Body::Flop(recs) => json!(recs),
-                codec::Body::Unread => json!(null),
-            };
-            let supported = !matches!(m.kind, codec::MsgKind::Unsupported { .. });
-            (
-                json!({ "kind": kind, "identity": identity, "meta": meta, "supported": supported, "body": body }),
-                true,
-            )
-        }
-    }
 }

@@ -4,8 +4,17 @@
 //! The order matters (US-04): [`decode_meta`] runs first so that the ignore rules can end a
 //! message before its body is read; only then [`decode_body`].
 
+pub mod flop;
 pub mod ignore;
+pub mod reference;
+pub mod report;
+pub mod schedule;
+pub mod time;
 mod xml;
+
+pub use flop::FlopRecord;
+pub use reference::{RefData, RefOp};
+pub use schedule::{Fltr, Schedule};
 
 use crate::error::ErrorClass;
 use xml::Element;
@@ -24,44 +33,94 @@ pub struct Meta {
     pub styp: String,
 }
 
+/// The three kinds of daily/seasonal schedule message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SchdKind {
+    /// Download: a complete snapshot of its window.
+    Dnld,
+    /// Answer to a request: a complete snapshot of its window.
+    Resp,
+    /// Add or update the listed flights only.
+    Adft,
+}
+
+impl SchdKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchdKind::Dnld => "DNLD",
+            SchdKind::Resp => "RESP",
+            SchdKind::Adft => "ADFT",
+        }
+    }
+
+    fn parse(styp: &str) -> Option<SchdKind> {
+        Some(match styp {
+            "DNLD" => SchdKind::Dnld,
+            "RESP" => SchdKind::Resp,
+            "ADFT" => SchdKind::Adft,
+            _ => return None,
+        })
+    }
+}
+
 /// What a message is, as far as routing is concerned. [`MsgKind::type_tag`] is the one name
 /// used for dispatch, log lines and counters alike.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum MsgKind {
-    /// An incremental flight update; the STYP names the changed element.
-    Flop(String),
-    /// A type msgx has no decoder for (yet). Not implemented is not illegal.
+    /// An incremental flight update; the STYP names the changed element (a known subtype).
+    Flop(&'static str),
+    /// `FLOP-FDEL`: the flight is deleted.
+    Fdel,
+    /// Daily schedule.
+    Schd(SchdKind),
+    /// Seasonal schedule (DNLD or RESP).
+    Schs(SchdKind),
+    /// Reference (master) data of one of the 23 types.
+    Reference { rtype: &'static str, op: RefOp },
+    /// A TYPE/STYP msgx has no decoder for (yet). Not implemented is not illegal.
     Unsupported { msg_type: String, styp: String },
 }
 
 impl MsgKind {
     pub fn of(meta: &Meta) -> MsgKind {
+        let unsupported =
+            || MsgKind::Unsupported { msg_type: meta.msg_type.clone(), styp: meta.styp.clone() };
         match meta.msg_type.as_str() {
-            "FLOP" => MsgKind::Flop(meta.styp.clone()),
-            _ => MsgKind::Unsupported { msg_type: meta.msg_type.clone(), styp: meta.styp.clone() },
+            "FLOP" if meta.styp == "FDEL" => MsgKind::Fdel,
+            "FLOP" => flop::subtype(&meta.styp).map(|s| MsgKind::Flop(s.styp)).unwrap_or_else(unsupported),
+            "SCHD" => SchdKind::parse(&meta.styp).map(MsgKind::Schd).unwrap_or_else(unsupported),
+            "SCHS" => match SchdKind::parse(&meta.styp) {
+                Some(k @ (SchdKind::Dnld | SchdKind::Resp)) => MsgKind::Schs(k),
+                _ => unsupported(),
+            },
+            t => match (reference::TYPES.iter().find(|(rt, _, _)| *rt == t), RefOp::parse(&meta.styp)) {
+                (Some((rtype, _, _)), Some(op)) => MsgKind::Reference { rtype, op },
+                _ => unsupported(),
+            },
         }
     }
 
     pub fn type_tag(&self) -> String {
         match self {
             MsgKind::Flop(styp) => format!("FLOP-{styp}"),
+            MsgKind::Fdel => "FLOP-FDEL".to_string(),
+            MsgKind::Schd(k) => format!("SCHD-{}", k.as_str()),
+            MsgKind::Schs(k) => format!("SCHS-{}", k.as_str()),
+            MsgKind::Reference { rtype, op } => format!("{rtype}-{}", op.as_str()),
             MsgKind::Unsupported { msg_type, styp } => format!("{msg_type}-{styp}"),
         }
     }
 }
 
-/// One flight's part of a FLOP message.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct FlopRecord {
-    pub flid: String,
-    pub ffid: Option<String>,
-    /// Changed elements in document order; `None` is an empty element, which clears the field.
-    pub fields: Vec<(String, Option<String>)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[serde(tag = "body", rename_all = "lowercase")]
 pub enum Body {
-    Flop(Vec<FlopRecord>),
+    /// FLOP records, one per flight (FDEL included).
+    Flop {
+        records: Vec<FlopRecord>,
+    },
+    Schedule(Schedule),
+    Reference(RefData),
     /// The kind is unsupported: the body was not read.
     Unread,
 }
@@ -127,8 +186,13 @@ pub fn decode_meta(raw: &str) -> Result<Envelope, DecodeError> {
 /// Decodes the body the META announces.
 pub fn decode_body(env: Envelope) -> Result<Message, DecodeError> {
     let kind = MsgKind::of(&env.meta);
+    let root = &env.root;
     let body = match &kind {
-        MsgKind::Flop(_) => Body::Flop(decode_flop(&env.root)?),
+        MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp)? },
+        MsgKind::Fdel => Body::Flop { records: decode_flop(root, "FDEL")? },
+        MsgKind::Schd(_) => Body::Schedule(schedule::decode_schd(root)?),
+        MsgKind::Schs(_) => Body::Schedule(schedule::decode_schs(root)?),
+        MsgKind::Reference { rtype, op } => Body::Reference(reference::decode(root, rtype, *op)?),
         MsgKind::Unsupported { .. } => Body::Unread,
     };
     Ok(Message { meta: env.meta, kind, body })
@@ -139,34 +203,12 @@ pub fn decode(raw: &str) -> Result<Message, DecodeError> {
     decode_body(decode_meta(raw)?)
 }
 
-fn decode_flop(root: &Element) -> Result<Vec<FlopRecord>, DecodeError> {
-    let mut records = Vec::new();
-    for flop in root.children_named("FLOP") {
-        let flid = flop.child_text("FLID").ok_or_else(|| malformed("<FLOP> has no <FLID>"))?;
-        let mut fields = Vec::new();
-        for el in &flop.children {
-            let name = el.name.to_ascii_uppercase();
-            if name == "FLID" || name == "FFID" {
-                continue;
-            }
-            if !el.children.is_empty() || !el.attrs.is_empty() {
-                // Lists and coded elements need their subtype's table (issue #3); until the
-                // codec knows them they are retryable, never illegal.
-                return Err(codec_error(format!(
-                    "<{name}> in FLOP {flid} has nested elements or attributes this codec cannot read yet"
-                )));
-            }
-            let value = (!el.text.is_empty()).then(|| el.text.clone());
-            fields.push((name, value));
-        }
-        records.push(FlopRecord {
-            flid: flid.to_string(),
-            ffid: flop.child_text("FFID").map(str::to_string),
-            fields,
-        });
-    }
+fn decode_flop(root: &Element, styp: &str) -> Result<Vec<FlopRecord>, DecodeError> {
+    let st = flop::subtype(styp).expect("called for known subtypes only");
+    let records =
+        root.children_named("FLOP").map(|f| flop::decode_record(f, st)).collect::<Result<Vec<_>, _>>()?;
     if records.is_empty() {
-        return Err(malformed("FLOP message has no <FLOP> record"));
+        return Err(malformed(format!("FLOP-{styp} message has no <FLOP> record")));
     }
     Ok(records)
 }
@@ -182,5 +224,7 @@ pub fn identity(meta: &Meta, include_day_boundary: bool) -> String {
     key
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

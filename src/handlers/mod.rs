@@ -21,6 +21,10 @@ pub struct FlightChange {
     pub flid: String,
     pub set: Vec<(String, String)>,
     pub clear: Vec<String>,
+    /// FDEL: the flight's whole state goes (applied before `set`, so a record that deletes and
+    /// sets leaves only the new fields).
+    #[serde(default)]
+    pub delete: bool,
 }
 
 /// Everything a message causes. Its parts are applied by the pump, never by the handler.
@@ -38,21 +42,22 @@ pub struct Unsupported(pub String);
 
 /// The FLIDs whose state the handler of `msg` needs.
 pub fn flids_of(msg: &Message) -> Vec<String> {
-    match &msg.body {
-        Body::Flop(recs) => {
-            let mut flids: Vec<String> = recs.iter().map(|r| r.flid.clone()).collect();
-            flids.sort();
-            flids.dedup();
-            flids
-        }
-        Body::Unread => Vec::new(),
-    }
+    let mut flids: Vec<String> = match &msg.body {
+        Body::Flop { records } => records.iter().map(|r| r.flid.clone()).collect(),
+        Body::Schedule(s) => s.flights.iter().filter_map(|f| f.flid.clone()).collect(),
+        Body::Reference(_) | Body::Unread => Vec::new(),
+    };
+    flids.sort();
+    flids.dedup();
+    flids
 }
 
 /// Decides what `msg` means given the flights it concerns.
 pub fn decide(view: &FlightView, msg: &Message, msg_id: i64) -> Result<Decision, Unsupported> {
     match (&msg.kind, &msg.body) {
-        (MsgKind::Flop(_), Body::Flop(recs)) => Ok(flop::decide(view, msg, recs, msg_id)),
+        (MsgKind::Flop(_) | MsgKind::Fdel, Body::Flop { records }) => {
+            Ok(flop::decide(view, msg, records, msg_id))
+        }
         _ => Err(Unsupported(msg.kind.type_tag())),
     }
 }
@@ -72,7 +77,34 @@ mod flop {
             let flight = working
                 .entry(rec.flid.as_str())
                 .or_insert_with(|| view.get(&rec.flid).unwrap_or(&empty).clone());
-            let mut change = FlightChange { flid: rec.flid.clone(), set: vec![], clear: vec![] };
+            if rec.delete {
+                // FDEL always says so downstream, known flight or not: a consumer may hold it.
+                let old = std::mem::take(flight);
+                d.flights.push(FlightChange {
+                    flid: rec.flid.clone(),
+                    set: vec![],
+                    clear: vec![],
+                    delete: true,
+                });
+                let payload = serde_json::json!({
+                    "msg_id": msg_id,
+                    "type": msg.kind.type_tag(),
+                    "flid": rec.flid,
+                    "ffid": rec.ffid,
+                    "deleted": true,
+                    "old": old,
+                });
+                d.events.push(NewEvent {
+                    target: Target::KafkaMsg.as_str().to_string(),
+                    partition_key: rec.flid.clone(),
+                    event_type: "DELETE".to_string(),
+                    state_version: msg_id,
+                    payload_json: payload.to_string(),
+                });
+                continue;
+            }
+            let mut change =
+                FlightChange { flid: rec.flid.clone(), set: vec![], clear: vec![], delete: false };
             let mut diffs = Vec::new();
             for (field, value) in &rec.fields {
                 let old = flight.get(field).cloned();
@@ -134,7 +166,8 @@ mod tests {
             vec![FlightChange {
                 flid: "1001".into(),
                 set: vec![("STND".into(), "A12".into())],
-                clear: vec![]
+                clear: vec![],
+                delete: false
             }]
         );
         assert_eq!(d.events.len(), 1);
@@ -167,6 +200,18 @@ mod tests {
         let msg = decode(&fixtures::flop_stnd(1, "42", "B7")).unwrap();
         let d = decide(&FlightView::new(), &msg, 1).unwrap();
         assert_eq!(d.flights[0].set, vec![("STND".to_string(), "B7".to_string())]);
+    }
+
+    #[test]
+    fn fdel_deletes_the_flight_and_says_so_with_its_last_state() {
+        let msg = decode(&fixtures::flop(1, "FDEL", "9", &[("FDEL", None)])).unwrap();
+        assert_eq!(msg.kind.type_tag(), "FLOP-FDEL");
+        let d = decide(&view("9", &[("STND", "A1")]), &msg, 4).unwrap();
+        assert!(d.flights[0].delete);
+        let p: serde_json::Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
+        assert_eq!(p["deleted"], true);
+        assert_eq!(p["old"]["STND"], "A1");
+        assert_eq!(d.events[0].event_type, "DELETE");
     }
 
     #[test]

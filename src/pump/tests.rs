@@ -301,3 +301,27 @@ fn a_mailbox_outage_fails_the_head_as_infra_and_it_recovers() {
     w.clock.advance(Duration::from_secs(1));
     assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
 }
+
+#[test]
+fn an_ignored_message_seen_again_by_a_rescan_stays_skipped_once() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::other(1, "EROR", "X", "<EROR/>")));
+    w.pump.round().unwrap();
+    let before = w.pg.proc(1).unwrap();
+    assert_eq!(before.row.last_error.as_deref(), Some("ignored:EROR-*"));
+    // The poller or the rescan meets the row again: it is not enqueued twice, nor re-processed.
+    let mut pg = w.pg.clone();
+    assert_eq!(pg.enqueue(&[InboundRow { id: 1, received_at: None }], None, w.clock.now()).unwrap(), 0);
+    assert_eq!(w.pump.round().unwrap(), Round::Idle);
+    assert_eq!(w.pg.proc(1).unwrap(), before, "untouched");
+}
+
+#[test]
+fn fdel_removes_the_flight_from_the_live_state() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F9", "A1")));
+    w.arrive(2, Some(&fixtures::flop(2, "FDEL", "F9", &[("FDEL", None)])));
+    w.pump.round().unwrap();
+    assert_eq!(w.flights.flight("F9"), None);
+    assert_eq!(w.events(), 2, "the delete is said downstream");
+}

@@ -107,6 +107,9 @@ impl FlightStore for RedisFlights {
             let mut p = redis::pipe();
             p.atomic();
             for (key, ch) in &ops {
+                if ch.delete {
+                    p.del(key).ignore();
+                }
                 if !ch.set.is_empty() {
                     p.hset_multiple(key, &ch.set).ignore();
                 }

@@ -770,12 +770,18 @@ impl FlightStore for MemFlights {
     fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()> {
         self.0.with("redis", |s| {
             for c in changes {
+                if c.delete {
+                    s.flights.remove(&c.flid);
+                }
                 let f = s.flights.entry(c.flid.clone()).or_default();
                 for (k, v) in &c.set {
                     f.insert(k.clone(), v.clone());
                 }
                 for k in &c.clear {
                     f.remove(k);
+                }
+                if f.is_empty() {
+                    s.flights.remove(&c.flid);
                 }
             }
             s.applied.insert(msg_id, decision.clone());

@@ -1,0 +1,403 @@
+//! FLOP, table-driven: one row per subtype (`format/unisys_sis_flop_subtypes.csv`) says which
+//! elements the subtype carries and their shape; one decoder reads them all. Values are
+//! normalised: times become ISO (`2021-01-23T05:35`), records and lists become canonical JSON
+//! (sorted keys), so equal states compare equal whatever the feed's spelling.
+
+use std::collections::BTreeMap;
+
+use super::time;
+use super::xml::Element;
+use super::{codec_error, malformed, DecodeError};
+
+/// How a value is checked and normalised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    /// `ddMMMyyHHmm` or `ddMMMyy` → ISO.
+    Time,
+    Int,
+    /// `hhmm` duration (DELY DURA).
+    Hhmm,
+}
+
+/// The shape of one element of a subtype.
+#[derive(Debug, Clone, Copy)]
+pub enum Shape {
+    /// A single value: `<STND>A12</STND>`.
+    Scalar(Kind),
+    /// A repeated element forming the complete current list, each item a record of child
+    /// elements, attributes and maybe text: `<GTDT GTNO="1"><GATE>…</GATE>…</GTDT>…`.
+    List {
+        seq: Option<&'static str>,
+        attrs: &'static [(&'static str, Kind)],
+        children: &'static [(&'static str, Kind)],
+        text: Option<&'static str>,
+    },
+    /// One structured element: `<PORT><POTM>…</POTM><POID>O</POID></PORT>`,
+    /// `<FDIV DDES="SHA" DDIR="TO">weather</FDIV>`.
+    Record {
+        attrs: &'static [(&'static str, Kind)],
+        children: &'static [(&'static str, Kind)],
+        text: Option<&'static str>,
+    },
+}
+
+/// One FLOP subtype: the elements it may carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Subtype {
+    pub styp: &'static str,
+    pub elements: &'static [(&'static str, Shape)],
+}
+
+use Kind::{Hhmm, Int, Text, Time};
+
+const fn scalar(name: &'static str, k: Kind) -> (&'static str, Shape) {
+    (name, Shape::Scalar(k))
+}
+
+const fn list(
+    name: &'static str,
+    seq: &'static str,
+    children: &'static [(&'static str, Kind)],
+) -> (&'static str, Shape) {
+    (name, Shape::List { seq: Some(seq), attrs: &[], children, text: None })
+}
+
+const fn sub(styp: &'static str, elements: &'static [(&'static str, Shape)]) -> Subtype {
+    Subtype { styp, elements }
+}
+
+/// Every FLOP subtype msgx decodes (48 with public processors, plus ESTT/ACTT).
+pub const SUBTYPES: &[Subtype] = &[
+    sub("ABTM", &[list("ABTM", "ASNO", &[("ABDG", Text), ("ABOP", Text), ("AOTM", Time)])]),
+    sub("ACFT", &[scalar("ACFT", Text)]),
+    sub("APPT", &[scalar("APPT", Time)]),
+    sub("BOTM", &[scalar("BOTM", Time)]),
+    sub(
+        "CHDT",
+        &[list(
+            "CHDT",
+            "CHNO",
+            &[
+                ("CHUT", Text),
+                ("CCLS", Text),
+                ("PCBT", Time),
+                ("PCET", Time),
+                ("CBTM", Time),
+                ("CETM", Time),
+                ("CTYP", Text),
+            ],
+        )],
+    ),
+    sub("CHOT", &[list("CHOT", "CSNO", &[("CHTM", Time), ("CHID", Text), ("CHST", Text)])]),
+    sub(
+        "CKDT",
+        &[list(
+            "CKDT",
+            "CKNO",
+            &[
+                ("CHKC", Text),
+                ("CCLS", Text),
+                ("PCOT", Time),
+                ("PCCT", Time),
+                ("COTM", Time),
+                ("CCTM", Time),
+                ("CTYP", Text),
+            ],
+        )],
+    ),
+    sub(
+        "CLDT",
+        &[list(
+            "CLDT",
+            "CLNO",
+            &[
+                ("BELT", Text),
+                ("BCLS", Text),
+                ("PCOT", Time),
+                ("PCCT", Time),
+                ("FBAG", Time),
+                ("LBAG", Time),
+                ("BTYP", Text),
+            ],
+        )],
+    ),
+    sub("CNCL", &[scalar("CNCL", Time)]),
+    sub("COBT", &[scalar("COBT", Time)]),
+    sub("CTOT", &[scalar("CTOT", Time)]),
+    sub(
+        "DELY",
+        &[(
+            "DELY",
+            Shape::List {
+                seq: None,
+                attrs: &[("CODE", Text), ("STRT", Time), ("DURA", Hhmm)],
+                children: &[],
+                text: Some("REASON"),
+            },
+        )],
+    ),
+    sub("EGSR", &[scalar("EGSR", Time)]),
+    sub("EGST", &[scalar("EGST", Time)]),
+    sub("EOBT", &[scalar("EOBT", Time)]),
+    sub(
+        "ERUT",
+        &[list(
+            "ERUT",
+            "RTNO",
+            &[("APCD", Text), ("SCAT", Time), ("SCDT", Time), ("SADC", Text), ("SDDC", Text)],
+        )],
+    ),
+    sub("EXSS", &[scalar("EXSC", Text), scalar("EXSR", Text)]),
+    sub("FDEL", &[]),
+    sub(
+        "FDIV",
+        &[(
+            "FDIV",
+            Shape::Record { attrs: &[("DDES", Text), ("DDIR", Text)], children: &[], text: Some("REASON") },
+        )],
+    ),
+    sub("FINT", &[scalar("FINT", Time)]),
+    sub("FLAB", &[("FLAB", Shape::Record { attrs: &[("ARES", Text)], children: &[], text: Some("REASON") })]),
+    sub("FLIN", &[scalar("FLIN", Text)]),
+    sub("FLTY", &[scalar("FLTY", Text)]),
+    sub("FRET", &[("FRET", Shape::Record { attrs: &[("REID", Text)], children: &[], text: Some("REASON") })]),
+    sub("FTSS", &[scalar("FTSS", Text)]),
+    sub(
+        "GTDT",
+        &[list(
+            "GTDT",
+            "GTNO",
+            &[("GATE", Text), ("PGOT", Time), ("PGCT", Time), ("GOTM", Time), ("GCTM", Time), ("GTYP", Text)],
+        )],
+    ),
+    sub("HNAG", &[scalar("FHAG", Text), scalar("PHAG", Text), scalar("MHAG", Text)]),
+    sub("IEST", &[scalar("IEST", Time)]),
+    sub("LACL", &[scalar("LACL", Time)]),
+    sub("MAXP", &[scalar("MAXP", Int)]),
+    sub("NAAT", &[scalar("NAAT", Time)]),
+    sub("NEAT", &[scalar("NEAT", Time)]),
+    sub("PADT", &[scalar("PADT", Time)]),
+    sub("PEDT", &[scalar("PEDT", Time)]),
+    // Door and tractor events repeat without a sequence attribute (open, then close): lists.
+    sub(
+        "PORT",
+        &[(
+            "PORT",
+            Shape::List { seq: None, attrs: &[], children: &[("POTM", Time), ("POID", Text)], text: None },
+        )],
+    ),
+    sub("PSDT", &[list("PSDT", "PSNO", &[("PSST", Text), ("STST", Time), ("STET", Time)])]),
+    sub("PSHT", &[list("PSHT", "PSHN", &[("PSTM", Time), ("PSID", Text), ("PUST", Text)])]),
+    sub("REMC", &[scalar("REMC", Text)]),
+    sub("RENO", &[scalar("RENO", Text)]),
+    sub("RUNW", &[scalar("RUNW", Text)]),
+    sub(
+        "SRVT",
+        &[(
+            "SRVT",
+            Shape::List {
+                seq: None,
+                attrs: &[],
+                children: &[
+                    ("SRTC", Text),
+                    ("SRQT", Int),
+                    ("SRST", Time),
+                    ("SRET", Time),
+                    ("SRPR", Text),
+                    ("SANR", Text),
+                    ("SARR", Text),
+                ],
+                text: None,
+            },
+        )],
+    ),
+    sub("STND", &[scalar("STND", Text)]),
+    sub("TAOP", &[scalar("TAOP", Text), scalar("TAFL", Text), scalar("TAID", Text)]),
+    sub(
+        "TIPT",
+        &[(
+            "TIPT",
+            Shape::List { seq: None, attrs: &[], children: &[("TRTM", Time), ("TRST", Text)], text: None },
+        )],
+    ),
+    sub("TOBT", &[scalar("TOBT", Time)]),
+    sub("TRML", &[scalar("TRML", Text)]),
+    sub(
+        "VIPF",
+        &[(
+            "VIPF",
+            Shape::List {
+                seq: None,
+                attrs: &[],
+                children: &[("VPCD", Text), ("VFES", Text), ("VIPT", Text)],
+                text: None,
+            },
+        )],
+    ),
+    sub("VIPP", &[scalar("VIPP", Int), scalar("VIPR", Text)]),
+    sub("ESTT", &[scalar("ESTT", Time)]),
+    sub("ACTT", &[scalar("ACTT", Time)]),
+];
+
+pub fn subtype(styp: &str) -> Option<&'static Subtype> {
+    SUBTYPES.iter().find(|s| s.styp.eq_ignore_ascii_case(styp))
+}
+
+/// One flight's part of a FLOP message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FlopRecord {
+    pub flid: String,
+    pub ffid: Option<String>,
+    /// Changed fields in table order; `None` is an empty element, which clears the field.
+    /// Records and lists are canonical JSON text.
+    pub fields: Vec<(String, Option<String>)>,
+    /// `FDEL`: the flight is deleted.
+    pub delete: bool,
+}
+
+/// Normalises one value of `kind`; `field` names it in errors.
+pub fn value(kind: Kind, raw: &str, field: &str, flid: &str) -> Result<String, DecodeError> {
+    let v = raw.trim();
+    let bad = |what: &str| codec_error(format!("{field} of FLID {flid}: {v:?} is not {what}"));
+    match kind {
+        Text => Ok(v.to_string()),
+        Time => time::parse(v).map(|t| t.iso()).ok_or_else(|| bad("a time (ddMMMyyHHmm or ddMMMyy)")),
+        Int => v.parse::<i64>().map(|n| n.to_string()).map_err(|_| bad("an integer")),
+        Hhmm => {
+            let ok = v.len() == 4
+                && v.bytes().all(|b| b.is_ascii_digit())
+                && v[2..].parse::<u8>().is_ok_and(|m| m < 60);
+            if ok {
+                Ok(v.to_string())
+            } else {
+                Err(bad("a duration hhmm"))
+            }
+        }
+    }
+}
+
+type Fields = &'static [(&'static str, Kind)];
+
+/// A record of attributes (plus the list's sequence attribute, an integer), children and
+/// text; empty parts are left out.
+fn record(
+    el: &Element,
+    attrs: Fields,
+    seq: Option<&'static str>,
+    children: Fields,
+    text: Option<&str>,
+    flid: &str,
+) -> Result<BTreeMap<String, String>, DecodeError> {
+    let mut rec = BTreeMap::new();
+    for (name, v) in &el.attrs {
+        let spec =
+            attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| a.eq_ignore_ascii_case(name));
+        let Some((a, kind)) = spec else {
+            return Err(codec_error(format!(
+                "<{}> of FLID {flid} has an attribute {name} this codec does not know",
+                el.name
+            )));
+        };
+        if !v.trim().is_empty() {
+            rec.insert(a.to_string(), value(kind, v, &format!("{}@{a}", el.name), flid)?);
+        }
+    }
+    for c in &el.children {
+        let Some((n, kind)) = children.iter().find(|(n, _)| n.eq_ignore_ascii_case(&c.name)) else {
+            return Err(codec_error(format!(
+                "<{}> of FLID {flid} has an element <{}> this codec does not know",
+                el.name, c.name
+            )));
+        };
+        if !c.children.is_empty() {
+            return Err(codec_error(format!(
+                "<{}/{}> of FLID {flid} is nested deeper than this codec reads",
+                el.name, c.name
+            )));
+        }
+        if !c.text.is_empty() {
+            rec.insert(n.to_string(), value(*kind, &c.text, &format!("{}/{n}", el.name), flid)?);
+        }
+    }
+    if let Some(t) = text {
+        if !el.text.is_empty() {
+            rec.insert(t.to_string(), el.text.clone());
+        }
+    }
+    Ok(rec)
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("maps of strings serialise")
+}
+
+/// Decodes one `<FLOP>` record of subtype `st`.
+pub fn decode_record(flop: &Element, st: &Subtype) -> Result<FlopRecord, DecodeError> {
+    let flid = flop.child_text("FLID").ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
+    let ffid = flop.child_text("FFID").map(str::to_string);
+    if st.styp == "FDEL" {
+        return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
+    }
+    let body: Vec<&Element> = flop
+        .children
+        .iter()
+        .filter(|c| !c.name.eq_ignore_ascii_case("FLID") && !c.name.eq_ignore_ascii_case("FFID"))
+        .collect();
+    if let Some(stray) =
+        body.iter().find(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name)))
+    {
+        return Err(codec_error(format!(
+            "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
+            st.styp, stray.name
+        )));
+    }
+    let mut fields = Vec::new();
+    for (name, shape) in st.elements {
+        let found: Vec<&&Element> = body.iter().filter(|c| c.name.eq_ignore_ascii_case(name)).collect();
+        if found.is_empty() {
+            continue;
+        }
+        let v = match shape {
+            Shape::Scalar(kind) => {
+                if found.len() > 1 {
+                    return Err(codec_error(format!(
+                        "<{name}> appears {} times for FLID {flid}",
+                        found.len()
+                    )));
+                }
+                let el = found[0];
+                if !el.children.is_empty() || !el.attrs.is_empty() {
+                    return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
+                }
+                (!el.text.is_empty()).then(|| value(*kind, &el.text, name, &flid)).transpose()?
+            }
+            Shape::Record { attrs, children, text } => {
+                if found.len() > 1 {
+                    return Err(codec_error(format!(
+                        "<{name}> appears {} times for FLID {flid}",
+                        found.len()
+                    )));
+                }
+                let rec = record(found[0], attrs, None, children, *text, &flid)?;
+                (!rec.is_empty()).then(|| json(&rec))
+            }
+            Shape::List { seq, attrs, children, text } => {
+                // A list is the complete current list; one empty element clears it.
+                let mut items = Vec::new();
+                for el in &found {
+                    let rec = record(el, attrs, *seq, children, *text, &flid)?;
+                    if !rec.is_empty() {
+                        items.push(rec);
+                    }
+                }
+                if let Some(s) = seq {
+                    items.sort_by_key(|r| r.get(*s).and_then(|n| n.parse::<i64>().ok()).unwrap_or(i64::MAX));
+                }
+                (!items.is_empty()).then(|| json(&items))
+            }
+        };
+        fields.push((name.to_string(), v));
+    }
+    Ok(FlopRecord { flid, ffid, fields, delete: false })
+}

@@ -1,0 +1,152 @@
+//! `SCHD` (daily plan: DNLD and RESP are complete snapshots of their window, ADFT adds or
+//! updates) and `SCHS` (seasonal plan): a `RECS` count and `FLTR` flight records. A FLTR is
+//! read generically: plain elements become text (known time fields normalised to ISO),
+//! structured ones records, repeated ones lists.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::time;
+use super::xml::Element;
+use super::{codec_error, malformed, DecodeError};
+
+/// One complete flight record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Fltr {
+    /// The AODB flight id; required in SCHD, absent from seasonal (SCHS) records.
+    pub flid: Option<String>,
+    /// SODT as ISO (`2021-01-23T05:35`); required in SCHD, optional in SCHS.
+    pub sodt: Option<String>,
+    /// Every element but FLID, by name.
+    pub fields: BTreeMap<String, Value>,
+}
+
+/// The season of an `SCHS` message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Season {
+    pub name: Option<String>,
+    pub airport: Option<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Schedule {
+    /// The declared record count (`RECS`), checked against `flights` by the handler.
+    pub recs: Option<u32>,
+    pub flights: Vec<Fltr>,
+    pub season: Option<Season>,
+}
+
+/// FLTR elements holding a time or a date.
+const TIME_FIELDS: &[&str] = &[
+    "SODT", "ESTT", "ACTT", "STDT", "EDDT", "SCHT", "SCAT", "SCDT", "STST", "STET", "PGOT", "PGCT", "GOTM",
+    "GCTM",
+];
+
+fn text_value(name: &str, text: &str, flid: &str) -> Result<Value, DecodeError> {
+    if TIME_FIELDS.iter().any(|t| t.eq_ignore_ascii_case(name)) && !text.is_empty() {
+        if let Some(t) = time::parse(text) {
+            return Ok(Value::String(t.iso()));
+        }
+        // Seasonal records give times of day as HHMM.
+        let hhmm = text.len() == 4
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && text[..2].parse::<u8>().is_ok_and(|h| h < 24)
+            && text[2..].parse::<u8>().is_ok_and(|m| m < 60);
+        if !hhmm {
+            return Err(codec_error(format!(
+                "{name} of FLTR {flid}: {text:?} is not a time (ddMMMyyHHmm, ddMMMyy or HHMM)"
+            )));
+        }
+    }
+    Ok(Value::String(text.to_string()))
+}
+
+/// A structured element as a JSON object: attributes, children (recursively) and text.
+fn element_value(el: &Element, flid: &str) -> Result<Value, DecodeError> {
+    if el.children.is_empty() && el.attrs.is_empty() {
+        return text_value(&el.name, &el.text, flid);
+    }
+    let mut obj = Map::new();
+    for (k, v) in &el.attrs {
+        obj.insert(k.to_ascii_uppercase(), Value::String(v.trim().to_string()));
+    }
+    for (name, v) in group(&el.children, flid)? {
+        obj.insert(name, v);
+    }
+    if !el.text.is_empty() {
+        obj.insert("TEXT".into(), Value::String(el.text.clone()));
+    }
+    Ok(Value::Object(obj))
+}
+
+/// Children grouped by upper-cased name; a repeated name becomes a list, in document order.
+fn group<'a>(
+    children: impl IntoIterator<Item = &'a Element>,
+    flid: &str,
+) -> Result<BTreeMap<String, Value>, DecodeError> {
+    let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for c in children {
+        seen.entry(c.name.to_ascii_uppercase()).or_default().push(element_value(c, flid)?);
+    }
+    Ok(seen
+        .into_iter()
+        .map(|(name, mut vs)| if vs.len() == 1 { (name, vs.remove(0)) } else { (name, Value::Array(vs)) })
+        .collect())
+}
+
+fn fltr(el: &Element, daily: bool) -> Result<Fltr, DecodeError> {
+    let flid = el.child_text("FLID").map(str::to_string);
+    let flid = match flid {
+        Some(f) => f,
+        None if daily => return Err(malformed("<FLTR> has no <FLID>")),
+        None => format!("{}/{}", el.child_text("FLNO").unwrap_or("?"), el.child_text("MVIN").unwrap_or("?")),
+    };
+    let mut fields = group(el.children.iter().filter(|c| !c.name.eq_ignore_ascii_case("FLID")), &flid)?;
+    let sodt = match fields.get("SODT") {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::String(_)) | None if daily => {
+            return Err(malformed(format!("<FLTR> for FLID {flid} has no <SODT>")));
+        }
+        Some(Value::Array(_)) => {
+            return Err(malformed(format!("<FLTR> for FLID {flid} has more than one <SODT>")))
+        }
+        _ => None,
+    };
+    // A repeated sub-record with a single occurrence is still a list, so consumers see one shape.
+    for name in ["ROUT", "ERUT", "PSDT", "GTDT", "CKDT", "CLDT", "CHDT", "CHOT", "ABTM", "DELY", "PSHT"] {
+        if let Some(v) = fields.get_mut(name).filter(|v| v.is_object()) {
+            *v = Value::Array(vec![v.take()]);
+        }
+    }
+    Ok(Fltr { flid: el.child_text("FLID").map(str::to_string), sodt, fields })
+}
+
+fn recs(container: &Element) -> Result<Option<u32>, DecodeError> {
+    container
+        .child_text("RECS")
+        .map(|r| r.trim().parse::<u32>().map_err(|_| malformed(format!("<RECS> {r:?} is not a count"))))
+        .transpose()
+}
+
+/// `<SCHD><RECS/><FLTR/>*</SCHD>`.
+pub fn decode_schd(root: &Element) -> Result<Schedule, DecodeError> {
+    let schd = root.child("SCHD").ok_or_else(|| malformed("SCHD message has no <SCHD> body"))?;
+    let flights = schd.children_named("FLTR").map(|f| fltr(f, true)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Schedule { recs: recs(schd)?, flights, season: None })
+}
+
+/// `<SCHS><SNAM/><APCD/><SDAT/><EDAT/><RECS/><FLTR/>*</SCHS>`.
+pub fn decode_schs(root: &Element) -> Result<Schedule, DecodeError> {
+    let schs = root.child("SCHS").ok_or_else(|| malformed("SCHS message has no <SCHS> body"))?;
+    let flights = schs.children_named("FLTR").map(|f| fltr(f, false)).collect::<Result<Vec<_>, _>>()?;
+    let season = Season {
+        name: schs.child_text("SNAM").map(str::to_string),
+        airport: schs.child_text("APCD").map(str::to_string),
+        start: schs.child_text("SDAT").map(str::to_string),
+        end: schs.child_text("EDAT").map(str::to_string),
+    };
+    Ok(Schedule { recs: recs(schs)?, flights, season: Some(season) })
+}

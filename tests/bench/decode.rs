@@ -1,0 +1,95 @@
+//! Decode throughput on one core, one run, side by side with the raw-XML floor (quick-xml
+//! reading every event of the same text, building nothing):
+//! - a typical FLOP message (a three-gate GTDT list);
+//! - a 500-flight SCHD-DNLD.
+//!
+//! `cargo bench --bench decode` (no services needed).
+
+use std::time::{Duration, Instant};
+
+use msgx::codec;
+
+fn flop() -> String {
+    let mut gates = String::new();
+    for n in 1..=3 {
+        gates.push_str(&format!(
+            "<GTDT GTNO=\"{n}\"><GATE>G2{n}</GATE><PGOT>05MAR261320</PGOT><PGCT>05MAR261350</PGCT><GOTM>05MAR261322</GOTM><GTYP>D</GTYP></GTDT>"
+        ));
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MSG><META><SNDR>AODB</SNDR><SEQN>1243</SEQN><DTTM>20260305132000</DTTM>\
+         <TYPE>FLOP</TYPE><STYP>GTDT</STYP></META><FLOP><FLID>88231</FLID><FFID>MU-MU5101-D-05MAR261400-D</FFID>{gates}</FLOP></MSG>"
+    )
+}
+
+fn dnld(flights: usize) -> String {
+    let mut body = format!("<RECS>{flights}</RECS>");
+    for i in 0..flights {
+        body.push_str(&format!(
+            "<FLTR><FLID>{}</FLID><ALCD>MU</ALCD><FLNO>MU{}</FLNO><MVIN>{}</MVIN><SODT>05MAR26{:02}{:02}</SODT><FLTY>J</FLTY><FLIN>D</FLIN>\
+             <ROUT RTNO=\"1\"><APCD>SHA</APCD><SCAT>05MAR261130</SCAT></ROUT><ACFT>32N</ACFT><RENO>B-30EK</RENO><TRML>T2</TRML>\
+             <MAXP>186</MAXP><STND>2{:02}</STND><PSDT PSNO=\"1\"><PSST>2{:02}</PSST><STST>05MAR260800</STST><STET>05MAR260950</STET></PSDT>\
+             <PHAG>110009</PHAG><FHAG>110009</FHAG><MHAG>110009</MHAG><ERUT RTNO=\"1\"><APCD>CTU</APCD><SCDT>05MAR260905</SCDT></ERUT>\
+             <ERUT RTNO=\"2\"><APCD>SHA</APCD><SCAT>05MAR261130</SCAT></ERUT><EXSC>SCH</EXSC><FTSS>SCH</FTSS></FLTR>",
+            100_000 + i,
+            5000 + i,
+            if i % 2 == 0 { "D" } else { "A" },
+            6 + i % 16,
+            i % 60,
+            i % 90,
+            i % 90
+        ));
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MSG><META><SNDR>AODB</SNDR><SEQN>345935</SEQN><DTTM>20260305010000</DTTM>\
+         <TYPE>SCHD</TYPE><STYP>DNLD</STYP></META><SCHD>{body}</SCHD></MSG>"
+    )
+}
+
+/// Runs `f` repeatedly for about `budget`; returns runs per second.
+fn rate(budget: Duration, mut f: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < budget {
+        f();
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn raw_xml(text: &str) -> usize {
+    let mut r = quick_xml::Reader::from_str(text);
+    let mut n = 0;
+    loop {
+        match r.read_event() {
+            Ok(quick_xml::events::Event::Eof) => return n,
+            Ok(_) => n += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+fn main() {
+    let budget = Duration::from_secs(2);
+    println!(
+        "decode on one core, one run (msgs/s, MB/s, and msgx against quick-xml tokenising the same text):"
+    );
+    for (name, text) in [("FLOP-GTDT (3 gates)", flop()), ("SCHD-DNLD (500 flights)", dnld(500))] {
+        let m = codec::decode(&text).expect("bench input decodes");
+        assert!(matches!(m.body, codec::Body::Flop { .. } | codec::Body::Schedule(_)));
+        let ours = rate(budget, || {
+            std::hint::black_box(codec::decode(std::hint::black_box(&text)).unwrap());
+        });
+        let floor = rate(budget, || {
+            std::hint::black_box(raw_xml(std::hint::black_box(&text)));
+        });
+        let mb = text.len() as f64 / 1e6;
+        println!(
+            "  {name:<24} {:>7} bytes  msgx {ours:>9.0} msgs/s {:>6.1} MB/s   floor {floor:>9.0} msgs/s {:>6.1} MB/s   msgx/floor {:.2}",
+            text.len(),
+            ours * mb,
+            floor * mb,
+            ours / floor
+        );
+    }
+}
