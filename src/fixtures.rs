@@ -29,3 +29,84 @@ pub fn other(seqn: u64, msg_type: &str, styp: &str, body: &str) -> String {
          <TYPE>{msg_type}</TYPE><STYP>{styp}</STYP></META>{body}</MSG>"
     )
 }
+
+/// Expected fields: name and value (`None`: cleared).
+pub type Expected = &'static [(&'static str, Option<&'static str>)];
+
+/// One message of my own per FLOP subtype: its STYP, its body, the fields it must decode to.
+pub const EVERY_SUBTYPE: &[(&str, &str, Expected)] = &[
+    ("ABTM", "<ABTM ASNO=\"2\"><ABDG>B12</ABDG><ABOP>D</ABOP><AOTM>05MAR261512</AOTM></ABTM><ABTM ASNO=\"1\"><ABDG>B11</ABDG><ABOP>A</ABOP><AOTM>05MAR261431</AOTM></ABTM>",
+        &[("ABTM", Some(r#"[{"ABDG":"B11","ABOP":"A","AOTM":"2026-03-05T14:31","ASNO":"1"},{"ABDG":"B12","ABOP":"D","AOTM":"2026-03-05T15:12","ASNO":"2"}]"#))]),
+    ("ACFT", "<ACFT>32N</ACFT>", &[("ACFT", Some("32N"))]),
+    ("APPT", "<APPT>05MAR261440</APPT>", &[("APPT", Some("2026-03-05T14:40"))]),
+    ("BOTM", "<BOTM>05MAR261350</BOTM>", &[("BOTM", Some("2026-03-05T13:50"))]),
+    ("CHDT", "<CHDT CHNO=\"1\"><CHUT>C03</CHUT><CCLS>Y</CCLS><PCBT>05MAR261200</PCBT><PCET>05MAR261330</PCET><CTYP>D</CTYP></CHDT>",
+        &[("CHDT", Some(r#"[{"CCLS":"Y","CHNO":"1","CHUT":"C03","CTYP":"D","PCBT":"2026-03-05T12:00","PCET":"2026-03-05T13:30"}]"#))]),
+    ("CHOT", "<CHOT CSNO=\"1\"><CHTM>05MAR261436</CHTM><CHID>ON</CHID><CHST>212</CHST></CHOT>",
+        &[("CHOT", Some(r#"[{"CHID":"ON","CHST":"212","CHTM":"2026-03-05T14:36","CSNO":"1"}]"#))]),
+    ("CKDT", "<CKDT CKNO=\"1\"><CHKC>K21</CHKC><PCOT>05MAR261130</PCOT><PCCT>05MAR261355</PCCT><CTYP>D</CTYP></CKDT>",
+        &[("CKDT", Some(r#"[{"CHKC":"K21","CKNO":"1","CTYP":"D","PCCT":"2026-03-05T13:55","PCOT":"2026-03-05T11:30"}]"#))]),
+    ("CLDT", "<CLDT CLNO=\"1\"><BELT>7</BELT><FBAG>05MAR261450</FBAG><LBAG>05MAR261512</LBAG></CLDT>",
+        &[("CLDT", Some(r#"[{"BELT":"7","CLNO":"1","FBAG":"2026-03-05T14:50","LBAG":"2026-03-05T15:12"}]"#))]),
+    ("CNCL", "<CNCL>05MAR260812</CNCL>", &[("CNCL", Some("2026-03-05T08:12"))]),
+    ("COBT", "<COBT>05MAR261405</COBT>", &[("COBT", Some("2026-03-05T14:05"))]),
+    ("CTOT", "<CTOT>05MAR261420</CTOT>", &[("CTOT", Some("2026-03-05T14:20"))]),
+    ("DELY", "<DELY CODE=\"93\" STRT=\"05MAR261400\" DURA=\"0045\">late inbound aircraft</DELY><DELY CODE=\"71\" STRT=\"05MAR261445\" DURA=\"0010\">weather</DELY>",
+        &[("DELY", Some(r#"[{"CODE":"93","DURA":"0045","REASON":"late inbound aircraft","STRT":"2026-03-05T14:00"},{"CODE":"71","DURA":"0010","REASON":"weather","STRT":"2026-03-05T14:45"}]"#))]),
+    ("EGSR", "<EGSR>05MAR261408</EGSR>", &[("EGSR", Some("2026-03-05T14:08"))]),
+    ("EGST", "<EGST>05MAR261410</EGST>", &[("EGST", Some("2026-03-05T14:10"))]),
+    ("EOBT", "<EOBT>05MAR261400</EOBT>", &[("EOBT", Some("2026-03-05T14:00"))]),
+    ("ERUT", "<ERUT RTNO=\"1\"><APCD>SHA</APCD><SCDT>05MAR261400</SCDT></ERUT><ERUT RTNO=\"2\"><APCD>CTU</APCD><SCAT>05MAR261705</SCAT><SADC>0</SADC></ERUT>",
+        &[("ERUT", Some(r#"[{"APCD":"SHA","RTNO":"1","SCDT":"2026-03-05T14:00"},{"APCD":"CTU","RTNO":"2","SADC":"0","SCAT":"2026-03-05T17:05"}]"#))]),
+    ("EXSS", "<EXSC>BOR</EXSC><EXSR>boarding</EXSR>", &[("EXSC", Some("BOR")), ("EXSR", Some("boarding"))]),
+    ("FDIV", "<FDIV DDES=\"PVG\" DDIR=\"TO\">fog at destination</FDIV>",
+        &[("FDIV", Some(r#"{"DDES":"PVG","DDIR":"TO","REASON":"fog at destination"}"#))]),
+    ("FINT", "<FINT>05MAR261702</FINT>", &[("FINT", Some("2026-03-05T17:02"))]),
+    ("FLAB", "<FLAB ARES=\"WX\">wind shear</FLAB>", &[("FLAB", Some(r#"{"ARES":"WX","REASON":"wind shear"}"#))]),
+    ("FLIN", "<FLIN>I</FLIN>", &[("FLIN", Some("I"))]),
+    ("FLTY", "<FLTY>J</FLTY>", &[("FLTY", Some("J"))]),
+    ("FRET", "<FRET REID=\"TECH\">hydraulic warning</FRET>", &[("FRET", Some(r#"{"REASON":"hydraulic warning","REID":"TECH"}"#))]),
+    ("FTSS", "<FTSS>DEP</FTSS>", &[("FTSS", Some("DEP"))]),
+    ("GTDT", "<GTDT GTNO=\"1\"><GATE>G28</GATE><PGOT>05MAR261320</PGOT><PGCT>05MAR261350</PGCT><GTYP>D</GTYP></GTDT>",
+        &[("GTDT", Some(r#"[{"GATE":"G28","GTNO":"1","GTYP":"D","PGCT":"2026-03-05T13:50","PGOT":"2026-03-05T13:20"}]"#))]),
+    ("HNAG", "<FHAG>110009</FHAG><PHAG>110010</PHAG><MHAG>110011</MHAG>",
+        &[("FHAG", Some("110009")), ("PHAG", Some("110010")), ("MHAG", Some("110011"))]),
+    ("IEST", "<IEST>05MAR261655</IEST>", &[("IEST", Some("2026-03-05T16:55"))]),
+    ("LACL", "<LACL>05MAR261345</LACL>", &[("LACL", Some("2026-03-05T13:45"))]),
+    ("MAXP", "<MAXP> 186 </MAXP>", &[("MAXP", Some("186"))]),
+    ("NAAT", "<NAAT>05MAR261811</NAAT>", &[("NAAT", Some("2026-03-05T18:11"))]),
+    ("NEAT", "<NEAT>05MAR261805</NEAT>", &[("NEAT", Some("2026-03-05T18:05"))]),
+    ("PADT", "<PADT>05MAR261102</PADT>", &[("PADT", Some("2026-03-05T11:02"))]),
+    ("PEDT", "<PEDT>05MAR261100</PEDT>", &[("PEDT", Some("2026-03-05T11:00"))]),
+    ("PORT", "<PORT><POTM>05MAR261438</POTM><POID>O</POID></PORT><PORT><POTM>05MAR261402</POTM><POID>C</POID></PORT>",
+        &[("PORT", Some(r#"[{"POID":"O","POTM":"2026-03-05T14:38"},{"POID":"C","POTM":"2026-03-05T14:02"}]"#))]),
+    ("PSDT", "<PSDT PSNO=\"1\"><PSST>212</PSST><STST>05MAR261200</STST><STET>05MAR261410</STET></PSDT>",
+        &[("PSDT", Some(r#"[{"PSNO":"1","PSST":"212","STET":"2026-03-05T14:10","STST":"2026-03-05T12:00"}]"#))]),
+    ("PSHT", "<PSHT PSHN=\"1\"><PSTM>05MAR261404</PSTM><PSID>P</PSID><PUST>212</PUST></PSHT>",
+        &[("PSHT", Some(r#"[{"PSHN":"1","PSID":"P","PSTM":"2026-03-05T14:04","PUST":"212"}]"#))]),
+    ("REMC", "<REMC>VIP on board, 航班备注</REMC>", &[("REMC", Some("VIP on board, 航班备注"))]),
+    ("RENO", "<RENO>B-30EK</RENO>", &[("RENO", Some("B-30EK"))]),
+    ("RUNW", "<RUNW>02L</RUNW>", &[("RUNW", Some("02L"))]),
+    ("SRVT", "<SRVT><SRTC>WCHR</SRTC><SRQT>2</SRQT><SRST>05MAR261300</SRST></SRVT>",
+        &[("SRVT", Some(r#"[{"SRQT":"2","SRST":"2026-03-05T13:00","SRTC":"WCHR"}]"#))]),
+    ("STND", "<STND>212</STND>", &[("STND", Some("212"))]),
+    ("TAOP", "<TAOP>MU</TAOP><TAFL>MU5102</TAFL><TAID>88231</TAID>",
+        &[("TAOP", Some("MU")), ("TAFL", Some("MU5102")), ("TAID", Some("88231"))]),
+    ("TIPT", "<TIPT><TRTM>05MAR261401</TRTM><TRST>212</TRST></TIPT>", &[("TIPT", Some(r#"[{"TRST":"212","TRTM":"2026-03-05T14:01"}]"#))]),
+    ("TOBT", "<TOBT>05MAR261400</TOBT>", &[("TOBT", Some("2026-03-05T14:00"))]),
+    ("TRML", "<TRML>T2</TRML>", &[("TRML", Some("T2"))]),
+    ("VIPF", "<VIPF><VPCD>V001</VPCD><VFES>Y</VFES><VIPT>1</VIPT></VIPF>", &[("VIPF", Some(r#"[{"VFES":"Y","VIPT":"1","VPCD":"V001"}]"#))]),
+    ("VIPP", "<VIPP>3</VIPP><VIPR>A</VIPR>", &[("VIPP", Some("3")), ("VIPR", Some("A"))]),
+    ("ESTT", "<ESTT>05MAR261650</ESTT>", &[("ESTT", Some("2026-03-05T16:50"))]),
+    ("ACTT", "<ACTT>05MAR261707</ACTT>", &[("ACTT", Some("2026-03-05T17:07"))]),
+];
+
+/// A FLOP message of `styp` for flight `flid` with `body` under `<FLOP>`.
+pub fn flop_body(styp: &str, flid: &str, body: &str) -> String {
+    other(
+        1,
+        "FLOP",
+        styp,
+        &format!("<FLOP><FLID>{flid}</FLID><FFID>MU-5101-A-05MAR261430-D</FFID>{body}</FLOP>"),
+    )
+}

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers::{Decision, FlightChange, FlightView};
+use crate::handlers::{Decision, Need, RefChange, View};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -33,7 +33,7 @@ impl Settle {
         Settle {
             msg_id,
             type_tag: None,
-            outcome: Outcome::Succeeded { identity: identity.to_string(), events },
+            outcome: Outcome::Succeeded { identity: identity.to_string(), events, references: Vec::new() },
         }
     }
 
@@ -48,10 +48,12 @@ impl Settle {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// SUCCEEDED: binds `identity` (INV-9) and inserts `events`, with the backfill intent.
+    /// SUCCEEDED: binds `identity` (INV-9), inserts `events`, writes `references`
+    /// (REF_MASTER), with the backfill intent.
     Succeeded {
         identity: String,
         events: Vec<NewEvent>,
+        references: Vec<RefChange>,
     },
     /// SKIPPED with `reason` (`ignored:<rule>`, `duplicate-of:<id>`), with the backfill intent.
     Skipped {
@@ -179,10 +181,13 @@ pub trait Mailbox {
 /// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
 pub trait FlightStore {
     /// In one read: the decision already applied for `msg_id` if an earlier attempt got that
-    /// far, else the flights `flids` as they are now (absent flights are absent).
-    fn prepare(&mut self, msg_id: i64, flids: &[String]) -> StoreResult<Prepared>;
-    /// Applies the changes and records `decision` as applied for `msg_id`, atomically.
-    fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()>;
+    /// far, else what the handler needs (the flights it names, a snapshot's window).
+    fn prepare(&mut self, msg_id: i64, need: &Need) -> StoreResult<Prepared>;
+    /// Applies the decision's flight changes (and, for a snapshot, the generation's
+    /// compare-and-set) and records the decision as applied for `msg_id`, atomically.
+    fn apply(&mut self, msg_id: i64, decision: &Decision) -> StoreResult<()>;
+    /// Drops the applied records of messages whose outcome PostgreSQL now holds.
+    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()>;
 }
 
 /// What the pump needs from Redis before deciding.
@@ -190,7 +195,7 @@ pub trait FlightStore {
 pub enum Prepared {
     /// An earlier attempt applied this decision: reuse it, do not decide again (I2).
     Applied(Decision),
-    Fresh(FlightView),
+    Fresh(View),
 }
 
 /// One Kafka record.

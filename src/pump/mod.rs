@@ -18,7 +18,7 @@ use crate::codec::{self, ignore::IgnoreRules};
 use crate::config::Pipeline;
 use crate::domain::ProcRow;
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers::{self, Decision};
+use crate::handlers::{self, Decision, Reject};
 use crate::ports::{Failure, FlightStore, Mailbox, Outcome, Prepared, ProcStore, Settle};
 use crate::stats::{self, Stats};
 use rules::{head_action, HeadAction, RetryPolicy};
@@ -144,6 +144,17 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         for ((settle, row), n) in settles.iter().zip(&rows).zip(events) {
             self.log(row, settle, n);
         }
+        // PostgreSQL holds the outcomes now: the applied records in Redis have done their job.
+        let done: Vec<i64> = settles
+            .iter()
+            .filter(|s| matches!(s.outcome, Outcome::Succeeded { .. }))
+            .map(|s| s.msg_id)
+            .collect();
+        if !done.is_empty() {
+            if let Err(e) = self.flights.forget(&done) {
+                warn!("could not drop applied records msg_ids={done:?} error={e}; they expire by themselves");
+            }
+        }
         Ok(Round::Worked(settles.len()))
     }
 
@@ -213,20 +224,23 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         }
         // 5.–6. the handler decides; an earlier attempt's applied decision is reused, so a
         // retry after "Redis applied, PostgreSQL failed" writes the same events (I2).
-        let decision: Decision = match self.flights.prepare(msg_id, &handlers::flids_of(&msg))? {
+        let decision: Decision = match self.flights.prepare(msg_id, &handlers::need_of(&msg))? {
             Prepared::Applied(d) => d,
             Prepared::Fresh(view) => {
                 let d = match pure(|| handlers::decide(&view, &msg, msg_id)) {
                     Ok(Ok(d)) => d,
-                    Ok(Err(e)) => return Ok(fail(ErrorClass::Unsupported, &e.to_string())),
+                    Ok(Err(Reject::Unsupported(e))) => {
+                        return Ok(fail(ErrorClass::Unsupported, &format!("no handler for {e}")))
+                    }
+                    Ok(Err(Reject::Protocol(e))) => return Ok(fail(ErrorClass::Protocol, &e)),
                     Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
                 };
                 // 7. Redis first (I2); PostgreSQL when the round commits.
-                self.flights.apply(msg_id, &d.flights, &d)?;
+                self.flights.apply(msg_id, &d)?;
                 d
             }
         };
-        Ok(Outcome::Succeeded { identity, events: decision.events })
+        Ok(Outcome::Succeeded { identity, events: decision.events, references: decision.references })
     }
 
     fn log(&self, row: &ProcRow, settle: &Settle, events: usize) {

@@ -182,7 +182,7 @@ fn regression_retry_after_redis_applied_but_pg_failed_keeps_the_event() {
     let msg = codec::decode(&raw).unwrap();
     let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
     let mut flights = w.flights.clone();
-    flights.apply(1, &d.flights, &d).unwrap(); // the crashed attempt got this far
+    flights.apply(1, &d).unwrap(); // the crashed attempt got this far
     w.pump.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
     assert_eq!(w.events(), 1, "the event survives the crash window");
@@ -324,4 +324,101 @@ fn fdel_removes_the_flight_from_the_live_state() {
     w.pump.round().unwrap();
     assert_eq!(w.flights.flight("F9"), None);
     assert_eq!(w.events(), 2, "the delete is said downstream");
+}
+
+fn schd_msg(seqn: u64, styp: &str, flights: &[(&str, &str)]) -> String {
+    let body: String = flights
+        .iter()
+        .map(|(f, s)| {
+            format!("<FLTR><FLID>{f}</FLID><FLNO>MU{f}</FLNO><SODT>{s}</SODT><STND>2{f}</STND></FLTR>")
+        })
+        .collect();
+    fixtures::other(seqn, "SCHD", styp, &format!("<SCHD><RECS>{}</RECS>{body}</SCHD>", flights.len()))
+}
+
+#[test]
+fn a_daily_plan_snapshot_replaces_its_window_and_advances_the_generation() {
+    let mut w = world();
+    w.arrive(
+        1,
+        Some(&schd_msg(1, "DNLD", &[("A", "05MAR260900"), ("B", "05MAR261000"), ("C", "06MAR260900")])),
+    );
+    w.pump.round().unwrap();
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    assert_eq!(w.flights.generation(), (1, 1));
+    // The next snapshot covers 05MAR 09:00..10:30 and lacks B: B goes, C (outside) stays.
+    w.arrive(2, Some(&schd_msg(2, "DNLD", &[("A", "05MAR260900"), ("D", "05MAR261030")])));
+    w.pump.round().unwrap();
+    assert!(w.flights.flight("B").is_none(), "absent from the window: deleted");
+    assert!(w.flights.flight("C").is_some(), "outside the window: kept");
+    assert_eq!(w.flights.flight("D").unwrap()["STND"], "2D");
+    assert_eq!(w.flights.generation(), (2, 2));
+    let schd_events = w.pg.inspect(|s| {
+        s.events.values().filter(|e| e.event.target == crate::domain::Target::KafkaSchd).count()
+    });
+    assert_eq!(schd_events, 4, "one row per flight: A, B (its DELETE), C, D");
+}
+
+#[test]
+fn applying_the_same_snapshot_twice_changes_nothing_the_second_time() {
+    let mut w = world();
+    let raw = schd_msg(1, "DNLD", &[("A", "05MAR260900")]);
+    let msg = codec::decode(&raw).unwrap();
+    let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
+    let mut flights = w.flights.clone();
+    flights.apply(1, &d).unwrap();
+    flights.forget(&[1]).unwrap(); // as if the applied record was gone (expired, replay days later)
+    let mut changed = d.clone();
+    changed.flights[0].set.push(("STND".into(), "999".into()));
+    flights.apply(1, &changed).unwrap();
+    assert_eq!(w.flights.generation(), (1, 1), "the generation moved once");
+    assert_eq!(w.flights.flight("A").unwrap()["STND"], "2A", "the replay changed nothing");
+    // The pump meets the message: nothing recorded in Redis any more, the CAS keeps the state.
+    w.arrive(1, Some(&raw));
+    w.pump.round().unwrap();
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+}
+
+#[test]
+fn a_protocol_violation_is_dead_at_once_and_applies_nothing() {
+    let mut w = world();
+    let raw = fixtures::other(
+        1,
+        "SCHD",
+        "DNLD",
+        "<SCHD><RECS>5</RECS><FLTR><FLID>A</FLID><SODT>05MAR260900</SODT></FLTR></SCHD>",
+    );
+    w.arrive(1, Some(&raw));
+    w.pump.round().unwrap();
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Protocol), 1));
+    assert!(r.last_error.unwrap().contains("RECS declares 5"));
+    assert!(w.flights.flight("A").is_none());
+    assert_eq!(w.flights.generation(), (0, 0));
+    assert_eq!(w.events(), 0);
+}
+
+#[test]
+fn reference_data_lands_in_ref_master_with_the_message() {
+    let mut w = world();
+    let rec = |k: &str| format!("<SLST><SCOD>{k}</SCOD><STNM>Stand {k}</STNM></SLST>");
+    w.arrive(
+        1,
+        Some(&fixtures::other(1, "SLST", "DNLD", &format!("<RECS>2</RECS>{}{}", rec("S1"), rec("S2")))),
+    );
+    w.arrive(2, Some(&fixtures::other(2, "SLST", "DEL", &format!("<RECS>1</RECS>{}", rec("S1")))));
+    w.arrive(3, Some(&fixtures::other(3, "SLST", "DNLD", &format!("<RECS>1</RECS>{}", rec("S3")))));
+    w.arrive(4, Some(&fixtures::other(4, "GLST", "ADD", "<RECS>1</RECS><GLST><GCOD>G1</GCOD></GLST>")));
+    assert_eq!(w.pump.round().unwrap(), Round::Worked(4));
+    let keys: Vec<(String, String)> = w.pg.inspect(|s| s.refs.keys().cloned().collect());
+    assert_eq!(keys, [("GLST".to_string(), "G1".to_string()), ("SLST".to_string(), "S3".to_string())]);
+    assert_eq!(w.events(), 0, "reference data writes no events");
+}
+
+#[test]
+fn applied_records_are_dropped_once_postgresql_holds_the_outcome() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A1")));
+    w.pump.round().unwrap();
+    assert!(w.flights.applied_ids().is_empty());
 }

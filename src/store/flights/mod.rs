@@ -1,33 +1,77 @@
 //! Live flight state in Redis (phase A authority). Key layout (docs/reference.md):
 //!
-//! - `{prefix}flight:{FLID}` — hash, one field per flight element (`STND`, `EOBT`, …);
-//! - `{prefix}applied:{MSG_ID}` — the JSON decision applied for a message, kept 7 days, so a
-//!   retry after "Redis applied, PostgreSQL failed" re-emits the same events (I2).
+//! - `{prefix}flight:{FLID}` — hash, one field per flight element (`STND`, `EOBT`, `GTDT`, …);
+//! - `{prefix}sodt` — sorted set, FLID scored by SODT (`yyyyMMddHHmm`): the daily plan's index,
+//!   from which a snapshot's window is read;
+//! - `{prefix}schd:gen` — hash `gen` (the plan's generation) and `msg_id` (the snapshot that
+//!   last advanced it);
+//! - `{prefix}applied:{MSG_ID}` — the JSON decision applied for a message, until PostgreSQL
+//!   holds its outcome (at most a day), so a retry after "Redis applied, PostgreSQL failed"
+//!   writes the same events (I2).
 //!
-//! Only the process thread writes here (I5).
+//! Every apply is ONE Lua script, so flights, index, generation and applied record change
+//! together or not at all. Only the process thread writes here (I5). The script names its keys
+//! from the prefix, so it needs a standalone Redis (not a cluster).
 
 use std::time::Duration;
 
-use redis::{Client, Commands, Connection};
+use redis::{Client, Commands, Connection, Script};
 
 use crate::error::StoreError;
-use crate::handlers::{Decision, Flight, FlightChange};
+use crate::handlers::{Decision, Flight, Need, View};
 use crate::ports::{FlightStore, Prepared, StoreResult};
 
-/// How long an applied decision is remembered: far longer than any retry schedule.
-const APPLIED_TTL_SECS: u64 = 7 * 86_400;
+/// How long an applied decision is kept if PostgreSQL never confirms it (a crashed round that
+/// is never retried): far past any retry schedule.
+const APPLIED_TTL_SECS: u64 = 86_400;
+
+/// Applies a decision (ARGV: prefix, msg_id, ttl, decision JSON). Returns 1 when applied, 0
+/// when a snapshot is not newer than the last one (a replay changes nothing).
+const APPLY: &str = r#"
+local prefix, msg_id, ttl, doc = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local d = cjson.decode(doc)
+local idx, genkey = prefix .. 'sodt', prefix .. 'schd:gen'
+if d.snapshot == true then
+  local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
+  if last >= msg_id then return 0 end
+end
+for _, c in ipairs(d.flights) do
+  local key = prefix .. 'flight:' .. c.flid
+  if c.delete == true then
+    redis.call('DEL', key)
+    redis.call('ZREM', idx, c.flid)
+  end
+  if #c.set > 0 then
+    local args = {}
+    for _, kv in ipairs(c.set) do
+      args[#args + 1] = kv[1]
+      args[#args + 1] = kv[2]
+    end
+    redis.call('HSET', key, unpack(args))
+  end
+  if #c.clear > 0 then redis.call('HDEL', key, unpack(c.clear)) end
+  if c.sodt ~= nil and c.sodt ~= cjson.null then redis.call('ZADD', idx, c.sodt, c.flid) end
+end
+if d.snapshot == true then
+  redis.call('HINCRBY', genkey, 'gen', 1)
+  redis.call('HSET', genkey, 'msg_id', msg_id)
+end
+redis.call('SET', prefix .. 'applied:' .. msg_id, doc, 'EX', ttl)
+return 1
+"#;
 
 pub struct RedisFlights {
     client: Client,
     conn: Option<Connection>,
     prefix: String,
+    apply: Script,
 }
 
 impl RedisFlights {
     pub fn new(url: &str, prefix: &str) -> StoreResult<RedisFlights> {
         let client =
             Client::open(url).map_err(|e| StoreError::new("redis", format!("bad redis.url: {e}")))?;
-        Ok(RedisFlights { client, conn: None, prefix: prefix.to_string() })
+        Ok(RedisFlights { client, conn: None, prefix: prefix.to_string(), apply: Script::new(APPLY) })
     }
 
     pub fn connect(url: &str, prefix: &str) -> StoreResult<RedisFlights> {
@@ -54,8 +98,12 @@ impl RedisFlights {
         Ok(self.conn.as_mut().expect("connected above"))
     }
 
-    fn run<R>(&mut self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<R>) -> StoreResult<R> {
-        let r = f(self.conn()?);
+    fn run<R>(
+        &mut self,
+        f: impl FnOnce(&mut Connection, &Script) -> redis::RedisResult<R>,
+    ) -> StoreResult<R> {
+        let script = self.apply.clone();
+        let r = f(self.conn()?, &script);
         if let Err(e) = &r {
             if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error() {
                 self.conn = None;
@@ -67,26 +115,42 @@ impl RedisFlights {
     /// One flight as stored (for `msgx status`, the demo and tests).
     pub fn flight(&mut self, flid: &str) -> StoreResult<Flight> {
         let key = self.flight_key(flid);
-        self.run(|c| c.hgetall(key))
+        self.run(|c, _| c.hgetall(key))
+    }
+
+    /// The daily plan's generation and the message that last advanced it.
+    pub fn generation(&mut self) -> StoreResult<(i64, i64)> {
+        let key = format!("{}schd:gen", self.prefix);
+        let (g, m): (Option<i64>, Option<i64>) =
+            self.run(|c, _| redis::cmd("HMGET").arg(&key).arg("gen").arg("msg_id").query(c))?;
+        Ok((g.unwrap_or(0), m.unwrap_or(0)))
     }
 }
 
 impl FlightStore for RedisFlights {
-    fn prepare(&mut self, msg_id: i64, flids: &[String]) -> StoreResult<Prepared> {
+    fn prepare(&mut self, msg_id: i64, need: &Need) -> StoreResult<Prepared> {
         let applied_key = self.applied_key(msg_id);
-        let keys: Vec<String> = flids.iter().map(|f| self.flight_key(f)).collect();
-        // One round trip: the applied record and every flight hash.
-        let (applied, hashes): (Option<String>, Vec<Flight>) = self.run(|c| {
+        let keys: Vec<String> = need.flids.iter().map(|f| self.flight_key(f)).collect();
+        let idx = format!("{}sodt", self.prefix);
+        // One round trip: the applied record, every flight hash, and the window's FLIDs.
+        let (applied, hashes, window): (Option<String>, Vec<Flight>, Vec<String>) = self.run(|c, _| {
             let mut p = redis::pipe();
             p.get(&applied_key);
             for k in &keys {
                 p.hgetall(k);
             }
+            if let Some((a, b)) = need.window {
+                p.zrangebyscore(&idx, a, b);
+            }
             let mut values: Vec<redis::Value> = p.query(c)?;
+            let window = match need.window {
+                Some(_) => redis::from_redis_value(values.pop().expect("one reply per command"))?,
+                None => Vec::new(),
+            };
             let rest = values.split_off(1);
             let applied: Option<String> = redis::from_redis_value(values.remove(0))?;
             let hashes = rest.into_iter().map(redis::from_redis_value).collect::<Result<Vec<Flight>, _>>()?;
-            Ok((applied, hashes))
+            Ok((applied, hashes, window))
         })?;
         if let Some(text) = applied {
             let d = serde_json::from_str(&text).map_err(|e| {
@@ -94,31 +158,25 @@ impl FlightStore for RedisFlights {
             })?;
             return Ok(Prepared::Applied(d));
         }
-        Ok(Prepared::Fresh(flids.iter().cloned().zip(hashes).filter(|(_, h)| !h.is_empty()).collect()))
+        let flights = need.flids.iter().cloned().zip(hashes).filter(|(_, h)| !h.is_empty()).collect();
+        Ok(Prepared::Fresh(View { flights, window }))
     }
 
-    fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()> {
-        let json = serde_json::to_string(decision).map_err(|e| StoreError::new("redis", e))?;
-        let applied_key = self.applied_key(msg_id);
-        let ops: Vec<(String, &FlightChange)> =
-            changes.iter().map(|c| (self.flight_key(&c.flid), c)).collect();
-        self.run(|c| {
-            // MULTI/EXEC: the flight changes and the applied record land together or not at all.
-            let mut p = redis::pipe();
-            p.atomic();
-            for (key, ch) in &ops {
-                if ch.delete {
-                    p.del(key).ignore();
-                }
-                if !ch.set.is_empty() {
-                    p.hset_multiple(key, &ch.set).ignore();
-                }
-                if !ch.clear.is_empty() {
-                    p.hdel(key, &ch.clear).ignore();
-                }
-            }
-            p.set_ex(&applied_key, json, APPLIED_TTL_SECS).ignore();
-            p.query::<()>(c)
-        })
+    fn apply(&mut self, msg_id: i64, decision: &Decision) -> StoreResult<()> {
+        let doc = serde_json::to_string(decision).map_err(|e| StoreError::new("redis", e))?;
+        let prefix = self.prefix.clone();
+        let applied: i64 =
+            self.run(|c, script| script.arg(&prefix).arg(msg_id).arg(APPLIED_TTL_SECS).arg(&doc).invoke(c))?;
+        if applied == 0 {
+            log::info!(
+                "snapshot msg_id={msg_id} is not newer than the daily plan's generation; nothing changed"
+            );
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()> {
+        let keys: Vec<String> = msg_ids.iter().map(|m| self.applied_key(*m)).collect();
+        self.run(|c, _| c.del::<_, ()>(keys))
     }
 }

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use crate::domain::{EventStatus, InboundRow, MailboxRow, MsgEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers::{Decision, FlightChange, FlightView};
+use crate::handlers::{Decision, FlightView, Need, RefChange, View};
 use crate::ports::{
     Failure, FlightStore, Mailbox, Mark, Outbound, Outbox, Outcome, Prepared, ProcStore, Producer, Record,
     ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
@@ -90,6 +90,8 @@ pub struct PgState {
     pub watermark: i64,
     next_event_id: i64,
     fail_commits: u32,
+    /// REF_MASTER: (RTYPE, RKEY) → (payload, refreshed at).
+    pub refs: BTreeMap<(String, String), (String, SystemTime)>,
 }
 
 /// `PROC_STATE`, `MSG_EVENT` and the watermark, in memory.
@@ -229,6 +231,7 @@ impl ProcStore for MemPg {
             // All or nothing: work on copies, swap them in at the end.
             let mut procs = s.procs.clone();
             let mut events = s.events.clone();
+            let mut refs = s.refs.clone();
             let mut next_event_id = s.next_event_id;
             for st in settles {
                 let id = st.msg_id;
@@ -240,7 +243,20 @@ impl ProcStore for MemPg {
                     p.row.type_tag = st.type_tag.clone();
                 }
                 match &st.outcome {
-                    Outcome::Succeeded { identity, events: new } => {
+                    Outcome::Succeeded { identity, events: new, references } => {
+                        for r in references {
+                            match r {
+                                RefChange::Keep { rtype, keys } => {
+                                    refs.retain(|(t, k), _| *t != *rtype || keys.contains(k))
+                                }
+                                RefChange::Upsert { rtype, rkey, payload_json } => {
+                                    refs.insert((rtype.clone(), rkey.clone()), (payload_json.clone(), now));
+                                }
+                                RefChange::Delete { rtype, rkey } => {
+                                    refs.remove(&(rtype.clone(), rkey.clone()));
+                                }
+                            }
+                        }
                         if let Some(other) = s.procs.values().find(|o| {
                             o.row.identity_key.as_deref() == Some(identity.as_str()) && o.row.msg_id != id
                         }) {
@@ -322,6 +338,7 @@ impl ProcStore for MemPg {
             }
             s.procs = procs;
             s.events = events;
+            s.refs = refs;
             s.next_event_id = next_event_id;
             Ok(())
         })
@@ -736,6 +753,10 @@ impl Mailbox for MemMailbox {
 pub struct FlightState {
     pub flights: FlightView,
     pub applied: BTreeMap<i64, Decision>,
+    /// FLID by SODT (`yyyyMMddHHmm`): the daily plan's index for snapshot windows.
+    pub sodt: BTreeMap<String, i64>,
+    /// The plan's generation and the message that last advanced it.
+    pub generation: (i64, i64),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -753,38 +774,83 @@ impl MemFlights {
     pub fn flight(&self, flid: &str) -> Option<crate::handlers::Flight> {
         self.0.lock().state.flights.get(flid).cloned()
     }
+
+    /// (generation, message id that last advanced it).
+    pub fn generation(&self) -> (i64, i64) {
+        self.0.lock().state.generation
+    }
+
+    pub fn applied_ids(&self) -> Vec<i64> {
+        self.0.lock().state.applied.keys().copied().collect()
+    }
 }
 
 impl FlightStore for MemFlights {
-    fn prepare(&mut self, msg_id: i64, flids: &[String]) -> StoreResult<Prepared> {
+    fn prepare(&mut self, msg_id: i64, need: &Need) -> StoreResult<Prepared> {
         self.0.with("redis", |s| {
             if let Some(d) = s.applied.get(&msg_id) {
                 return Ok(Prepared::Applied(d.clone()));
             }
-            Ok(Prepared::Fresh(
-                flids.iter().filter_map(|f| s.flights.get(f).map(|v| (f.clone(), v.clone()))).collect(),
-            ))
+            let flights =
+                need.flids.iter().filter_map(|f| s.flights.get(f).map(|v| (f.clone(), v.clone()))).collect();
+            let window = match need.window {
+                Some((a, b)) => {
+                    let mut w: Vec<(i64, String)> = s
+                        .sodt
+                        .iter()
+                        .filter(|(_, k)| **k >= a && **k <= b)
+                        .map(|(f, k)| (*k, f.clone()))
+                        .collect();
+                    w.sort();
+                    w.into_iter().map(|(_, f)| f).collect()
+                }
+                None => Vec::new(),
+            };
+            Ok(Prepared::Fresh(View { flights, window }))
         })
     }
 
-    fn apply(&mut self, msg_id: i64, changes: &[FlightChange], decision: &Decision) -> StoreResult<()> {
+    fn apply(&mut self, msg_id: i64, decision: &Decision) -> StoreResult<()> {
         self.0.with("redis", |s| {
-            for c in changes {
+            // The same rules as the Redis script: a snapshot older than (or equal to) the last
+            // one applied changes nothing.
+            if decision.snapshot && s.generation.1 >= msg_id {
+                return Ok(());
+            }
+            for c in &decision.flights {
                 if c.delete {
                     s.flights.remove(&c.flid);
+                    s.sodt.remove(&c.flid);
                 }
-                let f = s.flights.entry(c.flid.clone()).or_default();
-                for (k, v) in &c.set {
-                    f.insert(k.clone(), v.clone());
+                if !c.set.is_empty() || !c.clear.is_empty() {
+                    let f = s.flights.entry(c.flid.clone()).or_default();
+                    for (k, v) in &c.set {
+                        f.insert(k.clone(), v.clone());
+                    }
+                    for k in &c.clear {
+                        f.remove(k);
+                    }
+                    if f.is_empty() {
+                        s.flights.remove(&c.flid);
+                    }
                 }
-                for k in &c.clear {
-                    f.remove(k);
-                }
-                if f.is_empty() {
-                    s.flights.remove(&c.flid);
+                if let Some(k) = c.sodt {
+                    s.sodt.insert(c.flid.clone(), k);
                 }
             }
+            if decision.snapshot {
+                s.generation = (s.generation.0 + 1, msg_id);
+            }
             s.applied.insert(msg_id, decision.clone());
+            Ok(())
+        })
+    }
+
+    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()> {
+        self.0.with("redis", |s| {
+            for id in msg_ids {
+                s.applied.remove(id);
+            }
             Ok(())
         })
     }

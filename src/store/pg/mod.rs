@@ -10,6 +10,7 @@ use postgres::{Client, NoTls};
 
 use crate::domain::{EventStatus, InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
+use crate::handlers::RefChange;
 use crate::ports::{
     Failure, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
 };
@@ -115,18 +116,58 @@ fn insert_events(
             &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
         )?;
     }
-    for e in upserts {
+    if !upserts.is_empty() {
+        // One statement for the whole package (a 2,000-flight plan is 2,000 rows); a FLID once.
+        let mut latest: std::collections::BTreeMap<&str, &NewEvent> = std::collections::BTreeMap::new();
+        for e in upserts {
+            latest.insert(e.partition_key.as_str(), e);
+        }
+        let keys: Vec<String> = latest.keys().map(|k| clip(k, 32)).collect();
+        let types: Vec<&str> = latest.values().map(|e| e.event_type.as_str()).collect();
+        let versions: Vec<i64> = latest.values().map(|e| e.state_version).collect();
+        let payloads: Vec<&str> = latest.values().map(|e| e.payload_json.as_str()).collect();
         tx.execute(
             "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-             VALUES ('KAFKA:schd', $1, $2, $3, $4, 'PENDING', 0, $5, $6)
+             SELECT 'KAFKA:schd', k, ty, v, p, 'PENDING', 0, $5, $6
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::bigint[], $4::text[]) AS x(k, ty, v, p)
              ON CONFLICT (partition_key) WHERE target = 'KAFKA:schd' DO UPDATE SET
                  event_type = EXCLUDED.event_type, state_version = EXCLUDED.state_version,
                  payload_json = EXCLUDED.payload_json, state = 'PENDING', attempts = 0,
                  next_attempt_at = NULL, error_class = NULL, last_error = NULL, sent_at = NULL,
                  last_attempt_at = NULL, created_at = EXCLUDED.created_at, msg_id = EXCLUDED.msg_id
              WHERE msg_event.state_version <= EXCLUDED.state_version",
-            &[&clip(&e.partition_key, 32), &e.event_type, &e.state_version, &e.payload_json, &now, &msg_id],
+            &[&keys, &types, &versions, &payloads, &now, &msg_id],
         )?;
+    }
+    Ok(())
+}
+
+/// REF_MASTER changes (SOURCE = AODB), in the message's transaction.
+fn write_references(
+    tx: &mut postgres::Transaction<'_>,
+    refs: &[RefChange],
+    now: SystemTime,
+) -> Result<(), postgres::Error> {
+    for r in refs {
+        match r {
+            RefChange::Keep { rtype, keys } => {
+                tx.execute(
+                    "DELETE FROM ref_master WHERE rtype = $1 AND NOT (rkey = ANY($2))",
+                    &[rtype, keys],
+                )?;
+            }
+            RefChange::Upsert { rtype, rkey, payload_json } => {
+                tx.execute(
+                    "INSERT INTO ref_master (rtype, rkey, payload_json, source, refreshed_at) VALUES ($1, $2, $3, 'AODB', $4)
+                     ON CONFLICT (rtype, rkey) DO UPDATE SET payload_json = EXCLUDED.payload_json, source = 'AODB',
+                         refreshed_at = EXCLUDED.refreshed_at",
+                    &[&clip(rtype, 8), &clip(rkey, 64), payload_json, &now],
+                )?;
+            }
+            RefChange::Delete { rtype, rkey } => {
+                tx.execute("DELETE FROM ref_master WHERE rtype = $1 AND rkey = $2", &[rtype, rkey])?;
+            }
+        }
     }
     Ok(())
 }
@@ -215,8 +256,9 @@ impl ProcStore for Pg {
                 let id = st.msg_id;
                 let tag = st.type_tag.as_deref().map(|t| clip(t, 32));
                 let n = match &st.outcome {
-                    Outcome::Succeeded { identity, events } => {
+                    Outcome::Succeeded { identity, events, references } => {
                         insert_events(&mut tx, id, events, now)?;
+                        write_references(&mut tx, references, now)?;
                         // SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8) in one statement.
                         tx.execute(
                             &format!(

@@ -1,0 +1,177 @@
+//! FLOP: each record sets or clears the fields its subtype's table names (lists are replaced
+//! whole, an empty element clears, FDEL deletes the flight). A field that already holds the
+//! value changes nothing; a record that changes nothing writes no event.
+//!
+//! A FLOP for a FLID msgx does not hold creates the flight from what the message says (its
+//! FFID carries airline, number, direction and SODT): an operator would rather see the update
+//! than lose it, and a later daily plan completes the record. The event says `created`.
+
+use std::collections::BTreeMap;
+
+use super::{event, Decision, Flight, FlightChange, FlightView};
+use crate::codec::{time, FlopRecord, Message};
+use crate::domain::Target;
+
+/// SODT from an FFID `airline-flightNo-A|D-ddMMMyyHHmm-D|I`, as `yyyyMMddHHmm`.
+pub fn sodt_from_ffid(ffid: &str) -> Option<i64> {
+    let part = ffid.split('-').nth(3)?;
+    super::sodt_key(&time::parse(part)?.iso())
+}
+
+pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64) -> Decision {
+    let mut working: BTreeMap<&str, (Flight, bool)> = BTreeMap::new();
+    let mut d = Decision::default();
+    let tag = msg.kind.type_tag();
+    for rec in recs {
+        let (flight, known) = working.entry(rec.flid.as_str()).or_insert_with(|| match view.get(&rec.flid) {
+            Some(f) => (f.clone(), true),
+            None => (Flight::new(), false),
+        });
+        if rec.delete {
+            // FDEL always says so downstream, known flight or not: a consumer may hold it.
+            let old = std::mem::take(flight);
+            *known = false;
+            d.flights.push(FlightChange { flid: rec.flid.clone(), delete: true, ..Default::default() });
+            let payload = serde_json::json!({
+                "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "deleted": true, "old": old,
+            });
+            d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
+            continue;
+        }
+        let created = !*known;
+        let mut change = FlightChange { flid: rec.flid.clone(), ..Default::default() };
+        let mut diffs = Vec::new();
+        if created {
+            if let Some(ffid) = &rec.ffid {
+                flight.insert("FFID".into(), ffid.clone());
+                change.set.push(("FFID".into(), ffid.clone()));
+                change.sodt = sodt_from_ffid(ffid);
+            }
+        }
+        for (field, value) in &rec.fields {
+            let old = flight.get(field).cloned();
+            if old.as_ref() == value.as_ref() {
+                continue;
+            }
+            match value {
+                Some(v) => {
+                    flight.insert(field.clone(), v.clone());
+                    change.set.push((field.clone(), v.clone()));
+                }
+                None => {
+                    flight.remove(field);
+                    change.clear.push(field.clone());
+                }
+            }
+            diffs.push(serde_json::json!({ "field": field, "old": old, "new": value }));
+        }
+        if diffs.is_empty() {
+            continue;
+        }
+        *known = true;
+        let mut payload = serde_json::json!({
+            "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
+        });
+        if created {
+            payload["created"] = serde_json::json!(true);
+        }
+        d.flights.push(change);
+        d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{decide, Reject, View};
+    use super::*;
+    use crate::codec::decode;
+    use crate::fixtures;
+
+    fn view(flid: &str, fields: &[(&str, &str)]) -> View {
+        let f = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        View { flights: FlightView::from([(flid.to_string(), f)]), window: vec![] }
+    }
+
+    #[test]
+    fn flop_sets_a_field_and_notifies_with_old_and_new() {
+        let msg = decode(&fixtures::flop_stnd(1, "1001", "A12")).unwrap();
+        let d = decide(&view("1001", &[("STND", "A10")]), &msg, 77).unwrap();
+        assert_eq!(
+            d.flights,
+            vec![FlightChange {
+                flid: "1001".into(),
+                set: vec![("STND".into(), "A12".into())],
+                ..Default::default()
+            }]
+        );
+        let p: serde_json::Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
+        assert_eq!(p["changes"][0], serde_json::json!({"field": "STND", "old": "A10", "new": "A12"}));
+        assert_eq!(p.get("created"), None);
+    }
+
+    #[test]
+    fn flop_that_changes_nothing_produces_no_event() {
+        let msg = decode(&fixtures::flop_stnd(1, "1001", "A12")).unwrap();
+        assert_eq!(decide(&view("1001", &[("STND", "A12")]), &msg, 1).unwrap(), Decision::default());
+    }
+
+    #[test]
+    fn an_unknown_flid_is_created_from_its_ffid() {
+        let msg = decode(&fixtures::flop_stnd(1, "42", "B7")).unwrap();
+        let d = decide(&View::default(), &msg, 1).unwrap();
+        let c = &d.flights[0];
+        assert_eq!(
+            c.set,
+            vec![("FFID".into(), "MX-42-D-01JAN260900-D".into()), ("STND".into(), "B7".into())]
+        );
+        assert_eq!(c.sodt, Some(202601010900), "indexed by the SODT in its FFID");
+        let p: serde_json::Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
+        assert_eq!(p["created"], true);
+    }
+
+    #[test]
+    fn empty_element_clears_and_clearing_nothing_is_no_change() {
+        let msg = decode(&fixtures::flop(1, "CNCL", "7", &[("CNCL", None)])).unwrap();
+        let d = decide(&view("7", &[("CNCL", "2026-01-01T08:00")]), &msg, 1).unwrap();
+        assert_eq!(d.flights[0].clear, vec!["CNCL".to_string()]);
+        assert!(decide(&view("7", &[("STND", "1")]), &msg, 1).unwrap().events.is_empty());
+    }
+
+    #[test]
+    fn two_records_for_one_flight_see_each_other() {
+        let raw = fixtures::other(
+            1,
+            "FLOP",
+            "STND",
+            "<FLOP><FLID>2</FLID><STND>A</STND></FLOP><FLOP><FLID>2</FLID><STND>A</STND></FLOP>",
+        );
+        let d = decide(&view("2", &[("STND", "Z")]), &decode(&raw).unwrap(), 1).unwrap();
+        assert_eq!(d.events.len(), 1, "the second record changes nothing");
+    }
+
+    #[test]
+    fn fdel_deletes_the_flight_and_says_so_with_its_last_state() {
+        let msg = decode(&fixtures::flop(1, "FDEL", "9", &[("FDEL", None)])).unwrap();
+        let d = decide(&view("9", &[("STND", "A1")]), &msg, 4).unwrap();
+        assert!(d.flights[0].delete);
+        let p: serde_json::Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
+        assert_eq!(
+            (p["deleted"].clone(), p["old"]["STND"].clone()),
+            (serde_json::json!(true), serde_json::json!("A1"))
+        );
+        assert_eq!(d.events[0].event_type, "DELETE");
+    }
+
+    #[test]
+    fn unsupported_kind_has_no_handler() {
+        let msg = decode(&fixtures::other(1, "ZZZZ", "Q", "")).unwrap();
+        assert_eq!(decide(&View::default(), &msg, 1), Err(Reject::Unsupported("ZZZZ-Q".into())));
+    }
+
+    #[test]
+    fn ffid_sodt() {
+        assert_eq!(sodt_from_ffid("CA-CA101-A-12DEC031345-D"), Some(200312121345));
+        assert_eq!(sodt_from_ffid("garbage"), None);
+    }
+}

@@ -1,0 +1,44 @@
+//! Reference (master) data into `REF_MASTER (RTYPE, RKEY)`: DNLD and RESP replace the type's
+//! list (keys not in the package go), ADD and UPD upsert, DEL deletes. A declared `RECS` that is
+//! not the number of records, or a key twice in one package, is PROTOCOL. Reference data
+//! writes no events.
+
+use std::collections::BTreeSet;
+
+use super::{Decision, RefChange, Reject};
+use crate::codec::{RefData, RefOp};
+
+pub fn decide(rtype: &str, op: RefOp, r: &RefData) -> Result<Decision, Reject> {
+    if let Some(n) = r.recs {
+        if n as usize != r.records.len() {
+            return Err(Reject::Protocol(format!(
+                "RECS declares {n} {rtype} records, the package carries {}",
+                r.records.len()
+            )));
+        }
+    }
+    let mut keys = BTreeSet::new();
+    for rec in &r.records {
+        if !keys.insert(rec.key.as_str()) {
+            return Err(Reject::Protocol(format!("{rtype} key {} appears twice in the package", rec.key)));
+        }
+    }
+    let mut refs = Vec::new();
+    if matches!(op, RefOp::Dnld | RefOp::Resp) {
+        refs.push(RefChange::Keep {
+            rtype: rtype.to_string(),
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        });
+    }
+    for rec in &r.records {
+        refs.push(match op {
+            RefOp::Del => RefChange::Delete { rtype: rtype.to_string(), rkey: rec.key.clone() },
+            _ => RefChange::Upsert {
+                rtype: rtype.to_string(),
+                rkey: rec.key.clone(),
+                payload_json: serde_json::to_string(&rec.fields).expect("JSON values serialise"),
+            },
+        });
+    }
+    Ok(Decision { references: refs, ..Default::default() })
+}

@@ -1,0 +1,157 @@
+//! SCHD: the daily plan. DNLD and RESP are complete snapshots of their window [min SODT, max
+//! SODT]: every flight of the package is upserted, every flight the plan holds in that window
+//! but the package lacks is deleted, and the plan's generation advances (compare-and-set on the
+//! message id, in the same Redis script). ADFT only adds or updates.
+//!
+//! The whole package is validated first; a violation is PROTOCOL and nothing is applied:
+//! a declared `RECS` that is not the number of records, or a FLID that appears twice (with two
+//! operating days it is an operating-day conflict). Fields a record does not carry are kept
+//! (Q13: deletion semantics of absent optional fields are not settled).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::{event, sodt_key, Decision, FlightChange, Reject, View};
+use crate::codec::{Message, SchdKind, Schedule};
+use crate::domain::Target;
+
+fn flat(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Checks the whole package before anything of it is applied.
+pub fn validate(s: &Schedule) -> Result<(), Reject> {
+    if let Some(n) = s.recs {
+        if n as usize != s.flights.len() {
+            return Err(Reject::Protocol(format!(
+                "RECS declares {n} records, the package carries {}",
+                s.flights.len()
+            )));
+        }
+    }
+    let mut days: BTreeMap<&str, &str> = BTreeMap::new();
+    for f in &s.flights {
+        let flid = f.flid.as_deref().unwrap_or("");
+        let day = f.sodt.as_deref().map(|t| &t[..t.len().min(10)]).unwrap_or("");
+        if let Some(other) = days.insert(flid, day) {
+            return Err(Reject::Protocol(if other != day {
+                format!("operating-day conflict: FLID {flid} appears for {other} and {day}")
+            } else {
+                format!("FLID {flid} appears twice in the package")
+            }));
+        }
+    }
+    Ok(())
+}
+
+pub fn decide(
+    view: &View,
+    kind: SchdKind,
+    s: &Schedule,
+    msg: &Message,
+    msg_id: i64,
+) -> Result<Decision, Reject> {
+    validate(s)?;
+    let tag = msg.kind.type_tag();
+    let mut d = Decision { snapshot: matches!(kind, SchdKind::Dnld | SchdKind::Resp), ..Default::default() };
+    let mut carried = Vec::with_capacity(s.flights.len());
+    for f in &s.flights {
+        let flid = f.flid.clone().unwrap_or_default();
+        let set: Vec<(String, String)> = f.fields.iter().map(|(k, v)| (k.clone(), flat(v))).collect();
+        d.flights.push(FlightChange {
+            flid: flid.clone(),
+            set,
+            sodt: f.sodt.as_deref().and_then(sodt_key),
+            ..Default::default()
+        });
+        let mut fltr = serde_json::Map::new();
+        fltr.insert("FLID".into(), Value::String(flid.clone()));
+        fltr.extend(f.fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+        d.events.push(event(Target::KafkaSchd, &flid, "UPSERT", msg_id, Value::Object(fltr)));
+        carried.push(flid);
+    }
+    if d.snapshot {
+        carried.sort();
+        for gone in view.window.iter().filter(|f| carried.binary_search(f).is_err()) {
+            d.flights.push(FlightChange { flid: gone.clone(), delete: true, ..Default::default() });
+            let payload = serde_json::json!({ "FLID": gone, "DELETED": true, "REASON": format!("absent from {tag} msg_id={msg_id}") });
+            d.events.push(event(Target::KafkaSchd, gone, "DELETE", msg_id, payload));
+        }
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decide as decide_any;
+    use super::*;
+    use crate::codec::decode;
+    use crate::fixtures;
+
+    fn fltr(flid: &str, sodt: &str) -> String {
+        format!(
+            "<FLTR><FLID>{flid}</FLID><FLNO>MU{flid}</FLNO><SODT>{sodt}</SODT><STND>2{flid}</STND></FLTR>"
+        )
+    }
+
+    fn msg(styp: &str, recs: Option<usize>, flights: &[(&str, &str)]) -> Message {
+        let recs = recs.map(|n| format!("<RECS>{n}</RECS>")).unwrap_or_default();
+        let body: String = flights.iter().map(|(f, s)| fltr(f, s)).collect();
+        decode(&fixtures::other(7, "SCHD", styp, &format!("<SCHD>{recs}{body}</SCHD>"))).unwrap()
+    }
+
+    #[test]
+    fn dnld_upserts_the_package_and_deletes_the_windows_absent_flights() {
+        let m = msg("DNLD", Some(2), &[("1", "05MAR260900"), ("2", "05MAR261800")]);
+        let view = View { window: vec!["1".into(), "3".into()], ..Default::default() };
+        let d = decide_any(&view, &m, 40).unwrap();
+        assert!(d.snapshot);
+        let ops: Vec<(String, bool, Option<i64>)> =
+            d.flights.iter().map(|c| (c.flid.clone(), c.delete, c.sodt)).collect();
+        assert_eq!(
+            ops,
+            vec![
+                ("1".into(), false, Some(202603050900)),
+                ("2".into(), false, Some(202603051800)),
+                ("3".into(), true, None)
+            ]
+        );
+        let targets: Vec<(&str, &str)> =
+            d.events.iter().map(|e| (e.target.as_str(), e.event_type.as_str())).collect();
+        assert_eq!(targets, [("KAFKA:schd", "UPSERT"), ("KAFKA:schd", "UPSERT"), ("KAFKA:schd", "DELETE")]);
+        let p: Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
+        assert_eq!(p["FLID"], "1");
+        assert_eq!(p["SODT"], "2026-03-05T09:00");
+    }
+
+    #[test]
+    fn adft_only_adds_or_updates() {
+        let m = msg("ADFT", None, &[("1", "05MAR260900")]);
+        let view = View { window: vec!["1".into(), "3".into()], ..Default::default() };
+        let d = decide_any(&view, &m, 40).unwrap();
+        assert!(!d.snapshot);
+        assert_eq!(d.flights.len(), 1);
+    }
+
+    #[test]
+    fn protocol_violations_apply_nothing() {
+        let cases = [
+            (msg("DNLD", Some(3), &[("1", "05MAR260900")]), "RECS declares 3 records, the package carries 1"),
+            (
+                msg("RESP", None, &[("1", "05MAR260900"), ("1", "06MAR260900")]),
+                "operating-day conflict: FLID 1 appears for 2026-03-05 and 2026-03-06",
+            ),
+            (msg("ADFT", None, &[("1", "05MAR260900"), ("1", "05MAR261000")]), "FLID 1 appears twice"),
+        ];
+        for (m, words) in cases {
+            match decide_any(&View::default(), &m, 1) {
+                Err(Reject::Protocol(e)) => assert!(e.contains(words), "{e}"),
+                other => panic!("{words}: {other:?}"),
+            }
+        }
+    }
+}
