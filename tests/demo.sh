@@ -20,6 +20,7 @@ my msgx_demo < sql/fixtures/mailbox.sql
 export MSGX_MYSQL_URL="${MSGX_MYSQL_URL%/*}/msgx_demo"
 topic="msgx.demo.$(date +%s)"
 "$MSGX_TANSU" topic create "$topic" --partitions 1 --broker "tcp://$MSGX_KAFKA_BROKERS" >/dev/null
+"$MSGX_TANSU" topic create "$topic.schd" --partitions 1 --broker "tcp://$MSGX_KAFKA_BROKERS" >/dev/null
 REDIS_PORT=$(echo "$MSGX_REDIS_URL" | sed -E 's#.*:([0-9]+)/.*#\1#')
 redis-cli -p "$REDIS_PORT" --scan --pattern 'demo:*' | xargs -r redis-cli -p "$REDIS_PORT" del >/dev/null
 
@@ -31,15 +32,19 @@ stats-interval = "5s"
 key-prefix = "demo:"
 [kafka.topics]
 msg = "$topic"
+schd = "$topic.schd"
+[msgx.schd]
+flush-period = "500ms"
 TOML
 
 echo "== msgx migrate / check" >&2
 $msgx --config "$work/msgx.toml" migrate
 $msgx --config "$work/msgx.toml" check
 
-echo "== loading 8 messages into cminmsgs" >&2
+echo "== loading 9 messages into cminmsgs" >&2
 ins() { my msgx_demo -e "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES ('$1', UTC_TIMESTAMP(), 'VALID')"; }
 meta() { echo "<MSG><META><SNDR>AODB</SNDR><SEQN>$1</SEQN><DTTM>20261130083000</DTTM><TYPE>$2</TYPE><STYP>$3</STYP></META>"; }
+ins "$(meta 100 SCHD DNLD)<SCHD><RECS>2</RECS><FLTR><FLID>5001</FLID><FLNO>MU5101</FLNO><MVIN>D</MVIN><SODT>30NOV260900</SODT><STND>210</STND></FLTR><FLTR><FLID>5002</FLID><FLNO>MU5102</FLNO><MVIN>A</MVIN><SODT>30NOV261130</SODT></FLTR></SCHD></MSG>"
 ins "$(meta 101 FLOP STND)<FLOP><FLID>5001</FLID><FFID>MU-5101-D-30NOV260900-D</FFID><STND>212</STND></FLOP></MSG>"
 ins "$(meta 102 FLOP EOBT)<FLOP><FLID>5001</FLID><EOBT>30NOV260915</EOBT></FLOP></MSG>"
 ins "$(meta 103 FLOP STND)<FLOP><FLID>5002</FLID><STND>B07</STND></FLOP><FLOP><FLID>5003</FLID><STND>B08</STND></FLOP></MSG>"
@@ -47,7 +52,7 @@ ins "$(meta 103 FLOP STND)<FLOP><FLID>5002</FLID><STND>B99</STND></FLOP></MSG>" 
 ins "$(meta 104 LDM LOAD)<LDM><ANYTHING/></LDM></MSG>"                                # ignored (LDM-*)
 ins "this is not XML"                                                                # DEAD(MALFORMED)
 ins "$(meta 105 FLOP STND)<FLOP><FLID>5001</FLID><STND>213</STND></FLOP></MSG>"
-ins "$(meta 106 SCHD DNLD)<SCHD><RECS>0</RECS></SCHD></MSG>"                          # no handler yet: FAILED(UNSUPPORTED), retried
+ins "$(meta 106 SCHS DNLD)<SCHS><SNAM>W26</SNAM><RECS>0</RECS></SCHS></MSG>"          # seasonal plan, no handler yet: FAILED(UNSUPPORTED), retried
 
 echo "== running msgx for 4 seconds" >&2
 $msgx --config "$work/msgx.toml" run 2>"$work/msgx.log" &
@@ -62,6 +67,9 @@ echo; echo "== msgx status"
 $msgx --config "$work/msgx.toml" status
 echo; echo "== flight state in Redis"
 for f in 5001 5002 5003; do echo "demo:flight:$f  $(redis-cli -p "$REDIS_PORT" --no-raw hgetall "demo:flight:$f" | tr '\n' ' ')"; done
+echo "daily plan generation: $(redis-cli -p "$REDIS_PORT" --no-raw hgetall demo:schd:gen | tr '\n' ' ')"
+echo; echo "== KAFKA:schd (daily plan) records on $topic.schd"
+"$MSGX_TANSU" cat consume "$topic.schd" --broker "tcp://$MSGX_KAFKA_BROKERS" --max-wait-time-ms 1000 2>/dev/null | head -5 || true
 echo; echo "== Kafka records on $topic"
 "$MSGX_TANSU" cat consume "$topic" --broker "tcp://$MSGX_KAFKA_BROKERS" --max-wait-time-ms 1000 2>/dev/null | head -20 || true
 echo; echo "== mailbox rows"
