@@ -248,58 +248,47 @@ fn replay(
         return replay_events(&mut pg, &sel, limit);
     }
     let out = pg.replay(&sel, limit, SystemClock.now()).map_err(|e| (4, e.into()))?;
-    let (mut ok, mut refused) = (0, 0);
-    for r in &out {
+    let lines = out.iter().map(|r| {
         let was = match r.was {
             Some((state, class)) => {
                 format!("was={} class={}", state.as_str(), class.map(|c| c.as_str()).unwrap_or("-"))
             }
             None => "was=absent".to_string(),
         };
-        match &r.verdict {
-            Ok(()) => {
-                ok += 1;
-                println!("replayed msg_id={} {was} -> PENDING", r.msg_id);
-            }
-            Err(why) => {
-                refused += 1;
-                println!("refused  msg_id={} {was}: {why}", r.msg_id);
-            }
-        }
-    }
-    println!(
-        "replayed {ok}, refused {refused}{}",
-        if out.len() >= limit { " (limit reached: run again for more)" } else { "" }
-    );
-    if refused > 0 {
-        return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not replayed")));
-    }
-    Ok(())
+        (r.msg_id, was, r.verdict.clone())
+    });
+    print_replay("msg_id", "message", lines.collect(), limit)
 }
 
 fn replay_events(pg: &mut Pg, sel: &msgx::ports::ReplaySelection, limit: usize) -> CmdResult {
     use msgx::ports::Outbox;
     let out = pg.replay_events(sel, limit).map_err(|e| (4, e.into()))?;
-    let (mut ok, mut refused) = (0, 0);
-    for r in &out {
+    let lines = out.iter().map(|r| {
         let was = match &r.was {
             Some((target, state)) => format!("target={target} was={state}"),
             None => "was=absent".to_string(),
         };
-        match &r.verdict {
-            Ok(()) => {
-                ok += 1;
-                println!("replayed event_id={} {was} -> PENDING", r.event_id);
-            }
+        (r.event_id, was, r.verdict.clone())
+    });
+    print_replay("event_id", "event", lines.collect(), limit)
+}
+
+/// One line per row (`replayed …` or `refused … : why`), a summary, exit 1 when any was refused.
+fn print_replay(id: &str, noun: &str, rows: Vec<(i64, String, Result<(), String>)>, limit: usize) -> CmdResult {
+    let mut refused = 0;
+    for (n, was, verdict) in &rows {
+        match verdict {
+            Ok(()) => println!("replayed {id}={n} {was} -> PENDING"),
             Err(why) => {
                 refused += 1;
-                println!("refused  event_id={} {was}: {why}", r.event_id);
+                println!("refused  {id}={n} {was}: {why}");
             }
         }
     }
-    println!("replayed {ok} event(s), refused {refused}");
+    let more = if rows.len() >= limit { " (limit reached: run again for more)" } else { "" };
+    println!("replayed {} {noun}(s), refused {refused}{more}", rows.len() - refused);
     if refused > 0 {
-        return Err((exit::FAILED, anyhow::anyhow!("{refused} event(s) not replayed")));
+        return Err((exit::FAILED, anyhow::anyhow!("{refused} {noun}(s) not replayed")));
     }
     Ok(())
 }
