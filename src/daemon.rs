@@ -23,6 +23,7 @@ use crate::dispatch::{self, Dispatcher};
 use crate::error::StoreError;
 use crate::ingress::compat::CompatServer;
 use crate::ingress::{self, Poller};
+use crate::jobs::Jobs;
 use crate::pump::{self, Pump};
 use crate::stats::Stats;
 use crate::store::flights::RedisFlights;
@@ -348,6 +349,12 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
             }
         }));
     }
+
+    let mut jobs = Jobs::new(Pg::connect(&cfg.pg_url)?, clock.clone(), p, stats.clone());
+    let jobs_every = p.jobs_interval;
+    stages.push(Stage::new("jobs", move |stop| {
+        stage_loop("jobs", &stop, None, || Ok(if jobs.round()?.more { Duration::ZERO } else { jobs_every }))
+    }));
 
     let mut backfill = backfill;
     stages.push(Stage::new("backfill", move |stop| {

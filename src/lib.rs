@@ -19,6 +19,7 @@ pub mod error;
 pub mod fixtures;
 pub mod handlers;
 pub mod ingress;
+pub mod jobs;
 pub mod ports;
 pub mod pump;
 pub mod stats;

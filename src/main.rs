@@ -274,7 +274,12 @@ fn replay_events(pg: &mut Pg, sel: &msgx::ports::ReplaySelection, limit: usize) 
 }
 
 /// One line per row (`replayed …` or `refused … : why`), a summary, exit 1 when any was refused.
-fn print_replay(id: &str, noun: &str, rows: Vec<(i64, String, Result<(), String>)>, limit: usize) -> CmdResult {
+fn print_replay(
+    id: &str,
+    noun: &str,
+    rows: Vec<(i64, String, Result<(), String>)>,
+    limit: usize,
+) -> CmdResult {
     let mut refused = 0;
     for (n, was, verdict) in &rows {
         match verdict {

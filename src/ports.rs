@@ -151,6 +151,28 @@ pub trait Outbound {
     fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>>;
 }
 
+/// What one archive pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Archived {
+    /// Rows copied to PROC_STATE_HST and shadowed.
+    pub archived: usize,
+    /// Candidates that no longer qualified when their transaction re-checked them (rolled back).
+    pub skipped: usize,
+}
+
+/// Own PostgreSQL, housekeeping (the jobs thread). Never takes the head's place: it touches
+/// only terminal, settled rows and SENT events.
+pub trait Housekeeping {
+    /// Deletes SENT events whose SENT_AT is before `sent_before`, oldest EVENT_ID first, at most
+    /// `limit` (G-EVENT-RETENTION). PENDING and DEAD events are never touched.
+    fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize>;
+    /// Archives terminal rows whose mark is settled (written, not abandoned: an abandoned one
+    /// stays listed until reconciled, C-16) and whose UPDATED_AT is before `settled_before`,
+    /// at most `limit`; each row in its own transaction that re-checks it (G-PROC-HST).
+    fn archive(&mut self, settled_before: SystemTime, limit: usize, now: SystemTime)
+        -> StoreResult<Archived>;
+}
+
 /// The outcome of marking one mailbox row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {

@@ -38,6 +38,8 @@ counters! {
     marks_missing: "mailbox rows missing at backfill (MISSING_ROW, abandoned)",
     marks_failed: "backfill attempts that failed and were rescheduled",
     marks_overdue: "marks abandoned as OVERDUE (unmarked longer than overdue-backfill)",
+    events_deleted: "SENT events deleted by the retention job (G-EVENT-RETENTION)",
+    archived: "terminal rows archived to PROC_STATE_HST (G-PROC-HST)",
 }
 
 pub fn inc(c: &AtomicU64) {

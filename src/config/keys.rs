@@ -148,6 +148,12 @@ pub const KEYS: &[KeySpec] = &[
         "SENT events older than this are deleted (G-EVENT-RETENTION)",
     ),
     k(
+        "msgx.pipeline.jobs-interval",
+        "\"1m\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "pause between rounds of the jobs thread (event retention, archive)",
+    ),
+    k(
         "msgx.pipeline.stats-interval",
         "\"60s\"",
         Kind::Duration { min: Duration::from_secs(1) },

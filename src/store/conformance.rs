@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
 use crate::error::ErrorClass;
-use crate::ports::{Failure, Outbox, ProcStore, ReplaySelection, Settle};
+use crate::ports::{Archived, Failure, Housekeeping, Outbox, ProcStore, ReplaySelection, Settle};
 
 /// A fixed "now" so both adapters see the same times.
 pub fn t0() -> SystemTime {
@@ -254,6 +254,74 @@ pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: ProcStor
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap().len(), 1);
 }
 
+pub fn retention_deletes_only_old_sent_events<S: ProcStore + Outbox + Housekeeping>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    s.commit(
+        &[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 2), event("C", 3), event("D", 4)])],
+        at(1),
+    )
+    .unwrap();
+    let ev = s.pending(Target::KafkaMsg, 10).unwrap();
+    s.mark_sent(&[(ev[0].event_id, 1), (ev[1].event_id, 2)], at(10)).unwrap();
+    s.mark_sent(&[(ev[2].event_id, 3)], at(20)).unwrap();
+    s.dead(&[ev[3].event_id], ErrorClass::Exhausted, "dlq").unwrap();
+    assert_eq!(s.delete_sent_events(at(10), 10).unwrap(), 0, "SENT_AT must be before the cut");
+    assert_eq!(s.delete_sent_events(at(21), 1).unwrap(), 1, "bounded, oldest first");
+    assert_eq!(s.delete_sent_events(at(21), 10).unwrap(), 2);
+    assert_eq!(s.delete_sent_events(at(21), 10).unwrap(), 0, "idempotent");
+    let out = s.replay_events(&ReplaySelection::Ids(vec![ev[3].event_id]), 10).unwrap();
+    assert!(out[0].verdict.is_ok(), "the DEAD event (DLQ) was kept");
+}
+
+pub fn retention_never_deletes_a_schd_row_reset_by_a_new_generation<S: ProcStore + Outbox + Housekeeping>(
+    mut s: S,
+) {
+    enqueue(&mut s, &[1, 2]);
+    s.commit(&[Settle::succeeded(1, "k1", vec![schd_event("A", 1)])], at(1)).unwrap();
+    let row = s.pending(Target::KafkaSchd, 10).unwrap()[0].clone();
+    s.mark_sent(&[(row.event_id, 1)], at(2)).unwrap();
+    s.commit(&[Settle::succeeded(2, "k2", vec![schd_event("A", 2)])], at(3)).unwrap();
+    assert_eq!(s.delete_sent_events(at(100), 10).unwrap(), 0);
+    assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 2);
+}
+
+pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: ProcStore + Outbox + Housekeeping>(
+    mut s: S,
+) {
+    enqueue(&mut s, &[1, 2, 3, 4, 5, 6]);
+    s.commit(
+        &[
+            Settle::succeeded(1, "id-1", vec![]),
+            Settle::skipped(2, "ignored:LDM-*"),
+            Settle::failed(3, Failure::Dead { class: ErrorClass::Infra, error: "x".into() }),
+            Settle::succeeded(4, "id-4", vec![]),
+            Settle::failed(5, retry(99)),
+        ],
+        at(1),
+    )
+    .unwrap();
+    s.backfill_settled(&[1, 2, 3], at(2)).unwrap();
+    s.backfill_abandon(&[4], "MISSING_ROW", at(2)).unwrap();
+    assert_eq!(
+        s.archive(at(2), 10, at(50)).unwrap(),
+        Archived::default(),
+        "UPDATED_AT must be before the cut"
+    );
+    assert_eq!(s.archive(at(3), 2, at(50)).unwrap(), Archived { archived: 2, skipped: 0 }, "bounded");
+    assert_eq!(s.archive(at(3), 10, at(50)).unwrap(), Archived { archived: 1, skipped: 0 });
+    let shadow = s.row(1).unwrap().unwrap();
+    assert_eq!((shadow.state, shadow.identity_key.as_deref()), (ProcStatus::Archived, Some("id-1")));
+    assert_eq!(s.identity_holder("id-1").unwrap(), Some(1), "INV-9 after archive");
+    assert_eq!(s.row(4).unwrap().unwrap().state, ProcStatus::Succeeded, "abandoned: stays listed (C-16)");
+    assert_eq!(s.row(5).unwrap().unwrap().state, ProcStatus::Failed, "unfinished rows are never archived");
+    let head: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
+    assert_eq!(head, vec![5, 6], "ARCHIVED never occupies the head (INV-3)");
+    assert!(s.due_backfills(at(100), 10).unwrap().is_empty(), "nor the backfill scan");
+    let out = s.replay(&ReplaySelection::Ids(vec![3]), 10, at(60)).unwrap();
+    assert!(out[0].verdict.is_err(), "an archived row is not replayed");
+    assert_eq!(s.archive(at(3), 10, at(70)).unwrap(), Archived::default(), "idempotent");
+}
+
 /// Expands to one `#[test]` per conformance case. `$make` builds a fresh, empty store and
 /// returns it with a guard that lives until the case ends (a test database, say).
 #[macro_export]
@@ -272,6 +340,9 @@ macro_rules! conformance_tests {
             backfill_settles_abandons_and_retries,
             outbox_is_fifo_per_target_and_conditional,
             schd_rows_are_one_per_flight_and_a_new_generation_resets_them,
+            retention_deletes_only_old_sent_events,
+            retention_never_deletes_a_schd_row_reset_by_a_new_generation,
+            archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -11,8 +11,8 @@ use crate::domain::{EventStatus, InboundRow, MailboxRow, MsgEvent, ProcRow, Proc
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightView, Need, RefChange, View};
 use crate::ports::{
-    Failure, FlightStore, Mailbox, Mark, Outbound, Outbox, Outcome, Prepared, ProcStore, Producer, Record,
-    ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
+    Archived, Failure, FlightStore, Housekeeping, Mailbox, Mark, Outbound, Outbox, Outcome, Prepared,
+    ProcStore, Producer, Record, ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
 };
 use crate::pump::replay;
 
@@ -72,6 +72,7 @@ pub struct MemProc {
     pub backfill_error: Option<String>,
     pub backfill_abandoned_at: Option<SystemTime>,
     pub backfill_abandoned_reason: Option<String>,
+    pub archived_at: Option<SystemTime>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +91,8 @@ pub struct PgState {
     pub watermark: i64,
     next_event_id: i64,
     fail_commits: u32,
+    /// PROC_STATE_HST: archived rows as they were.
+    pub hst: BTreeMap<i64, MemProc>,
     /// REF_MASTER: (RTYPE, RKEY) → (payload, refreshed at).
     pub refs: BTreeMap<(String, String), (String, SystemTime)>,
 }
@@ -186,6 +189,7 @@ impl ProcStore for MemPg {
                         backfill_error: None,
                         backfill_abandoned_at: None,
                         backfill_abandoned_reason: None,
+                        archived_at: None,
                     }
                 });
             }
@@ -569,6 +573,75 @@ impl Outbox for MemPg {
                     }
                 })
                 .collect())
+        })
+    }
+}
+
+fn archivable(p: &MemProc, settled_before: SystemTime) -> bool {
+    p.row.state.is_terminal()
+        && p.backfill_at.is_some()
+        && p.backfill_abandoned_at.is_none()
+        && p.updated_at < settled_before
+}
+
+impl Housekeeping for MemPg {
+    fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize> {
+        self.0.with("postgres", |s| {
+            let ids: Vec<i64> = s
+                .events
+                .values()
+                .filter(|e| e.state == EventStatus::Sent && e.sent_at.is_some_and(|t| t < sent_before))
+                .take(limit)
+                .map(|e| e.event.event_id)
+                .collect();
+            for id in &ids {
+                s.events.remove(id);
+            }
+            Ok(ids.len())
+        })
+    }
+
+    fn archive(
+        &mut self,
+        settled_before: SystemTime,
+        limit: usize,
+        now: SystemTime,
+    ) -> StoreResult<Archived> {
+        self.0.with("postgres", |s| {
+            let ids: Vec<i64> = s
+                .procs
+                .values()
+                .filter(|p| archivable(p, settled_before))
+                .take(limit)
+                .map(|p| p.row.msg_id)
+                .collect();
+            let mut report = Archived::default();
+            for id in ids {
+                let p = s.procs.get_mut(&id).expect("listed above");
+                let mut copy = p.clone();
+                copy.archived_at = Some(now);
+                s.hst.insert(id, copy);
+                p.row = ProcRow {
+                    msg_id: id,
+                    state: ProcStatus::Archived,
+                    attempts: 0,
+                    next_attempt_at: None,
+                    error_class: None,
+                    last_error: None,
+                    identity_key: p.row.identity_key.take(),
+                    first_failed_at: None,
+                    type_tag: None,
+                };
+                p.updated_at = now;
+                p.received_at = None;
+                p.backfill_at = None;
+                p.backfill_next_at = None;
+                p.backfill_attempts = 0;
+                p.backfill_error = None;
+                p.archived_at = Some(now);
+                report.archived += 1;
+            }
+            Ok(report)
         })
     }
 }

@@ -12,7 +12,8 @@ use crate::domain::{EventStatus, InboundRow, MsgEvent, NewEvent, ProcRow, ProcSt
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::RefChange;
 use crate::ports::{
-    Failure, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, ReplayedEvent, Settle, StoreResult,
+    Archived, Failure, Housekeeping, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, ReplayedEvent,
+    Settle, StoreResult,
 };
 use crate::pump::replay;
 
@@ -575,6 +576,91 @@ mod tests {
         assert_eq!(clip("航班延误", 2), "航班");
         assert_eq!(clip("abc", 10), "abc");
         assert_eq!(clip("", 0), "");
+    }
+}
+
+/// PROC_STATE's columns but ARCHIVED_AT, in table order: what PROC_STATE_HST copies.
+const PROC_COLUMNS: &str =
+    "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
+     received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
+     backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag";
+
+/// An archive candidate: terminal, mark written (an abandoned mark stays listed, C-16).
+const ARCHIVABLE: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') AND backfill_at IS NOT NULL \
+     AND backfill_abandoned_at IS NULL AND updated_at < $2";
+
+impl Housekeeping for Pg {
+    fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize> {
+        let n = self.run(|c| {
+            // The outer STATE = 'SENT' re-check keeps a KAFKA:schd row that a new generation
+            // reset to PENDING meanwhile (either order is safe).
+            c.execute(
+                "DELETE FROM msg_event WHERE state = 'SENT' AND event_id IN (
+                     SELECT event_id FROM msg_event
+                     WHERE state = 'SENT' AND sent_at IS NOT NULL AND sent_at < $1
+                     ORDER BY event_id LIMIT $2)",
+                &[&sent_before, &(limit as i64)],
+            )
+        })?;
+        Ok(n as usize)
+    }
+
+    fn archive(
+        &mut self,
+        settled_before: SystemTime,
+        limit: usize,
+        now: SystemTime,
+    ) -> StoreResult<Archived> {
+        let ids: Vec<i64> = self
+            .run(|c| {
+                c.query(
+                    // $1 is a no-op bound so that ARCHIVABLE's $2 means the same in every statement.
+                    &format!("SELECT msg_id FROM proc_state WHERE {ARCHIVABLE} AND msg_id > $1 ORDER BY msg_id LIMIT $3"),
+                    &[&i64::MIN, &settled_before, &(limit as i64)],
+                )
+            })?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut report = Archived::default();
+        for id in ids {
+            let moved = self.run(|c| {
+                let mut tx = c.transaction()?;
+                // Copy and shadow in one transaction, each re-checking the candidate: a DEAD row
+                // replayed to PENDING meanwhile matches neither, and nothing is kept.
+                let copied = tx.execute(
+                    &format!(
+                        "INSERT INTO proc_state_hst ({PROC_COLUMNS}, archived_at)
+                         SELECT {PROC_COLUMNS}, $3 FROM proc_state WHERE msg_id = $1 AND {ARCHIVABLE}"
+                    ),
+                    &[&id, &settled_before, &now],
+                )?;
+                if copied != 1 {
+                    return Ok(false);
+                }
+                let shadowed = tx.execute(
+                    &format!(
+                        "UPDATE proc_state SET state = 'ARCHIVED', archived_at = $3, updated_at = $3, attempts = 0,
+                             next_attempt_at = NULL, error_class = NULL, last_error = NULL, received_at = NULL,
+                             backfill_at = NULL, backfill_next_at = NULL, backfill_attempts = 0, backfill_error = NULL,
+                             first_failed_at = NULL, type_tag = NULL
+                         WHERE msg_id = $1 AND {ARCHIVABLE}"
+                    ),
+                    &[&id, &settled_before, &now],
+                )?;
+                if shadowed != 1 {
+                    return Ok(false);
+                }
+                tx.commit()?;
+                Ok(true)
+            })?;
+            if moved {
+                report.archived += 1;
+            } else {
+                report.skipped += 1;
+            }
+        }
+        Ok(report)
     }
 }
 
