@@ -41,6 +41,8 @@ pub enum DaemonError {
     AnotherInstance,
     #[error("stage {0} stopped unexpectedly; the process stops so that it can be restarted")]
     StageFailed(String),
+    #[error("the single-instance lease was lost (its PostgreSQL session ended); stopping so that no second writer can run beside another instance (PRE-5)")]
+    LeaseLost,
 }
 
 impl DaemonError {
@@ -50,7 +52,7 @@ impl DaemonError {
             DaemonError::Schema(_) => 3,
             DaemonError::Store(_) => 4,
             DaemonError::AnotherInstance => 5,
-            DaemonError::StageFailed(_) => 1,
+            DaemonError::StageFailed(_) | DaemonError::LeaseLost => 1,
         }
     }
 }
@@ -131,7 +133,7 @@ pub fn supervise(
     stages: Vec<Stage>,
     stop: &Receiver<()>,
     tick: Duration,
-    mut on_tick: impl FnMut(),
+    mut on_tick: impl FnMut() -> Result<(), DaemonError>,
 ) -> Result<(), DaemonError> {
     let (inner_stop_tx, inner_stop) = bounded::<()>(0);
     let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
@@ -150,15 +152,18 @@ pub fn supervise(
         handles.push(h);
     }
     drop(exit_tx);
-    let early = loop {
+    let early: Option<DaemonError> = loop {
         select! {
             recv(exit_rx) -> msg => {
                 let (name, panicked) = msg.unwrap_or(("?", false));
                 error!("stage {name} ended{} before stop was requested", if panicked { " by a panic" } else { "" });
-                break Some(name);
+                break Some(DaemonError::StageFailed(name.to_string()));
             }
             recv(stop) -> _ => break None,
-            default(tick) => on_tick(),
+            default(tick) => if let Err(e) = on_tick() {
+                error!("{e}");
+                break Some(e);
+            },
         }
     };
     info!("stopping: finishing the rounds in hand");
@@ -170,9 +175,10 @@ pub fn supervise(
             panicked.get_or_insert(name);
         }
     }
-    match early.map(str::to_string).or(panicked) {
-        Some(name) => Err(DaemonError::StageFailed(name)),
-        None => Ok(()),
+    match (early, panicked) {
+        (Some(e), _) => Err(e),
+        (None, Some(name)) => Err(DaemonError::StageFailed(name)),
+        (None, None) => Ok(()),
     }
 }
 
@@ -200,7 +206,7 @@ impl Drop for ExitGuard {
 /// Holds the single-instance lease for as long as it lives: a session advisory lock on a
 /// dedicated connection (released by PostgreSQL if this process dies).
 pub struct Lease {
-    _pg: Pg,
+    pg: Pg,
 }
 
 const LEASE_KEY: i64 = 0x6d73_6778; // "msgx"
@@ -214,9 +220,21 @@ impl Lease {
             .map_err(StoreError::from)?
             .get(0);
         if got {
-            Ok(Lease { _pg: pg })
+            Ok(Lease { pg })
         } else {
             Err(DaemonError::AnotherInstance)
+        }
+    }
+
+    /// Whether the lease is still held: the advisory lock lives only as long as its session,
+    /// so a dropped connection means another instance may take over (PRE-5).
+    pub fn held(&mut self) -> bool {
+        match self.pg.client() {
+            Ok(c) if !c.is_closed() => c
+                .query_one("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND pid = pg_backend_pid()", &[&(LEASE_KEY as i64 as u32)])
+                .map(|r| r.get::<_, bool>(0))
+                .unwrap_or(false),
+            _ => false,
         }
     }
 }
@@ -230,7 +248,7 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     let mut schema_pg = Pg::connect(&cfg.pg_url)?;
     migrate::verify(schema_pg.client()?)?;
     drop(schema_pg);
-    let _lease = Lease::acquire(&cfg.pg_url)?;
+    let mut lease = Lease::acquire(&cfg.pg_url)?;
 
     let stats = Arc::new(Stats::default());
     let p = &cfg.pipeline;
@@ -366,7 +384,21 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
         })
     }));
 
-    let result = supervise(stages, &stop, p.stats_interval, || info!("stats {}", stats.line()));
+    // Every few seconds: the lease must still be held; the stats line on its own interval.
+    let tick = Duration::from_secs(5).min(p.stats_interval);
+    let per_stats = (p.stats_interval.as_secs() / tick.as_secs().max(1)).max(1);
+    let mut ticks = 0u64;
+    let result = supervise(stages, &stop, tick, || {
+        ticks += 1;
+        if ticks % per_stats == 0 {
+            info!("stats {}", stats.line());
+        }
+        if lease.held() {
+            Ok(())
+        } else {
+            Err(DaemonError::LeaseLost)
+        }
+    });
     info!("stats {}", stats.line());
     result?;
     info!("stopped");
@@ -392,8 +424,19 @@ mod tests {
         let stages =
             vec![Stage::new("a", until_stopped(a.clone())), Stage::new("b", until_stopped(b.clone()))];
         drop(tx);
-        supervise(stages, &rx, Duration::from_secs(3600), || {}).expect("clean stop");
+        supervise(stages, &rx, Duration::from_secs(3600), || Ok(())).expect("clean stop");
         assert!(a.load(Ordering::SeqCst) && b.load(Ordering::SeqCst), "both stages saw stop");
+    }
+
+    #[test]
+    fn a_failing_tick_stops_every_stage() {
+        let (_tx, rx) = bounded::<()>(0);
+        let other = Arc::new(AtomicBool::new(false));
+        let stages = vec![Stage::new("steady", until_stopped(other.clone()))];
+        let err =
+            supervise(stages, &rx, Duration::from_millis(1), || Err(DaemonError::LeaseLost)).unwrap_err();
+        assert!(matches!(err, DaemonError::LeaseLost));
+        assert!(other.load(Ordering::SeqCst));
     }
 
     #[test]
@@ -404,7 +447,7 @@ mod tests {
             Stage::new("steady", until_stopped(other.clone())),
             Stage::new("broken", |_stop| panic!("boom (expected by this test)")),
         ];
-        let err = supervise(stages, &rx, Duration::from_secs(3600), || {}).unwrap_err();
+        let err = supervise(stages, &rx, Duration::from_secs(3600), || Ok(())).unwrap_err();
         assert!(matches!(&err, DaemonError::StageFailed(n) if n == "broken"), "{err}");
         assert_eq!(err.exit_code(), 1);
         assert!(other.load(Ordering::SeqCst), "the steady stage was stopped and joined");

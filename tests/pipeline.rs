@@ -122,3 +122,26 @@ fn the_daemon_refuses_an_unmigrated_schema() {
     assert!(err.to_string().contains("msgx migrate"), "{err}");
     assert_eq!(err.exit_code(), 3);
 }
+
+#[test]
+fn a_daemon_that_loses_its_lease_stops() {
+    let s = Services::migrated("stats-interval = \"1s\"\n");
+    let (_stop, daemon) = start_daemon(&s.cfg);
+    let mut pg = s.pg();
+    let lock_pid = || -> Option<i32> {
+        let mut c = s.pg();
+        c.query_opt(
+            "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+             WHERE l.locktype = 'advisory' AND d.datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+    };
+    assert!(eventually(Duration::from_secs(20), || lock_pid().is_some()), "the daemon took the lease");
+    let pid = lock_pid().unwrap();
+    pg.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    let err = daemon.join().unwrap().expect_err("must stop without its lease");
+    assert!(matches!(err, msgx::daemon::DaemonError::LeaseLost), "{err}");
+    assert_eq!(err.exit_code(), 1);
+}
