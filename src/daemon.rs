@@ -231,7 +231,7 @@ impl Lease {
     pub fn held(&mut self) -> bool {
         match self.pg.client() {
             Ok(c) if !c.is_closed() => c
-                .query_one("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND pid = pg_backend_pid()", &[&(LEASE_KEY as i64 as u32)])
+                .query_one("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND pid = pg_backend_pid()", &[&(LEASE_KEY as u32)])
                 .map(|r| r.get::<_, bool>(0))
                 .unwrap_or(false),
             _ => false,
