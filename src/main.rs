@@ -70,6 +70,16 @@ enum Command {
         #[arg(long)]
         events: bool,
     },
+    /// Record that abandoned mailbox marks were reconciled with the mailbox owner (C-16);
+    /// the rows then leave the abandoned list and may be archived.
+    Reconcile {
+        /// MSG_IDs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<i64>,
+        /// What was found and agreed, kept with the row (e.g. "purged by the mailbox owner").
+        #[arg(long, required = true)]
+        note: String,
+    },
     /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
     Decode {
         #[arg(required = true)]
@@ -112,6 +122,7 @@ fn main() -> ExitCode {
                 Command::Replay { ids, range, class, limit, events } => {
                     replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, *events)
                 }
+                Command::Reconcile { ids, note } => reconcile(&cfg, ids, note),
                 Command::Decode { .. } | Command::ConfigDefaults => unreachable!("handled above"),
             };
             match result {
@@ -298,6 +309,29 @@ fn print_replay(
     Ok(())
 }
 
+fn reconcile(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
+    use msgx::ports::ProcStore;
+    if note.trim().is_empty() {
+        return Err((exit::USAGE, anyhow::anyhow!("--note must say what was found and agreed")));
+    }
+    let mut pg = own_pg(cfg)?;
+    let out = pg.reconcile(ids, note.trim(), SystemClock.now()).map_err(|e| (4, e.into()))?;
+    let mut refused = 0;
+    for (id, verdict) in &out {
+        match verdict {
+            Ok(()) => println!("reconciled msg_id={id}"),
+            Err(why) => {
+                refused += 1;
+                println!("refused    msg_id={id}: {why}");
+            }
+        }
+    }
+    if refused > 0 {
+        return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not reconciled")));
+    }
+    Ok(())
+}
+
 fn status(cfg: &Config, json: bool) -> CmdResult {
     let mut pg = own_pg(cfg)?;
     let s = pg.status(100).map_err(|e| (4, e.into()))?;
@@ -326,7 +360,7 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
         println!("  {target:<11} {state:<8} {n}");
     }
     println!("backfill owed: {}", s.backfill_owed);
-    println!("backfill abandoned: {}", s.abandoned.len());
+    println!("backfill abandoned, awaiting reconciliation: {}", s.abandoned.len());
     for a in &s.abandoned {
         println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
     }

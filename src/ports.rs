@@ -112,6 +112,14 @@ pub trait ProcStore {
     /// Rows whose mark has been owed since before `owed_before` (their terminal time) and is
     /// still not settled: overdue (`overdue-backfill`, C-16).
     fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
+    /// Records that a person reconciled abandoned marks with the mailbox owner (C-16); the
+    /// rows may then be archived. One verdict per id: `Err` says why not.
+    fn reconcile(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>>;
     /// The backfill attempts so far of `id` (to compute its next delay).
     fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32>;
 }
@@ -166,8 +174,8 @@ pub trait Housekeeping {
     /// Deletes SENT events whose SENT_AT is before `sent_before`, oldest EVENT_ID first, at most
     /// `limit` (G-EVENT-RETENTION). PENDING and DEAD events are never touched.
     fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize>;
-    /// Archives terminal rows whose mark is settled (written, not abandoned: an abandoned one
-    /// stays listed until reconciled, C-16) and whose UPDATED_AT is before `settled_before`,
+    /// Archives terminal rows whose mark is settled (written, or abandoned and reconciled by a
+    /// person, C-16) and whose UPDATED_AT is before `settled_before`,
     /// at most `limit`; each row in its own transaction that re-checks it (G-PROC-HST).
     fn archive(&mut self, settled_before: SystemTime, limit: usize, now: SystemTime)
         -> StoreResult<Archived>;

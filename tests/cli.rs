@@ -184,3 +184,35 @@ fn replay_events_revives_the_dead_letter_queue() {
     assert!(out.contains("only DEAD events are replayed"), "{out}");
     assert_eq!(pg.pending(Target::KafkaMsg, 10).unwrap().len(), 2);
 }
+
+#[test]
+fn reconcile_takes_an_abandoned_mark_off_the_list() {
+    use msgx::ports::Settle;
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    let rows: Vec<InboundRow> = (1..=2).map(|id| InboundRow { id, received_at: None }).collect();
+    pg.enqueue(&rows, Some(2), t0()).unwrap();
+    pg.commit(&[Settle::succeeded(1, "k1", vec![]), Settle::succeeded(2, "k2", vec![])], t0()).unwrap();
+    pg.backfill_abandon(&[1], "MISSING_ROW", t0()).unwrap();
+    let out = text(&msgx(&s, &["status"]));
+    assert!(
+        out.contains("backfill abandoned, awaiting reconciliation: 1")
+            && out.contains("msg_id=1 state=SUCCEEDED reason=MISSING_ROW"),
+        "{out}"
+    );
+    let o =
+        msgx(&s, &["reconcile", "--ids", "1,2", "--note", "row purged by the mailbox owner on 2026-03-01"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("reconciled msg_id=1"), "{out}");
+    assert!(out.contains("refused    msg_id=2: its mark was not abandoned"), "{out}");
+    assert!(text(&msgx(&s, &["status"])).contains("awaiting reconciliation: 0"));
+    let o = msgx(&s, &["reconcile", "--ids", "1", "--note", " "]);
+    assert_eq!(o.status.code(), Some(2));
+    let note: String = s
+        .pg()
+        .query_one("SELECT backfill_reconciled_note FROM proc_state WHERE msg_id = 1", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(note, "row purged by the mailbox owner on 2026-03-01");
+}

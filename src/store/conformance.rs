@@ -313,13 +313,24 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: ProcStore
     assert_eq!((shadow.state, shadow.identity_key.as_deref()), (ProcStatus::Archived, Some("id-1")));
     assert_eq!(s.identity_holder("id-1").unwrap(), Some(1), "INV-9 after archive");
     assert_eq!(s.row(4).unwrap().unwrap().state, ProcStatus::Succeeded, "abandoned: stays listed (C-16)");
+    let verdicts = s.reconcile(&[4, 4, 1, 99], "mailbox owner purged it", at(60)).unwrap();
+    let ok: Vec<(i64, bool)> = verdicts.iter().map(|(id, v)| (*id, v.is_ok())).collect();
+    assert_eq!(ok, [(4, true), (4, false), (1, false), (99, false)]);
+    assert_eq!(verdicts[1].1, Err("already reconciled".to_string()));
+    assert_eq!(
+        s.archive(at(60), 10, at(70)).unwrap(),
+        Archived::default(),
+        "reconciled at 60: not before the cut"
+    );
+    assert_eq!(s.archive(at(61), 10, at(70)).unwrap(), Archived { archived: 1, skipped: 0 });
+    assert_eq!(s.row(4).unwrap().unwrap().state, ProcStatus::Archived, "reconciled: archived");
     assert_eq!(s.row(5).unwrap().unwrap().state, ProcStatus::Failed, "unfinished rows are never archived");
     let head: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(head, vec![5, 6], "ARCHIVED never occupies the head (INV-3)");
     assert!(s.due_backfills(at(100), 10).unwrap().is_empty(), "nor the backfill scan");
     let out = s.replay(&ReplaySelection::Ids(vec![3]), 10, at(60)).unwrap();
     assert!(out[0].verdict.is_err(), "an archived row is not replayed");
-    assert_eq!(s.archive(at(3), 10, at(70)).unwrap(), Archived::default(), "idempotent");
+    assert_eq!(s.archive(at(100), 10, at(170)).unwrap(), Archived::default(), "idempotent");
 }
 
 /// Expands to one `#[test]` per conformance case. `$make` builds a fresh, empty store and

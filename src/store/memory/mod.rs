@@ -73,6 +73,8 @@ pub struct MemProc {
     pub backfill_abandoned_at: Option<SystemTime>,
     pub backfill_abandoned_reason: Option<String>,
     pub archived_at: Option<SystemTime>,
+    pub backfill_reconciled_at: Option<SystemTime>,
+    pub backfill_reconciled_note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +192,8 @@ impl ProcStore for MemPg {
                         backfill_abandoned_at: None,
                         backfill_abandoned_reason: None,
                         archived_at: None,
+                        backfill_reconciled_at: None,
+                        backfill_reconciled_note: None,
                     }
                 });
             }
@@ -466,6 +470,37 @@ impl ProcStore for MemPg {
         })
     }
 
+    fn reconcile(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        self.0.with("postgres", |s| {
+            Ok(ids
+                .iter()
+                .map(|id| {
+                    let verdict = match s.procs.get_mut(id) {
+                        None => Err("no such message".to_string()),
+                        Some(p) if p.backfill_abandoned_at.is_none() => {
+                            Err("its mark was not abandoned; nothing to reconcile".to_string())
+                        }
+                        Some(p) if p.backfill_reconciled_at.is_some() => {
+                            Err("already reconciled".to_string())
+                        }
+                        Some(p) => {
+                            p.backfill_reconciled_at = Some(now);
+                            p.backfill_reconciled_note = Some(note.to_string());
+                            p.updated_at = now;
+                            Ok(())
+                        }
+                    };
+                    (*id, verdict)
+                })
+                .collect())
+        })
+    }
+
     fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32> {
         self.0.with("postgres", |s| Ok(s.procs.get(&id).map(|p| p.backfill_attempts).unwrap_or(0)))
     }
@@ -578,10 +613,10 @@ impl Outbox for MemPg {
 }
 
 fn archivable(p: &MemProc, settled_before: SystemTime) -> bool {
-    p.row.state.is_terminal()
-        && p.backfill_at.is_some()
-        && p.backfill_abandoned_at.is_none()
-        && p.updated_at < settled_before
+    // Settled: the mark written, or abandoned and reconciled by a person (C-16).
+    let settled =
+        p.backfill_at.is_some() || (p.backfill_abandoned_at.is_some() && p.backfill_reconciled_at.is_some());
+    p.row.state.is_terminal() && settled && p.updated_at < settled_before
 }
 
 impl Housekeeping for MemPg {

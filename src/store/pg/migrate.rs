@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(3, "head_deadline_and_type_tag", "V003__head_deadline_and_type_tag.sql"),
     migration!(4, "schd_upsert_and_outbound_attempts", "V004__schd_upsert_and_outbound_attempts.sql"),
     migration!(5, "proc_state_hst", "V005__proc_state_hst.sql"),
+    migration!(6, "backfill_reconciled", "V006__backfill_reconciled.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

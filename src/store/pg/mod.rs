@@ -432,6 +432,42 @@ impl ProcStore for Pg {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    fn reconcile(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        let note = clip(note, 200);
+        self.run(|c| {
+            let mut tx = c.transaction()?;
+            let mut out = Vec::new();
+            for id in ids {
+                let n = tx.execute(
+                    "UPDATE proc_state SET backfill_reconciled_at = $2, backfill_reconciled_note = $3, updated_at = $2
+                     WHERE msg_id = $1 AND backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL",
+                    &[id, &now, &note],
+                )?;
+                let verdict = if n == 1 {
+                    Ok(())
+                } else {
+                    let r = tx.query_opt(
+                        "SELECT backfill_abandoned_at IS NOT NULL FROM proc_state WHERE msg_id = $1",
+                        &[id],
+                    )?;
+                    Err(match r.map(|r| r.get::<_, bool>(0)) {
+                        None => "no such message".to_string(),
+                        Some(false) => "its mark was not abandoned; nothing to reconcile".to_string(),
+                        Some(true) => "already reconciled".to_string(),
+                    })
+                };
+                out.push((*id, verdict));
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+
     fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32> {
         let row =
             self.run(|c| c.query_opt("SELECT backfill_attempts FROM proc_state WHERE msg_id = $1", &[&id]))?;
@@ -583,11 +619,13 @@ mod tests {
 const PROC_COLUMNS: &str =
     "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
      received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
-     backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag";
+     backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note";
 
-/// An archive candidate: terminal, mark written (an abandoned mark stays listed, C-16).
-const ARCHIVABLE: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') AND backfill_at IS NOT NULL \
-     AND backfill_abandoned_at IS NULL AND updated_at < $2";
+/// An archive candidate: terminal, mark written or abandoned-and-reconciled (C-16), settled
+/// before $2.
+const ARCHIVABLE: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+     AND (backfill_at IS NOT NULL OR (backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NOT NULL)) \
+     AND updated_at < $2";
 
 impl Housekeeping for Pg {
     fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize> {
@@ -741,7 +779,7 @@ impl Pg {
             let abandoned = c
                 .query(
                     "SELECT msg_id, state, backfill_abandoned_reason, backfill_abandoned_at FROM proc_state
-                     WHERE backfill_abandoned_at IS NOT NULL ORDER BY msg_id LIMIT $1",
+                     WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL ORDER BY msg_id LIMIT $1",
                     &[&limit],
                 )?
                 .iter()
