@@ -85,9 +85,13 @@ pub struct Replayed {
 /// thread changes message state; the poller only inserts PENDING rows.
 pub trait ProcStore {
     /// Inserts PENDING rows for `rows` (existing rows are left alone) and, when given,
-    /// overwrites the watermark, in one transaction. Returns how many rows were new.
-    fn enqueue(&mut self, rows: &[InboundRow], watermark: Option<i64>, now: SystemTime)
-        -> StoreResult<usize>;
+    /// overwrites the watermark, in one transaction. Returns the ids that were new, ascending.
+    fn enqueue(
+        &mut self,
+        rows: &[InboundRow],
+        watermark: Option<i64>,
+        now: SystemTime,
+    ) -> StoreResult<Vec<i64>>;
     /// Which of `ids` have a `PROC_STATE` row (for the compensating rescan).
     fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
     fn watermark(&mut self) -> StoreResult<i64>;

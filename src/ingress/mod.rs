@@ -100,7 +100,7 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
         let new_high = ids.last().copied().unwrap_or(high);
         let watermark = gaps.watermark(new_high);
         let new = if enqueue.is_empty() && watermark == persisted {
-            0
+            Vec::new()
         } else {
             self.procs.enqueue(&enqueue, (watermark != persisted).then_some(watermark), now)?
         };
@@ -112,16 +112,17 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
                 g.lo, g.hi
             );
         }
-        for r in &enqueue {
-            info!("received msg_id={}", r.id);
+        // Only rows that are new here: a restarted poller reads again from the watermark.
+        for id in &new {
+            info!("received msg_id={id}");
         }
         stats::add(&self.stats.polled, seen.len() as u64);
-        stats::add(&self.stats.enqueued, new as u64);
+        stats::add(&self.stats.enqueued, new.len() as u64);
         let rescued = self.rescan(now, watermark)?;
         if seen.is_empty() && late.is_empty() && rescued == 0 {
             return Ok(Round::Idle);
         }
-        Ok(Round::Polled { seen: seen.len(), new: new + rescued, full: seen.len() == self.batch })
+        Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full: seen.len() == self.batch })
     }
 
     /// One page of the compensating rescan when it is due; returns how many rows it enqueued.
@@ -139,13 +140,13 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let known = self.procs.known(&ids)?;
         let missing: Vec<InboundRow> = rows.into_iter().filter(|r| !known.contains(&r.id)).collect();
-        let new = if missing.is_empty() { 0 } else { self.procs.enqueue(&missing, None, now)? };
-        for r in &missing {
-            warn!("rescan found msg_id={} unmarked in the mailbox without PROC_STATE; enqueued", r.id);
+        let new = if missing.is_empty() { Vec::new() } else { self.procs.enqueue(&missing, None, now)? };
+        for id in &new {
+            warn!("rescan found msg_id={id} unmarked in the mailbox without PROC_STATE; enqueued");
         }
-        stats::add(&self.stats.rescued, new as u64);
+        stats::add(&self.stats.rescued, new.len() as u64);
         self.rescan_cursor = last;
-        Ok(new)
+        Ok(new.len())
     }
 }
 

@@ -44,8 +44,8 @@ fn state<S: ProcStore>(s: &mut S, id: i64) -> ProcStatus {
 pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: ProcStore + Outbox>(mut s: S) {
     assert_eq!(s.watermark().unwrap(), 0);
     let rows = [InboundRow { id: 3, received_at: None }, InboundRow { id: 7, received_at: Some(t0()) }];
-    assert_eq!(s.enqueue(&rows, Some(7), t0()).unwrap(), 2);
-    assert_eq!(s.enqueue(&rows, None, t0()).unwrap(), 0, "existing rows are left alone");
+    assert_eq!(s.enqueue(&rows, Some(7), t0()).unwrap(), vec![3, 7]);
+    assert_eq!(s.enqueue(&rows, None, t0()).unwrap(), Vec::<i64>::new(), "existing rows are left alone");
     assert_eq!(s.watermark().unwrap(), 7, "None leaves the watermark");
     s.enqueue(&[], Some(5), t0()).unwrap();
     assert_eq!(s.watermark().unwrap(), 5, "an overwrite, not a maximum");

@@ -165,12 +165,12 @@ impl ProcStore for MemPg {
         rows: &[InboundRow],
         watermark: Option<i64>,
         now: SystemTime,
-    ) -> StoreResult<usize> {
+    ) -> StoreResult<Vec<i64>> {
         self.0.with("postgres", |s| {
-            let mut new = 0;
+            let mut new = Vec::new();
             for r in rows {
                 s.procs.entry(r.id).or_insert_with(|| {
-                    new += 1;
+                    new.push(r.id);
                     MemProc {
                         row: ProcRow {
                             msg_id: r.id,
@@ -200,6 +200,7 @@ impl ProcStore for MemPg {
             if let Some(w) = watermark {
                 s.watermark = w;
             }
+            new.sort_unstable();
             Ok(new)
         })
     }

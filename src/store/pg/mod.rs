@@ -186,22 +186,24 @@ impl ProcStore for Pg {
         rows: &[InboundRow],
         watermark: Option<i64>,
         now: SystemTime,
-    ) -> StoreResult<usize> {
+    ) -> StoreResult<Vec<i64>> {
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let received: Vec<Option<SystemTime>> = rows.iter().map(|r| r.received_at).collect();
         self.run(|c| {
             let mut tx = c.transaction()?;
-            let n = tx.execute(
+            let new = tx.query(
                 "INSERT INTO proc_state (msg_id, state, attempts, updated_at, received_at, enqueued_at)
                  SELECT id, 'PENDING', 0, $3, rcv, $3 FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(id, rcv)
-                 ON CONFLICT (msg_id) DO NOTHING",
+                 ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id",
                 &[&ids, &received, &now],
             )?;
             if let Some(w) = watermark {
                 tx.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&w, &now])?;
             }
             tx.commit()?;
-            Ok(n as usize)
+            let mut new: Vec<i64> = new.iter().map(|r| r.get(0)).collect();
+            new.sort_unstable();
+            Ok(new)
         })
     }
 
