@@ -92,52 +92,60 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
     })
 }
 
-/// Inserts a message's events in the decision's order (WITH ORDINALITY keeps EVENT_IDs in it).
-/// `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation resets the
-/// flight's row to PENDING with the new payload and clears SENT_AT; an older one is dropped.
+/// Inserts a round's events in order (WITH ORDINALITY keeps EVENT_IDs in it), each with its
+/// message id. `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation
+/// resets the flight's row to PENDING with the new payload and clears SENT_AT; an older one is
+/// dropped. One statement per kind, whatever the round's size.
 fn insert_events(
     tx: &mut postgres::Transaction<'_>,
-    msg_id: i64,
-    events: &[NewEvent],
+    events: &[(i64, &NewEvent)],
     now: SystemTime,
 ) -> Result<(), postgres::Error> {
     let schd = Target::KafkaSchd.as_str();
-    let (upserts, inserts): (Vec<&NewEvent>, Vec<&NewEvent>) = events.iter().partition(|e| e.target == schd);
+    let (upserts, inserts): (Vec<&(i64, &NewEvent)>, Vec<&(i64, &NewEvent)>) =
+        events.iter().partition(|(_, e)| e.target == schd);
     if !inserts.is_empty() {
-        let targets: Vec<&str> = inserts.iter().map(|e| e.target.as_str()).collect();
-        let keys: Vec<String> = inserts.iter().map(|e| clip(&e.partition_key, 32)).collect();
-        let types: Vec<&str> = inserts.iter().map(|e| e.event_type.as_str()).collect();
-        let versions: Vec<i64> = inserts.iter().map(|e| e.state_version).collect();
-        let payloads: Vec<&str> = inserts.iter().map(|e| e.payload_json.as_str()).collect();
+        let msg_ids: Vec<i64> = inserts.iter().map(|(m, _)| *m).collect();
+        let targets: Vec<&str> = inserts.iter().map(|(_, e)| e.target.as_str()).collect();
+        let keys: Vec<String> = inserts.iter().map(|(_, e)| clip(&e.partition_key, 32)).collect();
+        let types: Vec<&str> = inserts.iter().map(|(_, e)| e.event_type.as_str()).collect();
+        let versions: Vec<i64> = inserts.iter().map(|(_, e)| e.state_version).collect();
+        let payloads: Vec<&str> = inserts.iter().map(|(_, e)| e.payload_json.as_str()).collect();
         tx.execute(
             "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-             SELECT t, k, ty, v, p, 'PENDING', 0, $6, $7
-             FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[]) WITH ORDINALITY AS x(t, k, ty, v, p, ord)
+             SELECT t, k, ty, v, p, 'PENDING', 0, $7, m
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[], $6::bigint[])
+                  WITH ORDINALITY AS x(t, k, ty, v, p, m, ord)
              ORDER BY ord",
-            &[&targets, &keys, &types, &versions, &payloads, &now, &msg_id],
+            &[&targets, &keys, &types, &versions, &payloads, &msg_ids, &now],
         )?;
     }
     if !upserts.is_empty() {
-        // One statement for the whole package (a 2,000-flight plan is 2,000 rows); a FLID once.
-        let mut latest: std::collections::BTreeMap<&str, &NewEvent> = std::collections::BTreeMap::new();
-        for e in upserts {
-            latest.insert(e.partition_key.as_str(), e);
+        // A FLID once per statement: the newest generation of the round (then the later event).
+        let mut latest: std::collections::BTreeMap<&str, (i64, &NewEvent)> =
+            std::collections::BTreeMap::new();
+        for (m, e) in upserts {
+            let slot = latest.entry(e.partition_key.as_str()).or_insert((*m, e));
+            if e.state_version >= slot.1.state_version {
+                *slot = (*m, e);
+            }
         }
         let keys: Vec<String> = latest.keys().map(|k| clip(k, 32)).collect();
-        let types: Vec<&str> = latest.values().map(|e| e.event_type.as_str()).collect();
-        let versions: Vec<i64> = latest.values().map(|e| e.state_version).collect();
-        let payloads: Vec<&str> = latest.values().map(|e| e.payload_json.as_str()).collect();
+        let types: Vec<&str> = latest.values().map(|(_, e)| e.event_type.as_str()).collect();
+        let versions: Vec<i64> = latest.values().map(|(_, e)| e.state_version).collect();
+        let payloads: Vec<&str> = latest.values().map(|(_, e)| e.payload_json.as_str()).collect();
+        let msg_ids: Vec<i64> = latest.values().map(|(m, _)| *m).collect();
         tx.execute(
             "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-             SELECT 'KAFKA:schd', k, ty, v, p, 'PENDING', 0, $5, $6
-             FROM UNNEST($1::varchar[], $2::varchar[], $3::bigint[], $4::text[]) AS x(k, ty, v, p)
+             SELECT 'KAFKA:schd', k, ty, v, p, 'PENDING', 0, $6, m
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::bigint[], $4::text[], $5::bigint[]) AS x(k, ty, v, p, m)
              ON CONFLICT (partition_key) WHERE target = 'KAFKA:schd' DO UPDATE SET
                  event_type = EXCLUDED.event_type, state_version = EXCLUDED.state_version,
                  payload_json = EXCLUDED.payload_json, state = 'PENDING', attempts = 0,
                  next_attempt_at = NULL, error_class = NULL, last_error = NULL, sent_at = NULL,
                  last_attempt_at = NULL, created_at = EXCLUDED.created_at, msg_id = EXCLUDED.msg_id
              WHERE msg_event.state_version <= EXCLUDED.state_version",
-            &[&keys, &types, &versions, &payloads, &now, &msg_id],
+            &[&keys, &types, &versions, &payloads, &msg_ids, &now],
         )?;
     }
     Ok(())
@@ -252,66 +260,101 @@ impl ProcStore for Pg {
                 }
             }
         }
-        let mut unmoved = None;
+        // Set-based: one statement per kind of outcome, its row count checked, so a round of
+        // fifty costs a handful of statements and stays all-or-nothing.
+        let mut events: Vec<(i64, &NewEvent)> = Vec::new();
+        let (mut ok_ids, mut ok_keys, mut ok_tags) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut sk_ids, mut sk_reasons, mut sk_tags) = (Vec::new(), Vec::new(), Vec::new());
+        let mut references = Vec::new();
+        let mut failures = Vec::new();
+        for st in settles {
+            let tag = st.type_tag.as_deref().map(|t| clip(t, 32));
+            match &st.outcome {
+                Outcome::Succeeded { identity, events: evs, references: refs } => {
+                    events.extend(evs.iter().map(|e| (st.msg_id, e)));
+                    references.extend(refs.iter());
+                    ok_ids.push(st.msg_id);
+                    ok_keys.push(clip(identity, 200));
+                    ok_tags.push(tag);
+                }
+                Outcome::Skipped { reason } => {
+                    sk_ids.push(st.msg_id);
+                    sk_reasons.push(clip(reason, 1000));
+                    sk_tags.push(tag);
+                }
+                Outcome::Failed(f) => failures.push((st.msg_id, tag, f)),
+            }
+        }
+        let mut short = None;
         self.run(|c| {
             let mut tx = c.transaction()?;
-            for st in settles {
-                let id = st.msg_id;
-                let tag = st.type_tag.as_deref().map(|t| clip(t, 32));
-                let n = match &st.outcome {
-                    Outcome::Succeeded { identity, events, references } => {
-                        insert_events(&mut tx, id, events, now)?;
-                        write_references(&mut tx, references, now)?;
-                        // SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8) in one statement.
-                        tx.execute(
-                            &format!(
-                                "UPDATE proc_state SET state = 'SUCCEEDED', identity_key = $2, type_tag = COALESCE($3, type_tag),
-                                 next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
-                                 WHERE msg_id = $1 AND state IN {UNFINISHED}"
-                            ),
-                            &[&id, &clip(identity, 200), &tag, &now],
-                        )?
-                    }
-                    Outcome::Skipped { reason } => tx.execute(
-                        &format!(
-                            "UPDATE proc_state SET state = 'SKIPPED', last_error = $2, type_tag = COALESCE($3, type_tag),
+            insert_events(&mut tx, &events, now)?;
+            let refs: Vec<RefChange> = references.iter().map(|r| (*r).clone()).collect();
+            write_references(&mut tx, &refs, now)?;
+            if !ok_ids.is_empty() {
+                // SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8) in one statement.
+                let n = tx.execute(
+                    &format!(
+                        "UPDATE proc_state p SET state = 'SUCCEEDED', identity_key = x.k, type_tag = COALESCE(x.t, p.type_tag),
                              next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
-                             WHERE msg_id = $1 AND state IN {UNFINISHED}"
-                        ),
-                        &[&id, &clip(reason, 1000), &tag, &now],
-                    )?,
-                    Outcome::Failed(Failure::Retry { class, error, next_attempt_at }) => tx.execute(
+                         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, k, t)
+                         WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
+                    ),
+                    &[&ok_ids, &ok_keys, &ok_tags, &now],
+                )?;
+                if n as usize != ok_ids.len() {
+                    short = Some("succeed");
+                    return Ok(());
+                }
+            }
+            if !sk_ids.is_empty() {
+                let n = tx.execute(
+                    &format!(
+                        "UPDATE proc_state p SET state = 'SKIPPED', last_error = x.r, type_tag = COALESCE(x.t, p.type_tag),
+                             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
+                         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, r, t)
+                         WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
+                    ),
+                    &[&sk_ids, &sk_reasons, &sk_tags, &now],
+                )?;
+                if n as usize != sk_ids.len() {
+                    short = Some("skip");
+                    return Ok(());
+                }
+            }
+            for (id, tag, f) in &failures {
+                let n = match f {
+                    Failure::Retry { class, error, next_attempt_at } => tx.execute(
                         &format!(
                             "UPDATE proc_state SET state = 'FAILED', attempts = attempts + 1, error_class = $2, last_error = $3,
                              type_tag = COALESCE($4, type_tag), next_attempt_at = $5, updated_at = $6,
                              first_failed_at = COALESCE(first_failed_at, $6)
                              WHERE msg_id = $1 AND state IN {UNFINISHED}"
                         ),
-                        &[&id, &class.as_str(), &clip(error, 1000), &tag, next_attempt_at, &now],
+                        &[id, &class.as_str(), &clip(error, 1000), tag, next_attempt_at, &now],
                     )?,
-                    Outcome::Failed(Failure::Dead { class, error }) => tx.execute(
+                    Failure::Dead { class, error } => tx.execute(
                         &format!(
                             "UPDATE proc_state SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3,
                              type_tag = COALESCE($4, type_tag), next_attempt_at = NULL, updated_at = $5,
                              first_failed_at = COALESCE(first_failed_at, $5), backfill_next_at = $5
                              WHERE msg_id = $1 AND state IN {UNFINISHED}"
                         ),
-                        &[&id, &class.as_str(), &clip(error, 1000), &tag, &now],
+                        &[id, &class.as_str(), &clip(error, 1000), tag, &now],
                     )?,
                 };
                 if n != 1 {
-                    // Dropping the transaction rolls the whole round back.
-                    unmoved = Some(id);
+                    short = Some("fail");
                     return Ok(());
                 }
             }
             tx.commit()
         })?;
-        match unmoved {
+        match short {
             None => Ok(()),
-            Some(id) => Err(StoreError::new(
+            Some(what) => Err(StoreError::new(
                 "postgres",
-                format!("commit msg_id={id}: the row is not unfinished (INV-3 guard); nothing of the round was recorded"),
+                format!("commit ({what}): a row of the round is not unfinished (INV-3 guard); nothing of the round was recorded"),
             )),
         }
     }
