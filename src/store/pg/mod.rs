@@ -96,13 +96,16 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
 /// message id. `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation
 /// resets the flight's row to PENDING with the new payload and clears SENT_AT; an older one is
 /// dropped. One statement per kind, whatever the round's size.
+/// An event and the message that caused it.
+type RoundEvent<'a> = (i64, &'a NewEvent);
+
 fn insert_events(
     tx: &mut postgres::Transaction<'_>,
-    events: &[(i64, &NewEvent)],
+    events: &[RoundEvent<'_>],
     now: SystemTime,
 ) -> Result<(), postgres::Error> {
     let schd = Target::KafkaSchd.as_str();
-    let (upserts, inserts): (Vec<&(i64, &NewEvent)>, Vec<&(i64, &NewEvent)>) =
+    let (upserts, inserts): (Vec<&RoundEvent<'_>>, Vec<&RoundEvent<'_>>) =
         events.iter().partition(|(_, e)| e.target == schd);
     if !inserts.is_empty() {
         let msg_ids: Vec<i64> = inserts.iter().map(|(m, _)| *m).collect();
@@ -262,7 +265,7 @@ impl ProcStore for Pg {
         }
         // Set-based: one statement per kind of outcome, its row count checked, so a round of
         // fifty costs a handful of statements and stays all-or-nothing.
-        let mut events: Vec<(i64, &NewEvent)> = Vec::new();
+        let mut events: Vec<RoundEvent<'_>> = Vec::new();
         let (mut ok_ids, mut ok_keys, mut ok_tags) = (Vec::new(), Vec::new(), Vec::new());
         let (mut sk_ids, mut sk_reasons, mut sk_tags) = (Vec::new(), Vec::new(), Vec::new());
         let mut references = Vec::new();
