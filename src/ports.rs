@@ -101,6 +101,16 @@ pub trait ProcStore {
     fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>>;
     /// The message holding `key`, ARCHIVED shadow rows included (INV-9).
     fn identity_holder(&mut self, key: &str) -> StoreResult<Option<i64>>;
+    /// The holders of several identities at once (a pump round asks once).
+    fn identity_holders(&mut self, keys: &[String]) -> StoreResult<HashMap<String, i64>> {
+        let mut out = HashMap::new();
+        for k in keys {
+            if let Some(id) = self.identity_holder(k)? {
+                out.insert(k.clone(), id);
+            }
+        }
+        Ok(out)
+    }
     /// Records a round's outcomes in order, in one transaction. Each terminal state is written
     /// in the same statement as its backfill intent (INV-8). Every row must still be
     /// unfinished, else nothing is recorded and an error is returned (INV-3 guard).

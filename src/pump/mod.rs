@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use log::{error, info, warn};
 
 use crate::clock::Clock;
-use crate::codec::{self, ignore::IgnoreRules};
+use crate::codec::{self, ignore::IgnoreRules, DecodeError};
 use crate::config::Pipeline;
 use crate::domain::ProcRow;
 use crate::error::{ErrorClass, StoreError};
@@ -81,6 +81,23 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         // The round's raw texts in one read (messages are immutable, PRE-7).
         let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
         let mut raws = self.mailbox.raws(&ids);
+        // Every META of the round, then every identity holder in one read (messages are
+        // immutable, PRE-7; the pump is the only writer of identities).
+        let mut metas: HashMap<i64, Result<codec::Envelope, DecodeError>> = HashMap::new();
+        if let Ok(r) = &raws {
+            for (id, raw) in r {
+                let env = pure(|| codec::decode_meta(raw))
+                    .unwrap_or_else(|p| Err(DecodeError { class: ErrorClass::Infra, detail: p }));
+                metas.insert(*id, env);
+            }
+        }
+        let keys: Vec<String> = metas
+            .values()
+            .filter_map(|m| m.as_ref().ok())
+            .filter(|env| self.ignore.matching(&env.meta).is_none())
+            .map(|env| codec::identity(&env.meta, self.include_day_boundary))
+            .collect();
+        let holders = self.procs.identity_holders(&keys)?;
         let mut settles: Vec<Settle> = Vec::with_capacity(rows.len());
         let mut taken: HashMap<String, i64> = HashMap::new(); // identities bound in this round
         let mut events = Vec::with_capacity(rows.len());
@@ -108,11 +125,11 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
                     events.push(0);
                 }
                 HeadAction::Process => {
-                    let raw = match raws.as_mut() {
-                        Ok(r) => Ok(r.remove(&row.msg_id)),
+                    let pre = match raws.as_mut() {
+                        Ok(r) => Ok(r.remove(&row.msg_id).and_then(|_| metas.remove(&row.msg_id))),
                         Err(e) => Err(StoreError::new(e.store, &e.detail)),
                     };
-                    let (settle, n) = self.process_one(row, raw, now, &taken);
+                    let (settle, n) = self.process_one(row, pre, now, &taken, &holders);
                     if let Outcome::Succeeded { identity, .. } = &settle.outcome {
                         taken.insert(identity.clone(), row.msg_id);
                     }
@@ -165,12 +182,13 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
     fn process_one(
         &mut self,
         row: &ProcRow,
-        raw: Result<Option<String>, StoreError>,
+        meta: Result<Option<Result<codec::Envelope, DecodeError>>, StoreError>,
         now: SystemTime,
         taken: &HashMap<String, i64>,
+        holders: &HashMap<String, i64>,
     ) -> (Settle, usize) {
         let mut tag = row.type_tag.clone();
-        let outcome = match raw.and_then(|raw| self.attempt(row, raw, now, taken, &mut tag)) {
+        let outcome = match meta.and_then(|m| self.attempt(row, m, now, taken, holders, &mut tag)) {
             Ok(o) => o,
             Err(e) => {
                 Outcome::Failed(self.policy.on_failure(row.attempts, ErrorClass::Infra, &e.to_string(), now))
@@ -186,23 +204,24 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
     fn attempt(
         &mut self,
         row: &ProcRow,
-        raw: Option<String>,
+        meta: Option<Result<codec::Envelope, DecodeError>>,
         now: SystemTime,
         taken: &HashMap<String, i64>,
+        holders: &HashMap<String, i64>,
         tag: &mut Option<String>,
     ) -> Result<Outcome, StoreError> {
         let msg_id = row.msg_id;
         let fail =
             |class: ErrorClass, e: &str| Outcome::Failed(self.policy.on_failure(row.attempts, class, e, now));
         // 1. raw text
-        let Some(raw) = raw else {
+        let Some(meta) = meta else {
             return Ok(fail(ErrorClass::Malformed, "raw text missing in the mailbox"));
         };
-        // 2. META; 3. ignore rules before body, identity and handler (US-04)
-        let env = match pure(|| codec::decode_meta(&raw)) {
-            Ok(Ok(env)) => env,
-            Ok(Err(e)) => return Ok(fail(e.class, &e.detail)),
-            Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
+        // 2. META (decoded for the whole round); 3. ignore rules before body, identity and
+        // handler (US-04)
+        let env = match meta {
+            Ok(env) => env,
+            Err(e) => return Ok(fail(e.class, &e.detail)),
         };
         *tag = Some(codec::MsgKind::of(&env.meta).type_tag());
         if let Some(rule) = self.ignore.matching(&env.meta) {
@@ -215,10 +234,7 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
         };
         // 4. identity (INV-9): held by an earlier message, or by one earlier in this round.
         let identity = codec::identity(&msg.meta, self.include_day_boundary);
-        let holder = match taken.get(&identity) {
-            Some(h) => Some(*h),
-            None => self.procs.identity_holder(&identity)?,
-        };
+        let holder = taken.get(&identity).or_else(|| holders.get(&identity)).copied();
         if let Some(other) = holder.filter(|h| *h != msg_id) {
             return Ok(Outcome::Skipped { reason: format!("duplicate-of:{other}") });
         }

@@ -95,6 +95,9 @@ pub fn an_identity_is_held_once<S: ProcStore + Outbox>(mut s: S) {
     s.commit(&[Settle::succeeded(1, "same", vec![])], at(1)).unwrap();
     assert!(s.commit(&[Settle::succeeded(2, "same", vec![])], at(2)).is_err(), "uk_proc_identity");
     assert_eq!(state(&mut s, 2), ProcStatus::Pending);
+    let holders = s.identity_holders(&["same".to_string(), "nobody".to_string()]).unwrap();
+    assert_eq!(holders.into_iter().collect::<Vec<_>>(), vec![("same".to_string(), 1)]);
+    assert!(s.identity_holders(&[]).unwrap().is_empty());
 }
 
 pub fn failures_count_attempts_and_anchor_the_first_failure<S: ProcStore + Outbox>(mut s: S) {

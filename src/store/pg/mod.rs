@@ -255,6 +255,16 @@ impl ProcStore for Pg {
         Ok(row.map(|r| r.get(0)))
     }
 
+    fn identity_holders(&mut self, keys: &[String]) -> StoreResult<std::collections::HashMap<String, i64>> {
+        if keys.is_empty() {
+            return Ok(Default::default());
+        }
+        let rows = self.run(|c| {
+            c.query("SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)", &[&keys])
+        })?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     fn commit(&mut self, settles: &[Settle], now: SystemTime) -> StoreResult<()> {
         for st in settles {
             if let Outcome::Succeeded { events, .. } = &st.outcome {
