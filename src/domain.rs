@@ -129,6 +129,10 @@ impl EventStatus {
             EventStatus::Dead => "DEAD",
         }
     }
+
+    pub fn parse(s: &str) -> Option<EventStatus> {
+        [EventStatus::Pending, EventStatus::Sent, EventStatus::Dead].into_iter().find(|e| e.as_str() == s)
+    }
 }
 
 /// An outbox event the pump writes in the same transaction as SUCCEEDED.

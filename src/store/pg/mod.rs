@@ -184,6 +184,42 @@ fn write_references(
     Ok(())
 }
 
+/// The rows a replay selection names: by id whatever their state (so a refusal can say why),
+/// by range or class only those in `replayable` state. `select` lists id, then the columns the
+/// caller reads; `id` is the key column.
+fn replay_rows(
+    tx: &mut postgres::Transaction<'_>,
+    select: &str,
+    id: &str,
+    replayable: &str,
+    sel: &ReplaySelection,
+    limit: i64,
+) -> Result<Vec<postgres::Row>, postgres::Error> {
+    match sel {
+        ReplaySelection::Ids(ids) => {
+            tx.query(&format!("{select} WHERE {id} = ANY($1) ORDER BY {id} LIMIT $2"), &[ids, &limit])
+        }
+        ReplaySelection::Range(a, b) => tx.query(
+            &format!("{select} WHERE {id} BETWEEN $1 AND $2 AND {replayable} ORDER BY {id} LIMIT $3"),
+            &[a, b, &limit],
+        ),
+        ReplaySelection::Class(class) => tx.query(
+            &format!("{select} WHERE error_class = $1 AND {replayable} ORDER BY {id} LIMIT $2"),
+            &[&class.as_str(), &limit],
+        ),
+    }
+}
+
+/// Ids a replay selection named that no row answered (reported as "no such …").
+fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
+    match sel {
+        ReplaySelection::Ids(ids) => {
+            ids.iter().take(limit).filter(|id| !found.contains(id)).copied().collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 impl ProcStore for Pg {
     fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
         let rows = self.run(|c| {
@@ -376,20 +412,8 @@ impl ProcStore for Pg {
         let limit = limit as i64;
         self.run(|c| {
             let mut tx = c.transaction()?;
-            let cols = "SELECT msg_id, state, error_class FROM proc_state";
-            let rows = match sel {
-                ReplaySelection::Ids(ids) => {
-                    tx.query(&format!("{cols} WHERE msg_id = ANY($1) ORDER BY msg_id LIMIT $2"), &[ids, &limit])?
-                }
-                ReplaySelection::Range(a, b) => tx.query(
-                    &format!("{cols} WHERE msg_id BETWEEN $1 AND $2 AND state IN ('FAILED', 'DEAD') ORDER BY msg_id LIMIT $3"),
-                    &[a, b, &limit],
-                )?,
-                ReplaySelection::Class(class) => tx.query(
-                    &format!("{cols} WHERE error_class = $1 AND state IN ('FAILED', 'DEAD') ORDER BY msg_id LIMIT $2"),
-                    &[&class.as_str(), &limit],
-                )?,
-            };
+            let select = "SELECT msg_id, state, error_class FROM proc_state";
+            let rows = replay_rows(&mut tx, select, "msg_id", "state IN ('FAILED', 'DEAD')", sel, limit)?;
             let mut out = Vec::new();
             for r in &rows {
                 let id: i64 = r.get(0);
@@ -412,12 +436,9 @@ impl ProcStore for Pg {
                 }
                 out.push(Replayed { msg_id: id, was: Some((state, class)), verdict });
             }
-            if let ReplaySelection::Ids(ids) = sel {
-                for id in ids.iter().take(limit as usize) {
-                    if !out.iter().any(|x| x.msg_id == *id) {
-                        out.push(Replayed { msg_id: *id, was: None, verdict: Err("no such message".into()) });
-                    }
-                }
+            let found: Vec<i64> = out.iter().map(|x| x.msg_id).collect();
+            for id in absent_ids(sel, &found, limit as usize) {
+                out.push(Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) });
             }
             tx.commit()?;
             Ok(out)
@@ -612,30 +633,14 @@ impl Outbox for Pg {
         let limit = limit as i64;
         self.run(|c| {
             let mut tx = c.transaction()?;
-            let cols = "SELECT event_id, target, state FROM msg_event";
-            let rows = match sel {
-                ReplaySelection::Ids(ids) => {
-                    tx.query(&format!("{cols} WHERE event_id = ANY($1) ORDER BY event_id LIMIT $2"), &[ids, &limit])?
-                }
-                ReplaySelection::Range(a, b) => tx.query(
-                    &format!("{cols} WHERE event_id BETWEEN $1 AND $2 AND state = 'DEAD' ORDER BY event_id LIMIT $3"),
-                    &[a, b, &limit],
-                )?,
-                ReplaySelection::Class(class) => tx.query(
-                    &format!("{cols} WHERE error_class = $1 AND state = 'DEAD' ORDER BY event_id LIMIT $2"),
-                    &[&class.as_str(), &limit],
-                )?,
-            };
+            let select = "SELECT event_id, target, state FROM msg_event";
+            let rows = replay_rows(&mut tx, select, "event_id", "state = 'DEAD'", sel, limit)?;
             let mut out = Vec::new();
             for r in &rows {
                 let id: i64 = r.get(0);
                 let (target, state): (String, String) = (r.get(1), r.get(2));
-                let status = match state.as_str() {
-                    "DEAD" => EventStatus::Dead,
-                    "SENT" => EventStatus::Sent,
-                    _ => EventStatus::Pending,
-                };
-                let mut verdict = replay::event_verdict(status);
+                let mut verdict =
+                    replay::event_verdict(EventStatus::parse(&state).unwrap_or(EventStatus::Pending));
                 if verdict.is_ok() {
                     let n = tx.execute(
                         "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL
@@ -648,12 +653,9 @@ impl Outbox for Pg {
                 }
                 out.push(ReplayedEvent { event_id: id, was: Some((target, state)), verdict });
             }
-            if let ReplaySelection::Ids(ids) = sel {
-                for id in ids.iter().take(limit as usize) {
-                    if !out.iter().any(|x| x.event_id == *id) {
-                        out.push(ReplayedEvent { event_id: *id, was: None, verdict: Err("no such event".into()) });
-                    }
-                }
+            let found: Vec<i64> = out.iter().map(|x| x.event_id).collect();
+            for id in absent_ids(sel, &found, limit as usize) {
+                out.push(ReplayedEvent { event_id: id, was: None, verdict: Err("no such event".into()) });
             }
             tx.commit()?;
             Ok(out)
