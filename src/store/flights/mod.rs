@@ -112,12 +112,6 @@ impl RedisFlights {
         r.map_err(StoreError::from)
     }
 
-    /// One flight as stored (for `msgx status`, the demo and tests).
-    pub fn flight(&mut self, flid: &str) -> StoreResult<Flight> {
-        let key = self.flight_key(flid);
-        self.run(|c, _| c.hgetall(key))
-    }
-
     /// The daily plan's generation and the message that last advanced it.
     pub fn generation(&mut self) -> StoreResult<(i64, i64)> {
         let key = format!("{}schd:gen", self.prefix);

@@ -106,11 +106,6 @@ impl KafkaProducer {
         self.producer.context().acks.lock().expect("ack list poisoned").len()
     }
 
-    /// Flushes whatever is queued (on shutdown).
-    pub fn flush(&self, timeout: Duration) -> Result<(), StoreError> {
-        self.producer.flush(timeout).map_err(StoreError::from)
-    }
-
     /// Replaces the producer after a failed round. A fatal (idempotence) error demands it;
     /// and an idempotent producer whose id the broker no longer knows (UNKNOWN_PRODUCER_ID
     /// after the broker lost its state) otherwise loops bumping its epoch for ever. A fresh
