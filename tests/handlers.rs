@@ -9,7 +9,6 @@ use std::sync::Arc;
 use redis::Commands;
 
 use common::*;
-use msgx::clock::SystemClock;
 use msgx::codec;
 use msgx::fixtures;
 use msgx::handlers::{self, View};
@@ -30,21 +29,7 @@ struct Stack {
 fn stack() -> Stack {
     let s = Services::migrated("");
     let stats = Arc::new(Stats::default());
-    let poller = Poller::new(
-        Pg::connect(&s.cfg.pg_url).unwrap(),
-        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
-        Arc::new(SystemClock),
-        &s.cfg.pipeline,
-        stats.clone(),
-    );
-    let pump = Pump::new(
-        Pg::connect(&s.cfg.pg_url).unwrap(),
-        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
-        RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap(),
-        Arc::new(SystemClock),
-        &s.cfg.pipeline,
-        stats,
-    );
+    let (poller, pump) = (s.poller(&stats), s.pump(&stats));
     Stack { s, poller, pump }
 }
 

@@ -8,14 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use msgx::clock::SystemClock;
 use msgx::fixtures;
-use msgx::ingress::{self, Poller};
-use msgx::pump::{Pump, Round};
+use msgx::ingress;
+use msgx::pump::Round;
 use msgx::stats::Stats;
-use msgx::store::flights::RedisFlights;
-use msgx::store::mailbox::MysqlMailbox;
-use msgx::store::pg::Pg;
 
 const N: u64 = 2000;
 
@@ -24,25 +20,10 @@ fn run(batch: usize) -> f64 {
     let raws: Vec<String> =
         (1..=N).map(|i| fixtures::flop_stnd(i, &format!("F{}", i % 100), &format!("S{i}"))).collect();
     s.insert_inbound(&raws);
-    let cfg = &s.cfg;
     let stats = Arc::new(Stats::default());
-    let clock = Arc::new(SystemClock);
-    let mut poller = Poller::new(
-        Pg::connect(&cfg.pg_url).unwrap(),
-        MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).unwrap(),
-        clock.clone(),
-        &cfg.pipeline,
-        stats.clone(),
-    );
+    let mut poller = s.poller(&stats);
     while poller.round().unwrap() != ingress::Round::Idle {}
-    let mut pump = Pump::new(
-        Pg::connect(&cfg.pg_url).unwrap(),
-        MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).unwrap(),
-        RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix).unwrap(),
-        clock,
-        &cfg.pipeline,
-        stats.clone(),
-    );
+    let mut pump = s.pump(&stats);
     let start = Instant::now();
     loop {
         match pump.round().unwrap() {

@@ -9,14 +9,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use msgx::clock::SystemClock;
-use msgx::ingress::{self, Poller};
+use msgx::ingress;
 use msgx::ports::Mailbox;
-use msgx::pump::{Pump, Round};
+use msgx::pump::Round;
 use msgx::stats::Stats;
-use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
-use msgx::store::pg::Pg;
 
 fn dnld(seqn: u64, n: usize) -> String {
     let mut body = format!("<RECS>{n}</RECS>");
@@ -36,21 +33,8 @@ fn main() {
     let _ = env_logger::Builder::new().filter_level(log::LevelFilter::Warn).try_init();
     let s = common::Services::migrated("");
     let stats = Arc::new(Stats::default());
-    let mut poller = Poller::new(
-        Pg::connect(&s.cfg.pg_url).unwrap(),
-        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
-        Arc::new(SystemClock),
-        &s.cfg.pipeline,
-        stats.clone(),
-    );
-    let mut pump = Pump::new(
-        Pg::connect(&s.cfg.pg_url).unwrap(),
-        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
-        RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap(),
-        Arc::new(SystemClock),
-        &s.cfg.pipeline,
-        stats,
-    );
+    let mut poller = s.poller(&stats);
+    let mut pump = s.pump(&stats);
     let mut mailbox = MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap();
     println!(
         "SCHD-DNLD of 2,000 flights, end to end in the pump (real MariaDB, Redis, PostgreSQL), one run each:"

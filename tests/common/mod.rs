@@ -14,6 +14,9 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use msgx::config::Config;
+use msgx::store::flights::RedisFlights;
+use msgx::store::mailbox::MysqlMailbox;
+use msgx::store::pg::Pg;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -112,6 +115,35 @@ impl Services {
             ids.push(my.last_insert_id() as i64);
         }
         ids
+    }
+
+    /// A poller on this test's stores (wall clock).
+    pub fn poller(
+        &self,
+        stats: &std::sync::Arc<msgx::stats::Stats>,
+    ) -> msgx::ingress::Poller<Pg, MysqlMailbox> {
+        msgx::ingress::Poller::new(
+            Pg::connect(&self.cfg.pg_url).unwrap(),
+            MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound).unwrap(),
+            std::sync::Arc::new(msgx::clock::SystemClock),
+            &self.cfg.pipeline,
+            stats.clone(),
+        )
+    }
+
+    /// A pump on this test's stores (wall clock).
+    pub fn pump(
+        &self,
+        stats: &std::sync::Arc<msgx::stats::Stats>,
+    ) -> msgx::pump::Pump<Pg, MysqlMailbox, RedisFlights> {
+        msgx::pump::Pump::new(
+            Pg::connect(&self.cfg.pg_url).unwrap(),
+            MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound).unwrap(),
+            RedisFlights::connect(&self.cfg.redis_url, &self.cfg.redis_prefix).unwrap(),
+            std::sync::Arc::new(msgx::clock::SystemClock),
+            &self.cfg.pipeline,
+            stats.clone(),
+        )
     }
 
     pub fn topic(&self) -> &str {
