@@ -1,13 +1,19 @@
-//! The running daemon: one OS thread per stage (poll, process, dispatch, backfill), joined by
-//! bounded crossbeam channels, plus the lease that keeps a second instance out (PRE-5).
+//! The running daemon. [`run`] waits as a hot standby while another instance holds the lease
+//! (PRE-5), then [`serve`]s: one OS thread per stage (poll, process, dispatch, outbound,
+//! backfill, jobs, and the lease keeper), joined by bounded crossbeam channels, supervised.
 //!
-//! PostgreSQL holds the truth; the channels are doorbells (capacity 1, a full bell is
-//! already ringing) so that a stage reacts at once instead of at its next poll. Each stage
-//! still polls on its own interval, so a lost ring costs latency, never a message.
+//! PostgreSQL holds the truth; the channels are doorbells (capacity 1, a full bell is already
+//! ringing) so that a stage reacts at once instead of at its next poll. Each stage still polls
+//! on its own interval, so a lost ring costs latency, never a message.
+//!
+//! Every stage runs the same loop ([`spawn`]): check the lease gate, run a round at `now`,
+//! sleep as the round says. A store that is away stalls the stage with the outage rules of
+//! [`Outages`] (WARN, ERROR after `outage-alert-after`, INFO when it is back); a fenced error
+//! (a newer instance holds the lease) stops every stage and the process exits 1.
 //!
 //! Stopping: dropping the stop sender disconnects every stage's stop receiver; each finishes
-//! the round in hand (bounded by its batch size) and returns. A stage that panics is logged
-//! and stops the whole process with a non-zero exit, so systemd restarts it.
+//! the round in hand (bounded by its batch size) and returns; then the lease is released so a
+//! standby takes over at once. A stage that panics stops the whole process with exit 1.
 
 use std::sync::Arc;
 use std::thread;
@@ -16,16 +22,19 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::{bounded, select, Receiver, Sender};
 use log::{error, info, warn};
 
-use crate::backfill::{self, Backfill};
+use crate::backfill::Backfill;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::dispatch::{self, Dispatcher};
+use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
 use crate::error::StoreError;
 use crate::ingress::compat::CompatServer;
-use crate::ingress::{self, Poller};
+use crate::ingress::Poller;
 use crate::jobs::Jobs;
+use crate::lease::{LeaseGate, LeasePolicy};
+use crate::ports::{Claim, Claimant, LeaseStore};
 use crate::pump::{self, Pump};
-use crate::stats::Stats;
+use crate::stage::{human, Next, Notice, OutagePolicy, Outages, RoundReport, Stage, StallBoard};
+use crate::stats::{self, Stats};
 use crate::store::flights::RedisFlights;
 use crate::store::kafka::KafkaProducer;
 use crate::store::mailbox::{MysqlMailbox, MysqlOutbound};
@@ -37,12 +46,10 @@ pub enum DaemonError {
     Schema(#[from] migrate::SchemaError),
     #[error("cannot start: {0}")]
     Store(#[from] StoreError),
-    #[error("another msgx instance holds the lease on this database (PRE-5: one active instance); this one will not write")]
-    AnotherInstance,
     #[error("stage {0} stopped unexpectedly; the process stops so that it can be restarted")]
     StageFailed(String),
-    #[error("the single-instance lease was lost (its PostgreSQL session ended); stopping so that no second writer can run beside another instance (PRE-5)")]
-    LeaseLost,
+    #[error("this instance is stale: {0}; a newer instance holds the lease, so this one stops without writing anything more (PRE-5)")]
+    Fenced(String),
 }
 
 impl DaemonError {
@@ -51,23 +58,22 @@ impl DaemonError {
         match self {
             DaemonError::Schema(_) => 3,
             DaemonError::Store(_) => 4,
-            DaemonError::AnotherInstance => 5,
-            DaemonError::StageFailed(_) | DaemonError::LeaseLost => 1,
+            DaemonError::StageFailed(_) | DaemonError::Fenced(_) => 1,
         }
     }
 }
 
 /// A doorbell: ring it without ever blocking.
 #[derive(Clone)]
-struct Bell(Sender<()>);
+pub struct Bell(Sender<()>);
 
 impl Bell {
-    fn ring(&self) {
+    pub fn ring(&self) {
         let _ = self.0.try_send(());
     }
 }
 
-fn bell() -> (Bell, Receiver<()>) {
+pub fn bell() -> (Bell, Receiver<()>) {
     let (tx, rx) = bounded(1);
     (Bell(tx), rx)
 }
@@ -87,83 +93,177 @@ fn pause_or_stop(stop: &Receiver<()>, bell: Option<&Receiver<()>>, pause: Durati
     }
 }
 
-/// A stage's loop: run a round, pause as it says (a doorbell cuts the pause short), until
-/// stop. A store error outside any message backs the stage off 1 s doubling to 30 s.
-fn stage_loop(
-    name: &str,
-    stop: &Receiver<()>,
-    bell: Option<&Receiver<()>>,
-    mut round: impl FnMut() -> Result<Duration, StoreError>,
-) {
-    let mut errors = 0;
-    loop {
-        let pause = match round() {
-            Ok(p) => {
-                errors = 0;
-                p
-            }
-            Err(e) => {
-                errors += 1;
-                warn!("{name} error attempts={errors} error={e}");
-                error_backoff(errors)
-            }
-        };
-        if pause_or_stop(stop, bell, pause) {
-            break;
-        }
-    }
+/// How a stage thread ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Stopped,
+    /// A newer instance holds the lease.
+    Fenced(String),
 }
 
-/// A stage thread: its loop runs until its stop receiver disconnects.
-pub struct Stage {
+/// A thread of the daemon: its loop runs until its stop receiver disconnects.
+pub struct Thread {
     name: &'static str,
-    body: Box<dyn FnOnce(Receiver<()>) + Send>,
+    body: Box<dyn FnOnce(Receiver<()>) -> Exit + Send>,
 }
 
-impl Stage {
-    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) + Send + 'static) -> Stage {
-        Stage { name, body: Box::new(body) }
+impl Thread {
+    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) -> Exit + Send + 'static) -> Thread {
+        Thread { name, body: Box::new(body) }
     }
 }
 
-/// Runs the stages on their own threads until `stop` disconnects or one of them ends on its
-/// own (a stage loop only ends by a panic). Either way every stage is then told to stop,
-/// finishes its round and is joined; `on_tick` runs every `tick` meanwhile (the stats line).
+/// What every stage thread shares.
+#[derive(Clone)]
+pub struct Context {
+    pub clock: Arc<dyn Clock>,
+    pub gate: Arc<LeaseGate>,
+    pub board: StallBoard,
+    pub stats: Arc<Stats>,
+    pub outage: OutagePolicy,
+}
+
+/// Where a stage's doorbells come from and go to, and its idle interval.
+pub struct Wiring {
+    pub bell: Option<Receiver<()>>,
+    pub rings: Vec<Bell>,
+    pub idle: Duration,
+}
+
+fn log_notice(n: &Notice, stats: &Stats) {
+    match n {
+        Notice::Started { .. } => stats::inc(&stats.outages),
+        Notice::Ended { down_for, .. } => stats::add(&stats.outage_ms, down_for.as_millis() as u64),
+        Notice::StillDown { .. } => {}
+    }
+    log::log!(n.level(), "{n}");
+}
+
+/// A stage's thread: gate, round, pause, until stop; outages stall it (SPEC §4.9).
+pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Context) -> Thread {
+    Thread::new(S::NAME, move |stop| {
+        let mut outages = Outages::new(S::NAME, ctx.outage);
+        loop {
+            let now = ctx.clock.now();
+            let pause = match ctx.gate.check(now).and_then(|()| stage.round(now)) {
+                Ok(r) => {
+                    for n in outages.recovered(now) {
+                        log_notice(&n, &ctx.stats);
+                    }
+                    ctx.board.set(S::NAME, None);
+                    if r.progressed() {
+                        wiring.rings.iter().for_each(Bell::ring);
+                    }
+                    match r.next() {
+                        Next::Now => Duration::ZERO,
+                        // Capped, so work made by another process (a replay) is noticed.
+                        Next::At(t) => t.duration_since(ctx.clock.now()).unwrap_or_default().min(wiring.idle),
+                        Next::Idle => wiring.idle,
+                    }
+                }
+                Err(e) if e.is_fenced() => {
+                    ctx.gate.stale();
+                    error!("fenced stage={} {e}: a newer instance holds the lease; this one stops", S::NAME);
+                    return Exit::Fenced(e.to_string());
+                }
+                Err(e) => {
+                    let (notices, wait) = outages.failed(&e, now);
+                    for n in &notices {
+                        log_notice(n, &ctx.stats);
+                    }
+                    ctx.board.set(S::NAME, outages.stalled_on());
+                    wait
+                }
+            };
+            if pause_or_stop(&stop, wiring.bell.as_ref(), pause) {
+                return Exit::Stopped;
+            }
+        }
+    })
+}
+
+/// The lease keeper: renews every `renew-interval`, confirms the gate after each renewal,
+/// reports the stalled stages with it, and closes the gate for good when a newer instance
+/// holds the lease. A lease store that is unreachable is an outage, not a lost lease: the
+/// gate closes when the last confirmation runs out, and opens again if a late renewal finds
+/// the lease still ours.
+fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) -> Thread {
+    Thread::new("lease", move |stop| {
+        let mut outages = Outages::new("lease", ctx.outage);
+        let epoch = ctx.gate.epoch();
+        loop {
+            let sent = ctx.clock.now();
+            let status = serde_json::json!({
+                "stalled": ctx.board.snapshot().iter().map(|(stage, store, since)| serde_json::json!({
+                    "stage": stage, "store": store, "since_ms": crate::clock::unix_millis(*since)
+                })).collect::<Vec<_>>(),
+            })
+            .to_string();
+            match store.renew(&me, epoch, policy.duration, &status) {
+                Ok(true) => {
+                    ctx.gate.confirm(sent, policy.duration);
+                    for n in outages.recovered(ctx.clock.now()) {
+                        log_notice(&n, &ctx.stats);
+                    }
+                }
+                Ok(false) => {
+                    ctx.gate.stale();
+                    error!("lease lost epoch={epoch}: a newer instance took it over; this one stops and writes nothing more (PRE-5)");
+                    return Exit::Fenced(format!("lease epoch {epoch} taken over"));
+                }
+                Err(e) => {
+                    for n in outages.failed(&e, sent).0 {
+                        log_notice(&n, &ctx.stats);
+                    }
+                }
+            }
+            if pause_or_stop(&stop, None, policy.renew_every) {
+                return Exit::Stopped;
+            }
+        }
+    })
+}
+
+/// Runs the threads until `stop` disconnects or one of them ends on its own (fenced, or a
+/// panic). Either way every thread is then told to stop, finishes its round and is joined;
+/// `on_tick` runs every `tick` meanwhile (the stats line).
 pub fn supervise(
-    stages: Vec<Stage>,
+    threads: Vec<Thread>,
     stop: &Receiver<()>,
     tick: Duration,
-    mut on_tick: impl FnMut() -> Result<(), DaemonError>,
+    mut on_tick: impl FnMut(),
 ) -> Result<(), DaemonError> {
     let (inner_stop_tx, inner_stop) = bounded::<()>(0);
-    let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
+    let (exit_tx, exit_rx) = crossbeam_channel::unbounded::<(&'static str, Option<Exit>)>();
     let mut handles = Vec::new();
-    for stage in stages {
+    for t in threads {
         let tx = exit_tx.clone();
         let rx = inner_stop.clone();
-        let Stage { name, body } = stage;
+        let Thread { name, body } = t;
         let h = thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                let _guard = ExitGuard { name, tx };
-                body(rx)
+                let mut guard = ExitGuard { name, tx, exit: None };
+                guard.exit = Some(body(rx));
             })
-            .map_err(|e| StoreError::new("daemon", format!("cannot start thread {name}: {e}")))?;
+            .map_err(|e| StoreError::unavailable("daemon", format!("cannot start thread {name}: {e}")))?;
         handles.push(h);
     }
     drop(exit_tx);
     let early: Option<DaemonError> = loop {
         select! {
             recv(exit_rx) -> msg => {
-                let (name, panicked) = msg.unwrap_or(("?", false));
-                error!("stage {name} ended{} before stop was requested", if panicked { " by a panic" } else { "" });
-                break Some(DaemonError::StageFailed(name.to_string()));
+                break Some(match msg {
+                    Ok((_, Some(Exit::Fenced(why)))) => DaemonError::Fenced(why),
+                    Ok((name, exit)) => {
+                        error!("stage {name} ended{} before stop was requested", if exit.is_none() { " by a panic" } else { "" });
+                        DaemonError::StageFailed(name.to_string())
+                    }
+                    Err(_) => DaemonError::StageFailed("?".into()),
+                });
             }
             recv(stop) -> _ => break None,
-            default(tick) => if let Err(e) = on_tick() {
-                error!("{e}");
-                break Some(e);
-            },
+            default(tick) => on_tick(),
         }
     };
     info!("stopping: finishing the rounds in hand");
@@ -182,65 +282,23 @@ pub fn supervise(
     }
 }
 
-/// Delay after `n` consecutive store errors of a stage: 1 s doubling to 30 s.
-fn error_backoff(n: u32) -> Duration {
-    Duration::from_secs(1u64 << n.min(5)).min(Duration::from_secs(30))
-}
-
-fn until(clock: &dyn Clock, t: SystemTime) -> Duration {
-    t.duration_since(clock.now()).unwrap_or(Duration::ZERO)
-}
-
-/// Tells the supervisor when a stage's thread ends, panicking or not.
+/// Tells the supervisor when a thread ends: with its exit, or `None` when it panicked.
 struct ExitGuard {
     name: &'static str,
-    tx: Sender<(&'static str, bool)>,
+    tx: Sender<(&'static str, Option<Exit>)>,
+    exit: Option<Exit>,
 }
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
-        let _ = self.tx.send((self.name, thread::panicking()));
+        let exit = if thread::panicking() { None } else { self.exit.take() };
+        let _ = self.tx.send((self.name, exit));
     }
 }
 
-/// Holds the single-instance lease for as long as it lives: a session advisory lock on a
-/// dedicated connection (released by PostgreSQL if this process dies).
-pub struct Lease {
-    pg: Pg,
-}
-
-const LEASE_KEY: i64 = 0x6d73_6778; // "msgx"
-
-impl Lease {
-    pub fn acquire(url: &str) -> Result<Lease, DaemonError> {
-        let mut pg = Pg::connect(url)?;
-        let got: bool = pg
-            .client()?
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEASE_KEY])
-            .map_err(StoreError::from)?
-            .get(0);
-        if got {
-            Ok(Lease { pg })
-        } else {
-            Err(DaemonError::AnotherInstance)
-        }
-    }
-
-    /// Whether the lease is still held: the advisory lock lives only as long as its session,
-    /// so a dropped connection means another instance may take over (PRE-5).
-    pub fn held(&mut self) -> bool {
-        match self.pg.client() {
-            Ok(c) if !c.is_closed() => c
-                .query_one("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND pid = pg_backend_pid()", &[&(LEASE_KEY as u32)])
-                .map(|r| r.get::<_, bool>(0))
-                .unwrap_or(false),
-            _ => false,
-        }
-    }
-}
-
-/// Runs msgx until `stop` disconnects (or a stage fails). Connections are opened and the
-/// schema checked before any thread starts, so a bad setting fails fast.
+/// Runs msgx until `stop` disconnects (or it is fenced, or a stage fails): the schema is
+/// checked first, then the instance waits as a hot standby until it holds the lease, then
+/// serves.
 pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<(), DaemonError> {
     for line in cfg.describe() {
         info!("config {line}");
@@ -248,161 +306,201 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     let mut schema_pg = Pg::connect(&cfg.pg_url)?;
     migrate::verify(schema_pg.client()?)?;
     drop(schema_pg);
-    let mut lease = Lease::acquire(&cfg.pg_url)?;
-
-    let stats = Arc::new(Stats::default());
-    let p = &cfg.pipeline;
-    let poller = Poller::new(
-        Pg::connect(&cfg.pg_url)?,
-        MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound)?,
-        clock.clone(),
-        p,
-        stats.clone(),
-    );
-    let pump = Pump::new(
-        Pg::connect(&cfg.pg_url)?,
-        MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound)?,
-        RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix)?,
-        clock.clone(),
-        p,
-        stats.clone(),
-    );
-    let dispatcher = Dispatcher::new(
-        Pg::connect(&cfg.pg_url)?,
-        KafkaProducer::new(cfg)?,
-        MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound)?,
-        clock.clone(),
-        pump::retry_policy(p),
-        dispatch::Settings::from_config(cfg),
-        stats.clone(),
-    );
-    let backfill = Backfill::new(
-        Pg::connect(&cfg.pg_url)?,
-        MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound)?,
-        clock.clone(),
-        p,
-        stats.clone(),
-    );
-    info!("started poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
-
-    let (to_process, process_bell) = bell();
-    let compat_bell = to_process.clone();
-    let (to_dispatch, dispatch_bell) = bell();
-    let (to_backfill, backfill_bell) = bell();
-    let interval = p.poll_interval;
-    let mut stages: Vec<Stage> = Vec::new();
-
-    let mut poller = poller;
-    stages.push(Stage::new("poll", move |stop| {
-        stage_loop("poll", &stop, None, || {
-            Ok(match poller.round()? {
-                ingress::Round::Polled { full, new, .. } => {
-                    if new > 0 {
-                        to_process.ring();
-                    }
-                    // Poll again at once while batches come back full.
-                    if full {
-                        Duration::ZERO
-                    } else {
-                        interval
-                    }
-                }
-                ingress::Round::Idle => interval,
-            })
-        })
-    }));
-
-    let mut pump = pump;
-    let pump_clock = clock.clone();
-    stages.push(Stage::new("process", move |stop| {
-        stage_loop("process", &stop, Some(&process_bell), || {
-            Ok(match pump.round()? {
-                pump::Round::Worked(_) => {
-                    to_dispatch.ring();
-                    to_backfill.ring();
-                    Duration::ZERO
-                }
-                // Capped, so a replay by another process is noticed within one interval.
-                pump::Round::Wait(t) => until(pump_clock.as_ref(), t).min(interval),
-                pump::Round::Idle => interval,
-            })
-        })
-    }));
-
-    let mut dispatcher = dispatcher;
-    let dispatch_clock = clock.clone();
-    stages.push(Stage::new("dispatch", move |stop| {
-        stage_loop("dispatch", &stop, Some(&dispatch_bell), || {
-            Ok(match dispatcher.round()? {
-                dispatch::Round::Sent { failed: false, .. } => Duration::ZERO,
-                dispatch::Round::Sent { failed: true, .. } => Duration::from_millis(100),
-                dispatch::Round::Wait(t) => until(dispatch_clock.as_ref(), t).min(interval),
-                dispatch::Round::Idle => interval,
-            })
-        })
-    }));
-
-    if cfg.compat.enabled {
-        if !cfg.compat.listen.ip().is_loopback() {
-            warn!(
-                "compat-http listens on {} — not loopback: keep it behind a proxy or firewall",
-                cfg.compat.listen
-            );
+    let me = Claimant::this_process(clock.now());
+    let mut lease = Pg::new(&cfg.pg_url)?;
+    let Some((epoch, sent)) = standby(&mut lease, &me, cfg, clock.as_ref(), &stop) else {
+        info!("stopped while standing by");
+        return Ok(());
+    };
+    let gate = Arc::new(LeaseGate::new(epoch, sent + cfg.lease.duration));
+    let result = serve(cfg, clock, stop, lease, &me, gate.clone());
+    if !gate.is_stale() {
+        // Released at once so a standby takes over without waiting for the expiry.
+        match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(&me, epoch)) {
+            Ok(()) => info!("lease released epoch={epoch}"),
+            Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
         }
-        let mut server = CompatServer::bind(
-            cfg.compat.listen,
-            MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound)?,
-            Pg::connect(&cfg.pg_url)?,
-            clock.clone(),
-            cfg.compat.max_body_bytes,
-        )?;
-        info!("compat-http listening on {}", cfg.compat.listen);
-        let to_process = compat_bell;
-        stages.push(Stage::new("compat-http", move |stop| loop {
-            if server.serve_one(Duration::from_millis(200)) {
-                to_process.ring();
-            }
-            if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
-                break;
-            }
-        }));
     }
+    result
+}
 
-    let mut jobs = Jobs::new(Pg::connect(&cfg.pg_url)?, clock.clone(), p, stats.clone());
-    let jobs_every = p.jobs_interval;
-    stages.push(Stage::new("jobs", move |stop| {
-        stage_loop("jobs", &stop, None, || Ok(if jobs.round()?.more { Duration::ZERO } else { jobs_every }))
-    }));
-
-    let mut backfill = backfill;
-    stages.push(Stage::new("backfill", move |stop| {
-        stage_loop("backfill", &stop, Some(&backfill_bell), || {
-            Ok(match backfill.round()? {
-                backfill::Round::Marked { .. } => Duration::ZERO,
-                backfill::Round::Failed { .. } | backfill::Round::Idle => interval,
-            })
-        })
-    }));
-
-    // Every few seconds: the lease must still be held; the stats line on its own interval.
-    let tick = Duration::from_secs(5).min(p.stats_interval);
-    let per_stats = (p.stats_interval.as_secs() / tick.as_secs().max(1)).max(1);
-    let mut ticks = 0u64;
-    let result = supervise(stages, &stop, tick, || {
-        ticks += 1;
-        if ticks % per_stats == 0 {
-            info!("stats {}", stats.line());
+/// Waits until this process holds the lease (INFO lines, never ERROR, while another instance
+/// is active). `None` when stopped first.
+fn standby(
+    lease: &mut Pg,
+    me: &Claimant,
+    cfg: &Config,
+    clock: &dyn Clock,
+    stop: &Receiver<()>,
+) -> Option<(i64, SystemTime)> {
+    let mut outages = Outages::new("lease", cfg.pipeline.outage);
+    let mut said: Option<SystemTime> = None;
+    let stats = Stats::default();
+    loop {
+        let sent = clock.now();
+        match lease.claim(me, cfg.lease.duration) {
+            Ok(Claim::Acquired { epoch, previous }) => {
+                outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
+                match previous {
+                    Some(p) => info!(
+                        "lease acquired epoch={epoch}: took over from host={} pid={} (epoch {})",
+                        p.host.as_deref().unwrap_or("?"),
+                        p.pid.unwrap_or(0),
+                        p.epoch
+                    ),
+                    None => info!("lease acquired epoch={epoch}"),
+                }
+                return Some((epoch, sent));
+            }
+            Ok(Claim::HeldBy(h)) => {
+                outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
+                if said.is_none_or(|t| sent.duration_since(t).unwrap_or_default() >= Duration::from_secs(60))
+                {
+                    let since = h
+                        .since
+                        .and_then(|s| sent.duration_since(s).ok())
+                        .map(human)
+                        .unwrap_or_else(|| "?".into());
+                    info!(
+                        "standby: lease held by host={} pid={} since={since} ago epoch={}; this instance takes over when it expires or is released",
+                        h.host.as_deref().unwrap_or("?"),
+                        h.pid.unwrap_or(0),
+                        h.epoch
+                    );
+                    said = Some(sent);
+                }
+            }
+            Err(e) => outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats)),
         }
-        if lease.held() {
-            Ok(())
-        } else {
-            Err(DaemonError::LeaseLost)
+        if pause_or_stop(stop, None, cfg.lease.renew_every) {
+            return None;
         }
-    });
-    info!("stats {}", stats.line());
+    }
+}
+
+/// The active instance: every stage on its own thread, fenced by `gate`'s epoch, until stop.
+pub fn serve(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    stop: Receiver<()>,
+    lease: Pg,
+    me: &Claimant,
+    gate: Arc<LeaseGate>,
+) -> Result<(), DaemonError> {
+    let epoch = gate.epoch();
+    let p = &cfg.pipeline;
+    let ctx = Context {
+        clock: clock.clone(),
+        gate,
+        board: StallBoard::default(),
+        stats: Arc::new(Stats::default()),
+        outage: p.outage,
+    };
+    let stats = ctx.stats.clone();
+    // The flights are this epoch's before any stage runs: a stale pump's next apply is refused.
+    if let Err(e) = RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix).and_then(|mut r| r.claim(epoch)) {
+        warn!("flights not claimed for epoch {epoch} yet ({e}); the first apply claims them");
+    }
+    let pg = || Pg::new(&cfg.pg_url).map(|pg| pg.fenced(epoch));
+    let mailbox = || MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound);
+    let (to_process, process_bell) = bell();
+    let (to_dispatch, dispatch_bell) = bell();
+    let (to_outbound, outbound_bell) = bell();
+    let (to_backfill, backfill_bell) = bell();
+    let wire = |bell: Option<Receiver<()>>, rings: Vec<Bell>| Wiring { bell, rings, idle: p.poll_interval };
+    let mut threads = vec![
+        spawn(
+            Poller::new(pg()?, mailbox()?, p, stats.clone()),
+            wire(None, vec![to_process.clone()]),
+            ctx.clone(),
+        ),
+        spawn(
+            Pump::new(
+                pg()?,
+                mailbox()?,
+                RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix)?.fenced(epoch),
+                p,
+                stats.clone(),
+            ),
+            wire(Some(process_bell), vec![to_dispatch, to_outbound, to_backfill]),
+            ctx.clone(),
+        ),
+        spawn(
+            Dispatcher::new(
+                pg()?,
+                KafkaProducer::new(cfg)?,
+                pump::retry_policy(p),
+                dispatch::Settings::from_config(cfg),
+                ctx.gate.clone(),
+                stats.clone(),
+            ),
+            wire(Some(dispatch_bell), vec![]),
+            ctx.clone(),
+        ),
+        spawn(
+            OutboundDispatcher::new(
+                pg()?,
+                MysqlOutbound::new(&cfg.mysql_url, &cfg.outbound)?,
+                pump::retry_policy(p),
+                p.dispatch_batch,
+                ctx.gate.clone(),
+                stats.clone(),
+            ),
+            wire(Some(outbound_bell), vec![]),
+            ctx.clone(),
+        ),
+        spawn(
+            Backfill::new(pg()?, mailbox()?, p, ctx.gate.clone(), stats.clone()),
+            wire(Some(backfill_bell), vec![]),
+            ctx.clone(),
+        ),
+        spawn(
+            Jobs::new(pg()?, p, stats.clone()),
+            Wiring { bell: None, rings: vec![], idle: p.jobs_interval },
+            ctx.clone(),
+        ),
+        lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()),
+    ];
+    if cfg.compat.enabled {
+        threads.push(compat_server(cfg, pg()?, to_process, ctx.clone())?);
+    }
+    info!("started epoch={epoch} poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
+    let board = ctx.board.clone();
+    let line = move || {
+        let stalled = board.describe();
+        info!("stats {} stalled={}", stats.line(), if stalled.is_empty() { "-" } else { &stalled });
+    };
+    let result = supervise(threads, &stop, p.stats_interval, line.clone());
+    line();
     result?;
     info!("stopped");
     Ok(())
+}
+
+/// The compat write path `POST /cminmsgs/send`, on its own thread.
+fn compat_server(cfg: &Config, pg: Pg, to_process: Bell, ctx: Context) -> Result<Thread, DaemonError> {
+    if !cfg.compat.listen.ip().is_loopback() {
+        warn!(
+            "compat-http listens on {} — not loopback: keep it behind a proxy or firewall",
+            cfg.compat.listen
+        );
+    }
+    let mut server = CompatServer::bind(
+        cfg.compat.listen,
+        MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
+        pg,
+        ctx.clock.clone(),
+        cfg.compat.max_body_bytes,
+    )?;
+    info!("compat-http listening on {}", cfg.compat.listen);
+    Ok(Thread::new("compat-http", move |stop| loop {
+        if server.serve_one(Duration::from_millis(200)) {
+            to_process.ring();
+        }
+        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+            return Exit::Stopped;
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -410,46 +508,50 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) + Send + 'static {
+    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) -> Exit + Send + 'static {
         move |stop: Receiver<()>| {
             let _ = stop.recv(); // blocks until the supervisor disconnects it
             flag.store(true, Ordering::SeqCst);
+            Exit::Stopped
         }
     }
 
     #[test]
-    fn stop_request_ends_every_stage_cleanly() {
+    fn stop_request_ends_every_thread_cleanly() {
         let (tx, rx) = bounded::<()>(0);
         let (a, b) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let stages =
-            vec![Stage::new("a", until_stopped(a.clone())), Stage::new("b", until_stopped(b.clone()))];
+        let threads =
+            vec![Thread::new("a", until_stopped(a.clone())), Thread::new("b", until_stopped(b.clone()))];
         drop(tx);
-        supervise(stages, &rx, Duration::from_secs(3600), || Ok(())).expect("clean stop");
-        assert!(a.load(Ordering::SeqCst) && b.load(Ordering::SeqCst), "both stages saw stop");
+        supervise(threads, &rx, Duration::from_secs(3600), || {}).expect("clean stop");
+        assert!(a.load(Ordering::SeqCst) && b.load(Ordering::SeqCst), "both saw stop");
     }
 
     #[test]
-    fn a_failing_tick_stops_every_stage() {
+    fn a_fenced_thread_stops_every_thread_and_the_run_fails_with_exit_1() {
         let (_tx, rx) = bounded::<()>(0);
         let other = Arc::new(AtomicBool::new(false));
-        let stages = vec![Stage::new("steady", until_stopped(other.clone()))];
-        let err =
-            supervise(stages, &rx, Duration::from_millis(1), || Err(DaemonError::LeaseLost)).unwrap_err();
-        assert!(matches!(err, DaemonError::LeaseLost));
+        let threads = vec![
+            Thread::new("steady", until_stopped(other.clone())),
+            Thread::new("lease", |_stop| Exit::Fenced("lease epoch 3 taken over".into())),
+        ];
+        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
+        assert!(matches!(&err, DaemonError::Fenced(w) if w.contains("epoch 3")), "{err}");
+        assert_eq!(err.exit_code(), 1);
         assert!(other.load(Ordering::SeqCst));
     }
 
     #[test]
-    fn a_panicking_stage_stops_the_others_and_fails_the_run() {
+    fn a_panicking_thread_stops_the_others_and_fails_the_run() {
         let (_tx, rx) = bounded::<()>(0); // nobody asks to stop
         let other = Arc::new(AtomicBool::new(false));
-        let stages = vec![
-            Stage::new("steady", until_stopped(other.clone())),
-            Stage::new("broken", |_stop| panic!("boom (expected by this test)")),
+        let threads = vec![
+            Thread::new("steady", until_stopped(other.clone())),
+            Thread::new("broken", |_stop| panic!("boom (expected by this test)")),
         ];
-        let err = supervise(stages, &rx, Duration::from_secs(3600), || Ok(())).unwrap_err();
+        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
         assert!(matches!(&err, DaemonError::StageFailed(n) if n == "broken"), "{err}");
         assert_eq!(err.exit_code(), 1);
-        assert!(other.load(Ordering::SeqCst), "the steady stage was stopped and joined");
+        assert!(other.load(Ordering::SeqCst), "the steady thread was stopped and joined");
     }
 }

@@ -65,55 +65,72 @@ impl fmt::Display for ErrorClass {
     }
 }
 
-/// A failure of one of the stores (own PostgreSQL, the shared mailbox, Redis, Kafka).
-/// Always class INFRA for the message or event at hand; the `store` names which one broke.
-#[derive(Debug, thiserror::Error)]
-#[error("{store}: {detail}")]
+/// What a store failure means for the message or event at hand (SPEC §4.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreErrorKind {
+    /// The store could not be reached or could not answer (connection refused, reset or
+    /// closed, a timeout, the server shutting down or loading, a broker that answers with a
+    /// retriable error). Not the message's fault: the stage stalls and retries, nothing is
+    /// charged an attempt, nothing becomes DEAD because of it.
+    Unavailable,
+    /// The store answered and refused this write (a constraint or value error, a record too
+    /// large, an invalid record, an authorization refusal). Charged to the message or event
+    /// that caused it, with the usual attempts, backoff and poison escalation. Errors that no
+    /// table knows count as rejected.
+    Rejected,
+    /// This instance is no longer the single writer: a newer lease holder exists (PRE-5). Every
+    /// stage stops and the process exits 1; nothing more is written.
+    Fenced,
+}
+
+impl StoreErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreErrorKind::Unavailable => "unavailable",
+            StoreErrorKind::Rejected => "rejected",
+            StoreErrorKind::Fenced => "fenced",
+        }
+    }
+}
+
+/// A failure of one of the stores (own PostgreSQL, the shared mailbox, Redis, Kafka, the
+/// lease). `store` names which one; `kind` decides who pays for it (SPEC §4.9). Each adapter
+/// classifies its driver's errors with one table (`classify` in its module).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{store} {}: {detail}", kind.as_str())]
 pub struct StoreError {
     pub store: &'static str,
+    pub kind: StoreErrorKind,
     pub detail: String,
 }
 
 impl StoreError {
-    pub fn new(store: &'static str, detail: impl fmt::Display) -> Self {
-        StoreError { store, detail: detail.to_string() }
+    pub fn new(store: &'static str, kind: StoreErrorKind, detail: impl fmt::Display) -> Self {
+        StoreError { store, kind, detail: detail.to_string() }
     }
-}
 
-impl From<postgres::Error> for StoreError {
-    fn from(e: postgres::Error) -> Self {
-        // `Display` of a db error is only its message; the code and detail help at 3 a.m.
-        let detail = match e.as_db_error() {
-            Some(db) => format!(
-                "{} ({}){}",
-                db.message(),
-                db.code().code(),
-                match db.detail() {
-                    Some(d) => format!(": {d}"),
-                    None => String::new(),
-                }
-            ),
-            None => e.to_string(),
-        };
-        StoreError { store: "postgres", detail }
+    pub fn unavailable(store: &'static str, detail: impl fmt::Display) -> Self {
+        StoreError::new(store, StoreErrorKind::Unavailable, detail)
     }
-}
 
-impl From<mysql::Error> for StoreError {
-    fn from(e: mysql::Error) -> Self {
-        StoreError::new("mailbox", e)
+    pub fn rejected(store: &'static str, detail: impl fmt::Display) -> Self {
+        StoreError::new(store, StoreErrorKind::Rejected, detail)
     }
-}
 
-impl From<redis::RedisError> for StoreError {
-    fn from(e: redis::RedisError) -> Self {
-        StoreError::new("redis", e)
+    pub fn fenced(store: &'static str, detail: impl fmt::Display) -> Self {
+        StoreError::new(store, StoreErrorKind::Fenced, detail)
     }
-}
 
-impl From<rdkafka::error::KafkaError> for StoreError {
-    fn from(e: rdkafka::error::KafkaError) -> Self {
-        StoreError::new("kafka", e)
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == StoreErrorKind::Unavailable
+    }
+
+    pub fn is_rejected(&self) -> bool {
+        self.kind == StoreErrorKind::Rejected
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.kind == StoreErrorKind::Fenced
     }
 }
 

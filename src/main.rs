@@ -229,7 +229,7 @@ fn replay(
     events: bool,
 ) -> CmdResult {
     use msgx::error::ErrorClass;
-    use msgx::ports::{ProcStore, ReplaySelection};
+    use msgx::ports::{Operator, ReplaySelection};
     let usage = |m: String| (exit::USAGE, anyhow::anyhow!(m));
     let sel = if let Some(r) = range {
         let (a, b) = r
@@ -272,7 +272,7 @@ fn replay(
 }
 
 fn replay_events(pg: &mut Pg, sel: &msgx::ports::ReplaySelection, limit: usize) -> CmdResult {
-    use msgx::ports::Outbox;
+    use msgx::ports::Operator;
     let out = pg.replay_events(sel, limit).map_err(|e| (4, e.into()))?;
     let lines = out.iter().map(|r| {
         let was = match &r.was {
@@ -310,7 +310,7 @@ fn print_replay(
 }
 
 fn reconcile(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
-    use msgx::ports::ProcStore;
+    use msgx::ports::Operator;
     if note.trim().is_empty() {
         return Err((exit::USAGE, anyhow::anyhow!("--note must say what was found and agreed")));
     }

@@ -1,12 +1,15 @@
-//! The ports: the small traits behind which every store lives. Each has a real adapter under
-//! `store/` and an in-memory one under `store/memory`, and the stages only ever see these.
+//! The ports: the small traits behind which every store lives, one per role. Each has a real
+//! adapter under `store/` and an in-memory twin under `store/memory`; a stage only ever sees
+//! the ports of its role, so the single-writer rules (I1, I5) are types, not conventions: the
+//! poller holds an [`Intake`] and cannot record an outcome, backfill holds a [`MarkLedger`] and
+//! cannot touch the FIFO, and only the pump holds a [`Fifo`] and a [`FlightStore`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers::{Decision, Need, RefChange, View};
+use crate::handlers::{Decision, FlightState, RefChange};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -62,6 +65,89 @@ pub enum Outcome {
     Failed(Failure),
 }
 
+/// A SUCCEEDED outcome of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Succeeded<'a> {
+    pub msg_id: i64,
+    pub tag: Option<&'a str>,
+    pub identity: &'a str,
+    pub events: &'a [NewEvent],
+    pub references: &'a [RefChange],
+}
+
+/// A SKIPPED outcome of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped<'a> {
+    pub msg_id: i64,
+    pub tag: Option<&'a str>,
+    pub reason: &'a str,
+}
+
+/// A FAILED outcome of a round (retried later).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retried<'a> {
+    pub msg_id: i64,
+    pub tag: Option<&'a str>,
+    pub class: ErrorClass,
+    pub error: &'a str,
+    pub next_attempt_at: SystemTime,
+}
+
+/// A DEAD outcome of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Died<'a> {
+    pub msg_id: i64,
+    pub tag: Option<&'a str>,
+    pub class: ErrorClass,
+    pub error: &'a str,
+}
+
+/// A round's outcomes grouped by kind, each group in MSG_ID order: what [`Fifo::commit`]
+/// writes, one set-based statement per kind. Events keep the order of their messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundRecord<'a> {
+    pub succeeded: Vec<Succeeded<'a>>,
+    pub skipped: Vec<Skipped<'a>>,
+    pub retried: Vec<Retried<'a>>,
+    pub dead: Vec<Died<'a>>,
+}
+
+impl<'a> RoundRecord<'a> {
+    pub fn of(settles: &'a [Settle]) -> RoundRecord<'a> {
+        let mut r = RoundRecord::default();
+        for s in settles {
+            let tag = s.type_tag.as_deref();
+            let msg_id = s.msg_id;
+            match &s.outcome {
+                Outcome::Succeeded { identity, events, references } => {
+                    r.succeeded.push(Succeeded { msg_id, tag, identity, events, references })
+                }
+                Outcome::Skipped { reason } => r.skipped.push(Skipped { msg_id, tag, reason }),
+                Outcome::Failed(Failure::Retry { class, error, next_attempt_at }) => r
+                    .retried
+                    .push(Retried { msg_id, tag, class: *class, error, next_attempt_at: *next_attempt_at }),
+                Outcome::Failed(Failure::Dead { class, error }) => {
+                    r.dead.push(Died { msg_id, tag, class: *class, error })
+                }
+            }
+        }
+        r
+    }
+
+    /// Every event of the round with its message, in message order.
+    pub fn events(&self) -> Vec<(i64, &'a NewEvent)> {
+        self.succeeded.iter().flat_map(|s| s.events.iter().map(move |e| (s.msg_id, e))).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.succeeded.len() + self.skipped.len() + self.retried.len() + self.dead.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Which rows `msgx replay` is asked to bring back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplaySelection {
@@ -81,9 +167,9 @@ pub struct Replayed {
     pub verdict: Result<(), String>,
 }
 
-/// Own PostgreSQL, message side: `PROC_STATE` and the ingress watermark. Only the process
-/// thread changes message state; the poller only inserts PENDING rows.
-pub trait ProcStore {
+/// Own PostgreSQL, the poller's (and the compat path's) side: PENDING rows and the watermark.
+/// Nothing else about a message can be written through it.
+pub trait Intake {
     /// Inserts PENDING rows for `rows` (existing rows are left alone) and, when given,
     /// overwrites the watermark, in one transaction. Returns the ids that were new, ascending.
     fn enqueue(
@@ -95,37 +181,50 @@ pub trait ProcStore {
     /// Which of `ids` have a `PROC_STATE` row (for the compensating rescan).
     fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
     fn watermark(&mut self) -> StoreResult<i64>;
-    /// One row, whatever its state.
-    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>>;
+}
+
+/// Own PostgreSQL, the pump's side: the FIFO and its outcomes. Only the process thread holds
+/// one (I1).
+pub trait Fifo {
     /// The head and up to `limit - 1` unfinished rows behind it, in MSG_ID order (INV-3).
     fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>>;
-    /// The message holding `key`, ARCHIVED shadow rows included (INV-9).
-    fn identity_holder(&mut self, key: &str) -> StoreResult<Option<i64>>;
-    /// The holders of several identities at once (a pump round asks once).
-    fn identity_holders(&mut self, keys: &[String]) -> StoreResult<HashMap<String, i64>> {
-        let mut out = HashMap::new();
-        for k in keys {
-            if let Some(id) = self.identity_holder(k)? {
-                out.insert(k.clone(), id);
-            }
-        }
-        Ok(out)
-    }
-    /// Records a round's outcomes in order, in one transaction. Each terminal state is written
-    /// in the same statement as its backfill intent (INV-8). Every row must still be
-    /// unfinished, else nothing is recorded and an error is returned (INV-3 guard).
-    fn commit(&mut self, settles: &[Settle], now: SystemTime) -> StoreResult<()>;
+    /// The holders of several identities at once, ARCHIVED shadow rows included (INV-9).
+    fn identity_holders(&mut self, keys: &[String]) -> StoreResult<HashMap<String, i64>>;
+    /// Records a round's outcomes in one transaction. Each terminal state is written in the
+    /// same statement as its backfill intent (INV-8). Every row must still be unfinished, else
+    /// nothing is recorded and a rejected error is returned (INV-3 guard).
+    fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()>;
+}
+
+/// A mark owed, as backfill sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwedMark {
+    pub msg_id: i64,
+    /// Failed attempts so far (the next delay doubles from them).
+    pub attempts: u32,
+}
+
+/// Own PostgreSQL, backfill's side: the marks owed by terminal rows (INV-8) and their fate.
+pub trait MarkLedger {
+    /// Terminal rows whose mark is due, oldest intent first.
+    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<OwedMark>>;
+    fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
+    /// Records a refused mark: attempts+1, the error, and when to try again.
+    fn backfill_retry(&mut self, ids: &[i64], error: &str, next_at: &[SystemTime]) -> StoreResult<()>;
+    fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()>;
+    /// Rows whose mark has been owed since before `owed_before` (their terminal time), was
+    /// refused at least once, and is still not settled: overdue (`overdue-backfill`, C-16). A
+    /// mark that was never refused (an unavailable mailbox, SPEC §4.9) is never overdue.
+    fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
+}
+
+/// Own PostgreSQL, what an operator's command may do (`msgx replay`, `msgx reconcile`).
+pub trait Operator {
+    /// One row, whatever its state.
+    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>>;
     /// `msgx replay`: FAILED/DEAD rows of a replayable class back to PENDING (SPEC §4.7);
     /// at most `limit` rows are looked at.
     fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>>;
-    /// Terminal rows whose mark is due, oldest intent first.
-    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
-    fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
-    fn backfill_retry(&mut self, id: i64, error: &str, next_at: SystemTime) -> StoreResult<u32>;
-    fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()>;
-    /// Rows whose mark has been owed since before `owed_before` (their terminal time) and is
-    /// still not settled: overdue (`overdue-backfill`, C-16).
-    fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>>;
     /// Records that a person reconciled abandoned marks with the mailbox owner (C-16); the
     /// rows may then be archived. One verdict per id: `Err` says why not.
     fn reconcile(
@@ -134,8 +233,8 @@ pub trait ProcStore {
         note: &str,
         now: SystemTime,
     ) -> StoreResult<Vec<(i64, Result<(), String>)>>;
-    /// The backfill attempts so far of `id` (to compute its next delay).
-    fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32>;
+    /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
+    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
 }
 
 /// Own PostgreSQL, delivery side: `MSG_EVENT`.
@@ -151,8 +250,6 @@ pub trait Outbox {
     fn dead(&mut self, ids: &[i64], class: ErrorClass, error: &str) -> StoreResult<()>;
     /// Stamps LAST_ATTEMPT_AT before an external side effect.
     fn started(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
-    /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
-    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
 }
 
 /// What event replay did with one event.
@@ -206,40 +303,81 @@ pub enum Mark {
     Missing,
 }
 
-/// The shared MySQL mailbox (someone else's: DML only, C-14).
-pub trait Mailbox {
+/// A mailbox row's text as the pump reads it: bytes, checked by the pump, never converted by
+/// the driver (a body that is not UTF-8 is that row's failure, not a panic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Raw {
+    Body(Vec<u8>),
+    /// Longer than the limit asked for; the body was not fetched.
+    TooLarge {
+        bytes: u64,
+    },
+}
+
+/// The shared MySQL mailbox, the poller's side: what is visible (someone else's: DML only,
+/// C-14).
+pub trait MailboxScan {
     /// Every visible row with `from <= ID <= to`, in ID order, flagged `wanted` when it is
     /// unmarked and in the status filter. Unfiltered, so that only IDs that are really not
     /// visible count as gaps.
     fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>>;
     /// Unmarked rows in the status filter with `from <= ID <= to`, in ID order (rescan).
     fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>>;
-    /// Inserts a message as the upstream does (compat HTTP path); returns its ID.
-    fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64>;
-    /// The raw texts of rows, in one read; a row or text that is missing is absent.
-    fn raws(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, String>>;
+}
+
+/// The shared mailbox, the pump's side: message texts.
+pub trait MailboxTexts {
+    /// The raw texts of rows, in one read; a row or text that is missing is absent. A body
+    /// longer than `max_bytes` is not fetched.
+    fn raws(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>>;
+}
+
+/// The shared mailbox, backfill's side: the processed mark.
+pub trait MailboxMarks {
     /// Writes the processed mark where it is still empty; one outcome per id, in order.
     fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>>;
 }
 
-/// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
-pub trait FlightStore {
-    /// In one read: the decision already applied for `msg_id` if an earlier attempt got that
-    /// far, else what the handler needs (the flights it names, a snapshot's window).
-    fn prepare(&mut self, msg_id: i64, need: &Need) -> StoreResult<Prepared>;
-    /// Applies the decision's flight changes (and, for a snapshot, the generation's
-    /// compare-and-set) and records the decision as applied for `msg_id`, atomically.
-    fn apply(&mut self, msg_id: i64, decision: &Decision) -> StoreResult<()>;
-    /// Drops the applied records of messages whose outcome PostgreSQL now holds.
-    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()>;
+/// The shared mailbox, the compat path's side.
+pub trait MailboxSubmit {
+    /// Inserts a message as the upstream does; returns its ID.
+    fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64>;
 }
 
-/// What the pump needs from Redis before deciding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Prepared {
-    /// An earlier attempt applied this decision: reuse it, do not decide again (I2).
-    Applied(Decision),
-    Fresh(View),
+/// What the pump reads from Redis for a round, in one round trip.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Prepared {
+    /// Decisions an earlier attempt already applied, by MSG_ID: reused, never decided or
+    /// applied again (I2).
+    pub applied: HashMap<i64, Decision>,
+    /// The flights the round's messages name, with their field versions.
+    pub flights: BTreeMap<String, FlightState>,
+    /// A snapshot's window: the FLIDs the daily plan holds in `[min SODT, max SODT]`.
+    pub window: Vec<String>,
+}
+
+/// What the pump must read for a round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RoundNeed {
+    pub msg_ids: Vec<i64>,
+    pub flids: Vec<String>,
+    /// A snapshot's window `[min SODT, max SODT]` as `yyyyMMddHHmm` numbers (a snapshot is
+    /// always a round of its own).
+    pub window: Option<(i64, i64)>,
+}
+
+/// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
+pub trait FlightStore {
+    /// In one read: the applied journal of the round's messages, the flights they name and a
+    /// snapshot's window. Also drops the journal of messages whose outcome PostgreSQL now
+    /// holds (`forget`), in the same round trip.
+    fn prepare(&mut self, need: &RoundNeed, forget: &[i64]) -> StoreResult<Prepared>;
+    /// Applies the decisions in order and journals each under its MSG_ID, atomically (one
+    /// script). Returns, per decision, whether it was applied: a snapshot not newer than the
+    /// plan's generation is not, and changes nothing.
+    fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>>;
+    /// Drops journal entries (when the pump is idle and has some to drop).
+    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()>;
 }
 
 /// One Kafka record.
@@ -256,4 +394,58 @@ pub trait Producer {
     /// Sends `records` in order and waits for each one's acknowledgement. The result has one
     /// entry per record; only a prefix of `Ok`s may be counted as delivered in order.
     fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>>;
+}
+
+/// The one who asks for the lease: this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimant {
+    /// Unique per process start (host, pid and start time).
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+}
+
+/// Who holds the lease, as the lease row says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseHolder {
+    pub holder: Option<String>,
+    pub host: Option<String>,
+    pub pid: Option<i32>,
+    pub epoch: i64,
+    pub since: Option<SystemTime>,
+    pub renewed_at: Option<SystemTime>,
+    pub expires_at: Option<SystemTime>,
+    /// The lease is expired or released by the database's clock: anyone may take it.
+    pub free: bool,
+    /// What the holder reported with its last renewal (stalled stages), as JSON.
+    pub status: String,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This process holds the lease now, under a new epoch; `previous` held it before.
+    Acquired { epoch: i64, previous: Option<LeaseHolder> },
+    /// Someone else holds it.
+    HeldBy(LeaseHolder),
+}
+
+/// The single-instance lease (PRE-5) in own PostgreSQL: expiry by the database's clock, an
+/// epoch that fences every write of a stale holder.
+pub trait LeaseStore {
+    /// Takes the lease if it is free (expired or released), incrementing the epoch.
+    fn claim(&mut self, me: &Claimant, duration: std::time::Duration) -> StoreResult<Claim>;
+    /// Extends the lease and reports `status`; false when the epoch is no longer this
+    /// process's (a newer holder exists: this instance is stale).
+    fn renew(
+        &mut self,
+        me: &Claimant,
+        epoch: i64,
+        duration: std::time::Duration,
+        status: &str,
+    ) -> StoreResult<bool>;
+    /// Gives the lease up at once (SIGTERM), so a standby takes over without waiting.
+    fn release(&mut self, me: &Claimant, epoch: i64) -> StoreResult<()>;
+    /// The lease row.
+    fn holder(&mut self) -> StoreResult<LeaseHolder>;
 }

@@ -40,6 +40,9 @@ counters! {
     marks_overdue: "marks abandoned as OVERDUE (unmarked longer than overdue-backfill)",
     events_deleted: "SENT events deleted by the retention job (G-EVENT-RETENTION)",
     archived: "terminal rows archived to PROC_STATE_HST (G-PROC-HST)",
+    unknown_elements: "element or attribute names the tolerant reader skipped (msgx.codec.strict = false)",
+    outages: "times a stage stalled on a store that was unavailable or refused it (SPEC 4.9)",
+    outage_ms: "milliseconds stages spent stalled, summed over stages and outages",
 }
 
 pub fn inc(c: &AtomicU64) {

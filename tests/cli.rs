@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use common::Services;
 use msgx::domain::InboundRow;
 use msgx::error::ErrorClass;
-use msgx::ports::{Failure, ProcStore, Settle};
+use msgx::ports::{Failure, MarkLedger, Operator, Settle};
 use msgx::store::conformance::t0;
 use msgx::store::pg::Pg;
 
@@ -34,12 +34,12 @@ fn replay_brings_back_the_whitelist_and_says_why_not_for_the_rest() {
     let s = Services::migrated("");
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     let rows: Vec<InboundRow> = (1..=3).map(|id| InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, Some(3), t0()).unwrap();
-    pg.commit(
+    common::enqueue(&mut pg, &rows.iter().map(|r| r.id).collect::<Vec<_>>(), t0());
+    common::record(
+        &mut pg,
         &[Settle::failed(1, dead(ErrorClass::Exhausted)), Settle::failed(2, dead(ErrorClass::Malformed))],
         t0(),
-    )
-    .unwrap();
+    );
 
     let o = msgx(&s, &["replay", "--ids", "1,2,7"]);
     let out = text(&o);
@@ -65,13 +65,13 @@ fn status_shows_the_head_and_the_counts() {
     let s = Services::migrated("");
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     let rows: Vec<InboundRow> = (1..=2).map(|id| InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, Some(2), t0()).unwrap();
+    common::enqueue(&mut pg, &rows.iter().map(|r| r.id).collect::<Vec<_>>(), t0());
     let retry = Failure::Retry {
         class: ErrorClass::Unsupported,
         error: "no handler for SCHD-DNLD".into(),
         next_attempt_at: t0(),
     };
-    pg.commit(&[Settle::failed(1, retry)], t0()).unwrap();
+    common::record(&mut pg, &[Settle::failed(1, retry)], t0());
     let o = msgx(&s, &["status"]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
@@ -160,7 +160,7 @@ fn replay_events_revives_the_dead_letter_queue() {
     use msgx::ports::Outbox;
     let s = Services::migrated("");
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
-    pg.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), t0()).unwrap();
+    common::enqueue(&mut pg, &[1], t0());
     let ev = |k: &str| NewEvent {
         target: Target::KafkaMsg.as_str().into(),
         partition_key: k.into(),
@@ -168,7 +168,7 @@ fn replay_events_revives_the_dead_letter_queue() {
         state_version: 1,
         payload_json: "{}".into(),
     };
-    pg.commit(&[Settle::succeeded(1, "k", vec![ev("A"), ev("B")])], t0()).unwrap();
+    common::record(&mut pg, &[Settle::succeeded(1, "k", vec![ev("A"), ev("B")])], t0());
     let ids: Vec<i64> = pg.pending(Target::KafkaMsg, 10).unwrap().iter().map(|e| e.event_id).collect();
     pg.dead(&ids[..1], ErrorClass::Exhausted, "broker gone").unwrap();
     let o = msgx(&s, &["status"]);
@@ -191,8 +191,8 @@ fn reconcile_takes_an_abandoned_mark_off_the_list() {
     let s = Services::migrated("");
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     let rows: Vec<InboundRow> = (1..=2).map(|id| InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, Some(2), t0()).unwrap();
-    pg.commit(&[Settle::succeeded(1, "k1", vec![]), Settle::succeeded(2, "k2", vec![])], t0()).unwrap();
+    common::enqueue(&mut pg, &rows.iter().map(|r| r.id).collect::<Vec<_>>(), t0());
+    common::record(&mut pg, &[Settle::succeeded(1, "k1", vec![]), Settle::succeeded(2, "k2", vec![])], t0());
     pg.backfill_abandon(&[1], "MISSING_ROW", t0()).unwrap();
     let out = text(&msgx(&s, &["status"]));
     assert!(

@@ -36,8 +36,8 @@ fn stack() -> Stack {
 impl Stack {
     fn run(&mut self, raws: &[String]) {
         self.s.insert_inbound(raws);
-        while self.poller.round().unwrap() != ingress::Round::Idle {}
-        while let Round::Worked(_) = self.pump.round().unwrap() {}
+        while self.poller.round(now()).unwrap() != ingress::Round::Idle {}
+        while let Round::Worked(_) = self.pump.round(now()).unwrap() {}
     }
 
     fn flight(&self, flid: &str) -> BTreeMap<String, String> {
@@ -96,15 +96,15 @@ fn the_same_snapshot_applied_twice_changes_nothing_the_second_time_on_redis() {
     let raw = dnld(1, &[("A", "05MAR260900")]);
     let d = handlers::decide(&View::default(), &codec::decode(&raw).unwrap(), 10).unwrap();
     let mut f = st.flights();
-    f.apply(10, &d).unwrap();
+    f.apply(&[(10, &d)]).unwrap();
     f.forget(&[10]).unwrap();
     let mut tampered = d.clone();
     tampered.flights[0].set.push(("STND".into(), "999".into()));
-    f.apply(10, &tampered).unwrap();
+    f.apply(&[(10, &tampered)]).unwrap();
     assert_eq!(f.generation().unwrap(), (1, 10));
     assert_eq!(st.flight("A")["STND"], "2A");
     // An older snapshot never rolls the plan back either.
-    f.apply(9, &tampered).unwrap();
+    f.apply(&[(9, &tampered)]).unwrap();
     assert_eq!(st.flight("A")["STND"], "2A");
 }
 

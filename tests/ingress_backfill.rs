@@ -15,7 +15,8 @@ use msgx::backfill::{self, Backfill};
 use msgx::clock::{Clock, FakeClock, SystemClock};
 use msgx::fixtures;
 use msgx::ingress::compat::CompatServer;
-use msgx::ports::{ProcStore, Settle};
+use msgx::lease::LeaseGate;
+use msgx::ports::Settle;
 use msgx::stats::Stats;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;
@@ -78,13 +79,12 @@ fn backfill_world(n: usize) -> (BackfillWorld, Vec<i64>) {
     let ids = s.insert_inbound(&(0..n).map(|i| fixtures::flop_stnd(i as u64, "F", "S")).collect::<Vec<_>>());
     let clock = FakeClock::new();
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
-    let rows: Vec<_> = ids.iter().map(|&id| msgx::domain::InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, ids.last().copied(), clock.now()).unwrap();
+    enqueue(&mut pg, &ids, clock.now());
     let backfill = Backfill::new(
         Pg::connect(&s.cfg.pg_url).unwrap(),
         MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
-        Arc::new(clock.clone()),
         &s.cfg.pipeline,
+        Arc::new(LeaseGate::open()),
         Arc::new(Stats::default()),
     );
     (BackfillWorld { s, clock, pg, backfill }, ids)
@@ -101,9 +101,15 @@ fn backfill_writes_only_empty_marks_and_never_for_unfinished_rows() {
             (ids[1],),
         )
         .unwrap();
-    w.pg.commit(&[Settle::succeeded(ids[0], "k0", vec![]), Settle::skipped(ids[1], "ignored:LDM-*")], now)
-        .unwrap();
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Marked { written: 1, already: 1, missing: 0 });
+    record(
+        &mut w.pg,
+        &[Settle::succeeded(ids[0], "k0", vec![]), Settle::skipped(ids[1], "ignored:LDM-*")],
+        now,
+    );
+    assert_eq!(
+        w.backfill.round(w.clock.now()).unwrap(),
+        backfill::Round::Marked { written: 1, already: 1, missing: 0 }
+    );
     let rows: Vec<(i64, Option<String>, Option<String>)> = w
         .s
         .mysql()
@@ -121,47 +127,72 @@ fn backfill_writes_only_empty_marks_and_never_for_unfinished_rows() {
         (None, Some("VALID")),
         "PENDING owes no mark (INV-8)"
     );
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle);
+    assert_eq!(w.backfill.round(w.clock.now()).unwrap(), backfill::Round::Idle);
 }
 
 #[test]
 fn backfill_abandons_a_missing_row_at_once_and_status_lists_it() {
     let (mut w, ids) = backfill_world(1);
     w.s.mysql().exec_drop("DELETE FROM cminmsgs WHERE CMINMSGS_ID = ?", (ids[0],)).unwrap();
-    w.pg.commit(&[Settle::succeeded(ids[0], "k0", vec![])], w.clock.now()).unwrap();
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Marked { written: 0, already: 0, missing: 1 });
+    record(&mut w.pg, &[Settle::succeeded(ids[0], "k0", vec![])], w.clock.now());
+    assert_eq!(
+        w.backfill.round(w.clock.now()).unwrap(),
+        backfill::Round::Marked { written: 0, already: 0, missing: 1 }
+    );
     let st = w.pg.status(10).unwrap();
     assert_eq!(st.abandoned.len(), 1);
     assert_eq!((st.abandoned[0].msg_id, st.abandoned[0].reason.as_str()), (ids[0], "MISSING_ROW"));
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle);
+    assert_eq!(w.backfill.round(w.clock.now()).unwrap(), backfill::Round::Idle);
 }
 
 #[test]
-fn backfill_rides_out_a_mailbox_outage_with_its_backoff() {
+fn backfill_stalls_while_the_mailbox_table_is_away_and_charges_nothing() {
     let (mut w, ids) = backfill_world(2);
-    w.pg.commit(
+    record(
+        &mut w.pg,
         &[Settle::succeeded(ids[0], "k0", vec![]), Settle::succeeded(ids[1], "k1", vec![])],
         w.clock.now(),
-    )
-    .unwrap();
+    );
     let mut admin = w.s.mysql();
     admin.query_drop("RENAME TABLE cminmsgs TO cminmsgs_away").unwrap();
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Failed { rescheduled: 2 });
-    w.clock.advance(Duration::from_secs(29));
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle, "backfill-backoff-ms: 30 s");
-    w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Failed { rescheduled: 2 });
+    let e = w.backfill.round(w.clock.now()).unwrap_err();
+    assert!(e.is_unavailable() && e.store == "mailbox", "a missing table is the mailbox away (1146): {e}");
+    w.clock.advance(Duration::from_secs(40 * 86_400)); // longer than overdue-backfill
+    assert!(w.backfill.round(w.clock.now()).unwrap_err().is_unavailable());
+    let mut c = w.s.pg();
+    assert_eq!(
+        count(&mut c, "SELECT count(*) FROM proc_state WHERE backfill_attempts > 0 OR backfill_abandoned_at IS NOT NULL"),
+        0,
+        "no attempt charged, nothing overdue"
+    );
     admin.query_drop("RENAME TABLE cminmsgs_away TO cminmsgs").unwrap();
-    w.clock.advance(Duration::from_secs(59));
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Idle, "doubled: 60 s");
-    w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.backfill.round().unwrap(), backfill::Round::Marked { written: 2, already: 0, missing: 0 });
-    let marked: i64 =
-        w.s.mysql()
-            .query_first("SELECT count(*) FROM cminmsgs WHERE CMINMSGS_DATE_PROCESSED IS NOT NULL")
-            .unwrap()
-            .unwrap();
-    assert_eq!(marked, 2);
+    assert_eq!(
+        w.backfill.round(w.clock.now()).unwrap(),
+        backfill::Round::Marked { written: 2, already: 0, missing: 0 }
+    );
+}
+
+#[test]
+fn backfill_backs_off_a_mark_the_mailbox_refuses() {
+    let (mut w, ids) = backfill_world(1);
+    record(&mut w.pg, &[Settle::succeeded(ids[0], "k0", vec![])], w.clock.now());
+    // A status value the column cannot hold is refused (1406 data too long): rejected, charged.
+    let mut cfg = w.s.cfg.clone();
+    cfg.inbound.processed_status = "P".repeat(40);
+    let mut refused = Backfill::new(
+        Pg::connect(&cfg.pg_url).unwrap(),
+        MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).unwrap(),
+        &cfg.pipeline,
+        Arc::new(LeaseGate::open()),
+        Arc::new(Stats::default()),
+    );
+    assert_eq!(refused.round(w.clock.now()).unwrap(), backfill::Round::Failed { rescheduled: 1 });
+    assert_eq!(refused.round(w.clock.now()).unwrap(), backfill::Round::Idle, "backfill-backoff-ms: 30 s");
+    w.clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        w.backfill.round(w.clock.now()).unwrap(),
+        backfill::Round::Marked { written: 1, already: 0, missing: 0 }
+    );
 }
 
 #[test]

@@ -105,13 +105,27 @@ fn bad_messages_end_dead_or_skipped_and_never_block_the_queue() {
 }
 
 #[test]
-fn a_second_instance_refuses_to_start() {
+fn a_second_instance_waits_as_a_hot_standby_and_takes_over_when_the_first_stops() {
     let s = Services::migrated("");
-    let _lease = msgx::daemon::Lease::acquire(&s.cfg.pg_url).expect("first lease");
-    let (_stop, daemon) = start_daemon(&s.cfg);
-    let err = daemon.join().unwrap().expect_err("second instance must refuse");
-    assert!(matches!(err, msgx::daemon::DaemonError::AnotherInstance), "{err}");
-    assert_eq!(err.exit_code(), 5);
+    let mut pg = s.pg();
+    let epoch = |pg: &mut postgres::Client| -> i64 {
+        pg.query_one("SELECT epoch FROM msgx_lease", &[]).unwrap().get(0)
+    };
+    let (stop_a, a) = start_daemon(&s.cfg);
+    assert!(eventually(Duration::from_secs(20), || epoch(&mut pg) == 1), "the first instance took the lease");
+    let (stop_b, b) = start_daemon(&s.cfg);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(epoch(&mut pg), 1, "the standby did not take it");
+    drop(stop_a); // SIGTERM: the lease is released at once
+    a.join().unwrap().unwrap();
+    assert!(eventually(Duration::from_secs(10), || epoch(&mut pg) == 2), "the standby took over");
+    let ids = s.insert_inbound(&[fixtures::flop_stnd(1, "T1", "A1")]);
+    assert!(eventually(Duration::from_secs(30), || count(
+        &mut pg,
+        &format!("SELECT count(*) FROM proc_state WHERE msg_id = {} AND state = 'SUCCEEDED'", ids[0])
+    ) == 1));
+    drop(stop_b);
+    b.join().unwrap().unwrap();
 }
 
 #[test]
@@ -124,24 +138,21 @@ fn the_daemon_refuses_an_unmigrated_schema() {
 }
 
 #[test]
-fn a_daemon_that_loses_its_lease_stops() {
-    let s = Services::migrated("stats-interval = \"1s\"\n");
+fn a_daemon_whose_lease_was_taken_over_stops_with_exit_1() {
+    let s = Services::migrated("");
     let (_stop, daemon) = start_daemon(&s.cfg);
     let mut pg = s.pg();
-    let lock_pid = || -> Option<i32> {
-        let mut c = s.pg();
-        c.query_opt(
-            "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-             WHERE l.locktype = 'advisory' AND d.datname = current_database()",
-            &[],
-        )
-        .unwrap()
-        .map(|r| r.get(0))
-    };
-    assert!(eventually(Duration::from_secs(20), || lock_pid().is_some()), "the daemon took the lease");
-    let pid = lock_pid().unwrap();
-    pg.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
-    let err = daemon.join().unwrap().expect_err("must stop without its lease");
-    assert!(matches!(err, msgx::daemon::DaemonError::LeaseLost), "{err}");
+    assert!(eventually(Duration::from_secs(20), || count(
+        &mut pg,
+        "SELECT count(*) FROM msgx_lease WHERE epoch = 1"
+    ) == 1));
+    // Another instance took the lease (as after an expiry): this one is stale.
+    pg.execute(
+        "UPDATE msgx_lease SET epoch = epoch + 1, holder = 'thief', expires_at = now() + interval '1 minute'",
+        &[],
+    )
+    .unwrap();
+    let err = daemon.join().unwrap().expect_err("a stale instance must stop");
+    assert!(matches!(err, msgx::daemon::DaemonError::Fenced(_)), "{err}");
     assert_eq!(err.exit_code(), 1);
 }

@@ -1,5 +1,5 @@
-//! The ProcStore/Outbox conformance suite on real PostgreSQL: the same cases the in-memory
-//! adapter passes as unit tests (src/store/conformance.rs).
+//! The own-PostgreSQL conformance suite on a real server: the same cases the in-memory twin
+//! passes as unit tests (src/store/conformance.rs), plus what only a real server shows.
 
 mod common;
 
@@ -15,14 +15,14 @@ msgx::conformance_tests!(fresh());
 
 #[test]
 fn archived_rows_are_whole_in_proc_state_hst() {
-    use msgx::ports::{Housekeeping, ProcStore, Settle};
+    use msgx::ports::{Housekeeping, MarkLedger, Settle};
     use msgx::store::conformance::t0;
     use std::time::Duration;
     let (mut pg, s) = fresh();
-    pg.enqueue(&[msgx::domain::InboundRow { id: 7, received_at: Some(t0()) }], Some(7), t0()).unwrap();
+    common::enqueue(&mut pg, &[7], t0());
     let mut st = Settle::succeeded(7, "AODB|FLOP|STND|7", vec![]);
     st.type_tag = Some("FLOP-STND".into());
-    pg.commit(&[st], t0()).unwrap();
+    common::record(&mut pg, &[st], t0());
     pg.backfill_settled(&[7], t0()).unwrap();
     let now = t0() + Duration::from_secs(86_401);
     assert_eq!(pg.archive(t0() + Duration::from_secs(1), 10, now).unwrap().archived, 1);

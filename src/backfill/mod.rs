@@ -1,20 +1,23 @@
 //! Backfill (backfill thread): terminal rows owe one processed mark on their mailbox row
 //! (INV-8). The mark is written only where it is still empty (INV-7, C-5); a missing row is
-//! abandoned at once (MISSING_ROW, C-16); a failed write is retried with the doubling
-//! backoff `backfill-backoff-ms` … `backfill-backoff-cap-ms` (G-BACKFILL-BACKOFF).
+//! abandoned at once (MISSING_ROW, C-16); a refused write is retried with the doubling
+//! backoff `backfill-backoff-ms` … `backfill-backoff-cap-ms` (G-BACKFILL-BACKOFF). A mailbox
+//! that is unavailable stalls the stage instead: nothing is charged, nothing goes overdue
+//! (SPEC §4.9).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use log::{error, info, warn};
 
-use crate::clock::Clock;
 use crate::config::Pipeline;
 use crate::error::StoreError;
-use crate::ports::{Mailbox, Mark, ProcStore};
+use crate::lease::LeaseGate;
+use crate::ports::{MailboxMarks, Mark, MarkLedger};
+use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
-/// The delay after the `attempts`-th failed mark (1-based): base, 2·base, 4·base, … ≤ cap.
+/// The delay after the `attempts`-th refused mark (1-based): base, 2·base, 4·base, … ≤ cap.
 pub fn delay(attempts: u32, base: Duration, cap: Duration) -> Duration {
     let shift = attempts.max(1) - 1;
     let factor = 1u32.checked_shl(shift.min(31)).unwrap_or(u32::MAX);
@@ -24,116 +27,152 @@ pub fn delay(attempts: u32, base: Duration, cap: Duration) -> Duration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Round {
     Idle,
-    Marked { written: usize, already: usize, missing: usize },
-    Failed { rescheduled: usize },
+    Marked {
+        written: usize,
+        already: usize,
+        missing: usize,
+    },
+    /// The mailbox refused the marks; they are retried after the backfill backoff.
+    Failed {
+        rescheduled: usize,
+    },
+}
+
+impl RoundReport for Round {
+    fn next(&self) -> Next {
+        match self {
+            Round::Marked { .. } => Next::Now,
+            Round::Failed { .. } | Round::Idle => Next::Idle,
+        }
+    }
+
+    fn progressed(&self) -> bool {
+        false
+    }
 }
 
 pub struct Backfill<P, M> {
-    procs: P,
+    ledger: P,
     mailbox: M,
-    clock: Arc<dyn Clock>,
     base: Duration,
     cap: Duration,
     overdue: Duration,
     batch: usize,
+    gate: Arc<LeaseGate>,
     stats: Arc<Stats>,
 }
 
-impl<P: ProcStore, M: Mailbox> Backfill<P, M> {
-    pub fn new(procs: P, mailbox: M, clock: Arc<dyn Clock>, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
+impl<P: MarkLedger, M: MailboxMarks> Stage for Backfill<P, M> {
+    type Round = Round;
+    const NAME: &'static str = "backfill";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        Backfill::round(self, now)
+    }
+}
+
+impl<P: MarkLedger, M: MailboxMarks> Backfill<P, M> {
+    pub fn new(ledger: P, mailbox: M, cfg: &Pipeline, gate: Arc<LeaseGate>, stats: Arc<Stats>) -> Self {
         Backfill {
-            procs,
+            ledger,
             mailbox,
-            clock,
             base: cfg.backfill_backoff,
             cap: cfg.backfill_backoff_cap,
             overdue: cfg.overdue_backfill,
             batch: cfg.backfill_batch,
+            gate,
             stats,
         }
     }
 
-    pub fn round(&mut self) -> Result<Round, StoreError> {
-        let now = self.clock.now();
-        // Past R the mark is not tried again: abandoned, listed, reconciled by a person (C-16).
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        // Past R a refused mark is not tried again: abandoned, listed, reconciled by a person
+        // (C-16). A mark that was never refused (the mailbox was away) is never overdue.
         if let Some(owed_before) = now.checked_sub(self.overdue) {
-            let overdue = self.procs.backfill_overdue(owed_before, self.batch)?;
+            let overdue = self.ledger.backfill_overdue(owed_before, self.batch)?;
             if !overdue.is_empty() {
-                self.procs.backfill_abandon(&overdue, "OVERDUE", now)?;
+                self.ledger.backfill_abandon(&overdue, "OVERDUE", now)?;
                 for id in &overdue {
                     error!("backfill abandoned msg_id={id} reason=OVERDUE (unmarked longer than overdue-backfill)");
                 }
                 stats::add(&self.stats.marks_overdue, overdue.len() as u64);
             }
         }
-        let ids = self.procs.due_backfills(now, self.batch)?;
-        if ids.is_empty() {
+        let owed = self.ledger.due_backfills(now, self.batch)?;
+        if owed.is_empty() {
             return Ok(Round::Idle);
         }
-        match self.mailbox.mark(&ids, now) {
-            Ok(marks) => {
-                debug_assert_eq!(marks.len(), ids.len());
-                let pick = |m: Mark| -> Vec<i64> {
-                    ids.iter().zip(&marks).filter(|(_, x)| **x == m).map(|(id, _)| *id).collect()
-                };
-                let (written, already, missing) =
-                    (pick(Mark::Written), pick(Mark::AlreadyMarked), pick(Mark::Missing));
-                let settled: Vec<i64> = written.iter().chain(&already).copied().collect();
-                if !settled.is_empty() {
-                    self.procs.backfill_settled(&settled, now)?;
-                }
-                for id in &already {
-                    info!(
-                        "backfill already-marked msg_id={id} (marked by someone else; nothing overwritten)"
+        let ids: Vec<i64> = owed.iter().map(|o| o.msg_id).collect();
+        // The shared mailbox cannot check the lease: a stale instance must not mark (PRE-5).
+        self.gate.check(now)?;
+        let marks = match self.mailbox.mark(&ids, now) {
+            Ok(marks) => marks,
+            Err(e) if e.is_rejected() => {
+                let next: Vec<SystemTime> =
+                    owed.iter().map(|o| now + delay(o.attempts + 1, self.base, self.cap)).collect();
+                self.ledger.backfill_retry(&ids, &e.to_string(), &next)?;
+                for o in &owed {
+                    warn!(
+                        "backfill failed msg_id={} attempts={} error={:?}",
+                        o.msg_id,
+                        o.attempts + 1,
+                        e.to_string()
                     );
                 }
-                if !missing.is_empty() {
-                    self.procs.backfill_abandon(&missing, "MISSING_ROW", now)?;
-                    for id in &missing {
-                        error!("backfill abandoned msg_id={id} reason=MISSING_ROW (the mailbox row is gone)");
-                    }
-                }
-                stats::add(&self.stats.marks_written, written.len() as u64);
-                stats::add(&self.stats.marks_already, already.len() as u64);
-                stats::add(&self.stats.marks_missing, missing.len() as u64);
-                Ok(Round::Marked { written: written.len(), already: already.len(), missing: missing.len() })
-            }
-            Err(e) => {
-                for id in &ids {
-                    let attempts = self.procs.backfill_attempts(*id)? + 1;
-                    let next = now + delay(attempts, self.base, self.cap);
-                    self.procs.backfill_retry(*id, &e.to_string(), next)?;
-                    warn!("backfill failed msg_id={id} attempts={attempts} error={:?}", e.to_string());
-                }
                 stats::add(&self.stats.marks_failed, ids.len() as u64);
-                Ok(Round::Failed { rescheduled: ids.len() })
+                return Ok(Round::Failed { rescheduled: ids.len() });
+            }
+            // Unavailable: the stage stalls, no mark is charged an attempt (SPEC 4.9).
+            Err(e) => return Err(e),
+        };
+        debug_assert_eq!(marks.len(), ids.len());
+        let pick = |m: Mark| -> Vec<i64> {
+            ids.iter().zip(&marks).filter(|(_, x)| **x == m).map(|(id, _)| *id).collect()
+        };
+        let (written, already, missing) =
+            (pick(Mark::Written), pick(Mark::AlreadyMarked), pick(Mark::Missing));
+        let settled: Vec<i64> = written.iter().chain(&already).copied().collect();
+        if !settled.is_empty() {
+            self.ledger.backfill_settled(&settled, now)?;
+        }
+        for id in &already {
+            info!("backfill already-marked msg_id={id} (marked by someone else; nothing overwritten)");
+        }
+        if !missing.is_empty() {
+            self.ledger.backfill_abandon(&missing, "MISSING_ROW", now)?;
+            for id in &missing {
+                error!("backfill abandoned msg_id={id} reason=MISSING_ROW (the mailbox row is gone)");
             }
         }
+        stats::add(&self.stats.marks_written, written.len() as u64);
+        stats::add(&self.stats.marks_already, already.len() as u64);
+        stats::add(&self.stats.marks_missing, missing.len() as u64);
+        Ok(Round::Marked { written: written.len(), already: already.len(), missing: missing.len() })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::FakeClock;
+    use crate::clock::{Clock, FakeClock};
     use crate::config::Config;
-    use crate::domain::InboundRow;
     use crate::ports::Settle;
-    use crate::store::memory::{MemMailbox, MemPg};
+    use crate::store::memory::{Fault, MemMailbox, MemPg};
 
     fn setup(ids: &[i64]) -> (FakeClock, MemPg, MemMailbox, Backfill<MemPg, MemMailbox>) {
         let clock = FakeClock::new();
-        let mut pg = MemPg::new();
+        let pg = MemPg::new();
         let mailbox = MemMailbox::new();
         for &id in ids {
             mailbox.insert(id, Some("<MSG/>"));
-            pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), clock.now()).unwrap();
         }
+        pg.arrive(ids, clock.now());
+        let gate = Arc::new(LeaseGate::open());
         let b = Backfill::new(
             pg.clone(),
             mailbox.clone(),
-            Arc::new(clock.clone()),
             &Config::defaults().pipeline,
+            gate,
             Arc::new(Stats::default()),
         );
         (clock, pg, mailbox, b)
@@ -150,31 +189,31 @@ mod tests {
 
     #[test]
     fn pending_and_failed_rows_owe_no_mark() {
-        let (_c, _pg, mailbox, mut b) = setup(&[1]);
-        assert_eq!(b.round().unwrap(), Round::Idle);
+        let (c, _pg, mailbox, mut b) = setup(&[1]);
+        assert_eq!(b.round(c.now()).unwrap(), Round::Idle);
         assert_eq!(mailbox.row(1).unwrap().processed_at, None);
     }
 
     #[test]
     fn terminal_rows_are_marked_once() {
-        let (clock, mut pg, mailbox, mut b) = setup(&[1, 2]);
-        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
-        pg.commit(&[Settle::skipped(2, "ignored:LDM-*")], clock.now()).unwrap();
-        assert_eq!(b.round().unwrap(), Round::Marked { written: 2, already: 0, missing: 0 });
+        let (clock, pg, mailbox, mut b) = setup(&[1, 2]);
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        pg.record(&[Settle::skipped(2, "ignored:LDM-*")], clock.now()).unwrap();
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 2, already: 0, missing: 0 });
         let row = mailbox.row(1).unwrap();
         assert_eq!((row.processed_at, row.status.as_str()), (Some(clock.now()), "PROCESSED"));
         assert!(pg.proc(1).unwrap().backfill_at.is_some());
-        assert_eq!(b.round().unwrap(), Round::Idle, "settled rows are not marked again");
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Idle, "settled rows are not marked again");
     }
 
     #[test]
     fn a_mark_by_someone_else_is_never_overwritten() {
-        let (clock, mut pg, mailbox, mut b) = setup(&[1]);
+        let (clock, pg, mailbox, mut b) = setup(&[1]);
         let theirs = clock.now();
         mailbox.mark_externally(1, theirs);
         clock.advance(Duration::from_secs(5));
-        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
-        assert_eq!(b.round().unwrap(), Round::Marked { written: 0, already: 1, missing: 0 });
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 0, already: 1, missing: 0 });
         let row = mailbox.row(1).unwrap();
         assert_eq!((row.processed_at, row.status.as_str()), (Some(theirs), "DONE-ELSEWHERE"));
         assert!(pg.proc(1).unwrap().backfill_at.is_some());
@@ -182,28 +221,28 @@ mod tests {
 
     #[test]
     fn missing_row_is_abandoned_at_once() {
-        let (clock, mut pg, mailbox, mut b) = setup(&[1]);
+        let (clock, pg, mailbox, mut b) = setup(&[1]);
         mailbox.remove(1);
-        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
-        assert_eq!(b.round().unwrap(), Round::Marked { written: 0, already: 0, missing: 1 });
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 0, already: 0, missing: 1 });
         let p = pg.proc(1).unwrap();
         assert_eq!(p.backfill_abandoned_reason.as_deref(), Some("MISSING_ROW"));
         assert_eq!(p.backfill_at, None);
-        assert_eq!(b.round().unwrap(), Round::Idle);
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Idle);
     }
 
     #[test]
-    fn a_mark_still_failing_after_overdue_backfill_is_abandoned() {
-        let (clock, mut pg, mailbox, mut b) = setup(&[1, 2]);
-        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+    fn a_mark_still_refused_after_overdue_backfill_is_abandoned() {
+        let (clock, pg, mailbox, mut b) = setup(&[1, 2]);
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
         clock.advance(Duration::from_secs(86_400));
-        pg.commit(&[Settle::succeeded(2, "k2", vec![])], clock.now()).unwrap();
-        mailbox.fail_next(u32::MAX);
-        // Keep failing for 30 days: retries do not move the anchor (the terminal time).
+        pg.record(&[Settle::succeeded(2, "k2", vec![])], clock.now()).unwrap();
+        mailbox.inject(Fault::Rejected, u32::MAX);
+        // Refused for 30 days: retries do not move the anchor (the terminal time).
         let mut rounds = 0;
         while pg.proc(1).unwrap().backfill_abandoned_at.is_none() {
             clock.advance(Duration::from_secs(900));
-            b.round().unwrap();
+            b.round(clock.now()).unwrap();
             rounds += 1;
             assert!(rounds < 3000, "never abandoned");
         }
@@ -216,18 +255,62 @@ mod tests {
     }
 
     #[test]
-    fn mailbox_outage_backs_off_then_marks() {
-        let (clock, mut pg, mailbox, mut b) = setup(&[1]);
-        pg.commit(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
-        mailbox.fail_next(2);
-        assert_eq!(b.round().unwrap(), Round::Failed { rescheduled: 1 });
-        assert_eq!(b.round().unwrap(), Round::Idle, "not due before 30s");
+    fn a_refused_mark_backs_off_then_marks() {
+        let (clock, pg, mailbox, mut b) = setup(&[1]);
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        mailbox.inject(Fault::Rejected, 2);
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Failed { rescheduled: 1 });
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Idle, "not due before 30s");
         clock.advance(Duration::from_secs(30));
-        assert_eq!(b.round().unwrap(), Round::Failed { rescheduled: 1 });
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Failed { rescheduled: 1 });
         clock.advance(Duration::from_secs(59));
-        assert_eq!(b.round().unwrap(), Round::Idle, "second delay is 60s");
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Idle, "second delay is 60s");
         clock.advance(Duration::from_secs(1));
-        assert_eq!(b.round().unwrap(), Round::Marked { written: 1, already: 0, missing: 0 });
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 1, already: 0, missing: 0 });
         assert_eq!(pg.proc(1).unwrap().backfill_attempts, 2);
+    }
+
+    #[test]
+    fn a_mailbox_away_for_two_hours_charges_nothing_and_nothing_goes_overdue() {
+        let mut cfg = Config::defaults().pipeline;
+        cfg.overdue_backfill = Duration::from_secs(3600); // shorter than the outage
+        let clock = FakeClock::new();
+        let (pg, mailbox) = (MemPg::new(), MemMailbox::new());
+        mailbox.insert(1, Some("<MSG/>"));
+        pg.arrive(&[1], clock.now());
+        let gate = Arc::new(LeaseGate::open());
+        let mut b = Backfill::new(pg.clone(), mailbox.clone(), &cfg, gate, Arc::new(Stats::default()));
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        mailbox.set_down(true);
+        for _ in 0..3600 {
+            let e = b.round(clock.now()).unwrap_err();
+            assert!(e.is_unavailable(), "{e}");
+            clock.advance(Duration::from_secs(2));
+        }
+        let p = pg.proc(1).unwrap();
+        assert_eq!(
+            (p.backfill_attempts, p.backfill_abandoned_at),
+            (0, None),
+            "no attempt charged, not overdue"
+        );
+        mailbox.set_down(false);
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 1, already: 0, missing: 0 });
+    }
+
+    #[test]
+    fn a_stale_instance_marks_nothing() {
+        let (clock, pg, mailbox, _) = setup(&[1]);
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        let gate = Arc::new(LeaseGate::open());
+        gate.stale();
+        let mut b = Backfill::new(
+            pg.clone(),
+            mailbox.clone(),
+            &Config::defaults().pipeline,
+            gate,
+            Arc::new(Stats::default()),
+        );
+        assert!(b.round(clock.now()).unwrap_err().is_fenced());
+        assert_eq!(mailbox.row(1).unwrap().processed_at, None);
     }
 }

@@ -279,6 +279,27 @@ pub fn value(kind: Kind, raw: &str, field: &str, flid: &str) -> Result<String, D
 
 type Fields = &'static [(&'static str, Kind)];
 
+/// What the tolerant reader skipped: element and attribute names the subtype's table does not
+/// know. `None` is the strict reader, which refuses them (CODEC_ERROR).
+pub type Unknown = Option<Vec<String>>;
+
+/// Notes an unknown name, or refuses it when reading strictly.
+fn unknown_name(
+    unknown: &mut Unknown,
+    name: String,
+    refuse: impl FnOnce() -> DecodeError,
+) -> Result<(), DecodeError> {
+    match unknown {
+        Some(list) => {
+            if !list.contains(&name) {
+                list.push(name);
+            }
+            Ok(())
+        }
+        None => Err(refuse()),
+    }
+}
+
 /// A record of attributes (plus the list's sequence attribute, an integer), children and
 /// text; empty parts are left out.
 fn record(
@@ -288,16 +309,20 @@ fn record(
     children: Fields,
     text: Option<&str>,
     flid: &str,
+    unknown: &mut Unknown,
 ) -> Result<BTreeMap<String, String>, DecodeError> {
     let mut rec = BTreeMap::new();
     for (name, v) in &el.attrs {
         let spec =
             attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| a.eq_ignore_ascii_case(name));
         let Some((a, kind)) = spec else {
-            return Err(codec_error(format!(
-                "<{}> of FLID {flid} has an attribute {name} this codec does not know",
-                el.name
-            )));
+            unknown_name(unknown, format!("{}@{name}", el.name), || {
+                codec_error(format!(
+                    "<{}> of FLID {flid} has an attribute {name} this codec does not know",
+                    el.name
+                ))
+            })?;
+            continue;
         };
         if !v.trim().is_empty() {
             rec.insert(a.to_string(), value(kind, v, &format!("{}@{a}", el.name), flid)?);
@@ -305,10 +330,13 @@ fn record(
     }
     for c in &el.children {
         let Some((n, kind)) = children.iter().find(|(n, _)| n.eq_ignore_ascii_case(&c.name)) else {
-            return Err(codec_error(format!(
-                "<{}> of FLID {flid} has an element <{}> this codec does not know",
-                el.name, c.name
-            )));
+            unknown_name(unknown, format!("{}/{}", el.name, c.name), || {
+                codec_error(format!(
+                    "<{}> of FLID {flid} has an element <{}> this codec does not know",
+                    el.name, c.name
+                ))
+            })?;
+            continue;
         };
         if !c.children.is_empty() {
             return Err(codec_error(format!(
@@ -332,8 +360,9 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("maps of strings serialise")
 }
 
-/// Decodes one `<FLOP>` record of subtype `st`.
-pub fn decode_record(flop: &Element, st: &Subtype) -> Result<FlopRecord, DecodeError> {
+/// Decodes one `<FLOP>` record of subtype `st`; `unknown` collects the names the table does
+/// not know (tolerant) or is `None` (strict: they are refused).
+pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
     let flid = flop.child_text("FLID").ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
     let ffid = flop.child_text("FFID").map(str::to_string);
     if st.styp == "FDEL" {
@@ -344,13 +373,13 @@ pub fn decode_record(flop: &Element, st: &Subtype) -> Result<FlopRecord, DecodeE
         .iter()
         .filter(|c| !c.name.eq_ignore_ascii_case("FLID") && !c.name.eq_ignore_ascii_case("FFID"))
         .collect();
-    if let Some(stray) =
-        body.iter().find(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name)))
-    {
-        return Err(codec_error(format!(
-            "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
-            st.styp, stray.name
-        )));
+    for stray in body.iter().filter(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name))) {
+        unknown_name(unknown, stray.name.to_ascii_uppercase(), || {
+            codec_error(format!(
+                "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
+                st.styp, stray.name
+            ))
+        })?;
     }
     let mut fields = Vec::new();
     for (name, shape) in st.elements {
@@ -367,8 +396,13 @@ pub fn decode_record(flop: &Element, st: &Subtype) -> Result<FlopRecord, DecodeE
                     )));
                 }
                 let el = found[0];
-                if !el.children.is_empty() || !el.attrs.is_empty() {
+                if !el.children.is_empty() {
                     return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
+                }
+                for (a, _) in &el.attrs {
+                    unknown_name(unknown, format!("{name}@{a}"), || {
+                        codec_error(format!("<{name}> of FLID {flid} should be a plain value, not carry {a}"))
+                    })?;
                 }
                 (!el.text.is_empty()).then(|| value(*kind, &el.text, name, &flid)).transpose()?
             }
@@ -379,14 +413,14 @@ pub fn decode_record(flop: &Element, st: &Subtype) -> Result<FlopRecord, DecodeE
                         found.len()
                     )));
                 }
-                let rec = record(found[0], attrs, None, children, *text, &flid)?;
+                let rec = record(found[0], attrs, None, children, *text, &flid, unknown)?;
                 (!rec.is_empty()).then(|| json(&rec))
             }
             Shape::List { seq, attrs, children, text } => {
                 // A list is the complete current list; one empty element clears it.
                 let mut items = Vec::new();
                 for el in &found {
-                    let rec = record(el, attrs, *seq, children, *text, &flid)?;
+                    let rec = record(el, attrs, *seq, children, *text, &flid, unknown)?;
                     if !rec.is_empty() {
                         items.push(rec);
                     }

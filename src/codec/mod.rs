@@ -130,6 +130,9 @@ pub struct Message {
     pub meta: Meta,
     pub kind: MsgKind,
     pub body: Body,
+    /// Element and attribute names the tolerant reader skipped (`FLOP/XYZ`, `GTDT/XYZ`,
+    /// `STND@XYZ`): reported, never applied. Always empty when reading strictly.
+    pub unknown: Vec<String>,
 }
 
 /// Why a text did not decode; the class decides DEAD (MALFORMED) or FAILED (CODEC_ERROR).
@@ -153,6 +156,31 @@ fn codec_error(detail: impl Into<String>) -> DecodeError {
 pub struct Envelope {
     pub meta: Meta,
     root: Element,
+}
+
+/// Whether XML 1.0 allows `c` in a document (`Char` of the XML 1.0 grammar): no NUL, no other
+/// C0 control but tab, newline and carriage return, no surrogates, no U+FFFE/U+FFFF.
+pub fn xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// A mailbox body as text: UTF-8, and only characters XML 1.0 allows. Anything else is
+/// MALFORMED, naming the byte offset, so an operator can find it in the row.
+pub fn text_of(body: &[u8]) -> Result<&str, DecodeError> {
+    let s = std::str::from_utf8(body).map_err(|e| {
+        malformed(format!(
+            "body is not UTF-8: invalid byte 0x{:02X} at byte offset {}",
+            body[e.valid_up_to()],
+            e.valid_up_to()
+        ))
+    })?;
+    if let Some((i, c)) = s.char_indices().find(|(_, c)| !xml_char(*c)) {
+        return Err(malformed(format!(
+            "body holds U+{:04X}, a character XML 1.0 forbids, at byte offset {i}",
+            c as u32
+        )));
+    }
+    Ok(s)
 }
 
 /// Parses the document and its META. Not XML, no `MSG` root, no META, or a META without its
@@ -183,19 +211,27 @@ pub fn decode_meta(raw: &str) -> Result<Envelope, DecodeError> {
     Ok(Envelope { meta, root })
 }
 
-/// Decodes the body the META announces.
+/// Decodes the body the META announces, with the tolerant reader (the default): element and
+/// attribute names a known subtype's table does not know are skipped and listed in
+/// [`Message::unknown`].
 pub fn decode_body(env: Envelope) -> Result<Message, DecodeError> {
+    decode_body_with(env, false)
+}
+
+/// [`decode_body`]; `strict` refuses unknown names instead (CODEC_ERROR, `msgx.codec.strict`).
+pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeError> {
     let kind = MsgKind::of(&env.meta);
     let root = &env.root;
+    let mut unknown: flop::Unknown = if strict { None } else { Some(Vec::new()) };
     let body = match &kind {
-        MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp)? },
-        MsgKind::Fdel => Body::Flop { records: decode_flop(root, "FDEL")? },
+        MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp, &mut unknown)? },
+        MsgKind::Fdel => Body::Flop { records: decode_flop(root, "FDEL", &mut unknown)? },
         MsgKind::Schd(_) => Body::Schedule(schedule::decode_schd(root)?),
         MsgKind::Schs(_) => Body::Schedule(schedule::decode_schs(root)?),
         MsgKind::Reference { rtype, op } => Body::Reference(reference::decode(root, rtype, *op)?),
         MsgKind::Unsupported { .. } => Body::Unread,
     };
-    Ok(Message { meta: env.meta, kind, body })
+    Ok(Message { meta: env.meta, kind, body, unknown: unknown.unwrap_or_default() })
 }
 
 /// [`decode_meta`] then [`decode_body`], for callers that apply no ignore rules in between.
@@ -203,10 +239,16 @@ pub fn decode(raw: &str) -> Result<Message, DecodeError> {
     decode_body(decode_meta(raw)?)
 }
 
-fn decode_flop(root: &Element, styp: &str) -> Result<Vec<FlopRecord>, DecodeError> {
+fn decode_flop(
+    root: &Element,
+    styp: &str,
+    unknown: &mut flop::Unknown,
+) -> Result<Vec<FlopRecord>, DecodeError> {
     let st = flop::subtype(styp).expect("called for known subtypes only");
-    let records =
-        root.children_named("FLOP").map(|f| flop::decode_record(f, st)).collect::<Result<Vec<_>, _>>()?;
+    let records = root
+        .children_named("FLOP")
+        .map(|f| flop::decode_record(f, st, unknown))
+        .collect::<Result<Vec<_>, _>>()?;
     if records.is_empty() {
         return Err(malformed(format!("FLOP-{styp} message has no <FLOP> record")));
     }

@@ -123,9 +123,37 @@ fn codec_errors_name_the_field_and_the_value() {
         ("STND", "<STND>1</STND><STND>2</STND>", "<STND> appears 2 times"),
         ("STND", "<STND><X>1</X></STND>", "should be a plain value"),
     ] {
-        let err = decode(&flop_msg(styp, "77", body)).unwrap_err();
+        let strict = super::decode_body_with(super::decode_meta(&flop_msg(styp, "77", body)).unwrap(), true);
+        let err = strict.unwrap_err();
         assert_eq!(err.class, ErrorClass::CodecError, "FLOP-{styp} {body}: {err}");
         assert!(err.detail.contains(words), "{:?} should contain {words:?}", err.detail);
+    }
+}
+
+#[test]
+fn the_tolerant_reader_decodes_what_it_knows_and_lists_the_rest() {
+    for (styp, body, known, unknown) in [
+        ("STND", "<STND>1</STND><GATE>2</GATE>", ("STND", Some("1")), "GATE"),
+        (
+            "GTDT",
+            "<GTDT GTNO=\"1\"><GATE>G1</GATE><BRIDGE>x</BRIDGE></GTDT>",
+            ("GTDT", Some(r#"[{"GATE":"G1","GTNO":"1"}]"#)),
+            "GTDT/BRIDGE",
+        ),
+        ("FDIV", "<FDIV WHO=\"x\">y</FDIV>", ("FDIV", Some(r#"{"REASON":"y"}"#)), "FDIV@WHO"),
+        ("STND", "<STND VNDR=\"a\">3</STND>", ("STND", Some("3")), "STND@VNDR"),
+    ] {
+        let m = decode(&flop_msg(styp, "77", body)).unwrap_or_else(|e| panic!("{body}: {e}"));
+        let super::Body::Flop { records } = &m.body else { panic!("{m:?}") };
+        let f: Vec<(&str, Option<&str>)> =
+            records[0].fields.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+        assert_eq!(f, vec![known], "{body}");
+        assert_eq!(m.unknown, vec![unknown.to_string()], "{body}");
+    }
+    // What the tolerant reader cannot decide stays an error: a bad value, a repeated element.
+    for body in ["<STND>1</STND><STND>2</STND>", "<EOBT>soon</EOBT>"] {
+        let styp = if body.contains("EOBT") { "EOBT" } else { "STND" };
+        assert_eq!(decode(&flop_msg(styp, "77", body)).unwrap_err().class, ErrorClass::CodecError, "{body}");
     }
 }
 

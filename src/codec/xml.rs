@@ -78,6 +78,13 @@ pub fn parse(text: &str) -> Result<Element, String> {
                     quick_xml::escape::resolve_predefined_entity(&name).map(String::from)
                 };
                 let s = resolved.ok_or("unknown entity reference")?;
+                if let Some(c) = s.chars().find(|c| !super::xml_char(*c)) {
+                    return Err(format!(
+                        "character reference to U+{:04X}, which XML 1.0 forbids, at byte {}",
+                        c as u32,
+                        reader.buffer_position()
+                    ));
+                }
                 push_text(&mut stack, &s)?;
             }
             Event::Eof => break,

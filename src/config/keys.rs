@@ -106,6 +106,12 @@ pub const KEYS: &[KeySpec] = &[
         "PRE-2: how long a mailbox ID may stay invisible before its commit",
     ),
     k(
+        "msgx.pipeline.commit-grace",
+        "\"2s\"",
+        Kind::Duration { min: NONE },
+        "rows above a fresh gap wait this long for the lower ID to commit, so commit races keep ID order (SPEC 4.9)",
+    ),
+    k(
         "msgx.pipeline.process-batch",
         "50",
         Kind::Int { min: 1, max: 1_000 },
@@ -154,10 +160,47 @@ pub const KEYS: &[KeySpec] = &[
         "pause between rounds of the jobs thread (event retention, archive)",
     ),
     k(
+        "msgx.pipeline.reconnect-backoff-ms",
+        "200",
+        Kind::Millis { min: 1 },
+        "first pause of a stage whose store is unavailable before it tries again (SPEC 4.9); doubles",
+    ),
+    k(
+        "msgx.pipeline.reconnect-backoff-cap-ms",
+        "2000",
+        Kind::Millis { min: 1 },
+        "longest pause between a stalled stage's attempts to reach its store",
+    ),
+    k(
+        "msgx.pipeline.outage-alert-after",
+        "\"1m\"",
+        Kind::Duration { min: NONE },
+        "a stage stalled on an unavailable store logs an ERROR once the outage lasts this long",
+    ),
+    k(
+        "msgx.pipeline.outage-alert-every",
+        "\"10m\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "the ERROR of a lasting outage is repeated this often",
+    ),
+    k(
         "msgx.pipeline.stats-interval",
         "\"60s\"",
         Kind::Duration { min: Duration::from_secs(1) },
         "period of the `stats` log line",
+    ),
+    // --- msgx.lease: one writer, fenced (PRE-5) ---
+    k(
+        "msgx.lease.duration",
+        "\"10s\"",
+        Kind::Duration { min: Duration::from_secs(2) },
+        "how long a renewal holds the single-instance lease; a standby takes over this long after the active instance stops renewing",
+    ),
+    k(
+        "msgx.lease.renew-interval",
+        "\"1s\"",
+        Kind::Duration { min: Duration::from_millis(100) },
+        "how often the active instance renews the lease and a standby looks at it; at most a third of the duration",
     ),
     // --- msgx.proc-state, msgx.schd, msgx.identity, msgx.codec ---
     k(
@@ -189,6 +232,26 @@ pub const KEYS: &[KeySpec] = &[
         "[\"LDM-*\", \"REGN-*\", \"RSTA-*\", \"EROR-*\"]",
         Kind::StrList,
         "TYPE-STYP or TYPE-* patterns (case-insensitive) that end as SKIPPED (G-IGNORE, US-04)",
+    ),
+    k(
+        "msgx.codec.strict",
+        "false",
+        Kind::Bool,
+        "refuse (CODEC_ERROR) a known message kind carrying elements or attributes msgx does not know; \
+         false: decode what is known and report the rest (the tolerant reader)",
+    ),
+    k(
+        "msgx.codec.max-message-bytes",
+        "1048576",
+        Kind::Int { min: 1024, max: 16_777_215 },
+        "a mailbox message larger than this is DEAD(PROTOCOL) before it is decoded",
+    ),
+    k(
+        "msgx.codec.max-event-bytes",
+        "1048576",
+        Kind::Int { min: 1024, max: 100_000_000 },
+        "an event payload larger than this makes its message DEAD(PROTOCOL), nothing applied; \
+         keep it below the broker's message.max.bytes",
     ),
     // --- the compat write path POST /cminmsgs/send ---
     k(

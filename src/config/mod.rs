@@ -38,6 +38,7 @@ pub struct Pipeline {
     pub backoff_cap: Duration,
     pub head_deadline: Duration,
     pub max_commit_delay: Duration,
+    pub commit_grace: Duration,
     pub process_batch: usize,
     pub dispatch_batch: usize,
     pub backfill_batch: usize,
@@ -52,6 +53,11 @@ pub struct Pipeline {
     pub schd_flush_limit: usize,
     pub include_day_boundary: bool,
     pub ignore_rules: Vec<String>,
+    /// How a stage waits for a store that is away, and when it alerts (SPEC §4.9).
+    pub outage: crate::stage::OutagePolicy,
+    pub strict_codec: bool,
+    pub max_message_bytes: u64,
+    pub max_event_bytes: usize,
 }
 
 /// The compat write path (`msgx.compat-http.*`).
@@ -100,6 +106,7 @@ pub struct Producer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub pipeline: Pipeline,
+    pub lease: crate::lease::LeasePolicy,
     pub compat: CompatHttp,
     pub pg_url: String,
     pub mysql_url: String,
@@ -167,6 +174,7 @@ impl Config {
             backoff_cap: millis(v, "msgx.pipeline.backoff-cap-ms")?,
             head_deadline: duration(v, "msgx.pipeline.head-deadline")?,
             max_commit_delay: duration(v, "msgx.pipeline.max-commit-delay")?,
+            commit_grace: duration(v, "msgx.pipeline.commit-grace")?,
             process_batch: int(v, "msgx.pipeline.process-batch")? as usize,
             dispatch_batch: int(v, "msgx.pipeline.dispatch-batch")? as usize,
             backfill_batch: int(v, "msgx.pipeline.backfill-batch")? as usize,
@@ -181,7 +189,22 @@ impl Config {
             schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
             include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
             ignore_rules: ignore_rules(v, "msgx.codec.ignore-rules")?,
+            outage: crate::stage::OutagePolicy {
+                backoff: millis(v, "msgx.pipeline.reconnect-backoff-ms")?,
+                cap: millis(v, "msgx.pipeline.reconnect-backoff-cap-ms")?,
+                alert_after: duration(v, "msgx.pipeline.outage-alert-after")?,
+                alert_every: duration(v, "msgx.pipeline.outage-alert-every")?,
+            },
+            strict_codec: boolean(v, "msgx.codec.strict")?,
+            max_message_bytes: int(v, "msgx.codec.max-message-bytes")? as u64,
+            max_event_bytes: int(v, "msgx.codec.max-event-bytes")? as usize,
         };
+        if pipeline.outage.backoff > pipeline.outage.cap {
+            return Err(bad(
+                "msgx.pipeline.reconnect-backoff-ms",
+                "must not exceed msgx.pipeline.reconnect-backoff-cap-ms",
+            ));
+        }
         if pipeline.backfill_backoff > pipeline.backfill_backoff_cap {
             return Err(bad(
                 "msgx.pipeline.backfill-backoff-ms",
@@ -231,8 +254,16 @@ impl Config {
             listen: socket_addr(v, "msgx.compat-http.listen")?,
             max_body_bytes: int(v, "msgx.compat-http.max-body-bytes")? as usize,
         };
+        let lease = crate::lease::LeasePolicy {
+            duration: duration(v, "msgx.lease.duration")?,
+            renew_every: duration(v, "msgx.lease.renew-interval")?,
+        };
+        if lease.renew_every * 3 > lease.duration {
+            return Err(bad("msgx.lease.renew-interval", "must be at most a third of msgx.lease.duration"));
+        }
         Ok(Config {
             pipeline,
+            lease,
             compat,
             pg_url: string(v, "datasources.default.url")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,

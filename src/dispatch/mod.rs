@@ -1,13 +1,20 @@
-//! Dispatch (dispatch thread): delivers the outbox. Every target is strict FIFO by EVENT_ID; a
-//! head in backoff is waited for, never skipped (I1 on the delivery side).
+//! Dispatch: delivers the outbox. Every target is strict FIFO by EVENT_ID; a head in backoff is
+//! waited for, never skipped (I1 on the delivery side). Two stages, so a broker outage never
+//! holds COUTMSGS back:
 //!
-//! - `KAFKA:msg`: one record per event, key FLID, headers `event_id` and `msg_id`; many records
-//!   per produce round (still one request in flight, D3), SENT in batches; only the
-//!   acknowledged prefix of a round counts.
-//! - `KAFKA:schd`: never one by one. Every `flush-period` up to `flush-limit` events are
-//!   claimed, the newest per FLID kept, and sent as one FLTR JSON array; a failure backs the
-//!   whole batch off, exhaustion makes the whole batch DEAD.
-//! - `COUTMSGS`: each event inserted once into the shared outbound mailbox.
+//! - [`Dispatcher`] (thread `dispatch`): `KAFKA:msg`, one record per event, key FLID, headers
+//!   `event_id` and `msg_id`, many records per produce round (still one request in flight,
+//!   D3), SENT in batches, only the acknowledged prefix counted; and `KAFKA:schd`, never one by
+//!   one: every `flush-period` up to `flush-limit` events are claimed, the newest per FLID
+//!   kept, and sent as one FLTR JSON array no larger than `max-event-bytes`; a refused batch
+//!   backs off whole and, exhausted, is DEAD whole.
+//! - [`OutboundDispatcher`] (thread `outbound`): `COUTMSGS`, each event inserted once into the
+//!   shared outbound mailbox.
+//!
+//! Failures (SPEC §4.9): a broker or mailbox that is unavailable — however long — stalls the
+//! stage; no event is charged an attempt and none becomes DEAD. A refusal of this record
+//! (too large, invalid) is charged to the head event: backoff, then the dead-letter queue.
+//! Nothing is produced while this instance's lease is not confirmed (the [`LeaseGate`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,11 +22,12 @@ use std::time::{Duration, SystemTime};
 
 use log::{error, info, warn};
 
-use crate::clock::Clock;
 use crate::domain::{MsgEvent, Target};
 use crate::error::{ErrorClass, StoreError};
+use crate::lease::LeaseGate;
 use crate::ports::{Failure, Outbound, Outbox, Producer, Record};
 use crate::pump::rules::RetryPolicy;
+use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
 /// What one delivery round did.
@@ -28,7 +36,7 @@ pub enum Round {
     Idle,
     /// Nothing may go before this time (a head in backoff, or the next schd flush).
     Wait(SystemTime),
-    /// Events acknowledged, and whether some target stopped on a failure.
+    /// Events acknowledged, and whether a target's head was refused (it backs off).
     Sent {
         sent: usize,
         failed: bool,
@@ -46,6 +54,21 @@ impl Round {
             (w @ Round::Wait(_), Round::Idle) | (Round::Idle, w @ Round::Wait(_)) => w,
             (Round::Idle, Round::Idle) => Round::Idle,
         }
+    }
+}
+
+impl RoundReport for Round {
+    fn next(&self) -> Next {
+        match self {
+            // More may be ready; a refused head answers the next round with its backoff.
+            Round::Sent { .. } => Next::Now,
+            Round::Wait(t) => Next::At(*t),
+            Round::Idle => Next::Idle,
+        }
+    }
+
+    fn progressed(&self) -> bool {
+        false // nothing downstream of delivery
     }
 }
 
@@ -76,6 +99,32 @@ pub fn latest_per_flid(events: &[MsgEvent]) -> Vec<&MsgEvent> {
     out
 }
 
+/// How many of `events` (in EVENT_ID order) one FLTR array may carry: the longest prefix
+/// whose array of the newest per FLID stays within `max_bytes` (at least one event).
+pub fn schd_batch_len(events: &[MsgEvent], max_bytes: usize) -> usize {
+    let mut sizes: HashMap<&str, (i64, i64, usize)> = HashMap::new(); // flid -> (version, id, len)
+    let mut total = 2usize; // the brackets
+    for (i, e) in events.iter().enumerate() {
+        let mut next = total;
+        match sizes.get(e.partition_key.as_str()) {
+            Some(&(v, id, len)) if (e.state_version, e.event_id) > (v, id) => {
+                next = next - len + e.payload_json.len()
+            }
+            Some(_) => {}
+            None => next += e.payload_json.len() + usize::from(!sizes.is_empty()),
+        }
+        if next > max_bytes && i > 0 {
+            return i;
+        }
+        let slot = sizes.entry(e.partition_key.as_str()).or_insert((i64::MIN, i64::MIN, 0));
+        if (e.state_version, e.event_id) > (slot.0, slot.1) {
+            *slot = (e.state_version, e.event_id, e.payload_json.len());
+        }
+        total = next;
+    }
+    events.len()
+}
+
 /// An outbound intent as the pump writes it for target COUTMSGS.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutboundIntent {
@@ -83,7 +132,7 @@ pub struct OutboundIntent {
     pub xml: String,
 }
 
-/// Topics and the schd cadence.
+/// Topics, batches and the schd cadence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub topic_msg: String,
@@ -91,6 +140,8 @@ pub struct Settings {
     pub batch: usize,
     pub flush_period: Duration,
     pub flush_limit: usize,
+    /// The largest record msgx produces (`msgx.codec.max-event-bytes`).
+    pub max_record_bytes: usize,
 }
 
 impl Settings {
@@ -101,168 +152,25 @@ impl Settings {
             batch: cfg.pipeline.dispatch_batch,
             flush_period: cfg.pipeline.schd_flush_period,
             flush_limit: cfg.pipeline.schd_flush_limit,
+            max_record_bytes: cfg.pipeline.max_event_bytes,
         }
     }
 }
 
-pub struct Dispatcher<O, K, B> {
+/// What both dispatch stages share: the outbox, the retry policy and how a failure is charged.
+struct Delivery<O> {
     outbox: O,
-    producer: K,
-    outbound: B,
-    clock: Arc<dyn Clock>,
     policy: RetryPolicy,
-    settings: Settings,
-    /// When the next schd flush may run; `None`: as soon as something is due.
-    next_flush: Option<SystemTime>,
     stats: Arc<Stats>,
 }
 
-impl<O: Outbox, K: Producer, B: Outbound> Dispatcher<O, K, B> {
-    pub fn new(
-        outbox: O,
-        producer: K,
-        outbound: B,
-        clock: Arc<dyn Clock>,
-        policy: RetryPolicy,
-        settings: Settings,
-        stats: Arc<Stats>,
-    ) -> Self {
-        Dispatcher { outbox, producer, outbound, clock, policy, settings, next_flush: None, stats }
-    }
-
-    /// One round over every target.
-    pub fn round(&mut self) -> Result<Round, StoreError> {
-        let msg = self.fifo_round(Target::KafkaMsg)?;
-        let schd = self.schd_round()?;
-        let out = self.fifo_round(Target::Coutmsgs)?;
-        Ok(msg.and(schd).and(out))
-    }
-
-    /// One round of a one-event-at-a-time target (`KAFKA:msg`, `COUTMSGS`).
-    fn fifo_round(&mut self, target: Target) -> Result<Round, StoreError> {
-        let pending = self.outbox.pending(target, self.settings.batch)?;
-        if pending.is_empty() {
-            return Ok(Round::Idle);
-        }
-        let now = self.clock.now();
-        let ready = match ready_prefix(&pending, now) {
-            Ok(r) => r,
-            Err(until) => return Ok(Round::Wait(until)),
-        };
-        let results = match target {
-            Target::KafkaMsg => {
-                let records: Vec<Record> = ready.iter().map(|e| self.msg_record(e)).collect();
-                self.producer.send(&records)
-            }
-            Target::Coutmsgs => self.insert_outbound(ready, now)?,
-            Target::KafkaSchd => unreachable!("schd is flushed in batches"),
-        };
-        debug_assert_eq!(results.len(), ready.len());
-        let acked = results.iter().take_while(|r| r.is_ok()).count();
-        self.sent(target, &ready[..acked])?;
-        let failed = acked < ready.len();
-        if failed {
-            // The first unacknowledged event becomes the head in backoff; the ones behind it
-            // stay PENDING untouched and go after it, in order.
-            let err = results[acked].as_ref().err().map(|e| e.to_string()).unwrap_or_default();
-            self.failed(target, &ready[acked..acked + 1], &err)?;
-        }
-        Ok(Round::Sent { sent: acked, failed })
-    }
-
-    /// A schd flush when it is due: the claimed batch, newest per FLID, as one FLTR array.
-    fn schd_round(&mut self) -> Result<Round, StoreError> {
-        let now = self.clock.now();
-        if let Some(t) = self.next_flush.filter(|t| *t > now) {
-            return Ok(Round::Wait(t));
-        }
-        let claimed = self.outbox.pending(Target::KafkaSchd, self.settings.flush_limit)?;
-        if claimed.is_empty() {
-            self.next_flush = Some(now + self.settings.flush_period);
-            return Ok(Round::Idle);
-        }
-        // The head not due: nothing is claimed (the whole last batch is backing off together).
-        let ready = match ready_prefix(&claimed, now) {
-            Ok(r) => r,
-            Err(until) => return Ok(Round::Wait(until)),
-        };
-        let latest = latest_per_flid(ready);
-        let payload =
-            format!("[{}]", latest.iter().map(|e| e.payload_json.as_str()).collect::<Vec<_>>().join(","));
-        let record = Record {
-            topic: self.settings.topic_schd.clone(),
-            key: "FLTR".to_string(),
-            payload,
-            headers: vec![
-                ("first_event_id".into(), ready[0].event_id.to_string()),
-                ("last_event_id".into(), ready[ready.len() - 1].event_id.to_string()),
-                ("flights".into(), latest.len().to_string()),
-            ],
-        };
-        match self.producer.send(std::slice::from_ref(&record)).pop() {
-            Some(Ok(())) => {
-                // Older generations folded into the array are delivered too.
-                self.sent(Target::KafkaSchd, ready)?;
-                self.next_flush = Some(now + self.settings.flush_period);
-                Ok(Round::Sent { sent: ready.len(), failed: false })
-            }
-            other => {
-                let err = match other {
-                    Some(Err(e)) => e.to_string(),
-                    _ => "no acknowledgement".to_string(),
-                };
-                self.failed(Target::KafkaSchd, ready, &err)?;
-                // Only a success moves the cadence; after a failure the backoff decides.
-                self.next_flush = None;
-                Ok(Round::Sent { sent: 0, failed: true })
-            }
-        }
-    }
-
-    /// COUTMSGS: each event inserted once. LAST_ATTEMPT_AT is stamped first, so a retry whose
-    /// earlier insert committed but whose SENT mark was lost finds that row and does not
-    /// insert again.
-    fn insert_outbound(
-        &mut self,
-        ready: &[MsgEvent],
-        now: SystemTime,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let ids: Vec<i64> = ready.iter().map(|e| e.event_id).collect();
-        self.outbox.started(&ids, now)?;
-        let mut out = Vec::with_capacity(ready.len());
-        for e in ready {
-            if out.iter().any(|r: &Result<(), StoreError>| r.is_err()) {
-                out.push(Err(StoreError::new("mailbox", "not attempted: an earlier event failed")));
-                continue;
-            }
-            out.push(self.insert_once(e, now));
-        }
-        Ok(out)
-    }
-
-    fn insert_once(&mut self, e: &MsgEvent, now: SystemTime) -> Result<(), StoreError> {
-        let intent: OutboundIntent = serde_json::from_str(&e.payload_json).map_err(|err| {
-            StoreError::new("mailbox", format!("event_id={} is not an outbound intent: {err}", e.event_id))
-        })?;
-        if let Some(since) = e.last_attempt_at {
-            if let Some(row) = self.outbound.find(&intent.routing_id, &intent.xml, since)? {
-                info!(
-                    "outbound already inserted event_id={} coutmsgs_id={row}; not inserting again",
-                    e.event_id
-                );
-                return Ok(());
-            }
-        }
-        self.outbound.insert(&intent.routing_id, &intent.xml, now)?;
-        Ok(())
-    }
-
-    fn sent(&mut self, target: Target, events: &[MsgEvent]) -> Result<(), StoreError> {
+impl<O: Outbox> Delivery<O> {
+    fn sent(&mut self, target: Target, events: &[MsgEvent], now: SystemTime) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
         let pairs: Vec<(i64, i64)> = events.iter().map(|e| (e.event_id, e.state_version)).collect();
-        self.outbox.mark_sent(&pairs, self.clock.now())?;
+        self.outbox.mark_sent(&pairs, now)?;
         stats::add(&self.stats.events_sent, events.len() as u64);
         info!(
             "sent target={} events={} first_event_id={} last_event_id={}",
@@ -274,14 +182,20 @@ impl<O: Outbox, K: Producer, B: Outbound> Dispatcher<O, K, B> {
         Ok(())
     }
 
-    /// A failed attempt for `events` (one head, or a whole schd batch): back off together, or
-    /// DEAD together when the attempts are used up.
-    fn failed(&mut self, target: Target, events: &[MsgEvent], err: &str) -> Result<(), StoreError> {
-        let now = self.clock.now();
+    /// A refused attempt for `events` (one head, or a whole schd batch): back off together,
+    /// or DEAD together when the attempts are used up. Only rejections come here.
+    fn refused(
+        &mut self,
+        target: Target,
+        events: &[MsgEvent],
+        err: &StoreError,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        debug_assert!(err.is_rejected(), "only a refusal is charged (SPEC 4.9)");
         let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
         let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0);
         let first = &events[0];
-        match self.policy.on_failure(attempts, ErrorClass::Infra, err, now) {
+        match self.policy.on_failure(attempts, None, ErrorClass::Infra, &err.to_string(), now) {
             Failure::Retry { class, error, next_attempt_at } => {
                 self.outbox.retry(&ids, class, &error, next_attempt_at)?;
                 stats::add(&self.stats.events_failed, ids.len() as u64);
@@ -309,17 +223,231 @@ impl<O: Outbox, K: Producer, B: Outbound> Dispatcher<O, K, B> {
         Ok(())
     }
 
-    fn msg_record(&self, e: &MsgEvent) -> Record {
-        let mut headers = vec![("event_id".to_string(), e.event_id.to_string())];
-        if let Some(m) = e.msg_id {
-            headers.push(("msg_id".to_string(), m.to_string()));
+    /// After a send: the acknowledged prefix is SENT; the first failure either stalls the
+    /// stage (unavailable, fenced: returned) or is charged to its event (rejected).
+    fn settle(
+        &mut self,
+        target: Target,
+        ready: &[MsgEvent],
+        results: Vec<Result<(), StoreError>>,
+        now: SystemTime,
+    ) -> Result<Round, StoreError> {
+        debug_assert_eq!(results.len(), ready.len());
+        let acked = results.iter().take_while(|r| r.is_ok()).count();
+        self.sent(target, &ready[..acked], now)?;
+        match results.into_iter().nth(acked) {
+            None => Ok(Round::Sent { sent: acked, failed: false }),
+            Some(Err(e)) if e.is_rejected() => {
+                // The first unacknowledged event becomes the head in backoff; the ones behind
+                // it stay PENDING untouched and go after it, in order.
+                self.refused(target, &ready[acked..acked + 1], &e, now)?;
+                Ok(Round::Sent { sent: acked, failed: true })
+            }
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => unreachable!("the prefix stopped at a failure"),
         }
-        Record {
-            topic: self.settings.topic_msg.clone(),
-            key: e.partition_key.clone(),
-            payload: e.payload_json.clone(),
-            headers,
+    }
+}
+
+/// The Kafka targets (`KAFKA:msg`, `KAFKA:schd`): the `dispatch` stage.
+pub struct Dispatcher<O, K> {
+    delivery: Delivery<O>,
+    producer: K,
+    settings: Settings,
+    gate: Arc<LeaseGate>,
+    /// When the next schd flush may run; `None`: as soon as something is due.
+    next_flush: Option<SystemTime>,
+}
+
+impl<O: Outbox, K: Producer> Stage for Dispatcher<O, K> {
+    type Round = Round;
+    const NAME: &'static str = "dispatch";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        Dispatcher::round(self, now)
+    }
+}
+
+impl<O: Outbox, K: Producer> Dispatcher<O, K> {
+    pub fn new(
+        outbox: O,
+        producer: K,
+        policy: RetryPolicy,
+        settings: Settings,
+        gate: Arc<LeaseGate>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Dispatcher {
+            delivery: Delivery { outbox, policy, stats },
+            producer,
+            settings,
+            gate,
+            next_flush: None,
         }
+    }
+
+    /// One round over both Kafka targets.
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        let msg = self.msg_round(now)?;
+        let schd = self.schd_round(now)?;
+        Ok(msg.and(schd))
+    }
+
+    fn msg_round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        let pending = self.delivery.outbox.pending(Target::KafkaMsg, self.settings.batch)?;
+        if pending.is_empty() {
+            return Ok(Round::Idle);
+        }
+        let ready = match ready_prefix(&pending, now) {
+            Ok(r) => r,
+            Err(until) => return Ok(Round::Wait(until)),
+        };
+        // A stale instance must not send: checked right before every produce round (PRE-5).
+        self.gate.check(now)?;
+        let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
+        let results = self.producer.send(&records);
+        self.delivery.settle(Target::KafkaMsg, ready, results, now)
+    }
+
+    /// A schd flush when it is due: the claimed batch, newest per FLID, as one FLTR array.
+    fn schd_round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        if let Some(t) = self.next_flush.filter(|t| *t > now) {
+            return Ok(Round::Wait(t));
+        }
+        let claimed = self.delivery.outbox.pending(Target::KafkaSchd, self.settings.flush_limit)?;
+        if claimed.is_empty() {
+            self.next_flush = Some(now + self.settings.flush_period);
+            return Ok(Round::Idle);
+        }
+        // The head not due: nothing is claimed (the whole last batch is backing off together).
+        let ready = match ready_prefix(&claimed, now) {
+            Ok(r) => r,
+            Err(until) => return Ok(Round::Wait(until)),
+        };
+        let ready = &ready[..schd_batch_len(ready, self.settings.max_record_bytes)];
+        let latest = latest_per_flid(ready);
+        let payload =
+            format!("[{}]", latest.iter().map(|e| e.payload_json.as_str()).collect::<Vec<_>>().join(","));
+        let record = Record {
+            topic: self.settings.topic_schd.clone(),
+            key: "FLTR".to_string(),
+            payload,
+            headers: vec![
+                ("first_event_id".into(), ready[0].event_id.to_string()),
+                ("last_event_id".into(), ready[ready.len() - 1].event_id.to_string()),
+                ("flights".into(), latest.len().to_string()),
+            ],
+        };
+        self.gate.check(now)?;
+        let result = self
+            .producer
+            .send(std::slice::from_ref(&record))
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::unavailable("kafka", "no acknowledgement")));
+        match result {
+            Ok(()) => {
+                // Older generations folded into the array are delivered too.
+                self.delivery.sent(Target::KafkaSchd, ready, now)?;
+                let more = ready.len() < claimed.len();
+                self.next_flush = (!more).then_some(now + self.settings.flush_period);
+                Ok(Round::Sent { sent: ready.len(), failed: false })
+            }
+            Err(e) if e.is_rejected() => {
+                self.delivery.refused(Target::KafkaSchd, ready, &e, now)?;
+                // Only a success moves the cadence; after a failure the backoff decides.
+                self.next_flush = None;
+                Ok(Round::Sent { sent: 0, failed: true })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn msg_record(topic: &str, e: &MsgEvent) -> Record {
+    let mut headers = vec![("event_id".to_string(), e.event_id.to_string())];
+    if let Some(m) = e.msg_id {
+        headers.push(("msg_id".to_string(), m.to_string()));
+    }
+    Record {
+        topic: topic.to_string(),
+        key: e.partition_key.clone(),
+        payload: e.payload_json.clone(),
+        headers,
+    }
+}
+
+/// The `COUTMSGS` target: the `outbound` stage.
+pub struct OutboundDispatcher<O, B> {
+    delivery: Delivery<O>,
+    outbound: B,
+    batch: usize,
+    gate: Arc<LeaseGate>,
+}
+
+impl<O: Outbox, B: Outbound> Stage for OutboundDispatcher<O, B> {
+    type Round = Round;
+    const NAME: &'static str = "outbound";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        OutboundDispatcher::round(self, now)
+    }
+}
+
+impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
+    pub fn new(
+        outbox: O,
+        outbound: B,
+        policy: RetryPolicy,
+        batch: usize,
+        gate: Arc<LeaseGate>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        OutboundDispatcher { delivery: Delivery { outbox, policy, stats }, outbound, batch, gate }
+    }
+
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        let pending = self.delivery.outbox.pending(Target::Coutmsgs, self.batch)?;
+        if pending.is_empty() {
+            return Ok(Round::Idle);
+        }
+        let ready = match ready_prefix(&pending, now) {
+            Ok(r) => r,
+            Err(until) => return Ok(Round::Wait(until)),
+        };
+        self.gate.check(now)?;
+        // LAST_ATTEMPT_AT first, so a retry whose earlier insert committed but whose SENT mark
+        // was lost finds that row and does not insert again.
+        let ids: Vec<i64> = ready.iter().map(|e| e.event_id).collect();
+        self.delivery.outbox.started(&ids, now)?;
+        let mut results = Vec::with_capacity(ready.len());
+        for e in ready {
+            if results.iter().any(|r: &Result<(), StoreError>| r.is_err()) {
+                break;
+            }
+            results.push(self.insert_once(e, now));
+        }
+        let tried = results.len();
+        self.delivery.settle(Target::Coutmsgs, &ready[..tried], results, now)
+    }
+
+    fn insert_once(&mut self, e: &MsgEvent, now: SystemTime) -> Result<(), StoreError> {
+        let intent: OutboundIntent = serde_json::from_str(&e.payload_json).map_err(|err| {
+            StoreError::rejected(
+                "mailbox",
+                format!("event_id={} is not an outbound intent: {err}", e.event_id),
+            )
+        })?;
+        if let Some(since) = e.last_attempt_at {
+            if let Some(row) = self.outbound.find(&intent.routing_id, &intent.xml, since)? {
+                info!(
+                    "outbound already inserted event_id={} coutmsgs_id={row}; not inserting again",
+                    e.event_id
+                );
+                return Ok(());
+            }
+        }
+        self.outbound.insert(&intent.routing_id, &intent.xml, now)?;
+        Ok(())
     }
 }
 

@@ -3,18 +3,20 @@
 use std::time::Duration;
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
-use crate::domain::{EventStatus, InboundRow, NewEvent};
-use crate::ports::{ProcStore, Settle};
-use crate::store::memory::{MemOutbound, MemPg, MemProducer};
+use crate::domain::{EventStatus, NewEvent};
+use crate::ports::{Operator, Settle};
+use crate::store::memory::{Fault, MemOutbound, MemPg, MemProducer};
 
 struct World {
     clock: FakeClock,
     pg: MemPg,
     producer: MemProducer,
     outbound: MemOutbound,
-    d: Dispatcher<MemPg, MemProducer, MemOutbound>,
+    d: Dispatcher<MemPg, MemProducer>,
+    o: OutboundDispatcher<MemPg, MemOutbound>,
+    gate: Arc<LeaseGate>,
     next_msg: i64,
 }
 
@@ -26,25 +28,29 @@ fn world(batch: usize) -> World {
     settings.batch = batch;
     settings.topic_msg = "t.msg".into();
     settings.topic_schd = "t.schd".into();
-    let d = Dispatcher::new(
-        pg.clone(),
-        producer.clone(),
-        outbound.clone(),
-        Arc::new(clock.clone()),
-        crate::pump::retry_policy(&cfg.pipeline),
-        settings,
-        Arc::new(Stats::default()),
-    );
-    World { clock, pg, producer, outbound, d, next_msg: 0 }
+    let gate = Arc::new(LeaseGate::open());
+    let policy = crate::pump::retry_policy(&cfg.pipeline);
+    let stats = Arc::new(Stats::default());
+    let d =
+        Dispatcher::new(pg.clone(), producer.clone(), policy.clone(), settings, gate.clone(), stats.clone());
+    let o = OutboundDispatcher::new(pg.clone(), outbound.clone(), policy, batch, gate.clone(), stats);
+    World { clock, pg, producer, outbound, d, o, gate, next_msg: 0 }
 }
 
 impl World {
+    fn round(&mut self) -> Result<Round, StoreError> {
+        self.d.round(self.clock.now())
+    }
+
+    fn outbound_round(&mut self) -> Result<Round, StoreError> {
+        self.o.round(self.clock.now())
+    }
+
     /// A message that succeeds with these events (target, key, version, payload).
     fn message(&mut self, events: &[(Target, &str, i64, &str)]) {
         self.next_msg += 1;
         let id = self.next_msg;
-        let mut pg = self.pg.clone();
-        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
+        self.pg.arrive(&[id], self.clock.now());
         let evs = events
             .iter()
             .map(|(t, k, v, p)| NewEvent {
@@ -55,7 +61,7 @@ impl World {
                 payload_json: p.to_string(),
             })
             .collect();
-        pg.commit(&[Settle::succeeded(id, &format!("k{id}"), evs)], self.clock.now()).unwrap();
+        self.pg.record(&[Settle::succeeded(id, &format!("k{id}"), evs)], self.clock.now()).unwrap();
     }
 
     fn msg(&mut self, n: i64) {
@@ -73,8 +79,8 @@ fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
     for n in 1..=3 {
         w.msg(n);
     }
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
     let got = w.producer.delivered();
     let payloads: Vec<_> = got.iter().map(|r| r.payload.as_str()).collect();
     assert_eq!(payloads, ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
@@ -85,37 +91,37 @@ fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
 }
 
 #[test]
-fn failed_head_backs_off_and_nothing_overtakes_it() {
+fn a_refused_head_backs_off_and_nothing_overtakes_it() {
     let mut w = world(10);
     w.msg(1);
     w.msg(2);
-    w.producer.fail_next(1);
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true });
+    w.producer.inject(Fault::Rejected, 1);
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 0, failed: true });
     let until = w.clock.now() + Duration::from_secs(1);
-    assert_eq!(w.d.round().unwrap(), Round::Wait(until));
+    assert_eq!(w.round().unwrap(), Round::Wait(until));
     assert!(w.producer.delivered().is_empty());
     w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
 }
 
 #[test]
-fn exhausted_event_goes_dead_kept_as_dlq_and_the_next_one_follows() {
+fn an_event_refused_until_exhausted_goes_dead_kept_as_dlq_and_the_next_one_follows() {
     let mut w = world(10);
     w.msg(1);
     w.msg(2);
-    w.producer.fail_next(5);
+    w.producer.inject(Fault::Rejected, 5);
     for _ in 0..5 {
-        assert!(matches!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true }));
+        assert!(matches!(w.round().unwrap(), Round::Sent { sent: 0, failed: true }));
         w.clock.advance(Duration::from_secs(60));
     }
     assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Dead, EventStatus::Pending]);
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
     let dead = w.pg.inspect(|s| s.events[&1].clone());
     assert_eq!((dead.error_class, dead.event.attempts), (Some(ErrorClass::Exhausted), 5));
     // replay --events brings it back; it goes out after the event that overtook it as DLQ.
     let out = w.pg.replay_events(&crate::ports::ReplaySelection::Ids(vec![1, 2]), 10).unwrap();
     assert!(out[0].verdict.is_ok() && out[1].verdict.is_err());
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
 }
 
 #[test]
@@ -168,7 +174,7 @@ fn schd_is_one_fltr_array_per_flush_period_with_the_latest_per_flight() {
     schd(&mut w, "B", 1);
     schd(&mut w, "A", 2); // a new generation resets A's row in place
     assert_eq!(w.pg.inspect(|s| s.events.len()), 2, "one row per flight");
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
     let got = w.producer.delivered();
     assert_eq!(got.len(), 1, "never one by one");
     assert_eq!((got[0].topic.as_str(), got[0].key.as_str()), ("t.schd", "FLTR"));
@@ -177,9 +183,9 @@ fn schd_is_one_fltr_array_per_flush_period_with_the_latest_per_flight() {
     // The next flush waits for the period, however much arrives meanwhile.
     schd(&mut w, "C", 1);
     let next = w.clock.now() + Duration::from_secs(3);
-    assert_eq!(w.d.round().unwrap(), Round::Wait(next));
+    assert_eq!(w.round().unwrap(), Round::Wait(next));
     w.clock.advance(Duration::from_secs(3));
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
     assert_eq!(w.producer.delivered().len(), 2);
 }
 
@@ -188,15 +194,15 @@ fn schd_failure_backs_off_the_whole_batch_and_claims_nothing_before_it_is_due() 
     let mut w = world(10);
     schd(&mut w, "A", 1);
     schd(&mut w, "B", 1);
-    w.producer.fail_next(1);
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true });
+    w.producer.inject(Fault::Rejected, 1);
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 0, failed: true });
     assert!(w.pg.inspect(|s| s.events.values().all(|e| e.event.attempts == 1)), "the whole batch");
     schd(&mut w, "C", 1); // ready, but behind a head that is not due
     let until = w.clock.now() + Duration::from_secs(1);
-    assert_eq!(w.d.round().unwrap(), Round::Wait(until), "head not due: nothing claimed");
+    assert_eq!(w.round().unwrap(), Round::Wait(until), "head not due: nothing claimed");
     assert!(w.producer.delivered().is_empty());
     w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 3, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 3, failed: false });
 }
 
 #[test]
@@ -204,16 +210,16 @@ fn schd_exhausted_batch_dies_whole_and_a_new_generation_revives_its_flight() {
     let mut w = world(10);
     schd(&mut w, "A", 1);
     schd(&mut w, "B", 1);
-    w.producer.fail_next(5);
+    w.producer.inject(Fault::Rejected, 5);
     for _ in 0..5 {
         w.clock.advance(Duration::from_secs(60));
-        assert!(matches!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true }));
+        assert!(matches!(w.round().unwrap(), Round::Sent { sent: 0, failed: true }));
     }
     assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Dead, EventStatus::Dead]);
     schd(&mut w, "A", 2);
     assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending, EventStatus::Dead]);
     w.clock.advance(Duration::from_secs(60));
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
     let a = w.pg.inspect(|s| s.events[&1].clone());
     assert_eq!((a.state, a.event.attempts, a.event.state_version), (EventStatus::Sent, 0, 2));
 }
@@ -229,7 +235,7 @@ fn a_schd_row_reset_during_a_flush_is_not_marked_sent() {
     w.pg.clone().mark_sent(&[(claimed[0].event_id, claimed[0].state_version)], w.clock.now()).unwrap();
     assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending]);
     w.clock.advance(Duration::from_secs(3));
-    w.d.round().unwrap();
+    w.round().unwrap();
     let arr: serde_json::Value = serde_json::from_str(&w.producer.delivered()[0].payload).unwrap();
     assert_eq!(arr[0]["v"], 2);
 }
@@ -242,27 +248,120 @@ fn intent(routing: &str, xml: &str) -> String {
 fn coutmsgs_inserts_each_intent_once_even_when_the_sent_mark_is_lost() {
     let mut w = world(10);
     w.message(&[(Target::Coutmsgs, "RQRD", 1, &intent("VIEWRQRD", "<MSG>rqrd</MSG>"))]);
-    // The round reads KAFKA:msg, KAFKA:schd and COUTMSGS, stamps the start, inserts, and then
-    // its mark_sent fails: the insert committed, the mark did not.
-    w.pg.fail_later(4, 1);
-    assert!(w.d.round().is_err());
+    // The round reads COUTMSGS, stamps the start, inserts, and then its mark_sent fails: the
+    // insert committed, the mark did not.
+    w.pg.inject_later(2, Fault::Unavailable, 1);
+    assert!(w.outbound_round().unwrap_err().is_unavailable());
     assert_eq!(w.outbound.rows().len(), 1);
     assert_eq!(w.states(Target::Coutmsgs), vec![EventStatus::Pending]);
-    w.d.round().unwrap();
+    w.outbound_round().unwrap();
     assert_eq!(w.outbound.rows(), vec![("VIEWRQRD".to_string(), "<MSG>rqrd</MSG>".to_string())], "not twice");
     assert_eq!(w.states(Target::Coutmsgs), vec![EventStatus::Sent]);
 }
 
 #[test]
-fn coutmsgs_failure_is_a_head_in_backoff() {
+fn a_refused_coutmsgs_insert_is_a_head_in_backoff() {
     let mut w = world(10);
     w.message(&[(Target::Coutmsgs, "A", 1, &intent("R", "<a/>"))]);
     w.message(&[(Target::Coutmsgs, "B", 1, &intent("R", "<b/>"))]);
-    w.outbound.fail_next(1);
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 0, failed: true });
+    w.outbound.inject(Fault::Rejected, 1);
+    assert_eq!(w.outbound_round().unwrap(), Round::Sent { sent: 0, failed: true });
     assert!(w.outbound.rows().is_empty(), "nothing behind the failed head");
     w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.d.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    assert_eq!(w.outbound_round().unwrap(), Round::Sent { sent: 2, failed: false });
     let xs: Vec<String> = w.outbound.rows().into_iter().map(|(_, x)| x).collect();
     assert_eq!(xs, ["<a/>", "<b/>"]);
+}
+
+#[test]
+fn a_broker_away_for_two_hours_dead_letters_nothing_and_delivers_in_order_after() {
+    let mut w = world(10);
+    for n in 1..=6 {
+        w.msg(n);
+    }
+    schd(&mut w, "A", 1);
+    w.message(&[(Target::Coutmsgs, "Q", 1, &intent("R", "<q/>"))]);
+    w.producer.set_down(true);
+    let start = w.clock.now();
+    while w.clock.now().duration_since(start).unwrap() < Duration::from_secs(7200) {
+        assert!(w.round().unwrap_err().is_unavailable());
+        // COUTMSGS is its own stage: a broker outage does not hold it back.
+        w.outbound_round().unwrap();
+        w.clock.advance(Duration::from_secs(2));
+    }
+    assert_eq!(w.outbound.rows().len(), 1, "delivered during the broker outage");
+    assert!(w
+        .pg
+        .inspect(|s| s.events.values().all(|e| e.event.attempts == 0 && e.state != EventStatus::Dead)));
+    w.producer.set_down(false);
+    while w.states(Target::KafkaMsg).contains(&EventStatus::Pending)
+        || w.states(Target::KafkaSchd).contains(&EventStatus::Pending)
+    {
+        w.round().unwrap();
+    }
+    let ns: Vec<String> =
+        w.producer.delivered().iter().filter(|r| r.topic == "t.msg").map(|r| r.payload.clone()).collect();
+    assert_eq!(ns, (1..=6).map(|n| format!("{{\"n\":{n}}}")).collect::<Vec<_>>(), "in order, nothing lost");
+}
+
+#[test]
+fn a_partly_acknowledged_round_keeps_its_prefix_and_stalls_on_the_rest() {
+    let mut w = world(10);
+    for n in 1..=5 {
+        w.msg(n);
+    }
+    w.producer.ack_then_fail(2);
+    assert!(w.round().unwrap_err().is_unavailable());
+    assert_eq!(
+        w.states(Target::KafkaMsg),
+        [
+            EventStatus::Sent,
+            EventStatus::Sent,
+            EventStatus::Pending,
+            EventStatus::Pending,
+            EventStatus::Pending
+        ]
+    );
+    assert!(w.pg.inspect(|s| s.events.values().all(|e| e.event.attempts == 0)), "nothing charged");
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 3, failed: false });
+}
+
+#[test]
+fn a_record_the_broker_refuses_as_too_large_is_charged_and_dead_lettered_alone() {
+    let mut w = world(10);
+    w.msg(1);
+    w.message(&[(Target::KafkaMsg, "F9", 2, &"z".repeat(300))]);
+    w.msg(3);
+    w.producer.max_bytes(100);
+    for _ in 0..6 {
+        w.round().unwrap();
+        w.clock.advance(Duration::from_secs(60));
+    }
+    assert_eq!(w.states(Target::KafkaMsg), [EventStatus::Sent, EventStatus::Dead, EventStatus::Sent]);
+}
+
+#[test]
+fn a_schd_array_never_exceeds_the_record_limit() {
+    let mut w = world(10);
+    w.d.settings.max_record_bytes = 64;
+    for f in ["A", "B", "C", "D"] {
+        schd(&mut w, f, 1); // about 20 bytes each
+    }
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 3, failed: false }, "three of 18-19 bytes fit in 64");
+    assert_eq!(
+        w.round().unwrap(),
+        Round::Sent { sent: 1, failed: false },
+        "the rest goes at once, not a period later"
+    );
+    let sizes: Vec<usize> = w.producer.delivered().iter().map(|r| r.payload.len()).collect();
+    assert!(sizes.iter().all(|n| *n <= 64), "{sizes:?}");
+}
+
+#[test]
+fn a_stale_instance_produces_nothing() {
+    let mut w = world(10);
+    w.msg(1);
+    w.gate.stale();
+    assert!(w.round().unwrap_err().is_fenced());
+    assert!(w.producer.delivered().is_empty());
 }

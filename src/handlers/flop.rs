@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{event, Decision, Flight, FlightChange, FlightView};
+use super::{event, Decision, Flight, FlightChange, FlightState, FlightView};
 use crate::codec::{time, FlopRecord, Message};
 use crate::domain::Target;
 
@@ -19,56 +19,70 @@ pub fn sodt_from_ffid(ffid: &str) -> Option<i64> {
 }
 
 pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64) -> Decision {
-    let mut working: BTreeMap<&str, (Flight, bool)> = BTreeMap::new();
+    let mut working: BTreeMap<&str, FlightState> = BTreeMap::new();
     let mut d = Decision::default();
     let tag = msg.kind.type_tag();
     for rec in recs {
-        let (flight, known) = working.entry(rec.flid.as_str()).or_insert_with(|| match view.get(&rec.flid) {
-            Some(f) => (f.clone(), true),
-            None => (Flight::new(), false),
-        });
+        let state = working
+            .entry(rec.flid.as_str())
+            .or_insert_with(|| view.get(&rec.flid).cloned().unwrap_or_default());
         if rec.delete {
-            // FDEL always says so downstream, known flight or not: a consumer may hold it.
-            let old = std::mem::take(flight);
-            *known = false;
-            d.flights.push(FlightChange { flid: rec.flid.clone(), delete: true, ..Default::default() });
-            let payload = serde_json::json!({
-                "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "deleted": true, "old": old,
-            });
-            d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
+            // FDEL says so downstream, known flight or not: a consumer may hold it. Fields a
+            // later message wrote survive it (then it is an update that clears the rest).
+            let before = state.fields.clone();
+            let change = FlightChange { flid: rec.flid.clone(), delete: true, ..Default::default() };
+            state.apply(&change, msg_id);
+            let removed: Flight = before.into_iter().filter(|(k, _)| !state.fields.contains_key(k)).collect();
+            d.flights.push(change);
+            if state.exists() {
+                if removed.is_empty() {
+                    continue;
+                }
+                let diffs: Vec<_> = removed
+                    .iter()
+                    .map(|(k, v)| serde_json::json!({ "field": k, "old": v, "new": null }))
+                    .collect();
+                let payload = serde_json::json!({
+                    "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
+                });
+                d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
+            } else {
+                let payload = serde_json::json!({
+                    "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "deleted": true, "old": removed,
+                });
+                d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
+            }
             continue;
         }
-        let created = !*known;
+        let created = !state.exists();
         let mut change = FlightChange { flid: rec.flid.clone(), ..Default::default() };
         let mut diffs = Vec::new();
         if created {
-            if let Some(ffid) = &rec.ffid {
-                flight.insert("FFID".into(), ffid.clone());
+            if let Some(ffid) = rec.ffid.as_ref().filter(|_| state.writable("FFID", msg_id)) {
                 change.set.push(("FFID".into(), ffid.clone()));
                 change.sodt = sodt_from_ffid(ffid);
             }
         }
         for (field, value) in &rec.fields {
-            let old = flight.get(field).cloned();
+            // A field a later message wrote (or a flight a later message deleted) stays as it
+            // is: the message is older than what msgx holds.
+            if !state.writable(field, msg_id) {
+                continue;
+            }
+            let old = state.fields.get(field).cloned();
             if old.as_ref() == value.as_ref() {
                 continue;
             }
             match value {
-                Some(v) => {
-                    flight.insert(field.clone(), v.clone());
-                    change.set.push((field.clone(), v.clone()));
-                }
-                None => {
-                    flight.remove(field);
-                    change.clear.push(field.clone());
-                }
+                Some(v) => change.set.push((field.clone(), v.clone())),
+                None => change.clear.push(field.clone()),
             }
             diffs.push(serde_json::json!({ "field": field, "old": old, "new": value }));
         }
         if diffs.is_empty() {
             continue;
         }
-        *known = true;
+        state.apply(&change, msg_id);
         let mut payload = serde_json::json!({
             "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
         });
@@ -90,7 +104,7 @@ mod tests {
 
     fn view(flid: &str, fields: &[(&str, &str)]) -> View {
         let f = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        View { flights: FlightView::from([(flid.to_string(), f)]), window: vec![] }
+        View { flights: FlightView::from([(flid.to_string(), FlightState::of(f))]), window: vec![] }
     }
 
     #[test]

@@ -13,7 +13,7 @@ fn render_decision(view: &View, raw: &str, msg_id: i64) -> String {
     let mut out = format!("== {}\n", msg.kind.type_tag());
     if !view.flights.is_empty() || !view.window.is_empty() {
         for (flid, f) in &view.flights {
-            let fields: Vec<String> = f.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let fields: Vec<String> = f.fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
             out.push_str(&format!("   held: flight {flid} {}\n", fields.join(" ")));
         }
         if !view.window.is_empty() {
@@ -58,7 +58,11 @@ fn render_decision(view: &View, raw: &str, msg_id: i64) -> String {
 fn held() -> View {
     let f = [("FFID", "MU-5101-A-05MAR261430-D"), ("RENO", "B-1234"), ("STND", "212")];
     View {
-        flights: [("77".to_string(), f.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())].into(),
+        flights: [(
+            "77".to_string(),
+            super::FlightState::of(f.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        )]
+        .into(),
         window: vec![],
     }
 }

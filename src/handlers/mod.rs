@@ -8,6 +8,9 @@ mod flop;
 mod golden;
 mod reference;
 mod schedule;
+pub mod state;
+
+pub use state::FlightState;
 
 use std::collections::BTreeMap;
 
@@ -19,8 +22,9 @@ use crate::domain::{NewEvent, Target};
 /// One flight's fields (`FIELD → value`), as held in Redis.
 pub type Flight = BTreeMap<String, String>;
 
-/// The flights a message concerns, by FLID. Absent flights are absent.
-pub type FlightView = BTreeMap<String, Flight>;
+/// The flights a message concerns, by FLID, with their field versions. Absent flights are
+/// absent (or present without fields, when a tombstone remains).
+pub type FlightView = BTreeMap<String, FlightState>;
 
 /// What a handler sees: the flights it asked for, and for a snapshot the FLIDs the daily plan
 /// holds in the snapshot's window.
@@ -44,8 +48,9 @@ pub struct FlightChange {
     pub flid: String,
     pub set: Vec<(String, String)>,
     pub clear: Vec<String>,
-    /// The flight's whole state goes (FDEL, or absent from a snapshot's window); applied
-    /// before `set`.
+    /// The flight goes (FDEL, or absent from a snapshot's window): every field no later message
+    /// wrote, and the delete is remembered (a tombstone) so no older message brings it back.
+    /// Applied before `set` (see [`FlightState::apply`]).
     #[serde(default)]
     pub delete: bool,
     /// Its SODT as `yyyyMMddHHmm`, kept in the daily plan's index for snapshot windows.

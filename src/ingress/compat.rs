@@ -13,7 +13,7 @@ use log::{info, warn};
 use crate::clock::Clock;
 use crate::domain::InboundRow;
 use crate::error::StoreError;
-use crate::ports::{Mailbox, ProcStore};
+use crate::ports::{Intake, MailboxSubmit};
 
 pub const PATH: &str = "/cminmsgs/send";
 
@@ -94,7 +94,7 @@ pub struct Accepted {
 }
 
 /// Persists an accepted message: mailbox first (the 200 depends on it), then the queue.
-pub fn accept<M: Mailbox, P: ProcStore>(
+pub fn accept<M: MailboxSubmit, P: Intake>(
     raw: &str,
     mailbox: &mut M,
     procs: &mut P,
@@ -123,7 +123,7 @@ pub struct CompatServer<M, P> {
     limit: usize,
 }
 
-impl<M: Mailbox, P: ProcStore> CompatServer<M, P> {
+impl<M: MailboxSubmit, P: Intake> CompatServer<M, P> {
     pub fn bind(
         addr: SocketAddr,
         mailbox: M,
@@ -132,7 +132,7 @@ impl<M: Mailbox, P: ProcStore> CompatServer<M, P> {
         limit: usize,
     ) -> Result<Self, StoreError> {
         let server = tiny_http::Server::http(addr)
-            .map_err(|e| StoreError::new("compat-http", format!("cannot listen on {addr}: {e}")))?;
+            .map_err(|e| StoreError::unavailable("compat-http", format!("cannot listen on {addr}: {e}")))?;
         Ok(CompatServer { server, mailbox, procs, clock, limit })
     }
 
@@ -248,7 +248,7 @@ mod tests {
         let clock = FakeClock::new();
         let a = accept("<MSG>1</MSG>", &mut mb, &mut pg, &clock).unwrap();
         assert_eq!(a, Accepted { msg_id: 1, enqueued: true });
-        assert_eq!(mb.row(1).unwrap().raw.as_deref(), Some("<MSG>1</MSG>"));
+        assert_eq!(mb.row(1).unwrap().raw.as_deref(), Some(&b"<MSG>1</MSG>"[..]));
         assert!(pg.proc(1).is_some());
         assert_eq!(pg.inspect(|s| s.watermark), 0, "the compat path never moves the watermark");
         pg.fail_next(1);

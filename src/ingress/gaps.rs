@@ -70,6 +70,21 @@ impl Gaps {
         self.ranges.front().map(|g| g.lo - 1).unwrap_or(high).min(high)
     }
 
+    /// When the gap holding `id` was noticed, if `id` is in one.
+    pub fn noticed(&self, id: i64) -> Option<SystemTime> {
+        self.ranges.iter().find(|g| g.lo <= id && id <= g.hi).map(|g| g.since)
+    }
+
+    /// The lowest gap noticed less than `grace` ago, if any (SPEC §4.9, commit grace): rows
+    /// above it wait for it, so a lower ID that commits shortly after a higher one still goes
+    /// first. Returns its first ID and when its grace ends.
+    pub fn fresh(&self, now: SystemTime, grace: Duration) -> Option<(i64, SystemTime)> {
+        self.ranges
+            .iter()
+            .find(|g| now.duration_since(g.since).map_or(true, |age| age < grace))
+            .map(|g| (g.lo, g.since + grace))
+    }
+
     /// The lowest `n` gaps, the ones holding the watermark back.
     pub fn lowest(&self, n: usize) -> impl Iterator<Item = &Gap> {
         self.ranges.iter().take(n)
@@ -139,6 +154,27 @@ mod tests {
         clock.advance(Duration::from_secs(60));
         assert_eq!(g.expire(clock.now(), delay).len(), 1);
         assert_eq!(g.watermark(5), 5);
+    }
+
+    #[test]
+    fn a_fresh_gap_holds_rows_above_it_for_the_grace_only() {
+        let clock = FakeClock::new();
+        let grace = Duration::from_secs(2);
+        let mut g = Gaps::default();
+        g.observe(0, &[1, 3], clock.now());
+        assert_eq!(g.fresh(clock.now(), grace), Some((2, clock.now() + grace)));
+        assert_eq!(g.noticed(2), Some(clock.now()));
+        assert_eq!(g.noticed(3), None);
+        clock.advance(Duration::from_millis(1999));
+        assert!(g.fresh(clock.now(), grace).is_some());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(g.fresh(clock.now(), grace), None, "after the grace rows flow past it");
+        g.observe(3, &[6], clock.now());
+        assert_eq!(
+            g.fresh(clock.now(), grace).map(|f| f.0),
+            Some(4),
+            "the older gap no longer holds, the new one does"
+        );
     }
 
     #[test]

@@ -4,9 +4,16 @@
 //! Gap-safe (PRE-2, see [`gaps`]): rows are read past the highest ID seen so far (`high`,
 //! in memory), every skipped ID is a gap that is probed again each round, and the persisted
 //! watermark — from which a restarted poller reads again — stays below the lowest unresolved
-//! gap until the ID shows up or `max-commit-delay` has passed. A compensating rescan pages
-//! through unmarked rows at or below the watermark and enqueues any that have no
-//! `PROC_STATE` (a failed compat enqueue, a row that appeared after its gap expired).
+//! gap until the ID shows up or `max-commit-delay` has passed.
+//!
+//! Order across commit races (SPEC §4.9): rows above a gap younger than `commit-grace` are
+//! held in memory and not enqueued until the gap fills (then all go in ID order) or the grace
+//! passes (then they flow on, and a row that fills the gap later is processed late: WARN
+//! `late row`). With no gap, nothing is held: the grace costs nothing.
+//!
+//! A compensating rescan pages through unmarked rows at or below the watermark and enqueues
+//! any that have no `PROC_STATE` (a failed compat enqueue, a row that appeared after its gap
+//! expired).
 
 pub mod compat;
 pub mod gaps;
@@ -16,11 +23,11 @@ use std::time::{Duration, SystemTime};
 
 use log::{info, warn};
 
-use crate::clock::Clock;
 use crate::config::Pipeline;
 use crate::domain::InboundRow;
 use crate::error::StoreError;
-use crate::ports::{Mailbox, ProcStore};
+use crate::ports::{Intake, MailboxScan};
+use crate::stage::{human, Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 use gaps::Gaps;
 
@@ -31,38 +38,64 @@ const PROBED_GAPS: usize = 8;
 pub enum Round {
     /// Nothing new.
     Idle,
-    /// Rows read past `high`, how many rows were newly enqueued, and whether the read came back
-    /// full (poll again at once).
-    Polled { seen: usize, new: usize, full: bool },
+    /// Rows read past `high`, how many rows were newly enqueued, whether the read came back
+    /// full (poll again at once), and until when rows are held behind a fresh gap.
+    Polled { seen: usize, new: usize, full: bool, held_until: Option<SystemTime> },
+}
+
+impl RoundReport for Round {
+    fn next(&self) -> Next {
+        match self {
+            Round::Polled { full: true, .. } => Next::Now,
+            Round::Polled { held_until: Some(t), .. } => Next::At(*t),
+            _ => Next::Idle,
+        }
+    }
+
+    fn progressed(&self) -> bool {
+        matches!(self, Round::Polled { new, .. } if *new > 0)
+    }
 }
 
 pub struct Poller<P, M> {
-    procs: P,
+    intake: P,
     mailbox: M,
-    clock: Arc<dyn Clock>,
     batch: usize,
     max_commit_delay: Duration,
+    grace: Duration,
     rescan_every: Duration,
     stats: Arc<Stats>,
     /// The highest ID read; starts at the persisted watermark.
     high: Option<i64>,
     gaps: Gaps,
+    /// Rows read above a fresh gap, waiting for it (the commit grace).
+    held: Vec<InboundRow>,
     next_rescan: Option<SystemTime>,
     rescan_cursor: i64,
 }
 
-impl<P: ProcStore, M: Mailbox> Poller<P, M> {
-    pub fn new(procs: P, mailbox: M, clock: Arc<dyn Clock>, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
+impl<P: Intake, M: MailboxScan> Stage for Poller<P, M> {
+    type Round = Round;
+    const NAME: &'static str = "poll";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        Poller::round(self, now)
+    }
+}
+
+impl<P: Intake, M: MailboxScan> Poller<P, M> {
+    pub fn new(intake: P, mailbox: M, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
         Poller {
-            procs,
+            intake,
             mailbox,
-            clock,
             batch: cfg.poll_batch,
             max_commit_delay: cfg.max_commit_delay,
+            grace: cfg.commit_grace,
             rescan_every: cfg.rescan_interval,
             stats,
             high: None,
             gaps: Gaps::default(),
+            held: Vec::new(),
             next_rescan: None,
             rescan_cursor: 0,
         }
@@ -73,39 +106,63 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
         self.gaps.ids()
     }
 
-    pub fn round(&mut self) -> Result<Round, StoreError> {
-        let now = self.clock.now();
-        let persisted = self.procs.watermark()?;
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        let persisted = self.intake.watermark()?;
         let high = *self.high.get_or_insert(persisted);
         // Work on copies; they replace the poller's state only once the enqueue committed.
         let mut gaps = self.gaps.clone();
-        let seen = self.mailbox.rows(high + 1, i64::MAX, self.batch)?;
+        // While a batch of rows waits behind a gap, nothing more is read: bounded memory.
+        let reading = self.held.len() < self.batch;
+        let seen = if reading { self.mailbox.rows(high + 1, i64::MAX, self.batch)? } else { Vec::new() };
         let ids: Vec<i64> = seen.iter().map(|r| r.id).collect();
         gaps.observe(high, &ids, now);
-        let mut enqueue: Vec<InboundRow> = seen.iter().filter(|r| r.wanted).map(|r| r.inbound()).collect();
+        let mut candidates: Vec<InboundRow> = self.held.clone();
+        candidates.extend(seen.iter().filter(|r| r.wanted).map(|r| r.inbound()));
 
         let probes: Vec<(i64, i64)> = gaps.lowest(PROBED_GAPS).map(|g| (g.lo, g.hi)).collect();
         let mut late = Vec::new();
         for (lo, hi) in probes {
             late.extend(self.mailbox.rows(lo, hi, self.batch)?);
         }
-        gaps.resolve(&late.iter().map(|r| r.id).collect::<Vec<_>>());
+        let mut late_notes = Vec::new();
         for r in late.iter().filter(|r| r.wanted) {
-            info!("late row msg_id={} became visible after higher ids were read (PRE-2)", r.id);
-            enqueue.push(r.inbound());
+            let age = gaps.noticed(r.id).and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+            late_notes.push((r.id, age));
+            candidates.push(r.inbound());
         }
-        enqueue.sort_by_key(|r| r.id);
+        gaps.resolve(&late.iter().map(|r| r.id).collect::<Vec<_>>());
+        candidates.sort_by_key(|r| r.id);
+        candidates.dedup_by_key(|r| r.id);
+        // The commit grace: rows above the lowest fresh gap wait for it.
+        let fresh = gaps.fresh(now, self.grace);
+        let (enqueue, held): (Vec<InboundRow>, Vec<InboundRow>) =
+            candidates.into_iter().partition(|r| fresh.is_none_or(|(lo, _)| r.id < lo));
         let expired = gaps.expire(now, self.max_commit_delay);
 
         let new_high = ids.last().copied().unwrap_or(high);
         let watermark = gaps.watermark(new_high);
+        debug_assert!(held.first().is_none_or(|h| h.id > watermark), "held rows are above the watermark");
         let new = if enqueue.is_empty() && watermark == persisted {
             Vec::new()
         } else {
-            self.procs.enqueue(&enqueue, (watermark != persisted).then_some(watermark), now)?
+            self.intake.enqueue(&enqueue, (watermark != persisted).then_some(watermark), now)?
         };
         self.high = Some(new_high);
         self.gaps = gaps;
+        self.held = held;
+        for (id, age) in late_notes {
+            if age < self.grace {
+                info!(
+                    "gap filled msg_id={id} {} after higher ids were read, within commit-grace: in ID order",
+                    human(age)
+                );
+            } else {
+                warn!(
+                    "late row msg_id={id} became visible {} after higher ids were read, past commit-grace: processed after them (PRE-2)",
+                    human(age)
+                );
+            }
+        }
         for g in expired {
             info!(
                 "gap released msg_id={}..={}: not visible within max-commit-delay, taken as rolled back",
@@ -119,10 +176,13 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
         stats::add(&self.stats.polled, seen.len() as u64);
         stats::add(&self.stats.enqueued, new.len() as u64);
         let rescued = self.rescan(now, watermark)?;
-        if seen.is_empty() && late.is_empty() && rescued == 0 {
+        let held_until = if self.held.is_empty() { None } else { fresh.map(|(_, until)| until) };
+        if seen.is_empty() && late.is_empty() && new.is_empty() && rescued == 0 && held_until.is_none() {
             return Ok(Round::Idle);
         }
-        Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full: seen.len() == self.batch })
+        // Not read because a full batch was held: there may be more, poll again at once.
+        let full = seen.len() == self.batch || (!reading && held_until.is_none());
+        Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full, held_until })
     }
 
     /// One page of the compensating rescan when it is due; returns how many rows it enqueued.
@@ -138,9 +198,9 @@ impl<P: ProcStore, M: Mailbox> Poller<P, M> {
             return Ok(0);
         };
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let known = self.procs.known(&ids)?;
+        let known = self.intake.known(&ids)?;
         let missing: Vec<InboundRow> = rows.into_iter().filter(|r| !known.contains(&r.id)).collect();
-        let new = if missing.is_empty() { Vec::new() } else { self.procs.enqueue(&missing, None, now)? };
+        let new = if missing.is_empty() { Vec::new() } else { self.intake.enqueue(&missing, None, now)? };
         for id in &new {
             warn!("rescan found msg_id={id} unmarked in the mailbox without PROC_STATE; enqueued");
         }

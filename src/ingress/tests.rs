@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::domain::ProcStatus;
 use crate::store::memory::{MemMailbox, MemPg};
@@ -18,12 +18,15 @@ fn world(batch: usize) -> World {
     let (pg, mailbox) = (MemPg::new(), MemMailbox::new());
     let mut cfg = Config::defaults().pipeline;
     cfg.poll_batch = batch;
-    let poller =
-        Poller::new(pg.clone(), mailbox.clone(), Arc::new(clock.clone()), &cfg, Arc::new(Stats::default()));
+    let poller = Poller::new(pg.clone(), mailbox.clone(), &cfg, Arc::new(Stats::default()));
     World { clock, pg, mailbox, poller }
 }
 
 impl World {
+    fn round(&mut self) -> Result<Round, StoreError> {
+        self.poller.round(self.clock.now())
+    }
+
     fn enqueued(&self) -> Vec<i64> {
         self.pg.inspect(|s| s.procs.keys().copied().collect())
     }
@@ -39,10 +42,10 @@ fn polls_in_batches_advances_the_watermark_and_enqueues_once() {
     for id in [1, 2, 3] {
         w.mailbox.insert(id, Some("<MSG/>"));
     }
-    assert_eq!(w.poller.round().unwrap(), Round::Polled { seen: 2, new: 2, full: true });
+    assert_eq!(w.round().unwrap(), Round::Polled { seen: 2, new: 2, full: true, held_until: None });
     assert_eq!(w.watermark(), 2);
-    assert_eq!(w.poller.round().unwrap(), Round::Polled { seen: 1, new: 1, full: false });
-    assert_eq!(w.poller.round().unwrap(), Round::Idle);
+    assert_eq!(w.round().unwrap(), Round::Polled { seen: 1, new: 1, full: false, held_until: None });
+    assert_eq!(w.round().unwrap(), Round::Idle);
     assert_eq!(w.enqueued(), vec![1, 2, 3]);
     assert!(w.pg.inspect(|s| s.procs.values().all(|p| p.row.state == ProcStatus::Pending)));
 }
@@ -53,7 +56,7 @@ fn marked_and_foreign_status_rows_are_seen_but_not_taken() {
     w.mailbox.insert(1, Some("<MSG/>"));
     w.mailbox.mark_externally(1, w.clock.now());
     w.mailbox.insert(2, Some("<MSG/>"));
-    assert_eq!(w.poller.round().unwrap(), Round::Polled { seen: 2, new: 1, full: false });
+    assert_eq!(w.round().unwrap(), Round::Polled { seen: 2, new: 1, full: false, held_until: None });
     assert_eq!(w.enqueued(), vec![2]);
     assert_eq!(w.watermark(), 2, "a visible row that is not for msgx is no gap");
 }
@@ -63,13 +66,13 @@ fn a_lower_id_that_commits_after_a_higher_one_was_polled_is_not_lost() {
     let mut w = world(10);
     w.mailbox.insert_uncommitted(1, "<MSG>a</MSG>");
     w.mailbox.insert(2, Some("<MSG>b</MSG>"));
-    w.poller.round().unwrap();
-    assert_eq!(w.enqueued(), vec![2]);
+    w.round().unwrap();
+    assert_eq!(w.enqueued(), Vec::<i64>::new(), "2 waits for the commit grace");
     assert_eq!(w.watermark(), 0, "held below the gap");
     assert_eq!(w.poller.gap_ids(), 1);
     w.clock.advance(Duration::from_secs(10));
     w.mailbox.commit_row(1);
-    w.poller.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.enqueued(), vec![1, 2]);
     assert_eq!(w.watermark(), 2);
     assert_eq!(w.poller.gap_ids(), 0);
@@ -79,26 +82,65 @@ fn a_lower_id_that_commits_after_a_higher_one_was_polled_is_not_lost() {
 fn a_rolled_back_id_releases_the_watermark_after_max_commit_delay() {
     let mut w = world(10);
     w.mailbox.insert(2, Some("<MSG/>")); // ID 1 was allocated and rolled back
-    w.poller.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.watermark(), 0);
     w.clock.advance(Duration::from_secs(299));
-    w.poller.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.watermark(), 0);
     w.clock.advance(Duration::from_secs(1));
-    w.poller.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.watermark(), 2);
 }
 
 #[test]
-fn rows_past_a_held_watermark_keep_flowing() {
+fn rows_past_a_held_watermark_flow_once_the_commit_grace_is_over() {
     let mut w = world(2);
     w.mailbox.insert_uncommitted(1, "<MSG/>");
     for id in 2..=7 {
         w.mailbox.insert(id, Some("<MSG/>"));
     }
-    while w.poller.round().unwrap() != Round::Idle {}
-    assert_eq!(w.enqueued(), vec![2, 3, 4, 5, 6, 7], "the gap does not stall the reader");
+    let grace_end = w.clock.now() + Duration::from_secs(2);
+    assert_eq!(
+        w.round().unwrap(),
+        Round::Polled { seen: 2, new: 0, full: true, held_until: Some(grace_end) }
+    );
+    assert_eq!(
+        w.round().unwrap(),
+        Round::Polled { seen: 0, new: 0, full: false, held_until: Some(grace_end) },
+        "a full batch held: nothing more is read"
+    );
+    assert_eq!(w.round().unwrap().next(), Next::At(grace_end));
+    w.clock.set(grace_end);
+    while w.round().unwrap() != Round::Idle {}
+    assert_eq!(w.enqueued(), vec![2, 3, 4, 5, 6, 7], "the gap does not stall the reader beyond the grace");
     assert_eq!(w.watermark(), 0);
+}
+
+#[test]
+fn a_gap_that_fills_within_the_grace_keeps_id_order() {
+    let mut w = world(10);
+    w.mailbox.insert_uncommitted(1, "<MSG>lower, slow commit</MSG>");
+    w.mailbox.insert(2, Some("<MSG>higher</MSG>"));
+    w.mailbox.insert(3, Some("<MSG>higher</MSG>"));
+    w.round().unwrap();
+    w.clock.advance(Duration::from_millis(1500));
+    w.round().unwrap();
+    assert!(w.enqueued().is_empty(), "held behind the fresh gap");
+    w.mailbox.commit_row(1);
+    w.clock.advance(Duration::from_millis(100));
+    assert!(w.round().unwrap().progressed());
+    assert_eq!(w.enqueued(), vec![1, 2, 3], "all three at once: the pump takes them in ID order");
+    assert_eq!(w.watermark(), 3);
+}
+
+#[test]
+fn without_a_gap_nothing_is_held() {
+    let mut w = world(10);
+    for id in 1..=3 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    assert_eq!(w.round().unwrap(), Round::Polled { seen: 3, new: 3, full: false, held_until: None });
+    assert_eq!(w.enqueued(), vec![1, 2, 3], "the grace costs nothing without gaps");
 }
 
 #[test]
@@ -106,18 +148,12 @@ fn a_restarted_poller_reads_again_from_the_watermark_and_finds_the_late_row() {
     let mut w = world(10);
     w.mailbox.insert_uncommitted(1, "<MSG/>");
     w.mailbox.insert(2, Some("<MSG/>"));
-    w.poller.round().unwrap();
+    w.round().unwrap();
     // Restart: a new poller with empty memory; the late row commits meanwhile.
     w.mailbox.commit_row(1);
     let cfg = Config::defaults().pipeline;
-    let mut again = Poller::new(
-        w.pg.clone(),
-        w.mailbox.clone(),
-        Arc::new(w.clock.clone()),
-        &cfg,
-        Arc::new(Stats::default()),
-    );
-    again.round().unwrap();
+    let mut again = Poller::new(w.pg.clone(), w.mailbox.clone(), &cfg, Arc::new(Stats::default()));
+    again.round(w.clock.now()).unwrap();
     assert_eq!(w.enqueued(), vec![1, 2]);
     assert_eq!(w.watermark(), 2);
 }
@@ -129,11 +165,13 @@ fn rescan_finds_a_row_that_committed_after_its_gap_was_released() {
     w.mailbox.insert(2, Some("<MSG/>"));
     w.mailbox.insert_uncommitted(3, "<MSG/>"); // a transaction slower than max-commit-delay
     w.mailbox.insert(4, Some("<MSG/>"));
-    w.poller.round().unwrap(); // 1, 2
-    w.poller.round().unwrap(); // 4; 3 is a gap
+    w.round().unwrap(); // 1, 2
+    w.round().unwrap(); // 4 (held); 3 is a gap
+    w.clock.advance(Duration::from_secs(2));
+    w.round().unwrap(); // past the grace: 4 flows
     assert_eq!(w.watermark(), 2);
-    w.clock.advance(Duration::from_secs(300));
-    w.poller.round().unwrap(); // the gap is released
+    w.clock.advance(Duration::from_secs(298));
+    w.round().unwrap(); // the gap is released
     assert_eq!(w.watermark(), 4);
     w.mailbox.commit_row(3);
     // The reader is past 3 for good; only the rescan can find it. It pages through unmarked
@@ -141,7 +179,7 @@ fn rescan_finds_a_row_that_committed_after_its_gap_was_released() {
     let mut rounds = 0;
     while !w.enqueued().contains(&3) {
         w.clock.advance(Duration::from_secs(20));
-        w.poller.round().unwrap();
+        w.round().unwrap();
         rounds += 1;
         assert!(rounds <= 10, "the rescan never found row 3");
     }
@@ -153,13 +191,13 @@ fn rescan_finds_a_row_that_committed_after_its_gap_was_released() {
 fn rescan_leaves_marked_rows_alone() {
     let mut w = world(10);
     w.mailbox.insert(1, Some("<MSG/>"));
-    w.poller.round().unwrap();
+    w.round().unwrap();
     w.mailbox.insert(2, Some("<MSG/>"));
     w.mailbox.mark_externally(2, w.clock.now());
-    w.poller.round().unwrap();
+    w.round().unwrap();
     for _ in 0..5 {
         w.clock.advance(Duration::from_secs(60));
-        w.poller.round().unwrap();
+        w.round().unwrap();
     }
     assert_eq!(w.enqueued(), vec![1]);
 }
@@ -170,9 +208,11 @@ fn a_failed_enqueue_loses_nothing() {
     w.mailbox.insert(1, Some("<MSG/>"));
     w.mailbox.insert(3, Some("<MSG/>"));
     w.pg.fail_next(2); // the watermark read of two rounds
-    assert!(w.poller.round().is_err());
-    assert!(w.poller.round().is_err());
-    w.poller.round().unwrap();
+    assert!(w.round().unwrap_err().is_unavailable());
+    assert!(w.round().is_err());
+    w.round().unwrap();
+    w.clock.advance(Duration::from_secs(2)); // 3 waited for the commit grace
+    w.round().unwrap();
     assert_eq!(w.enqueued(), vec![1, 3]);
     assert_eq!(w.watermark(), 1, "2 is still a gap");
 }

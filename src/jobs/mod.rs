@@ -4,14 +4,14 @@
 //! writes, so they need no lock against the pump (SPEC §4.6). Neither touches flights (INV-18).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use log::info;
 
-use crate::clock::Clock;
 use crate::config::Pipeline;
 use crate::error::StoreError;
 use crate::ports::Housekeeping;
+use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,20 +23,41 @@ pub struct Round {
     pub more: bool,
 }
 
+impl RoundReport for Round {
+    fn next(&self) -> Next {
+        if self.more {
+            Next::Now
+        } else {
+            Next::Idle
+        }
+    }
+
+    fn progressed(&self) -> bool {
+        false
+    }
+}
+
 pub struct Jobs<H> {
     store: H,
-    clock: Arc<dyn Clock>,
     retention: Duration,
     archive_after: Duration,
     batch: usize,
     stats: Arc<Stats>,
 }
 
+impl<H: Housekeeping> Stage for Jobs<H> {
+    type Round = Round;
+    const NAME: &'static str = "jobs";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        Jobs::round(self, now)
+    }
+}
+
 impl<H: Housekeeping> Jobs<H> {
-    pub fn new(store: H, clock: Arc<dyn Clock>, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
+    pub fn new(store: H, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
         Jobs {
             store,
-            clock,
             retention: cfg.event_retention,
             archive_after: cfg.archive_after,
             batch: cfg.backfill_batch.max(100),
@@ -44,8 +65,7 @@ impl<H: Housekeeping> Jobs<H> {
         }
     }
 
-    pub fn round(&mut self) -> Result<Round, StoreError> {
-        let now = self.clock.now();
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         let mut r = Round::default();
         if let Some(cut) = now.checked_sub(self.retention) {
             r.events_deleted = self.store.delete_sent_events(cut, self.batch)?;
@@ -70,10 +90,10 @@ impl<H: Housekeeping> Jobs<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::FakeClock;
+    use crate::clock::{Clock, FakeClock};
     use crate::config::Config;
     use crate::domain::{EventStatus, InboundRow, NewEvent, ProcStatus, Target};
-    use crate::ports::{Outbox, ProcStore, Settle};
+    use crate::ports::{Fifo, Intake, MarkLedger, Outbox, RoundRecord, Settle};
     use crate::store::memory::MemPg;
 
     #[test]
@@ -88,23 +108,18 @@ mod tests {
             state_version: 1,
             payload_json: "{}".into(),
         };
-        pg.commit(&[Settle::succeeded(1, "k", vec![ev])], clock.now()).unwrap();
+        pg.commit(&RoundRecord::of(&[Settle::succeeded(1, "k", vec![ev])]), clock.now()).unwrap();
         let id = pg.pending(Target::KafkaMsg, 1).unwrap()[0].event_id;
         pg.mark_sent(&[(id, 1)], clock.now()).unwrap();
         pg.backfill_settled(&[1], clock.now()).unwrap();
-        let mut jobs = Jobs::new(
-            pg.clone(),
-            Arc::new(clock.clone()),
-            &Config::defaults().pipeline,
-            Arc::new(Stats::default()),
-        );
-        assert_eq!(jobs.round().unwrap(), Round::default());
+        let mut jobs = Jobs::new(pg.clone(), &Config::defaults().pipeline, Arc::new(Stats::default()));
+        assert_eq!(jobs.round(clock.now()).unwrap(), Round::default());
         clock.advance(Duration::from_secs(86_401)); // archive-after 1d
-        assert_eq!(jobs.round().unwrap(), Round { archived: 1, ..Default::default() });
+        assert_eq!(jobs.round(clock.now()).unwrap(), Round { archived: 1, ..Default::default() });
         assert_eq!(pg.proc(1).unwrap().row.state, ProcStatus::Archived);
         assert_eq!(pg.inspect(|s| s.events[&id].state), EventStatus::Sent, "7d retention not reached");
         clock.advance(Duration::from_secs(6 * 86_400));
-        assert_eq!(jobs.round().unwrap(), Round { events_deleted: 1, ..Default::default() });
+        assert_eq!(jobs.round(clock.now()).unwrap(), Round { events_deleted: 1, ..Default::default() });
         assert!(pg.inspect(|s| s.events.is_empty()));
     }
 }

@@ -1,25 +1,44 @@
 //! The pump (process thread): the single writer of message state and of Redis flight state.
 //! Each round takes the FIFO head and the ready messages behind it (INV-3), runs `processOne`
 //! on each in the spec's order (SPEC §4.2), and records all their outcomes in one PostgreSQL
-//! transaction. Time comes from the injected clock; the rules live in [`rules`].
+//! transaction. The rules live in [`rules`]; time is the `now` the round is given.
+//!
+//! A round, in order:
+//! 1. the FIFO's first rows; a head backing off ends the round before anything else is read;
+//! 2. the raw texts in one mailbox read, every META and body decoded (pure), the identity
+//!    holders in one query;
+//! 3. the flights the round names (and the journal of decisions an earlier attempt applied)
+//!    in one Redis round trip;
+//! 4. each message decided in MSG_ID order against an overlay of the decisions before it, so
+//!    message k sees what k−1 decided; a daily-plan snapshot is always a round of its own;
+//! 5. every new decision applied in one Redis script (Redis first, I2), journalled per message;
+//! 6. every outcome committed in one transaction.
+//!
+//! Failures (SPEC §4.9): a store that is unavailable aborts the round with nothing charged —
+//! the stage stalls and retries, and the journal makes the retry emit the same events. A write
+//! the store refuses is charged to the message that caused it: a refused round commit is
+//! retried one message at a time to find it, a refused Redis apply one decision at a time.
+//! Reads are never a message's fault.
 
 pub mod replay;
 pub mod rules;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use log::{error, info, warn};
 
-use crate::clock::Clock;
-use crate::codec::{self, ignore::IgnoreRules, DecodeError};
+use crate::codec::{self, ignore::IgnoreRules, DecodeError, Message, MsgKind, SchdKind};
 use crate::config::Pipeline;
 use crate::domain::ProcRow;
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers::{self, Decision, Reject};
-use crate::ports::{Failure, FlightStore, Mailbox, Outcome, Prepared, ProcStore, Settle};
+use crate::handlers::{self, Decision, Reject, View};
+use crate::ports::{
+    Failure, Fifo, FlightStore, MailboxTexts, Outcome, Raw, RoundNeed, RoundRecord, Settle, StoreResult,
+};
+use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 use rules::{head_action, HeadAction, RetryPolicy};
 
@@ -34,229 +53,501 @@ pub enum Round {
     Worked(usize),
 }
 
+impl RoundReport for Round {
+    fn next(&self) -> Next {
+        match self {
+            Round::Idle => Next::Idle,
+            Round::Wait(t) => Next::At(*t),
+            Round::Worked(_) => Next::Now,
+        }
+    }
+
+    fn progressed(&self) -> bool {
+        matches!(self, Round::Worked(_))
+    }
+}
+
+/// A message of the round after its text was read and decoded.
+enum Step {
+    /// Its outcome is known without the flights (DEAD, FAILED, SKIPPED).
+    Settled(Outcome),
+    /// It needs a decision.
+    Decide { msg: Box<Message>, identity: String },
+}
+
+/// A message of the round, in MSG_ID order.
+struct Item<'r> {
+    row: &'r ProcRow,
+    tag: Option<String>,
+    step: Step,
+    /// Unknown element names the tolerant reader skipped (reported once per run).
+    unknown: Vec<String>,
+}
+
 pub struct Pump<P, M, F> {
-    procs: P,
-    mailbox: M,
+    fifo: P,
+    texts: M,
     flights: F,
-    clock: Arc<dyn Clock>,
     policy: RetryPolicy,
-    head_deadline: Duration,
     ignore: IgnoreRules,
     include_day_boundary: bool,
     batch: usize,
+    max_message_bytes: u64,
+    max_event_bytes: usize,
+    strict: bool,
     stats: Arc<Stats>,
+    /// Journal entries to drop at the next Redis read: their outcomes are in PostgreSQL.
+    forget: Vec<i64>,
+    /// TYPE-STYP/element pairs already reported as unknown in this run.
+    unknown_seen: HashSet<String>,
 }
 
-impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
-    pub fn new(
-        procs: P,
-        mailbox: M,
-        flights: F,
-        clock: Arc<dyn Clock>,
-        cfg: &Pipeline,
-        stats: Arc<Stats>,
-    ) -> Self {
+impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
+    type Round = Round;
+    const NAME: &'static str = "process";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        Pump::round(self, now)
+    }
+}
+
+impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
+    pub fn new(fifo: P, texts: M, flights: F, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
         Pump {
-            procs,
-            mailbox,
+            fifo,
+            texts,
             flights,
-            clock,
             policy: retry_policy(cfg),
-            head_deadline: cfg.head_deadline,
             ignore: IgnoreRules::new(&cfg.ignore_rules),
             include_day_boundary: cfg.include_day_boundary,
             batch: cfg.process_batch,
+            max_message_bytes: cfg.max_message_bytes,
+            max_event_bytes: cfg.max_event_bytes,
+            strict: cfg.strict_codec,
             stats,
+            forget: Vec::new(),
+            unknown_seen: HashSet::new(),
         }
     }
 
-    /// One round: the head and up to `process-batch − 1` ready messages behind it, in MSG_ID
-    /// order, until one fails (it becomes the head in backoff). All outcomes are committed in
-    /// one transaction, failure included: the messages before a failure are never lost to it.
-    pub fn round(&mut self) -> Result<Round, StoreError> {
-        let rows = self.procs.unfinished(self.batch)?;
-        if rows.is_empty() {
-            return Ok(Round::Idle);
-        }
-        // The round's raw texts in one read (messages are immutable, PRE-7).
-        let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
-        let mut raws = self.mailbox.raws(&ids);
-        // Every META of the round, then every identity holder in one read (messages are
-        // immutable, PRE-7; the pump is the only writer of identities).
-        let mut metas: HashMap<i64, Result<codec::Envelope, DecodeError>> = HashMap::new();
-        if let Ok(r) = &raws {
-            for (id, raw) in r {
-                let env = pure(|| codec::decode_meta(raw))
-                    .unwrap_or_else(|p| Err(DecodeError { class: ErrorClass::Infra, detail: p }));
-                metas.insert(*id, env);
+    /// One round at `now` (see the module documentation for its steps).
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        let rows = self.fifo.unfinished(self.batch)?;
+        // The ready prefix: the head and the rows behind it up to the first one backing off.
+        let mut ready = 0;
+        for row in &rows {
+            match head_action(Some(row), now, &self.policy) {
+                HeadAction::Wait(t) if ready == 0 => {
+                    self.forget_idle()?;
+                    return Ok(Round::Wait(t));
+                }
+                HeadAction::Wait(_) | HeadAction::Idle => break,
+                HeadAction::Process | HeadAction::Poison(_) => ready += 1,
             }
         }
-        let keys: Vec<String> = metas
-            .values()
-            .filter_map(|m| m.as_ref().ok())
-            .filter(|env| self.ignore.matching(&env.meta).is_none())
-            .map(|env| codec::identity(&env.meta, self.include_day_boundary))
-            .collect();
-        let holders = self.procs.identity_holders(&keys)?;
-        let mut settles: Vec<Settle> = Vec::with_capacity(rows.len());
-        let mut taken: HashMap<String, i64> = HashMap::new(); // identities bound in this round
-        let mut events = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let now = self.clock.now();
-            match head_action(Some(row), now, &self.policy, self.head_deadline) {
-                HeadAction::Idle => break,
-                HeadAction::Wait(t) if settles.is_empty() => return Ok(Round::Wait(t)),
-                HeadAction::Wait(_) => break,
+        if ready == 0 {
+            self.forget_idle()?;
+            return Ok(Round::Idle);
+        }
+        let rows = &rows[..ready];
+        let items = self.read_and_decode(rows, now)?;
+        let settles = self.decide_and_apply(items, now)?;
+        self.commit(settles, rows, now)
+    }
+
+    /// Step 2: texts, decoding, identities. The round ends after the first message that will
+    /// be FAILED (it becomes the head in backoff), and before a snapshot (a round of its own).
+    fn read_and_decode<'r>(&mut self, rows: &'r [ProcRow], now: SystemTime) -> StoreResult<Vec<Item<'r>>> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
+        let mut raws = self.texts.raws(&ids, self.max_message_bytes)?;
+        let mut items: Vec<Item<'r>> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let item = match head_action(Some(row), now, &self.policy) {
                 HeadAction::Poison(p) => {
                     let reason = format!(
                         "{}; last {}: {}",
-                        p.describe(now),
+                        p.describe(),
                         row.error_class.map(|c| c.as_str()).unwrap_or("-"),
                         row.last_error.as_deref().unwrap_or("-")
                     );
-                    settles.push(Settle {
-                        msg_id: row.msg_id,
-                        type_tag: None,
-                        outcome: Outcome::Failed(Failure::Dead {
-                            class: ErrorClass::Exhausted,
-                            error: reason,
-                        }),
-                    });
-                    events.push(0);
+                    let dead = Failure::Dead { class: ErrorClass::Exhausted, error: reason };
+                    Item { row, tag: None, step: Step::Settled(Outcome::Failed(dead)), unknown: Vec::new() }
                 }
-                HeadAction::Process => {
-                    let pre = match raws.as_mut() {
-                        Ok(r) => Ok(r.remove(&row.msg_id).and_then(|_| metas.remove(&row.msg_id))),
-                        Err(e) => Err(StoreError::new(e.store, &e.detail)),
-                    };
-                    let (settle, n) = self.process_one(row, pre, now, &taken, &holders);
-                    if let Outcome::Succeeded { identity, .. } = &settle.outcome {
-                        taken.insert(identity.clone(), row.msg_id);
+                _ => self.decode(row, raws.remove(&row.msg_id), now),
+            };
+            let snapshot = matches!(&item.step, Step::Decide { msg, .. } if is_snapshot(msg));
+            if snapshot && !items.is_empty() {
+                break; // the snapshot comes next round, alone
+            }
+            let stop = snapshot || matches!(item.step, Step::Settled(Outcome::Failed(Failure::Retry { .. })));
+            items.push(item);
+            if stop {
+                break;
+            }
+        }
+        // Identities (INV-9): held by an earlier message, or by one earlier in this round.
+        let keys: Vec<String> = items
+            .iter()
+            .filter_map(|i| match &i.step {
+                Step::Decide { identity, .. } => Some(identity.clone()),
+                _ => None,
+            })
+            .collect();
+        let holders = if keys.is_empty() { HashMap::new() } else { self.fifo.identity_holders(&keys)? };
+        let mut taken: HashMap<String, i64> = HashMap::new();
+        for item in &mut items {
+            if let Step::Decide { identity, .. } = &item.step {
+                let holder = taken.get(identity).or_else(|| holders.get(identity)).copied();
+                match holder.filter(|h| *h != item.row.msg_id) {
+                    Some(other) => {
+                        item.step =
+                            Step::Settled(Outcome::Skipped { reason: format!("duplicate-of:{other}") })
                     }
-                    let stop = matches!(settle.outcome, Outcome::Failed(Failure::Retry { .. }));
-                    settles.push(settle);
-                    events.push(n);
+                    None => {
+                        taken.insert(identity.clone(), item.row.msg_id);
+                    }
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    /// `processOne` steps 1–4 for one message (pure): text, META, ignore rules, body.
+    fn decode<'r>(&mut self, row: &'r ProcRow, raw: Option<Raw>, now: SystemTime) -> Item<'r> {
+        let mut item = Item {
+            row,
+            tag: row.type_tag.clone(),
+            step: Step::Settled(Outcome::Skipped { reason: String::new() }),
+            unknown: Vec::new(),
+        };
+        let fail = |class: ErrorClass, e: &str| {
+            Step::Settled(Outcome::Failed(self.policy.on_failure(
+                row.attempts,
+                row.first_failed_at,
+                class,
+                e,
+                now,
+            )))
+        };
+        let body = match raw {
+            None => {
+                item.step = fail(ErrorClass::Malformed, "raw text missing in the mailbox");
+                return item;
+            }
+            Some(Raw::TooLarge { bytes }) => {
+                item.step = fail(
+                    ErrorClass::Protocol,
+                    &format!(
+                        "message of {bytes} bytes exceeds msgx.codec.max-message-bytes ({}); not decoded",
+                        self.max_message_bytes
+                    ),
+                );
+                return item;
+            }
+            Some(Raw::Body(b)) => b,
+        };
+        let strict = self.strict;
+        let decoded = pure(|| -> Result<Result<(codec::Meta, Option<Message>), DecodeError>, DecodeError> {
+            let text = codec::text_of(&body)?;
+            let env = codec::decode_meta(text)?;
+            let meta = env.meta.clone();
+            if self.ignore.matching(&meta).is_some() {
+                return Ok(Ok((meta, None)));
+            }
+            Ok(codec::decode_body_with(env, strict).map(|m| (meta, Some(m))))
+        });
+        let (meta, msg) = match decoded {
+            Err(panic) => {
+                item.step = fail(ErrorClass::Infra, &panic);
+                return item;
+            }
+            Ok(Err(e)) => {
+                item.step = fail(e.class, &e.detail);
+                return item;
+            }
+            Ok(Ok(Err(e))) => {
+                // META was read: the tag is known even though the body failed.
+                item.step = fail(e.class, &e.detail);
+                return item;
+            }
+            Ok(Ok(Ok(m))) => m,
+        };
+        item.tag = Some(MsgKind::of(&meta).type_tag());
+        let Some(msg) = msg else {
+            let rule = self.ignore.matching(&meta).unwrap_or("?").to_string();
+            item.step = Step::Settled(Outcome::Skipped { reason: format!("ignored:{rule}") });
+            return item;
+        };
+        item.unknown = msg.unknown.clone();
+        let identity = codec::identity(&msg.meta, self.include_day_boundary);
+        item.step = Step::Decide { msg: Box::new(msg), identity };
+        item
+    }
+
+    /// Steps 3–5: one Redis read, decisions in order on an overlay, one Redis apply. Returns
+    /// the round's outcomes in MSG_ID order.
+    fn decide_and_apply<'r>(
+        &mut self,
+        items: Vec<Item<'r>>,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(Settle, usize)>> {
+        let mut need = RoundNeed::default();
+        for item in &items {
+            if let Step::Decide { msg, .. } = &item.step {
+                need.msg_ids.push(item.row.msg_id);
+                let n = handlers::need_of(msg);
+                need.flids.extend(n.flids);
+                need.window = need.window.or(n.window);
+            }
+        }
+        need.flids.sort();
+        need.flids.dedup();
+        let prepared = if need.msg_ids.is_empty() && self.forget.is_empty() {
+            Default::default()
+        } else {
+            let p = self.flights.prepare(&need, &self.forget)?;
+            self.forget.clear();
+            p
+        };
+        let mut overlay = prepared.flights;
+        let window = prepared.window;
+        let mut applied_before = prepared.applied;
+        let mut settles: Vec<(Settle, usize)> = Vec::with_capacity(items.len());
+        let mut fresh: Vec<(usize, &ProcRow, Decision)> = Vec::new(); // (index in settles, row, decision)
+        for item in items {
+            let row = item.row;
+            self.report_unknown(item.tag.as_deref(), &item.unknown);
+            let (msg, identity) = match item.step {
+                Step::Settled(outcome) => {
+                    let stop = matches!(outcome, Outcome::Failed(Failure::Retry { .. }));
+                    settles.push((Settle { msg_id: row.msg_id, type_tag: item.tag, outcome }, 0));
                     if stop {
                         break;
                     }
+                    continue;
                 }
+                Step::Decide { msg, identity } => (msg, identity),
+            };
+            // An earlier attempt applied this decision: reuse it, never decide again (I2).
+            if let Some(d) = applied_before.remove(&row.msg_id) {
+                let n = d.events.len();
+                let outcome = Outcome::Succeeded { identity, events: d.events, references: d.references };
+                settles.push((Settle { msg_id: row.msg_id, type_tag: item.tag, outcome }, n));
+                continue;
+            }
+            let view = View {
+                flights: handlers::need_of(&msg)
+                    .flids
+                    .into_iter()
+                    .filter_map(|f| overlay.get(&f).map(|s| (f, s.clone())))
+                    .collect(),
+                window: window.clone(),
+            };
+            let decided = pure(|| handlers::decide(&view, &msg, row.msg_id));
+            let failure = |class: ErrorClass, e: &str| {
+                Outcome::Failed(self.policy.on_failure(row.attempts, row.first_failed_at, class, e, now))
+            };
+            let outcome = match decided {
+                Ok(Ok(d)) => match self.too_large(&d) {
+                    Some(why) => failure(ErrorClass::Protocol, &why),
+                    None => {
+                        for c in &d.flights {
+                            overlay.entry(c.flid.clone()).or_default().apply(c, row.msg_id);
+                        }
+                        fresh.push((settles.len(), row, d));
+                        Outcome::Succeeded { identity, events: Vec::new(), references: Vec::new() }
+                    }
+                },
+                Ok(Err(Reject::Unsupported(e))) => {
+                    failure(ErrorClass::Unsupported, &format!("no handler for {e}"))
+                }
+                Ok(Err(Reject::Protocol(e))) => failure(ErrorClass::Protocol, &e),
+                Err(panic) => failure(ErrorClass::Infra, &panic),
+            };
+            let stop = matches!(outcome, Outcome::Failed(Failure::Retry { .. }));
+            settles.push((Settle { msg_id: row.msg_id, type_tag: item.tag, outcome }, 0));
+            if stop {
+                break;
             }
         }
-        let Some(head) = rows.first() else { return Ok(Round::Idle) };
+        self.apply(&mut settles, fresh, now)?;
+        Ok(settles)
+    }
+
+    /// Step 5: Redis first (I2), all new decisions in one script. A refused apply is retried
+    /// one decision at a time; the decision Redis refuses is charged to its message and the
+    /// round ends there.
+    fn apply(
+        &mut self,
+        settles: &mut Vec<(Settle, usize)>,
+        fresh: Vec<(usize, &ProcRow, Decision)>,
+        now: SystemTime,
+    ) -> StoreResult<()> {
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<(i64, &Decision)> = fresh.iter().map(|(_, r, d)| (r.msg_id, d)).collect();
+        let (flags, refused) = match self.flights.apply(&batch) {
+            Ok(flags) => (flags, None),
+            Err(e) if e.is_rejected() => {
+                let mut flags = Vec::new();
+                let mut refused = Some(e);
+                if batch.len() > 1 {
+                    for (m, d) in &batch {
+                        match self.flights.apply(&[(*m, d)]) {
+                            Ok(f) => flags.extend(f),
+                            Err(e) if e.is_rejected() => {
+                                refused = Some(e);
+                                break;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                (flags, refused)
+            }
+            Err(e) => return Err(e),
+        };
+        for (k, (i, row, d)) in fresh.into_iter().enumerate() {
+            let (settle, n) = &mut settles[i];
+            if k < flags.len() {
+                // A snapshot Redis refused as not newer than the plan changed nothing, so it
+                // says nothing either (its journal holds the empty decision).
+                let d = if flags[k] { d } else { Decision::default() };
+                if !flags[k] {
+                    info!(
+                        "snapshot msg_id={} is not newer than the daily plan's generation; nothing changed, nothing published",
+                        row.msg_id
+                    );
+                }
+                if let Outcome::Succeeded { events, references, .. } = &mut settle.outcome {
+                    *n = d.events.len();
+                    *events = d.events;
+                    *references = d.references;
+                }
+            } else {
+                let e = refused.as_ref().map(|e| e.to_string()).unwrap_or_default();
+                let error = format!("redis refused the decision: {e}");
+                settle.outcome = Outcome::Failed(self.policy.on_failure(
+                    row.attempts,
+                    row.first_failed_at,
+                    ErrorClass::Infra,
+                    &error,
+                    now,
+                ));
+                settles.truncate(i + 1);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 6: one transaction; a refused commit is retried one message at a time, and only
+    /// the message whose outcome PostgreSQL refuses is charged.
+    fn commit(
+        &mut self,
+        settles: Vec<(Settle, usize)>,
+        rows: &[ProcRow],
+        now: SystemTime,
+    ) -> Result<Round, StoreError> {
+        let by_id: BTreeMap<i64, &ProcRow> = rows.iter().map(|r| (r.msg_id, r)).collect();
         if settles.is_empty() {
             return Ok(Round::Idle);
         }
-        let now = self.clock.now();
-        if let Err(e) = self.procs.commit(&settles, now) {
-            // Nothing of the round was recorded; the Redis side is replayable (applied
-            // decisions). Charge the head an INFRA attempt so a commit that can never succeed
-            // still ends in DEAD(EXHAUSTED) instead of looping.
-            let failure =
-                self.policy.on_failure(head.attempts, ErrorClass::Infra, &format!("commit: {e}"), now);
-            let settle = Settle { msg_id: head.msg_id, type_tag: None, outcome: Outcome::Failed(failure) };
-            self.procs.commit(std::slice::from_ref(&settle), now)?;
-            self.log(head, &settle, 0);
-            return Ok(Round::Worked(1));
-        }
-        for ((settle, row), n) in settles.iter().zip(&rows).zip(events) {
-            self.log(row, settle, n);
-        }
-        // PostgreSQL holds the outcomes now: the applied records in Redis have done their job.
-        let done: Vec<i64> = settles
-            .iter()
-            .filter(|s| matches!(s.outcome, Outcome::Succeeded { .. }))
-            .map(|s| s.msg_id)
-            .collect();
-        if !done.is_empty() {
-            if let Err(e) = self.flights.forget(&done) {
-                warn!("could not drop applied records msg_ids={done:?} error={e}; they expire by themselves");
+        let plain: Vec<Settle> = settles.iter().map(|(s, _)| s.clone()).collect();
+        match self.fifo.commit(&RoundRecord::of(&plain), now) {
+            Ok(()) => {
+                for (s, n) in &settles {
+                    self.log(by_id[&s.msg_id], s, *n);
+                }
+                self.done(&plain);
+                Ok(Round::Worked(settles.len()))
             }
+            Err(e) if e.is_rejected() => self.commit_one_by_one(settles, &by_id, e, now),
+            Err(e) => Err(e),
         }
-        Ok(Round::Worked(settles.len()))
     }
 
-    /// `processOne` (SPEC §4.2) for one message; returns its outcome and how many events it
-    /// wrote. Nothing is recorded here. Store errors become FAILED(INFRA); a panic in the
-    /// pure decoding or deciding code becomes FAILED(INFRA) too, so one bad message cannot
-    /// crash-loop the service (it ends DEAD(EXHAUSTED) after max-attempts).
-    fn process_one(
+    fn commit_one_by_one(
         &mut self,
-        row: &ProcRow,
-        meta: Result<Option<Result<codec::Envelope, DecodeError>>, StoreError>,
+        settles: Vec<(Settle, usize)>,
+        by_id: &BTreeMap<i64, &ProcRow>,
+        round_error: StoreError,
         now: SystemTime,
-        taken: &HashMap<String, i64>,
-        holders: &HashMap<String, i64>,
-    ) -> (Settle, usize) {
-        let mut tag = row.type_tag.clone();
-        let outcome = match meta.and_then(|m| self.attempt(row, m, now, taken, holders, &mut tag)) {
-            Ok(o) => o,
-            Err(e) => {
-                Outcome::Failed(self.policy.on_failure(row.attempts, ErrorClass::Infra, &e.to_string(), now))
+    ) -> Result<Round, StoreError> {
+        warn!("round commit refused ({round_error}); committing its {} messages one at a time to find the cause", settles.len());
+        let mut worked = 0;
+        for (s, n) in settles {
+            let row = by_id[&s.msg_id];
+            match self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&s)), now) {
+                Ok(()) => {
+                    self.log(row, &s, n);
+                    self.done(std::slice::from_ref(&s));
+                    worked += 1;
+                }
+                Err(e) if e.is_rejected() => {
+                    let failure = self.policy.on_failure(
+                        row.attempts,
+                        row.first_failed_at,
+                        ErrorClass::Infra,
+                        &format!("the outcome was refused: {e}"),
+                        now,
+                    );
+                    let charged = Settle {
+                        msg_id: s.msg_id,
+                        type_tag: s.type_tag.clone(),
+                        outcome: Outcome::Failed(failure),
+                    };
+                    // If even the failure cannot be recorded, the store refuses everything:
+                    // that is no message's fault, the stage stalls.
+                    self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&charged)), now)?;
+                    self.log(row, &charged, 0);
+                    return Ok(Round::Worked(worked + 1));
+                }
+                Err(e) => return Err(e),
             }
-        };
-        let n = match &outcome {
-            Outcome::Succeeded { events, .. } => events.len(),
-            _ => 0,
-        };
-        (Settle { msg_id: row.msg_id, type_tag: tag, outcome }, n)
+        }
+        Ok(Round::Worked(worked))
     }
 
-    fn attempt(
-        &mut self,
-        row: &ProcRow,
-        meta: Option<Result<codec::Envelope, DecodeError>>,
-        now: SystemTime,
-        taken: &HashMap<String, i64>,
-        holders: &HashMap<String, i64>,
-        tag: &mut Option<String>,
-    ) -> Result<Outcome, StoreError> {
-        let msg_id = row.msg_id;
-        let fail =
-            |class: ErrorClass, e: &str| Outcome::Failed(self.policy.on_failure(row.attempts, class, e, now));
-        // 1. raw text
-        let Some(meta) = meta else {
-            return Ok(fail(ErrorClass::Malformed, "raw text missing in the mailbox"));
-        };
-        // 2. META (decoded for the whole round); 3. ignore rules before body, identity and
-        // handler (US-04)
-        let env = match meta {
-            Ok(env) => env,
-            Err(e) => return Ok(fail(e.class, &e.detail)),
-        };
-        *tag = Some(codec::MsgKind::of(&env.meta).type_tag());
-        if let Some(rule) = self.ignore.matching(&env.meta) {
-            return Ok(Outcome::Skipped { reason: format!("ignored:{rule}") });
+    /// PostgreSQL holds these outcomes: their journal entries can go at the next Redis read.
+    fn done(&mut self, settles: &[Settle]) {
+        self.forget.extend(
+            settles.iter().filter(|s| matches!(s.outcome, Outcome::Succeeded { .. })).map(|s| s.msg_id),
+        );
+    }
+
+    /// Drops journal entries while there is nothing else to do.
+    fn forget_idle(&mut self) -> StoreResult<()> {
+        if !self.forget.is_empty() {
+            self.flights.forget(&self.forget)?;
+            self.forget.clear();
         }
-        let msg = match pure(|| codec::decode_body(env)) {
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) => return Ok(fail(e.class, &e.detail)),
-            Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
-        };
-        // 4. identity (INV-9): held by an earlier message, or by one earlier in this round.
-        let identity = codec::identity(&msg.meta, self.include_day_boundary);
-        let holder = taken.get(&identity).or_else(|| holders.get(&identity)).copied();
-        if let Some(other) = holder.filter(|h| *h != msg_id) {
-            return Ok(Outcome::Skipped { reason: format!("duplicate-of:{other}") });
-        }
-        // 5.–6. the handler decides; an earlier attempt's applied decision is reused, so a
-        // retry after "Redis applied, PostgreSQL failed" writes the same events (I2).
-        let decision: Decision = match self.flights.prepare(msg_id, &handlers::need_of(&msg))? {
-            Prepared::Applied(d) => d,
-            Prepared::Fresh(view) => {
-                let d = match pure(|| handlers::decide(&view, &msg, msg_id)) {
-                    Ok(Ok(d)) => d,
-                    Ok(Err(Reject::Unsupported(e))) => {
-                        return Ok(fail(ErrorClass::Unsupported, &format!("no handler for {e}")))
-                    }
-                    Ok(Err(Reject::Protocol(e))) => return Ok(fail(ErrorClass::Protocol, &e)),
-                    Err(p) => return Ok(fail(ErrorClass::Infra, &p)),
-                };
-                // 7. Redis first (I2); PostgreSQL when the round commits.
-                self.flights.apply(msg_id, &d)?;
-                d
+        Ok(())
+    }
+
+    /// An event payload larger than `max-event-bytes` would never be accepted by the broker:
+    /// the message is refused before anything of it is applied.
+    fn too_large(&self, d: &Decision) -> Option<String> {
+        d.events.iter().find(|e| e.payload_json.len() > self.max_event_bytes).map(|e| {
+            format!(
+                "event of {} bytes for {} exceeds msgx.codec.max-event-bytes ({}); nothing applied",
+                e.payload_json.len(),
+                e.partition_key,
+                self.max_event_bytes
+            )
+        })
+    }
+
+    /// Unknown element names: one WARN per new TYPE-STYP/element pair per run, and a counter.
+    fn report_unknown(&mut self, tag: Option<&str>, unknown: &[String]) {
+        let tag = tag.unwrap_or("-");
+        for name in unknown {
+            stats::inc(&self.stats.unknown_elements);
+            if self.unknown_seen.insert(format!("{tag}/{name}")) {
+                warn!("unknown element type={tag} element={name}: skipped, the known fields are applied (msgx.codec.strict = false)");
             }
-        };
-        Ok(Outcome::Succeeded { identity, events: decision.events, references: decision.references })
+        }
     }
 
     fn log(&self, row: &ProcRow, settle: &Settle, events: usize) {
@@ -284,7 +575,7 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
             }
             Outcome::Failed(Failure::Dead { class, error }) => {
                 stats::inc(&self.stats.dead);
-                if error.starts_with("poison:") {
+                if error.starts_with("poison:") || *class == ErrorClass::Exhausted {
                     error!(
                         "poison msg_id={id} type={tag} class={class} attempts={} error={error:?}",
                         row.attempts + 1
@@ -295,6 +586,11 @@ impl<P: ProcStore, M: Mailbox, F: FlightStore> Pump<P, M, F> {
             }
         }
     }
+}
+
+/// A daily-plan snapshot (SCHD DNLD/RESP): always a round of its own.
+fn is_snapshot(msg: &Message) -> bool {
+    matches!(msg.kind, MsgKind::Schd(SchdKind::Dnld | SchdKind::Resp))
 }
 
 /// Runs pure code, turning a panic into an error text (logged by the panic hook).
@@ -310,7 +606,12 @@ fn pure<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 }
 
 pub fn retry_policy(cfg: &Pipeline) -> RetryPolicy {
-    RetryPolicy { max_attempts: cfg.max_attempts, backoff: cfg.backoff.clone(), cap: cfg.backoff_cap }
+    RetryPolicy {
+        max_attempts: cfg.max_attempts,
+        backoff: cfg.backoff.clone(),
+        cap: cfg.backoff_cap,
+        head_deadline: cfg.head_deadline,
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,15 @@ use crate::domain::{ProcRow, ProcStatus};
 use crate::error::ErrorClass;
 use crate::ports::Failure;
 
-/// Attempts and backoff, shared by processing and delivery (`msgx.pipeline.*`).
+/// Attempts, backoff and the head deadline, shared by processing and delivery
+/// (`msgx.pipeline.*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
     pub max_attempts: u32,
     pub backoff: Vec<Duration>,
     pub cap: Duration,
+    /// A message that keeps failing longer than this since its first failure is poison.
+    pub head_deadline: Duration,
 }
 
 impl RetryPolicy {
@@ -23,9 +26,21 @@ impl RetryPolicy {
         self.backoff[i].min(self.cap)
     }
 
-    /// What a failure of class `class` makes of a row that had `attempts` attempts before.
-    pub fn on_failure(&self, attempts: u32, class: ErrorClass, error: &str, now: SystemTime) -> Failure {
+    /// What a failure of class `class` makes of a row that had `attempts` attempts before and
+    /// first failed at `first_failed` (if it failed before). Only failures that are the
+    /// message's own reach here — a store that is unavailable is never charged (SPEC §4.9) —
+    /// so both poison rules (attempts used up, or failing for longer than the head deadline)
+    /// are checked when a failure is recorded: a head that waits out an outage is not failing.
+    pub fn on_failure(
+        &self,
+        attempts: u32,
+        first_failed: Option<SystemTime>,
+        class: ErrorClass,
+        error: &str,
+        now: SystemTime,
+    ) -> Failure {
         let attempts = attempts + 1;
+        let stuck = first_failed.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
         if class.is_fatal() {
             Failure::Dead { class, error: error.to_string() }
         } else if attempts >= self.max_attempts {
@@ -33,32 +48,32 @@ impl RetryPolicy {
                 class: ErrorClass::Exhausted,
                 error: format!("{class} after {attempts} attempts: {error}"),
             }
+        } else if first_failed.is_some() && stuck >= self.head_deadline {
+            Failure::Dead {
+                class: ErrorClass::Exhausted,
+                error: format!(
+                    "{class} after {attempts} attempts, failing for {}s since the first failure, longer than head-deadline {}: {error}",
+                    stuck.as_secs(),
+                    crate::config::format_duration(self.head_deadline)
+                ),
+            }
         } else {
             Failure::Retry { class, error: error.to_string(), next_attempt_at: now + self.delay(attempts) }
         }
     }
 }
 
-/// Why a head is poison (I1: poison escalation to DEAD(EXHAUSTED)).
+/// Why a head is poison before it is even tried (I1): its attempts are used up (possible only
+/// when `max-attempts` was lowered since it failed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Poison {
     Attempts(u32),
-    /// Stuck longer than `head-deadline` since it first failed.
-    Deadline {
-        since: SystemTime,
-        deadline: Duration,
-    },
 }
 
 impl Poison {
-    pub fn describe(&self, now: SystemTime) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Poison::Attempts(n) => format!("poison: {n} attempts used"),
-            Poison::Deadline { since, deadline } => format!(
-                "poison: head stuck since its first failure {}s ago, longer than head-deadline {}",
-                now.duration_since(*since).map(|d| d.as_secs()).unwrap_or(0),
-                crate::config::format_duration(*deadline)
-            ),
         }
     }
 }
@@ -76,15 +91,10 @@ pub enum HeadAction {
     Poison(Poison),
 }
 
-/// The decision for the head row at `now`. A FAILED head is poison when its attempts are used
-/// up or it has been failing for longer than `head_deadline`, counted from its first failure —
-/// an anchor that, unlike UPDATED_AT, retries do not move, so the deadline is reachable.
-pub fn head_action(
-    head: Option<&ProcRow>,
-    now: SystemTime,
-    policy: &RetryPolicy,
-    head_deadline: Duration,
-) -> HeadAction {
+/// The decision for the head row at `now`: a FAILED head waits out its backoff (nothing
+/// overtakes it) unless its attempts are used up. The head deadline is checked when the head
+/// fails again ([`RetryPolicy::on_failure`]).
+pub fn head_action(head: Option<&ProcRow>, now: SystemTime, policy: &RetryPolicy) -> HeadAction {
     let Some(row) = head else { return HeadAction::Idle };
     debug_assert!(row.state.is_unfinished(), "head must be PENDING or FAILED (INV-3)");
     if row.state != ProcStatus::Failed {
@@ -92,11 +102,6 @@ pub fn head_action(
     }
     if row.attempts >= policy.max_attempts {
         return HeadAction::Poison(Poison::Attempts(row.attempts));
-    }
-    if let Some(since) = row.first_failed_at {
-        if now.duration_since(since).is_ok_and(|stuck| stuck >= head_deadline) {
-            return HeadAction::Poison(Poison::Deadline { since, deadline: head_deadline });
-        }
     }
     match row.next_attempt_at {
         Some(t) if t > now => HeadAction::Wait(t),
@@ -114,6 +119,7 @@ mod tests {
             max_attempts: 5,
             backoff: [1, 2, 4, 8, 16].map(Duration::from_secs).to_vec(),
             cap: Duration::from_secs(60),
+            head_deadline: Duration::from_secs(600),
         }
     }
 
@@ -131,8 +137,6 @@ mod tests {
         }
     }
 
-    const DEADLINE: Duration = Duration::from_secs(600);
-
     #[test]
     fn delays_follow_the_table_repeat_its_last_entry_and_are_capped() {
         let p = policy();
@@ -147,14 +151,14 @@ mod tests {
         let p = policy();
         let now = FakeClock::new().now();
         assert_eq!(
-            p.on_failure(0, ErrorClass::Infra, "db down", now),
+            p.on_failure(0, None, ErrorClass::Infra, "db down", now),
             Failure::Retry {
                 class: ErrorClass::Infra,
                 error: "db down".into(),
                 next_attempt_at: now + Duration::from_secs(1)
             }
         );
-        match p.on_failure(4, ErrorClass::Unsupported, "no handler", now) {
+        match p.on_failure(4, Some(now), ErrorClass::Unsupported, "no handler", now) {
             Failure::Dead { class, error } => {
                 assert_eq!(class, ErrorClass::Exhausted);
                 assert!(error.contains("UNSUPPORTED after 5 attempts"), "{error}");
@@ -167,7 +171,10 @@ mod tests {
     fn malformed_and_protocol_die_at_once() {
         let now = FakeClock::new().now();
         for class in [ErrorClass::Malformed, ErrorClass::Protocol] {
-            assert_eq!(policy().on_failure(0, class, "x", now), Failure::Dead { class, error: "x".into() });
+            assert_eq!(
+                policy().on_failure(0, None, class, "x", now),
+                Failure::Dead { class, error: "x".into() }
+            );
         }
     }
 
@@ -177,45 +184,49 @@ mod tests {
         let p = policy();
         let until = clock.now() + Duration::from_secs(2);
         let head = row(ProcStatus::Failed, 1, Some(until));
-        assert_eq!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Wait(until));
+        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(until));
         clock.advance(Duration::from_millis(1999));
-        assert_eq!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Wait(until));
+        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(until));
         clock.advance(Duration::from_millis(1));
-        assert_eq!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Process);
+        assert_eq!(head_action(Some(&head), clock.now(), &p), HeadAction::Process);
     }
 
     #[test]
     fn pending_head_is_processed_none_is_idle_exhausted_is_poison() {
         let now = FakeClock::new().now();
         let p = policy();
-        assert_eq!(head_action(None, now, &p, DEADLINE), HeadAction::Idle);
-        assert_eq!(
-            head_action(Some(&row(ProcStatus::Pending, 0, None)), now, &p, DEADLINE),
-            HeadAction::Process
-        );
+        assert_eq!(head_action(None, now, &p), HeadAction::Idle);
+        assert_eq!(head_action(Some(&row(ProcStatus::Pending, 0, None)), now, &p), HeadAction::Process);
         let future = now + Duration::from_secs(9);
         assert_eq!(
-            head_action(Some(&row(ProcStatus::Failed, 5, Some(future))), now, &p, DEADLINE),
+            head_action(Some(&row(ProcStatus::Failed, 5, Some(future))), now, &p),
             HeadAction::Poison(Poison::Attempts(5))
         );
     }
 
     #[test]
-    fn head_deadline_fires_from_the_first_failure_even_while_backing_off() {
+    fn head_deadline_fires_at_the_first_failure_past_it() {
         // Many attempts allowed, so only the deadline can end it (design.md §3.2: the
         // UPDATED_AT anchor made this branch unreachable).
         let p = RetryPolicy { max_attempts: 1000, ..policy() };
         let clock = FakeClock::new();
         let first = clock.now();
+        clock.advance(Duration::from_secs(599));
+        assert!(matches!(
+            p.on_failure(3, Some(first), ErrorClass::Unsupported, "no handler", clock.now()),
+            Failure::Retry { .. }
+        ));
+        clock.advance(Duration::from_secs(1));
+        match p.on_failure(3, Some(first), ErrorClass::Unsupported, "no handler", clock.now()) {
+            Failure::Dead { class: ErrorClass::Exhausted, error } => {
+                assert!(error.contains("longer than head-deadline 10m"), "{error}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // A head waiting (not failing) past the deadline is not poison: it is retried first.
         let mut head = row(ProcStatus::Failed, 3, None);
         head.first_failed_at = Some(first);
-        clock.advance(Duration::from_secs(599));
         head.next_attempt_at = Some(clock.now() + Duration::from_secs(16));
-        assert!(matches!(head_action(Some(&head), clock.now(), &p, DEADLINE), HeadAction::Wait(_)));
-        clock.advance(Duration::from_secs(1));
-        assert_eq!(
-            head_action(Some(&head), clock.now(), &p, DEADLINE),
-            HeadAction::Poison(Poison::Deadline { since: first, deadline: DEADLINE })
-        );
+        assert!(matches!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(_)));
     }
 }

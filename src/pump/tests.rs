@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::domain::{InboundRow, ProcStatus};
 use crate::fixtures;
-use crate::store::memory::{MemFlights, MemMailbox, MemPg};
+use crate::ports::Intake;
+use crate::store::memory::{Fault, MemFlights, MemMailbox, MemPg};
 
 struct World {
     clock: FakeClock,
@@ -20,14 +21,7 @@ struct World {
 fn world_with(cfg: crate::config::Pipeline) -> World {
     let clock = FakeClock::new();
     let (pg, mailbox, flights) = (MemPg::new(), MemMailbox::new(), MemFlights::new());
-    let pump = Pump::new(
-        pg.clone(),
-        mailbox.clone(),
-        flights.clone(),
-        Arc::new(clock.clone()),
-        &cfg,
-        Arc::new(Stats::default()),
-    );
+    let pump = Pump::new(pg.clone(), mailbox.clone(), flights.clone(), &cfg, Arc::new(Stats::default()));
     World { clock, pg, mailbox, flights, pump }
 }
 
@@ -39,6 +33,10 @@ const UNSUPPORTED: &str =
     "<MSG><META><SNDR>A</SNDR><SEQN>1</SEQN><DTTM>1</DTTM><TYPE>ZZZZ</TYPE><STYP>Q</STYP></META></MSG>";
 
 impl World {
+    fn round(&mut self) -> Result<Round, StoreError> {
+        self.pump.round(self.clock.now())
+    }
+
     fn arrive(&mut self, id: i64, raw: Option<&str>) {
         self.mailbox.insert(id, raw);
         let mut pg = self.pg.clone();
@@ -62,21 +60,21 @@ impl World {
 fn a_flop_message_updates_the_flight_and_writes_one_event() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
     let r = w.row(1);
     assert_eq!((r.state, r.type_tag.as_deref()), (ProcStatus::Succeeded, Some("FLOP-STND")));
     assert_eq!(r.identity_key.as_deref(), Some("AODB|FLOP|STND|1"));
     assert_eq!(w.flights.flight("1001").unwrap()["STND"], "A12");
     assert_eq!(w.events(), 1);
     assert!(w.pg.proc(1).unwrap().backfill_next_at.is_some(), "INV-8");
-    assert_eq!(w.pump.round().unwrap(), Round::Idle);
+    assert_eq!(w.round().unwrap(), Round::Idle);
 }
 
 #[test]
 fn raw_text_missing_is_dead_malformed_at_once() {
     let mut w = world();
     w.arrive(1, None);
-    w.pump.round().unwrap();
+    w.round().unwrap();
     let r = w.row(1);
     assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Malformed), 1));
     assert!(w.pg.proc(1).unwrap().backfill_next_at.is_some(), "DEAD owes a mark too");
@@ -87,7 +85,7 @@ fn malformed_is_dead_at_once_and_does_not_block_the_next_message() {
     let mut w = world();
     w.arrive(1, Some("<MSG><META>"));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2), "one round, one commit");
+    assert_eq!(w.round().unwrap(), Round::Worked(2), "one round, one commit");
     assert_eq!(w.state(1), ProcStatus::Dead);
     assert_eq!(w.row(1).error_class, Some(ErrorClass::Malformed));
     assert_eq!(w.state(2), ProcStatus::Succeeded);
@@ -98,17 +96,17 @@ fn head_in_backoff_blocks_everything_behind_it_tick_by_tick() {
     let mut w = world();
     w.arrive(1, Some(UNSUPPORTED));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
     let r = w.row(1);
     assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Failed, Some(ErrorClass::Unsupported), 1));
     let until = w.clock.now() + Duration::from_secs(1);
     for _ in 0..3 {
-        assert_eq!(w.pump.round().unwrap(), Round::Wait(until), "HOL: message 2 must not overtake");
+        assert_eq!(w.round().unwrap(), Round::Wait(until), "HOL: message 2 must not overtake");
         w.clock.advance(Duration::from_millis(300));
     }
     assert_eq!(w.state(2), ProcStatus::Pending);
     w.clock.advance(Duration::from_millis(100)); // backoff expired: the head is tried again
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
     assert_eq!(w.row(1).attempts, 2);
 }
 
@@ -118,12 +116,12 @@ fn poison_by_attempts_is_dead_exhausted_then_the_queue_moves() {
     w.arrive(1, Some(UNSUPPORTED));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
     for (i, wait) in [1u64, 2, 4, 8].into_iter().enumerate() {
-        assert_eq!(w.pump.round().unwrap(), Round::Worked(1), "attempt {}", i + 1);
-        assert!(matches!(w.pump.round().unwrap(), Round::Wait(_)));
+        assert_eq!(w.round().unwrap(), Round::Worked(1), "attempt {}", i + 1);
+        assert!(matches!(w.round().unwrap(), Round::Wait(_)));
         w.clock.advance(Duration::from_secs(wait));
     }
     // Fifth attempt: attempts reach max-attempts → DEAD(EXHAUSTED), and message 2 follows.
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
     let r = w.row(1);
     assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Exhausted), 5));
     assert!(r.last_error.unwrap().contains("UNSUPPORTED after 5 attempts"));
@@ -140,7 +138,7 @@ fn poison_by_head_deadline_fires_when_attempts_are_not_used_up() {
     let mut rounds = 0;
     // Keep failing: backoff 1,2,4,8,16,16,… until ten minutes have passed since the first failure.
     while w.state(1) == ProcStatus::Failed || w.state(1) == ProcStatus::Pending {
-        match w.pump.round().unwrap() {
+        match w.round().unwrap() {
             Round::Wait(t) => w.clock.set(t),
             Round::Worked(_) => {}
             Round::Idle => panic!("head vanished"),
@@ -152,22 +150,22 @@ fn poison_by_head_deadline_fires_when_attempts_are_not_used_up() {
     assert_eq!((r.state, r.error_class), (ProcStatus::Dead, Some(ErrorClass::Exhausted)));
     assert!(r.last_error.as_deref().unwrap().contains("head-deadline 10m"), "{:?}", r.last_error);
     let stuck = w.clock.now().duration_since(r.first_failed_at.unwrap()).unwrap();
-    assert!(stuck >= Duration::from_secs(600) && stuck < Duration::from_secs(600 + 16), "{stuck:?}");
+    assert!(stuck >= Duration::from_secs(600) && stuck <= Duration::from_secs(600 + 16), "{stuck:?}");
     assert!(r.attempts < 1000);
     assert_eq!(w.state(2), ProcStatus::Succeeded, "the poisoned head's round went on to message 2");
 }
 
 #[test]
-fn infra_failure_is_retried_and_the_retry_emits_the_event() {
+fn a_redis_refusal_is_charged_and_the_retry_emits_the_event() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
-    w.flights.fail_next(1);
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    w.flights.inject_later(1, Fault::Rejected, 1); // the read passes, the apply is refused
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
     let r = w.row(1);
     assert_eq!((r.state, r.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
-    assert!(r.last_error.unwrap().contains("redis"));
+    assert!(r.last_error.unwrap().contains("redis refused"));
     w.clock.advance(Duration::from_secs(1));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
     assert_eq!(w.events(), 1);
 }
@@ -178,32 +176,63 @@ fn regression_retry_after_redis_applied_but_pg_failed_keeps_the_event() {
     // nothing changed and write no event: the applied decision must be reused (I2).
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
-    let raw = fixtures::flop_stnd(1, "1001", "A12");
-    let msg = codec::decode(&raw).unwrap();
-    let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
-    let mut flights = w.flights.clone();
-    flights.apply(1, &d).unwrap(); // the crashed attempt got this far
-    w.pump.round().unwrap();
+    w.pg.inject_later(2, Fault::Unavailable, 1); // unfinished, identities pass; the commit fails
+    assert!(w.round().unwrap_err().is_unavailable());
+    assert_eq!(w.flights.flight("1001").unwrap()["STND"], "A12", "Redis got it");
+    assert_eq!((w.state(1), w.row(1).attempts), (ProcStatus::Pending, 0), "nothing charged");
+    w.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
     assert_eq!(w.events(), 1, "the event survives the crash window");
 }
 
 #[test]
-fn commit_failure_records_nothing_of_the_round_but_charges_the_head() {
-    // The commit fails: the head gets FAILED(INFRA), the rest stays PENDING.
+fn regression_a_redis_apply_whose_answer_was_lost_is_not_applied_twice() {
     let mut w = world();
-    w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
-    w.arrive(2, Some(&fixtures::flop_stnd(2, "2", "A2")));
-    w.pg.fail_on_commit(1);
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
-    let r = w.row(1);
-    assert_eq!((r.state, r.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
-    assert!(r.last_error.unwrap().starts_with("commit:"));
-    assert_eq!(w.state(2), ProcStatus::Pending);
-    assert_eq!(w.events(), 0);
-    w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
-    assert_eq!(w.events(), 2, "Redis decisions were reused, events written once");
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
+    w.flights.inject_later(1, Fault::Lost, 1); // applied, then the connection dropped
+    assert!(w.round().unwrap_err().is_unavailable());
+    w.round().unwrap();
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    assert_eq!(w.events(), 1, "the journal made the retry emit the same event");
+}
+
+#[test]
+fn regression_a_refused_commit_charges_only_the_message_that_caused_it() {
+    // One data-dependent error (a value PostgreSQL refuses) used to charge the head, whatever
+    // message caused it, killing innocent messages one by one.
+    let mut w = world();
+    for i in 1..=5 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, &format!("F{i}"), "A")));
+    }
+    w.pg.refuse_outcome_of(Some(3));
+    assert_eq!(w.round().unwrap(), Round::Worked(3), "1 and 2 committed alone, 3 charged");
+    assert_eq!((w.state(1), w.state(2)), (ProcStatus::Succeeded, ProcStatus::Succeeded));
+    let r = w.row(3);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Failed, Some(ErrorClass::Infra), 1));
+    assert!(r.last_error.unwrap().contains("refused"));
+    assert_eq!((w.state(4), w.state(5)), (ProcStatus::Pending, ProcStatus::Pending));
+    // It stays refused: 3 alone goes to DEAD(EXHAUSTED), everyone else succeeds.
+    while w.state(3) == ProcStatus::Failed {
+        if let Round::Wait(t) = w.round().unwrap() {
+            w.clock.set(t);
+        }
+    }
+    while let Round::Worked(_) = w.round().unwrap() {}
+    assert_eq!(w.state(3), ProcStatus::Dead);
+    assert_eq!(w.row(3).error_class, Some(ErrorClass::Exhausted));
+    for i in [1, 2, 4, 5] {
+        assert_eq!(w.state(i), ProcStatus::Succeeded, "msg {i}");
+    }
+}
+
+#[test]
+fn a_store_refusing_even_the_failure_stalls_instead_of_charging() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A")));
+    w.pg.inject_later(2, Fault::Rejected, 10); // every write refused: the store, not the message
+    let e = w.round().unwrap_err();
+    assert!(e.is_rejected(), "{e}");
+    assert_eq!(w.row(1).attempts, 0);
 }
 
 #[test]
@@ -212,12 +241,12 @@ fn a_failure_commits_the_messages_before_it_and_becomes_the_head() {
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
     w.arrive(2, Some(UNSUPPORTED));
     w.arrive(3, Some(&fixtures::flop_stnd(3, "3", "A3")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
     assert_eq!(
         (w.state(1), w.state(2), w.state(3)),
         (ProcStatus::Succeeded, ProcStatus::Failed, ProcStatus::Pending)
     );
-    assert!(matches!(w.pump.round().unwrap(), Round::Wait(_)));
+    assert!(matches!(w.round().unwrap(), Round::Wait(_)));
 }
 
 #[test]
@@ -225,14 +254,14 @@ fn duplicate_identity_is_skipped_even_within_one_round() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(5, "1", "A1")));
     w.arrive(2, Some(&fixtures::flop_stnd(5, "1", "A2"))); // same SNDR|TYPE|STYP|SEQN
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
     let r = w.row(2);
     assert_eq!((r.state, r.last_error.as_deref()), (ProcStatus::Skipped, Some("duplicate-of:1")));
     assert_eq!(r.identity_key, None);
     assert_eq!(w.flights.flight("1").unwrap()["STND"], "A1", "the duplicate changed nothing");
     // …and across rounds.
     w.arrive(3, Some(&fixtures::flop_stnd(5, "1", "A3")));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.row(3).last_error.as_deref(), Some("duplicate-of:1"));
 }
 
@@ -242,7 +271,7 @@ fn ignored_message_is_skipped_before_body_and_identity_and_never_blocks() {
     w.arrive(1, Some(&fixtures::other(1, "ldm", "XX", "<LDM><unreadable a='1'><x/></unreadable></LDM>")));
     w.arrive(2, Some(&fixtures::other(2, "Rsta", "ANY", "")));
     w.arrive(3, Some(&fixtures::flop_stnd(3, "7", "B1")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(3));
+    assert_eq!(w.round().unwrap(), Round::Worked(3));
     let r = w.row(1);
     assert_eq!((r.state, r.last_error.as_deref()), (ProcStatus::Skipped, Some("ignored:LDM-*")));
     assert_eq!((r.identity_key, r.attempts), (None, 0), "no identity, no attempt");
@@ -259,7 +288,7 @@ fn a_dead_duplicate_holder_does_not_bind_its_identity() {
     let mut w = world();
     w.arrive(1, Some("<MSG><META><SNDR>AODB</SNDR><SEQN>9</SEQN><DTTM>1</DTTM><TYPE>FLOP</TYPE><STYP>STND</STYP></META></MSG>"));
     w.arrive(2, Some(&fixtures::flop_stnd(9, "1", "A1")));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Dead, "no <FLOP> record: MALFORMED");
     assert_eq!(w.state(2), ProcStatus::Succeeded);
 }
@@ -272,47 +301,230 @@ fn the_round_is_bounded_by_process_batch() {
     for i in 1..=7 {
         w.arrive(i, Some(&fixtures::flop_stnd(i as u64, "F", &format!("S{i}"))));
     }
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(3));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(3));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(3));
+    assert_eq!(w.round().unwrap(), Round::Worked(3));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
     assert_eq!(w.flights.flight("F").unwrap()["STND"], "S7", "applied in MSG_ID order");
 }
 
 #[test]
-fn reading_the_head_fails_loudly() {
+fn reading_the_head_fails_loudly_and_charges_nothing() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A12")));
     w.pg.fail_next(1);
-    assert!(w.pump.round().is_err(), "the caller must see it");
-    assert_eq!(w.state(1), ProcStatus::Pending);
+    assert!(w.round().unwrap_err().is_unavailable(), "the caller must see it");
+    assert_eq!((w.state(1), w.row(1).attempts), (ProcStatus::Pending, 0));
+}
+
+type Down = fn(&World, bool);
+
+#[test]
+fn two_hours_of_any_store_away_cost_no_message_no_attempt_and_no_order() {
+    let stores: [(&str, Down); 3] = [
+        ("redis", |w, d| w.flights.set_down(d)),
+        ("mailbox", |w, d| w.mailbox.set_down(d)),
+        ("postgres", |w, d| w.pg.set_down(d)),
+    ];
+    for (store, down) in stores {
+        let mut w = world();
+        for i in 1..=10 {
+            w.arrive(i, Some(&fixtures::flop_stnd(i as u64, &format!("F{}", i % 3), &format!("S{i}"))));
+        }
+        assert_eq!(w.round().unwrap(), Round::Worked(10));
+        w.arrive(11, Some(UNSUPPORTED)); // a head that was failing on its own before the outage
+        w.arrive(12, Some(&fixtures::flop_stnd(12, "F0", "S12")));
+        w.round().unwrap();
+        assert_eq!(w.row(11).attempts, 1);
+        down(&w, true);
+        let start = w.clock.now();
+        while w.clock.now().duration_since(start).unwrap() < Duration::from_secs(7200) {
+            match w.round() {
+                Err(e) => assert!(e.is_unavailable(), "{store}: {e}"),
+                // PostgreSQL holds the head's backoff: while Redis or the mailbox is away the
+                // pump still sees it waiting, and tries it again only when it is due.
+                Ok(Round::Wait(_)) => {}
+                Ok(other) => panic!("{store}: {other:?} during the outage"),
+            }
+            w.clock.advance(Duration::from_secs(2));
+        }
+        down(&w, false);
+        let r = w.row(11);
+        assert_eq!((r.state, r.attempts), (ProcStatus::Failed, 1), "{store}: the head was not charged");
+        let mut rounds = 0;
+        while w.state(12) != ProcStatus::Succeeded {
+            if let Round::Wait(t) = w.round().unwrap() {
+                w.clock.set(t);
+            }
+            rounds += 1;
+            assert!(rounds < 100, "{store}: never drained");
+        }
+        let dead: Vec<i64> = w.pg.inspect(|s| {
+            s.procs.values().filter(|p| p.row.state == ProcStatus::Dead).map(|p| p.row.msg_id).collect()
+        });
+        assert_eq!(dead, vec![11], "{store}: only the unsupported message, by its own failure");
+        assert_eq!(w.flights.flight("F0").unwrap()["STND"], "S12", "{store}: applied in order");
+    }
 }
 
 #[test]
-fn a_mailbox_outage_fails_the_head_as_infra_and_it_recovers() {
+fn a_head_backing_off_reads_no_mailbox_text() {
     let mut w = world();
-    w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
-    w.arrive(2, Some(&fixtures::flop_stnd(2, "2", "A2")));
-    w.mailbox.fail_next(1);
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(1));
+    w.arrive(1, Some(UNSUPPORTED));
+    w.round().unwrap();
+    let reads = w.mailbox.calls();
+    for _ in 0..5 {
+        assert!(matches!(w.round().unwrap(), Round::Wait(_)));
+    }
+    assert_eq!(w.mailbox.calls(), reads, "the backoff is checked before the mailbox is read");
+}
+
+#[test]
+fn redis_round_trips_per_message_fall_to_two_per_round() {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.process_batch = 50;
+    let mut w = world_with(cfg);
+    for i in 1..=500 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, &format!("F{}", i % 37), &format!("S{i}"))));
+    }
+    let before = w.flights.calls();
+    while let Round::Worked(_) = w.round().unwrap() {}
+    let per_message = (w.flights.calls() - before) as f64 / 500.0;
+    assert!(per_message <= 0.05, "{per_message} Redis round trips per message");
+    for f in 0..37 {
+        let last = (1..=500).filter(|i| i % 37 == f).max().unwrap();
+        assert_eq!(w.flights.flight(&format!("F{f}")).unwrap()["STND"], format!("S{last}"));
+    }
+    assert!(w.flights.applied_ids().is_empty(), "the journal was dropped once PostgreSQL held the outcomes");
+}
+
+#[test]
+fn message_k_sees_what_k_minus_1_decided_within_a_round() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A")));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "F", "A"))); // no change after 1
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "F", "B")));
+    assert_eq!(w.round().unwrap(), Round::Worked(3));
+    let evs: Vec<String> =
+        w.pg.inspect(|s| s.events.values().map(|e| e.event.payload_json.clone()).collect());
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    assert!(evs[0].contains("\"created\":true") && evs[1].contains("\"old\":\"A\""), "{evs:?}");
+}
+
+#[test]
+fn regression_a_late_row_never_overwrites_a_newer_value() {
+    // A lower MSG_ID processed after a higher one (a row that committed past the commit grace,
+    // or a replay): fields the newer message wrote keep its value, the others are applied.
+    let mut w = world();
+    w.arrive(5, Some(&fixtures::flop_stnd(5, "F", "NEW")));
+    w.round().unwrap();
+    w.arrive(3, Some(&fixtures::flop(3, "STND", "F", &[("STND", Some("OLD"))])));
+    w.arrive(4, Some(&fixtures::flop(4, "RENO", "F", &[("RENO", Some("B-1"))])));
+    while let Round::Worked(_) = w.round().unwrap() {}
+    let f = w.flights.flight("F").unwrap();
+    assert_eq!((f["STND"].as_str(), f["RENO"].as_str()), ("NEW", "B-1"));
+    assert_eq!(w.events(), 2, "the superseded change says nothing; the other one does");
+}
+
+#[test]
+fn a_stale_snapshot_changes_nothing_and_publishes_nothing() {
+    let mut w = world();
+    w.arrive(2, Some(&schd_msg(2, "DNLD", &[("A", "05MAR260900")])));
+    w.round().unwrap();
+    let before = w.events();
+    w.arrive(1, Some(&schd_msg(1, "DNLD", &[("B", "05MAR260900")]))); // older, processed later
+    w.round().unwrap();
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    assert!(w.flights.flight("B").is_none() && w.flights.flight("A").is_some());
+    assert_eq!(w.events(), before, "no UPSERT of B, no DELETE of A");
+}
+
+#[test]
+fn a_snapshot_is_a_round_of_its_own() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "X", "A")));
+    w.arrive(2, Some(&schd_msg(2, "DNLD", &[("A", "05MAR260900")])));
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "X", "B")));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.flights.generation(), (1, 2));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+}
+
+#[test]
+fn an_event_too_large_for_the_broker_is_refused_before_anything_is_applied() {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.max_event_bytes = 1024;
+    let mut w = world_with(cfg);
+    w.arrive(1, Some(&fixtures::flop(1, "REMC", "F", &[("REMC", Some(&"x".repeat(2000)))])));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "F", "A")));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
     let r = w.row(1);
-    assert_eq!((r.state, r.error_class), (ProcStatus::Failed, Some(ErrorClass::Infra)));
-    assert!(r.last_error.unwrap().starts_with("mailbox:"));
-    assert_eq!(w.state(2), ProcStatus::Pending);
-    w.clock.advance(Duration::from_secs(1));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(2));
+    assert_eq!((r.state, r.error_class), (ProcStatus::Dead, Some(ErrorClass::Protocol)));
+    assert!(r.last_error.unwrap().contains("max-event-bytes"));
+    assert_eq!(w.flights.flight("F").unwrap().get("REMC"), None, "nothing of it applied");
+    assert_eq!(w.events(), 1);
+}
+
+#[test]
+fn a_body_that_is_not_utf8_or_holds_nul_is_malformed_alone() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A")));
+    w.mailbox.insert_bytes(2, Some(b"<MSG>\xff\xfe</MSG>".to_vec()));
+    w.pg.arrive(&[2], w.clock.now());
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "F", "A\u{0}B")));
+    w.arrive(4, Some(&fixtures::flop_stnd(4, "F", "A&#0;B")));
+    w.arrive(5, Some(&fixtures::flop_stnd(5, "F", "B")));
+    while let Round::Worked(_) = w.round().unwrap() {}
+    for (id, words) in
+        [(2, "not UTF-8: invalid byte 0xFF at byte offset 5"), (3, "U+0000"), (4, "0x0 character")]
+    {
+        let r = w.row(id);
+        assert_eq!((r.state, r.error_class), (ProcStatus::Dead, Some(ErrorClass::Malformed)), "{id}");
+        assert!(r.last_error.as_deref().unwrap().contains(words), "{id}: {:?}", r.last_error);
+    }
+    assert_eq!(w.state(5), ProcStatus::Succeeded);
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "B");
+}
+
+#[test]
+fn a_message_over_the_size_limit_is_protocol_before_decoding() {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.max_message_bytes = 2048;
+    let mut w = world_with(cfg);
+    w.arrive(1, Some(&fixtures::flop(1, "REMC", "F", &[("REMC", Some(&"y".repeat(4000)))])));
+    w.round().unwrap();
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class), (ProcStatus::Dead, Some(ErrorClass::Protocol)));
+    assert!(r.last_error.unwrap().contains("exceeds msgx.codec.max-message-bytes (2048)"));
+}
+
+#[test]
+fn an_unknown_element_is_reported_and_the_known_fields_applied() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_body("STND", "F", "<STND>A7</STND><VNDR>extra</VNDR>")));
+    w.round().unwrap();
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A7");
+    assert_eq!(w.pump.stats.unknown_elements.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let mut strict = Config::defaults().pipeline;
+    strict.strict_codec = true;
+    let mut w = world_with(strict);
+    w.arrive(1, Some(&fixtures::flop_body("STND", "F", "<STND>A7</STND><VNDR>extra</VNDR>")));
+    w.round().unwrap();
+    assert_eq!(w.row(1).error_class, Some(ErrorClass::CodecError), "msgx.codec.strict restores the refusal");
 }
 
 #[test]
 fn an_ignored_message_seen_again_by_a_rescan_stays_skipped_once() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::other(1, "EROR", "X", "<EROR/>")));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     let before = w.pg.proc(1).unwrap();
     assert_eq!(before.row.last_error.as_deref(), Some("ignored:EROR-*"));
     // The poller or the rescan meets the row again: it is not enqueued twice, nor re-processed.
     let mut pg = w.pg.clone();
     assert!(pg.enqueue(&[InboundRow { id: 1, received_at: None }], None, w.clock.now()).unwrap().is_empty());
-    assert_eq!(w.pump.round().unwrap(), Round::Idle);
+    assert_eq!(w.round().unwrap(), Round::Idle);
     assert_eq!(w.pg.proc(1).unwrap(), before, "untouched");
 }
 
@@ -321,7 +533,7 @@ fn fdel_removes_the_flight_from_the_live_state() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "F9", "A1")));
     w.arrive(2, Some(&fixtures::flop(2, "FDEL", "F9", &[("FDEL", None)])));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.flights.flight("F9"), None);
     assert_eq!(w.events(), 2, "the delete is said downstream");
 }
@@ -343,12 +555,12 @@ fn a_daily_plan_snapshot_replaces_its_window_and_advances_the_generation() {
         1,
         Some(&schd_msg(1, "DNLD", &[("A", "05MAR260900"), ("B", "05MAR261000"), ("C", "06MAR260900")])),
     );
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
     assert_eq!(w.flights.generation(), (1, 1));
     // The next snapshot covers 05MAR 09:00..10:30 and lacks B: B goes, C (outside) stays.
     w.arrive(2, Some(&schd_msg(2, "DNLD", &[("A", "05MAR260900"), ("D", "05MAR261030")])));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert!(w.flights.flight("B").is_none(), "absent from the window: deleted");
     assert!(w.flights.flight("C").is_some(), "outside the window: kept");
     assert_eq!(w.flights.flight("D").unwrap()["STND"], "2D");
@@ -366,16 +578,16 @@ fn applying_the_same_snapshot_twice_changes_nothing_the_second_time() {
     let msg = codec::decode(&raw).unwrap();
     let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
     let mut flights = w.flights.clone();
-    flights.apply(1, &d).unwrap();
+    flights.apply(&[(1, &d)]).unwrap();
     flights.forget(&[1]).unwrap(); // as if the applied record was gone (expired, replay days later)
     let mut changed = d.clone();
     changed.flights[0].set.push(("STND".into(), "999".into()));
-    flights.apply(1, &changed).unwrap();
+    assert_eq!(flights.apply(&[(1, &changed)]).unwrap(), vec![false], "not newer: refused");
     assert_eq!(w.flights.generation(), (1, 1), "the generation moved once");
     assert_eq!(w.flights.flight("A").unwrap()["STND"], "2A", "the replay changed nothing");
     // The pump meets the message: nothing recorded in Redis any more, the CAS keeps the state.
     w.arrive(1, Some(&raw));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     assert_eq!(w.state(1), ProcStatus::Succeeded);
 }
 
@@ -389,7 +601,7 @@ fn a_protocol_violation_is_dead_at_once_and_applies_nothing() {
         "<SCHD><RECS>5</RECS><FLTR><FLID>A</FLID><SODT>05MAR260900</SODT></FLTR></SCHD>",
     );
     w.arrive(1, Some(&raw));
-    w.pump.round().unwrap();
+    w.round().unwrap();
     let r = w.row(1);
     assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Protocol), 1));
     assert!(r.last_error.unwrap().contains("RECS declares 5"));
@@ -409,7 +621,7 @@ fn reference_data_lands_in_ref_master_with_the_message() {
     w.arrive(2, Some(&fixtures::other(2, "SLST", "DEL", &format!("<RECS>1</RECS>{}", rec("S1")))));
     w.arrive(3, Some(&fixtures::other(3, "SLST", "DNLD", &format!("<RECS>1</RECS>{}", rec("S3")))));
     w.arrive(4, Some(&fixtures::other(4, "GLST", "ADD", "<RECS>1</RECS><GLST><GCOD>G1</GCOD></GLST>")));
-    assert_eq!(w.pump.round().unwrap(), Round::Worked(4));
+    assert_eq!(w.round().unwrap(), Round::Worked(4));
     let keys: Vec<(String, String)> = w.pg.inspect(|s| s.refs.keys().cloned().collect());
     assert_eq!(keys, [("GLST".to_string(), "G1".to_string()), ("SLST".to_string(), "S3".to_string())]);
     assert_eq!(w.events(), 0, "reference data writes no events");
@@ -419,6 +631,8 @@ fn reference_data_lands_in_ref_master_with_the_message() {
 fn applied_records_are_dropped_once_postgresql_holds_the_outcome() {
     let mut w = world();
     w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A1")));
-    w.pump.round().unwrap();
-    assert!(w.flights.applied_ids().is_empty());
+    w.round().unwrap();
+    assert_eq!(w.flights.applied_ids(), vec![1], "dropped with the next Redis call, not one of its own");
+    assert_eq!(w.round().unwrap(), Round::Idle);
+    assert!(w.flights.applied_ids().is_empty(), "an idle pump drops them");
 }

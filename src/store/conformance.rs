@@ -1,13 +1,50 @@
-//! One behavioural suite for every `ProcStore + Outbox` adapter: the in-memory one runs it as
-//! unit tests, the PostgreSQL one as integration tests on a real server, so both keep the same
-//! rules (conditional writes, FIFO, INV-3/7/8/9, replay whitelist). Generate the tests with
+//! One behavioural suite for every own-PostgreSQL adapter (all its role ports): the in-memory
+//! twin runs it as unit tests, the PostgreSQL adapter as integration tests on a real server,
+//! so both keep the same rules (conditional writes, FIFO, INV-3/7/8/9, the replay whitelist,
+//! the lease and its fence). Generate the tests with
 //! [`conformance_tests!`](crate::conformance_tests).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
 use crate::error::ErrorClass;
-use crate::ports::{Archived, Failure, Housekeeping, Outbox, ProcStore, ReplaySelection, Settle};
+use crate::ports::{
+    Archived, Claim, Claimant, Failure, Fifo, Housekeeping, Intake, LeaseStore, MarkLedger, Operator, Outbox,
+    ReplaySelection, RoundRecord, Settle,
+};
+
+/// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
+/// handle on the same store fenced by an epoch.
+pub trait OwnStore:
+    Intake + Fifo + MarkLedger + Operator + Outbox + Housekeeping + LeaseStore + Sized
+{
+    /// Another handle on the same store whose writes carry `epoch`.
+    fn fenced_twin(&self, epoch: i64) -> Self;
+}
+
+impl OwnStore for crate::store::memory::MemPg {
+    fn fenced_twin(&self, epoch: i64) -> Self {
+        self.fenced(epoch)
+    }
+}
+
+impl OwnStore for crate::store::pg::Pg {
+    fn fenced_twin(&self, epoch: i64) -> Self {
+        self.twin().fenced(epoch)
+    }
+}
+
+fn commit<S: OwnStore>(s: &mut S, settles: &[Settle], t: SystemTime) -> crate::ports::StoreResult<()> {
+    Fifo::commit(s, &RoundRecord::of(settles), t)
+}
+
+fn due<S: OwnStore>(s: &mut S, t: SystemTime, limit: usize) -> Vec<i64> {
+    s.due_backfills(t, limit).unwrap().into_iter().map(|o| o.msg_id).collect()
+}
+
+fn holder<S: OwnStore>(s: &mut S, key: &str) -> Option<i64> {
+    s.identity_holders(&[key.to_string()]).unwrap().get(key).copied()
+}
 
 /// A fixed "now" so both adapters see the same times.
 pub fn t0() -> SystemTime {
@@ -18,7 +55,7 @@ fn at(secs: u64) -> SystemTime {
     t0() + Duration::from_secs(secs)
 }
 
-fn enqueue<S: ProcStore>(s: &mut S, ids: &[i64]) {
+fn enqueue<S: OwnStore>(s: &mut S, ids: &[i64]) {
     let rows: Vec<InboundRow> = ids.iter().map(|&id| InboundRow { id, received_at: Some(t0()) }).collect();
     s.enqueue(&rows, ids.iter().max().copied(), t0()).unwrap();
 }
@@ -37,11 +74,11 @@ fn retry(secs: u64) -> Failure {
     Failure::Retry { class: ErrorClass::Infra, error: "db down".into(), next_attempt_at: at(secs) }
 }
 
-fn state<S: ProcStore>(s: &mut S, id: i64) -> ProcStatus {
+fn state<S: OwnStore>(s: &mut S, id: i64) -> ProcStatus {
     s.row(id).unwrap().unwrap().state
 }
 
-pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: ProcStore + Outbox>(mut s: S) {
+pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: OwnStore>(mut s: S) {
     assert_eq!(s.watermark().unwrap(), 0);
     let rows = [InboundRow { id: 3, received_at: None }, InboundRow { id: 7, received_at: Some(t0()) }];
     assert_eq!(s.enqueue(&rows, Some(7), t0()).unwrap(), vec![3, 7]);
@@ -54,84 +91,90 @@ pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: ProcStore + Outbox>
     assert_eq!(s.row(4).unwrap(), None);
 }
 
-pub fn unfinished_is_fifo_and_excludes_terminal_rows<S: ProcStore + Outbox>(mut s: S) {
+pub fn unfinished_is_fifo_and_excludes_terminal_rows<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[5, 1, 3, 2, 4]);
-    s.commit(&[Settle::skipped(1, "ignored:LDM-*"), Settle::failed(2, retry(10))], at(1)).unwrap();
+    commit(&mut s, &[Settle::skipped(1, "ignored:LDM-*"), Settle::failed(2, retry(10))], at(1)).unwrap();
     let ids: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(ids, [2, 3, 4, 5], "FAILED occupies the head; SKIPPED never does (INV-3)");
     assert_eq!(s.unfinished(2).unwrap().len(), 2, "bounded");
 }
 
-pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: ProcStore + Outbox>(mut s: S) {
+pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    s.commit(&[Settle::succeeded(1, "A|FLOP|STND|1", vec![event("F1", 1), event("F2", 2)])], at(5)).unwrap();
+    commit(&mut s, &[Settle::succeeded(1, "A|FLOP|STND|1", vec![event("F1", 1), event("F2", 2)])], at(5))
+        .unwrap();
     let r = s.row(1).unwrap().unwrap();
     assert_eq!((r.state, r.identity_key.as_deref()), (ProcStatus::Succeeded, Some("A|FLOP|STND|1")));
-    assert_eq!(s.identity_holder("A|FLOP|STND|1").unwrap(), Some(1));
-    assert_eq!(s.identity_holder("nobody").unwrap(), None);
+    assert_eq!(holder(&mut s, "A|FLOP|STND|1"), Some(1));
+    assert_eq!(holder(&mut s, "nobody"), None);
     let ev = s.pending(Target::KafkaMsg, 10).unwrap();
     let keys: Vec<&str> = ev.iter().map(|e| e.partition_key.as_str()).collect();
     assert_eq!(keys, ["F1", "F2"]);
     assert!(ev[0].event_id < ev[1].event_id);
     assert_eq!(ev[0].msg_id, Some(1));
-    assert_eq!(s.due_backfills(at(4), 10).unwrap(), Vec::<i64>::new(), "intent is due from its time on");
-    assert_eq!(s.due_backfills(at(5), 10).unwrap(), vec![1], "INV-8: owed with the terminal state");
+    assert_eq!(due(&mut s, at(4), 10), Vec::<i64>::new(), "intent is due from its time on");
+    assert_eq!(due(&mut s, at(5), 10), vec![1], "INV-8: owed with the terminal state");
 }
 
-pub fn commit_is_all_or_nothing<S: ProcStore + Outbox>(mut s: S) {
+pub fn commit_is_all_or_nothing<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    s.commit(&[Settle::skipped(2, "x")], at(1)).unwrap();
+    commit(&mut s, &[Settle::skipped(2, "x")], at(1)).unwrap();
     // 1 would succeed, but 2 is terminal already: the whole round must be refused.
-    let err =
-        s.commit(&[Settle::succeeded(1, "k1", vec![event("F", 1)]), Settle::skipped(2, "again")], at(2));
+    let err = commit(
+        &mut s,
+        &[Settle::succeeded(1, "k1", vec![event("F", 1)]), Settle::skipped(2, "again")],
+        at(2),
+    );
     assert!(err.is_err());
     assert_eq!(state(&mut s, 1), ProcStatus::Pending);
     assert!(s.pending(Target::KafkaMsg, 10).unwrap().is_empty(), "no event of a rolled-back round");
     assert_eq!(s.row(2).unwrap().unwrap().last_error.as_deref(), Some("x"));
 }
 
-pub fn an_identity_is_held_once<S: ProcStore + Outbox>(mut s: S) {
+pub fn an_identity_is_held_once<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    s.commit(&[Settle::succeeded(1, "same", vec![])], at(1)).unwrap();
-    assert!(s.commit(&[Settle::succeeded(2, "same", vec![])], at(2)).is_err(), "uk_proc_identity");
+    commit(&mut s, &[Settle::succeeded(1, "same", vec![])], at(1)).unwrap();
+    assert!(commit(&mut s, &[Settle::succeeded(2, "same", vec![])], at(2)).is_err(), "uk_proc_identity");
     assert_eq!(state(&mut s, 2), ProcStatus::Pending);
     let holders = s.identity_holders(&["same".to_string(), "nobody".to_string()]).unwrap();
     assert_eq!(holders.into_iter().collect::<Vec<_>>(), vec![("same".to_string(), 1)]);
     assert!(s.identity_holders(&[]).unwrap().is_empty());
 }
 
-pub fn failures_count_attempts_and_anchor_the_first_failure<S: ProcStore + Outbox>(mut s: S) {
+pub fn failures_count_attempts_and_anchor_the_first_failure<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1]);
-    s.commit(&[Settle::failed(1, retry(10))], at(1)).unwrap();
-    s.commit(&[Settle::failed(1, retry(20))], at(11)).unwrap();
+    commit(&mut s, &[Settle::failed(1, retry(10))], at(1)).unwrap();
+    commit(&mut s, &[Settle::failed(1, retry(20))], at(11)).unwrap();
     let r = s.row(1).unwrap().unwrap();
     assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Failed, 2, Some(ErrorClass::Infra)));
     assert_eq!(r.next_attempt_at, Some(at(20)));
     assert_eq!(r.first_failed_at, Some(at(1)), "the deadline anchor does not move with retries");
-    assert!(s.due_backfills(at(100), 10).unwrap().is_empty(), "FAILED owes no mark (INV-8)");
-    s.commit(
+    assert!(due(&mut s, at(100), 10).is_empty(), "FAILED owes no mark (INV-8)");
+    commit(
+        &mut s,
         &[Settle::failed(1, Failure::Dead { class: ErrorClass::Exhausted, error: "poison".into() })],
         at(30),
     )
     .unwrap();
     let r = s.row(1).unwrap().unwrap();
     assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Dead, 3, Some(ErrorClass::Exhausted)));
-    assert_eq!(s.due_backfills(at(30), 10).unwrap(), vec![1], "DEAD owes a mark");
+    assert_eq!(due(&mut s, at(30), 10), vec![1], "DEAD owes a mark");
 }
 
-pub fn type_tag_is_kept<S: ProcStore + Outbox>(mut s: S) {
+pub fn type_tag_is_kept<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1]);
     let mut st = Settle::failed(1, retry(10));
     st.type_tag = Some("FLOP-STND".into());
-    s.commit(&[st], at(1)).unwrap();
-    s.commit(&[Settle::skipped(1, "duplicate-of:0")], at(2)).unwrap();
+    commit(&mut s, &[st], at(1)).unwrap();
+    commit(&mut s, &[Settle::skipped(1, "duplicate-of:0")], at(2)).unwrap();
     assert_eq!(s.row(1).unwrap().unwrap().type_tag.as_deref(), Some("FLOP-STND"));
 }
 
-pub fn replay_follows_the_whitelist<S: ProcStore + Outbox>(mut s: S) {
+pub fn replay_follows_the_whitelist<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3, 4, 5]);
     let dead = |class| Failure::Dead { class, error: "e".into() };
-    s.commit(
+    commit(
+        &mut s,
         &[
             Settle::failed(1, dead(ErrorClass::Malformed)),
             Settle::failed(2, dead(ErrorClass::Exhausted)),
@@ -157,16 +200,14 @@ pub fn replay_follows_the_whitelist<S: ProcStore + Outbox>(mut s: S) {
         "kept for audit"
     );
     assert_eq!(state(&mut s, 1), ProcStatus::Dead);
-    assert!(
-        !s.due_backfills(at(100), 10).unwrap().contains(&2),
-        "a replayed row owes no mark while unfinished"
-    );
+    assert!(!due(&mut s, at(100), 10).contains(&2), "a replayed row owes no mark while unfinished");
 }
 
-pub fn replay_by_range_and_class<S: ProcStore + Outbox>(mut s: S) {
+pub fn replay_by_range_and_class<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3, 4]);
     let f = |class| Failure::Dead { class, error: "e".into() };
-    s.commit(
+    commit(
+        &mut s,
         &[
             Settle::failed(1, f(ErrorClass::Unsupported)),
             Settle::failed(2, f(ErrorClass::Protocol)),
@@ -183,31 +224,35 @@ pub fn replay_by_range_and_class<S: ProcStore + Outbox>(mut s: S) {
     assert_eq!(state(&mut s, 3), ProcStatus::Pending);
 }
 
-pub fn backfill_settles_abandons_and_retries<S: ProcStore + Outbox>(mut s: S) {
+pub fn backfill_settles_abandons_and_retries<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3]);
-    s.commit(&[Settle::skipped(1, "a"), Settle::skipped(2, "b"), Settle::skipped(3, "c")], at(1)).unwrap();
-    assert_eq!(s.due_backfills(at(1), 2).unwrap(), vec![1, 2], "bounded, oldest first");
+    commit(&mut s, &[Settle::skipped(1, "a"), Settle::skipped(2, "b"), Settle::skipped(3, "c")], at(1))
+        .unwrap();
+    assert_eq!(due(&mut s, at(1), 2), vec![1, 2], "bounded, oldest first");
     s.backfill_settled(&[1], at(2)).unwrap();
     s.backfill_abandon(&[2], "MISSING_ROW", at(2)).unwrap();
-    assert_eq!(s.backfill_retry(3, "mailbox down", at(40)).unwrap(), 1);
-    assert_eq!(s.backfill_attempts(3).unwrap(), 1);
-    assert!(s.due_backfills(at(39), 10).unwrap().is_empty());
-    assert_eq!(s.due_backfills(at(40), 10).unwrap(), vec![3]);
+    assert!(s.backfill_overdue(at(1), 10).unwrap().is_empty(), "never refused: never overdue (SPEC 4.9)");
+    s.backfill_retry(&[3], "mailbox refused", &[at(40)]).unwrap();
+    let owed = s.due_backfills(at(40), 10).unwrap();
+    assert_eq!((owed[0].msg_id, owed[0].attempts), (3, 1));
+    assert!(due(&mut s, at(39), 10).is_empty());
     s.backfill_abandon(&[1], "late", at(3)).unwrap(); // settled rows cannot be abandoned
     assert!(s.backfill_overdue(at(0), 10).unwrap().is_empty());
     assert_eq!(
         s.backfill_overdue(at(1), 10).unwrap(),
         vec![3],
-        "owed since its terminal time, retries or not"
+        "refused, and owed since its terminal time, retries or not"
     );
+    s.backfill_retry(&[1, 2], "late", &[at(50), at(50)]).unwrap();
+    assert!(!due(&mut s, at(100), 10).contains(&1), "a settled mark is not owed again by a retry");
     s.backfill_settled(&[3], at(41)).unwrap();
-    assert!(s.due_backfills(at(1000), 10).unwrap().is_empty());
+    assert!(due(&mut s, at(1000), 10).is_empty());
 }
 
-pub fn outbox_is_fifo_per_target_and_conditional<S: ProcStore + Outbox>(mut s: S) {
+pub fn outbox_is_fifo_per_target_and_conditional<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    s.commit(&[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 2)])], at(1)).unwrap();
-    s.commit(&[Settle::succeeded(2, "k2", vec![event("C", 3)])], at(2)).unwrap();
+    commit(&mut s, &[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 2)])], at(1)).unwrap();
+    commit(&mut s, &[Settle::succeeded(2, "k2", vec![event("C", 3)])], at(2)).unwrap();
     let ev = s.pending(Target::KafkaMsg, 10).unwrap();
     assert_eq!(ev.iter().map(|e| e.partition_key.as_str()).collect::<Vec<_>>(), ["A", "B", "C"]);
     assert!(s.pending(Target::KafkaSchd, 10).unwrap().is_empty());
@@ -232,9 +277,10 @@ fn schd_event(flid: &str, version: i64) -> NewEvent {
     NewEvent { target: Target::KafkaSchd.as_str().into(), ..event(flid, version) }
 }
 
-pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: ProcStore + Outbox>(mut s: S) {
+pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3, 4]);
-    s.commit(&[Settle::succeeded(1, "k1", vec![schd_event("A", 5), schd_event("B", 5)])], at(1)).unwrap();
+    commit(&mut s, &[Settle::succeeded(1, "k1", vec![schd_event("A", 5), schd_event("B", 5)])], at(1))
+        .unwrap();
     let rows = s.pending(Target::KafkaSchd, 10).unwrap();
     assert_eq!(rows.len(), 2);
     let a = rows[0].clone();
@@ -242,13 +288,14 @@ pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: ProcStor
     s.dead(&[rows[1].event_id], ErrorClass::Exhausted, "x").unwrap();
     assert!(s.pending(Target::KafkaSchd, 10).unwrap().is_empty());
     // A new generation for both flights: the SENT row and the DEAD row come back PENDING.
-    s.commit(&[Settle::succeeded(2, "k2", vec![schd_event("A", 6), schd_event("B", 6)])], at(3)).unwrap();
+    commit(&mut s, &[Settle::succeeded(2, "k2", vec![schd_event("A", 6), schd_event("B", 6)])], at(3))
+        .unwrap();
     let rows = s.pending(Target::KafkaSchd, 10).unwrap();
     assert_eq!(rows.len(), 2, "reset in place, not added");
     assert_eq!((rows[0].event_id, rows[0].state_version, rows[0].attempts), (a.event_id, 6, 0));
     assert_eq!(rows[0].msg_id, Some(2));
     // An older generation arriving late changes nothing.
-    s.commit(&[Settle::succeeded(3, "k3", vec![schd_event("A", 4)])], at(4)).unwrap();
+    commit(&mut s, &[Settle::succeeded(3, "k3", vec![schd_event("A", 4)])], at(4)).unwrap();
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 6);
     // SENT only at the generation that was sent.
     s.mark_sent(&[(a.event_id, 5)], at(5)).unwrap();
@@ -257,9 +304,10 @@ pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: ProcStor
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap().len(), 1);
 }
 
-pub fn retention_deletes_only_old_sent_events<S: ProcStore + Outbox + Housekeeping>(mut s: S) {
+pub fn retention_deletes_only_old_sent_events<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    s.commit(
+    commit(
+        &mut s,
         &[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 2), event("C", 3), event("D", 4)])],
         at(1),
     )
@@ -276,23 +324,20 @@ pub fn retention_deletes_only_old_sent_events<S: ProcStore + Outbox + Housekeepi
     assert!(out[0].verdict.is_ok(), "the DEAD event (DLQ) was kept");
 }
 
-pub fn retention_never_deletes_a_schd_row_reset_by_a_new_generation<S: ProcStore + Outbox + Housekeeping>(
-    mut s: S,
-) {
+pub fn retention_never_deletes_a_schd_row_reset_by_a_new_generation<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    s.commit(&[Settle::succeeded(1, "k1", vec![schd_event("A", 1)])], at(1)).unwrap();
+    commit(&mut s, &[Settle::succeeded(1, "k1", vec![schd_event("A", 1)])], at(1)).unwrap();
     let row = s.pending(Target::KafkaSchd, 10).unwrap()[0].clone();
     s.mark_sent(&[(row.event_id, 1)], at(2)).unwrap();
-    s.commit(&[Settle::succeeded(2, "k2", vec![schd_event("A", 2)])], at(3)).unwrap();
+    commit(&mut s, &[Settle::succeeded(2, "k2", vec![schd_event("A", 2)])], at(3)).unwrap();
     assert_eq!(s.delete_sent_events(at(100), 10).unwrap(), 0);
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 2);
 }
 
-pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: ProcStore + Outbox + Housekeeping>(
-    mut s: S,
-) {
+pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3, 4, 5, 6]);
-    s.commit(
+    commit(
+        &mut s,
         &[
             Settle::succeeded(1, "id-1", vec![]),
             Settle::skipped(2, "ignored:LDM-*"),
@@ -314,7 +359,7 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: ProcStore
     assert_eq!(s.archive(at(3), 10, at(50)).unwrap(), Archived { archived: 1, skipped: 0 });
     let shadow = s.row(1).unwrap().unwrap();
     assert_eq!((shadow.state, shadow.identity_key.as_deref()), (ProcStatus::Archived, Some("id-1")));
-    assert_eq!(s.identity_holder("id-1").unwrap(), Some(1), "INV-9 after archive");
+    assert_eq!(holder(&mut s, "id-1"), Some(1), "INV-9 after archive");
     assert_eq!(s.row(4).unwrap().unwrap().state, ProcStatus::Succeeded, "abandoned: stays listed (C-16)");
     let verdicts = s.reconcile(&[4, 4, 1, 99], "mailbox owner purged it", at(60)).unwrap();
     let ok: Vec<(i64, bool)> = verdicts.iter().map(|(id, v)| (*id, v.is_ok())).collect();
@@ -330,10 +375,69 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: ProcStore
     assert_eq!(s.row(5).unwrap().unwrap().state, ProcStatus::Failed, "unfinished rows are never archived");
     let head: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(head, vec![5, 6], "ARCHIVED never occupies the head (INV-3)");
-    assert!(s.due_backfills(at(100), 10).unwrap().is_empty(), "nor the backfill scan");
+    assert!(due(&mut s, at(100), 10).is_empty(), "nor the backfill scan");
     let out = s.replay(&ReplaySelection::Ids(vec![3]), 10, at(60)).unwrap();
     assert!(out[0].verdict.is_err(), "an archived row is not replayed");
     assert_eq!(s.archive(at(100), 10, at(170)).unwrap(), Archived::default(), "idempotent");
+}
+
+pub fn two_identical_identities_in_one_round_are_refused<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    let err =
+        commit(&mut s, &[Settle::succeeded(1, "same", vec![]), Settle::succeeded(2, "same", vec![])], at(1));
+    assert!(err.unwrap_err().is_rejected(), "uk_proc_identity refuses the second");
+    assert_eq!(state(&mut s, 1), ProcStatus::Pending, "nothing of the round was recorded");
+}
+
+pub fn a_replayed_abandoned_row_owes_its_mark_again<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1]);
+    commit(
+        &mut s,
+        &[Settle::failed(1, Failure::Dead { class: ErrorClass::Exhausted, error: "x".into() })],
+        at(1),
+    )
+    .unwrap();
+    s.backfill_abandon(&[1], "MISSING_ROW", at(2)).unwrap();
+    let out = s.replay(&ReplaySelection::Ids(vec![1]), 10, at(3)).unwrap();
+    assert!(out[0].verdict.is_ok());
+    commit(&mut s, &[Settle::succeeded(1, "k1", vec![])], at(4)).unwrap();
+    assert_eq!(due(&mut s, at(4), 10), vec![1], "the abandonment was cleared by the replay (C-16)");
+}
+
+pub fn the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing<S: OwnStore>(mut s: S) {
+    use std::time::Duration;
+    let a = Claimant { id: "a:1:0".into(), host: "a".into(), pid: 1 };
+    let b = Claimant { id: "b:2:0".into(), host: "b".into(), pid: 2 };
+    let Claim::Acquired { epoch: ea, .. } = s.claim(&a, Duration::from_secs(60)).unwrap() else {
+        panic!("free lease")
+    };
+    match s.claim(&b, Duration::from_secs(60)).unwrap() {
+        Claim::HeldBy(h) => assert_eq!((h.host.as_deref(), h.epoch, h.free), (Some("a"), ea, false)),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.renew(&a, ea, Duration::from_secs(60), "{}").unwrap());
+    s.release(&a, ea).unwrap();
+    let Claim::Acquired { epoch: eb, previous } = s.claim(&b, Duration::from_secs(60)).unwrap() else {
+        panic!("released")
+    };
+    assert!(eb > ea, "a new holder increments the epoch");
+    assert_eq!(previous, None, "released: nobody held it");
+    assert!(!s.renew(&a, ea, Duration::from_secs(60), "{}").unwrap(), "the old holder learns it is stale");
+    // Writes: the stale epoch is refused, the current one goes through.
+    let mut stale = s.fenced_twin(ea);
+    let err = stale.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), at(1)).unwrap_err();
+    assert!(err.is_fenced(), "{err}");
+    assert_eq!(s.known(&[1]).unwrap(), Vec::<i64>::new(), "nothing was written");
+    let mut current = s.fenced_twin(eb);
+    current.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), at(1)).unwrap();
+    commit(&mut current, &[Settle::succeeded(1, "k1", vec![event("F", 1)])], at(2)).unwrap();
+    assert!(
+        stale.pending(Target::KafkaMsg, 10).unwrap().is_empty(),
+        "a stale instance reads nothing to send"
+    );
+    assert_eq!(current.pending(Target::KafkaMsg, 10).unwrap().len(), 1);
+    let err = stale.mark_sent(&[(1, 1)], at(3)).unwrap_err();
+    assert!(err.is_fenced());
 }
 
 /// Expands to one `#[test]` per conformance case. `$make` builds a fresh, empty store and
@@ -357,6 +461,9 @@ macro_rules! conformance_tests {
             retention_deletes_only_old_sent_events,
             retention_never_deletes_a_schd_row_reset_by_a_new_generation,
             archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow,
+            two_identical_identities_in_one_round_are_refused,
+            a_replayed_abandoned_row_owes_its_mark_again,
+            the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

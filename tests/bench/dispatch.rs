@@ -13,12 +13,11 @@ use std::time::Instant;
 
 use msgx::clock::{Clock, SystemClock};
 use msgx::dispatch::{self, Dispatcher, Round};
-use msgx::domain::{InboundRow, NewEvent, Target};
-use msgx::ports::{ProcStore, Producer, Record, Settle};
+use msgx::domain::{NewEvent, Target};
+use msgx::ports::{Producer, Record, Settle};
 use msgx::pump::retry_policy;
 use msgx::stats::Stats;
 use msgx::store::kafka::KafkaProducer;
-use msgx::store::mailbox::MysqlOutbound;
 use msgx::store::pg::Pg;
 
 const N: i64 = 5000;
@@ -49,8 +48,7 @@ fn dispatch(batch: usize) -> f64 {
     let s = common::Services::migrated(&format!("dispatch-batch = {batch}\n"));
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     let now = SystemClock.now();
-    let rows: Vec<InboundRow> = (1..=N).map(|id| InboundRow { id, received_at: None }).collect();
-    pg.enqueue(&rows, Some(N), now).unwrap();
+    common::enqueue(&mut pg, &(1..=N).collect::<Vec<i64>>(), now);
     let settles: Vec<Settle> = (1..=N)
         .map(|n| {
             let e = NewEvent {
@@ -64,21 +62,20 @@ fn dispatch(batch: usize) -> f64 {
         })
         .collect();
     for chunk in settles.chunks(500) {
-        pg.commit(chunk, now).unwrap();
+        common::record(&mut pg, chunk, now);
     }
     let mut d = Dispatcher::new(
         Pg::connect(&s.cfg.pg_url).unwrap(),
         KafkaProducer::new(&s.cfg).unwrap(),
-        MysqlOutbound::connect(&s.cfg.mysql_url, &s.cfg.outbound).unwrap(),
-        Arc::new(SystemClock),
         retry_policy(&s.cfg.pipeline),
         dispatch::Settings::from_config(&s.cfg),
+        Arc::new(msgx::lease::LeaseGate::open()),
         Arc::new(Stats::default()),
     );
     let start = Instant::now();
     let mut sent = 0;
     while sent < N as usize {
-        match d.round().unwrap() {
+        match d.round(SystemClock.now()).unwrap() {
             Round::Sent { sent: n, failed: false } => sent += n,
             other => panic!("unexpected round {other:?}"),
         }

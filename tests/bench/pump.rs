@@ -22,11 +22,11 @@ fn run(batch: usize) -> f64 {
     s.insert_inbound(&raws);
     let stats = Arc::new(Stats::default());
     let mut poller = s.poller(&stats);
-    while poller.round().unwrap() != ingress::Round::Idle {}
+    while poller.round(common::now()).unwrap() != ingress::Round::Idle {}
     let mut pump = s.pump(&stats);
     let start = Instant::now();
     loop {
-        match pump.round().unwrap() {
+        match pump.round(common::now()).unwrap() {
             Round::Idle => break,
             Round::Worked(_) => {}
             Round::Wait(_) => panic!("nothing should fail in the benchmark"),

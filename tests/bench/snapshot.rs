@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use msgx::ingress;
-use msgx::ports::Mailbox;
+use msgx::ports::MailboxTexts;
 use msgx::pump::Round;
 use msgx::stats::Stats;
 use msgx::store::mailbox::MysqlMailbox;
@@ -42,13 +42,13 @@ fn main() {
     for seqn in 1..=3u64 {
         let raw = dnld(seqn, 2000);
         let ids = s.insert_inbound(std::slice::from_ref(&raw));
-        while poller.round().unwrap() != ingress::Round::Idle {}
+        while poller.round(common::now()).unwrap() != ingress::Round::Idle {}
         let t = Instant::now();
-        let floor = mailbox.raws(&ids).unwrap();
+        let floor = mailbox.raws(&ids, u64::MAX).unwrap();
         let floor_ms = t.elapsed().as_secs_f64() * 1e3;
         assert_eq!(floor.len(), 1);
         let t = Instant::now();
-        assert_eq!(pump.round().unwrap(), Round::Worked(1));
+        assert_eq!(pump.round(common::now()).unwrap(), Round::Worked(1));
         let ms = t.elapsed().as_secs_f64() * 1e3;
         println!(
             "  snapshot {seqn} ({:.1} MB): pump {ms:7.1} ms   reading it from the mailbox {floor_ms:5.1} ms   ratio {:.0}x",

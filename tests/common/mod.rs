@@ -117,7 +117,7 @@ impl Services {
         ids
     }
 
-    /// A poller on this test's stores (wall clock).
+    /// A poller on this test's stores.
     pub fn poller(
         &self,
         stats: &std::sync::Arc<msgx::stats::Stats>,
@@ -125,13 +125,12 @@ impl Services {
         msgx::ingress::Poller::new(
             Pg::connect(&self.cfg.pg_url).unwrap(),
             MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound).unwrap(),
-            std::sync::Arc::new(msgx::clock::SystemClock),
             &self.cfg.pipeline,
             stats.clone(),
         )
     }
 
-    /// A pump on this test's stores (wall clock).
+    /// A pump on this test's stores.
     pub fn pump(
         &self,
         stats: &std::sync::Arc<msgx::stats::Stats>,
@@ -140,7 +139,6 @@ impl Services {
             Pg::connect(&self.cfg.pg_url).unwrap(),
             MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound).unwrap(),
             RedisFlights::connect(&self.cfg.redis_url, &self.cfg.redis_prefix).unwrap(),
-            std::sync::Arc::new(msgx::clock::SystemClock),
             &self.cfg.pipeline,
             stats.clone(),
         )
@@ -257,12 +255,34 @@ pub fn eventually(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
 pub fn start_daemon(
     cfg: &Config,
 ) -> (crossbeam_channel::Sender<()>, std::thread::JoinHandle<Result<(), msgx::daemon::DaemonError>>) {
+    // The daemon's log lines show with a failing test (nextest keeps them otherwise).
+    let _ = env_logger::builder().is_test(true).filter_level(log::LevelFilter::Info).try_init();
     let (tx, rx) = crossbeam_channel::bounded::<()>(0);
     let cfg = cfg.clone();
     let h = std::thread::spawn(move || {
         msgx::daemon::run(&cfg, std::sync::Arc::new(msgx::clock::SystemClock), rx)
     });
     (tx, h)
+}
+
+/// The wall clock's now (integration tests run on real time).
+pub fn now() -> std::time::SystemTime {
+    use msgx::clock::Clock;
+    msgx::clock::SystemClock.now()
+}
+
+/// Records outcomes as the pump's commit does.
+pub fn record(pg: &mut Pg, settles: &[msgx::ports::Settle], at: std::time::SystemTime) {
+    use msgx::ports::Fifo;
+    pg.commit(&msgx::ports::RoundRecord::of(settles), at).expect("commit");
+}
+
+/// Enqueues mailbox ids as the poller does, moving the watermark to the highest.
+pub fn enqueue(pg: &mut Pg, ids: &[i64], at: std::time::SystemTime) {
+    use msgx::ports::Intake;
+    let rows: Vec<msgx::domain::InboundRow> =
+        ids.iter().map(|&id| msgx::domain::InboundRow { id, received_at: None }).collect();
+    pg.enqueue(&rows, ids.iter().max().copied(), at).expect("enqueue");
 }
 
 pub fn count(pg: &mut postgres::Client, sql: &str) -> i64 {

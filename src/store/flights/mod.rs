@@ -1,63 +1,123 @@
 //! Live flight state in Redis (phase A authority). Key layout (docs/reference.md):
 //!
 //! - `{prefix}flight:{FLID}` — hash, one field per flight element (`STND`, `EOBT`, `GTDT`, …);
+//! - `{prefix}fver:{FLID}` — hash, the MSG_ID that last wrote each field, and `~del`, the
+//!   MSG_ID that last deleted the flight (kept 7 days after the flight is gone): the versions
+//!   that make a flight's state its messages' state in MSG_ID order
+//!   ([`FlightState`](crate::handlers::FlightState));
 //! - `{prefix}sodt` — sorted set, FLID scored by SODT (`yyyyMMddHHmm`): the daily plan's index,
 //!   from which a snapshot's window is read;
 //! - `{prefix}schd:gen` — hash `gen` (the plan's generation) and `msg_id` (the snapshot that
 //!   last advanced it);
 //! - `{prefix}applied:{MSG_ID}` — the JSON decision applied for a message, until PostgreSQL
 //!   holds its outcome (at most a day), so a retry after "Redis applied, PostgreSQL failed"
-//!   writes the same events (I2).
+//!   writes the same events (I2);
+//! - `{prefix}lease:epoch` — the newest lease epoch that wrote here (the fence, PRE-5).
 //!
-//! Every apply is ONE Lua script, so flights, index, generation and applied record change
-//! together or not at all. Only the process thread writes here (I5). The script names its keys
-//! from the prefix, so it needs a standalone Redis (not a cluster).
+//! A round's decisions are applied by ONE Lua script: flights, versions, index, generation and
+//! journal change together or not at all, and not at all when a newer instance has written
+//! here. Only the process thread writes here (I5). The script names its keys from the prefix,
+//! so it needs a standalone Redis (not a cluster).
 
+pub mod classify;
+
+use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::{Client, Commands, Connection, Script};
+use redis::{Client, Connection, Script, Value};
 
 use crate::error::StoreError;
-use crate::handlers::{Decision, Flight, Need, View};
-use crate::ports::{FlightStore, Prepared, StoreResult};
+use crate::handlers::{Decision, FlightState};
+use crate::ports::{FlightStore, Prepared, RoundNeed, StoreResult};
 
 /// How long an applied decision is kept if PostgreSQL never confirms it (a crashed round that
 /// is never retried): far past any retry schedule.
 const APPLIED_TTL_SECS: u64 = 86_400;
+/// How long the versions of a deleted flight are kept (its tombstone).
+const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
-/// Applies a decision (ARGV: prefix, msg_id, ttl, decision JSON). Returns 1 when applied, 0
-/// when a snapshot is not newer than the last one (a replay changes nothing).
+/// Applies a round (ARGV: prefix, epoch, journal ttl, tombstone ttl, n, then n × (msg_id,
+/// decision JSON)). Returns one 1/0 per decision: 0 for a snapshot not newer than the plan's
+/// generation, which changes nothing and is journalled as the empty decision. The rules are
+/// `FlightState::apply`'s, field by field.
 const APPLY: &str = r#"
-local prefix, msg_id, ttl, doc = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local d = cjson.decode(doc)
+local prefix, epoch, ttl, tomb, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if epoch > 0 then
+  local ekey = prefix .. 'lease:epoch'
+  local held = tonumber(redis.call('GET', ekey) or '0')
+  if held > epoch then
+    return redis.error_reply('MSGX_FENCED epoch ' .. held .. ' holds the flights, this instance has ' .. epoch)
+  end
+  if held < epoch then redis.call('SET', ekey, epoch) end
+end
 local idx, genkey = prefix .. 'sodt', prefix .. 'schd:gen'
-if d.snapshot == true then
-  local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
-  if last >= msg_id then return 0 end
-end
-for _, c in ipairs(d.flights) do
-  local key = prefix .. 'flight:' .. c.flid
-  if c.delete == true then
-    redis.call('DEL', key)
-    redis.call('ZREM', idx, c.flid)
+local out = {}
+for i = 1, n do
+  local m, doc = tonumber(ARGV[4 + 2 * i]), ARGV[5 + 2 * i]
+  local d = cjson.decode(doc)
+  local applied = 1
+  if d.snapshot == true then
+    local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
+    if last >= m then applied = 0 end
   end
-  if #c.set > 0 then
-    local args = {}
-    for _, kv in ipairs(c.set) do
-      args[#args + 1] = kv[1]
-      args[#args + 1] = kv[2]
+  if applied == 1 then
+    for _, c in ipairs(d.flights) do
+      local key, vkey = prefix .. 'flight:' .. c.flid, prefix .. 'fver:' .. c.flid
+      local deleted = tonumber(redis.call('HGET', vkey, '~del') or '0')
+      if c.delete == true then
+        for _, f in ipairs(redis.call('HKEYS', key)) do
+          if tonumber(redis.call('HGET', vkey, f) or '0') <= m then redis.call('HDEL', key, f) end
+        end
+        if m > deleted then
+          deleted = m
+          redis.call('HSET', vkey, '~del', m)
+        end
+      end
+      local function writable(f)
+        return deleted <= m and tonumber(redis.call('HGET', vkey, f) or '0') <= m
+      end
+      for _, kv in ipairs(c.set) do
+        if writable(kv[1]) then
+          redis.call('HSET', key, kv[1], kv[2])
+          redis.call('HSET', vkey, kv[1], m)
+        end
+      end
+      for _, f in ipairs(c.clear) do
+        if writable(f) then
+          redis.call('HDEL', key, f)
+          redis.call('HSET', vkey, f, m)
+        end
+      end
+      if redis.call('EXISTS', key) == 1 then
+        redis.call('PERSIST', vkey)
+        if c.sodt ~= nil and c.sodt ~= cjson.null then redis.call('ZADD', idx, c.sodt, c.flid) end
+      else
+        redis.call('ZREM', idx, c.flid)
+        if redis.call('EXISTS', vkey) == 1 then redis.call('EXPIRE', vkey, tomb) end
+      end
     end
-    redis.call('HSET', key, unpack(args))
+    if d.snapshot == true then
+      redis.call('HINCRBY', genkey, 'gen', 1)
+      redis.call('HSET', genkey, 'msg_id', m)
+    end
+    redis.call('SET', prefix .. 'applied:' .. m, doc, 'EX', ttl)
+  else
+    redis.call('SET', prefix .. 'applied:' .. m, '{"flights":[],"events":[]}', 'EX', ttl)
   end
-  if #c.clear > 0 then redis.call('HDEL', key, unpack(c.clear)) end
-  if c.sodt ~= nil and c.sodt ~= cjson.null then redis.call('ZADD', idx, c.sodt, c.flid) end
+  out[i] = applied
 end
-if d.snapshot == true then
-  redis.call('HINCRBY', genkey, 'gen', 1)
-  redis.call('HSET', genkey, 'msg_id', msg_id)
-end
-redis.call('SET', prefix .. 'applied:' .. msg_id, doc, 'EX', ttl)
-return 1
+return out
+"#;
+
+/// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
+/// holder claims the flights before its stages start, so a stale pump's next apply is refused.
+const CLAIM: &str = r#"
+local ekey = ARGV[1] .. 'lease:epoch'
+local held = tonumber(redis.call('GET', ekey) or '0')
+local epoch = tonumber(ARGV[2])
+if held > epoch then return redis.error_reply('MSGX_FENCED epoch ' .. held .. ' holds the flights, this instance has ' .. epoch) end
+redis.call('SET', ekey, epoch)
+return epoch
 "#;
 
 pub struct RedisFlights {
@@ -65,13 +125,21 @@ pub struct RedisFlights {
     conn: Option<Connection>,
     prefix: String,
     apply: Script,
+    /// The lease epoch every apply carries (0: unfenced, for tools and tests).
+    epoch: i64,
 }
 
 impl RedisFlights {
     pub fn new(url: &str, prefix: &str) -> StoreResult<RedisFlights> {
         let client =
-            Client::open(url).map_err(|e| StoreError::new("redis", format!("bad redis.url: {e}")))?;
-        Ok(RedisFlights { client, conn: None, prefix: prefix.to_string(), apply: Script::new(APPLY) })
+            Client::open(url).map_err(|e| StoreError::rejected("redis", format!("bad redis.url: {e}")))?;
+        Ok(RedisFlights {
+            client,
+            conn: None,
+            prefix: prefix.to_string(),
+            apply: Script::new(APPLY),
+            epoch: 0,
+        })
     }
 
     pub fn connect(url: &str, prefix: &str) -> StoreResult<RedisFlights> {
@@ -80,19 +148,33 @@ impl RedisFlights {
         Ok(r)
     }
 
+    /// Every apply carries `epoch`; Redis refuses it once a newer epoch wrote there.
+    pub fn fenced(mut self, epoch: i64) -> RedisFlights {
+        self.epoch = epoch;
+        self
+    }
+
+    /// Claims the flights for `epoch` (a new lease holder, before its stages start).
+    pub fn claim(&mut self, epoch: i64) -> StoreResult<()> {
+        let prefix = self.prefix.clone();
+        self.run(|c, _| Script::new(CLAIM).arg(&prefix).arg(epoch).invoke::<i64>(c)).map(|_| ())
+    }
+
     pub fn flight_key(&self, flid: &str) -> String {
         format!("{}flight:{flid}", self.prefix)
     }
 
-    fn applied_key(&self, msg_id: i64) -> String {
-        format!("{}applied:{msg_id}", self.prefix)
+    fn key(&self, what: &str, id: impl std::fmt::Display) -> String {
+        format!("{}{what}:{id}", self.prefix)
     }
 
     fn conn(&mut self) -> StoreResult<&mut Connection> {
         if self.conn.is_none() {
-            let c = self.client.get_connection_with_timeout(Duration::from_secs(5))?;
-            c.set_read_timeout(Some(Duration::from_secs(30)))?;
-            c.set_write_timeout(Some(Duration::from_secs(30)))?;
+            let unavailable =
+                |e: redis::RedisError| StoreError::unavailable("redis", classify::classify(&e).detail);
+            let c = self.client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
+            c.set_read_timeout(Some(Duration::from_secs(10))).map_err(unavailable)?;
+            c.set_write_timeout(Some(Duration::from_secs(10))).map_err(unavailable)?;
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("connected above"))
@@ -104,12 +186,13 @@ impl RedisFlights {
     ) -> StoreResult<R> {
         let script = self.apply.clone();
         let r = f(self.conn()?, &script);
-        if let Err(e) = &r {
-            if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error() {
+        r.map_err(|e| {
+            let err = classify::classify(&e);
+            if err.is_unavailable() || e.is_unrecoverable_error() {
                 self.conn = None;
             }
-        }
-        r.map_err(StoreError::from)
+            err
+        })
     }
 
     /// The daily plan's generation and the message that last advanced it.
@@ -121,56 +204,90 @@ impl RedisFlights {
     }
 }
 
+fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
+    redis::from_redis_value(v).map_err(|e| StoreError::rejected("redis", format!("unexpected reply: {e}")))
+}
+
 impl FlightStore for RedisFlights {
-    fn prepare(&mut self, msg_id: i64, need: &Need) -> StoreResult<Prepared> {
-        let applied_key = self.applied_key(msg_id);
-        let keys: Vec<String> = need.flids.iter().map(|f| self.flight_key(f)).collect();
+    fn prepare(&mut self, need: &RoundNeed, forget: &[i64]) -> StoreResult<Prepared> {
+        let applied_keys: Vec<String> = need.msg_ids.iter().map(|m| self.key("applied", m)).collect();
+        let forget_keys: Vec<String> = forget.iter().map(|m| self.key("applied", m)).collect();
+        let flight_keys: Vec<(String, String)> =
+            need.flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
         let idx = format!("{}sodt", self.prefix);
-        // One round trip: the applied record, every flight hash, and the window's FLIDs.
-        let (applied, hashes, window): (Option<String>, Vec<Flight>, Vec<String>) = self.run(|c, _| {
+        // One round trip: the DEL of journal entries PostgreSQL now holds, then the round's
+        // journal, every flight with its versions, and a snapshot's window.
+        let mut values: Vec<Value> = self.run(|c, _| {
             let mut p = redis::pipe();
-            p.get(&applied_key);
-            for k in &keys {
-                p.hgetall(k);
+            if !forget_keys.is_empty() {
+                p.del(&forget_keys).ignore();
+            }
+            for k in &applied_keys {
+                p.get(k);
+            }
+            for (f, v) in &flight_keys {
+                p.hgetall(f);
+                p.hgetall(v);
             }
             if let Some((a, b)) = need.window {
                 p.zrangebyscore(&idx, a, b);
             }
-            let mut values: Vec<redis::Value> = p.query(c)?;
-            let window = match need.window {
-                Some(_) => redis::from_redis_value(values.pop().expect("one reply per command"))?,
-                None => Vec::new(),
-            };
-            let rest = values.split_off(1);
-            let applied: Option<String> = redis::from_redis_value(values.remove(0))?;
-            let hashes = rest.into_iter().map(redis::from_redis_value).collect::<Result<Vec<Flight>, _>>()?;
-            Ok((applied, hashes, window))
+            p.query(c)
         })?;
-        if let Some(text) = applied {
-            let d = serde_json::from_str(&text).map_err(|e| {
-                StoreError::new("redis", format!("applied decision of msg_id={msg_id} unreadable: {e}"))
-            })?;
-            return Ok(Prepared::Applied(d));
+        let window: Vec<String> = match need.window {
+            Some(_) => {
+                parse(values.pop().ok_or_else(|| StoreError::rejected("redis", "short pipeline reply"))?)?
+            }
+            None => Vec::new(),
+        };
+        let mut values = values.into_iter();
+        let mut applied = HashMap::new();
+        for m in &need.msg_ids {
+            let text: Option<String> = parse(values.next().unwrap_or(Value::Nil))?;
+            if let Some(text) = text {
+                let d: Decision = serde_json::from_str(&text).map_err(|e| {
+                    StoreError::rejected("redis", format!("applied decision of msg_id={m} unreadable: {e}"))
+                })?;
+                applied.insert(*m, d);
+            }
         }
-        let flights = need.flids.iter().cloned().zip(hashes).filter(|(_, h)| !h.is_empty()).collect();
-        Ok(Prepared::Fresh(View { flights, window }))
+        let mut flights = std::collections::BTreeMap::new();
+        for flid in &need.flids {
+            let fields: crate::handlers::Flight = parse(values.next().unwrap_or(Value::Nil))?;
+            let mut versions: std::collections::BTreeMap<String, i64> =
+                parse(values.next().unwrap_or(Value::Nil))?;
+            let deleted = versions.remove("~del").unwrap_or(0);
+            if !fields.is_empty() || !versions.is_empty() || deleted > 0 {
+                flights.insert(flid.clone(), FlightState { fields, versions, deleted });
+            }
+        }
+        Ok(Prepared { applied, flights, window })
     }
 
-    fn apply(&mut self, msg_id: i64, decision: &Decision) -> StoreResult<()> {
-        let doc = serde_json::to_string(decision).map_err(|e| StoreError::new("redis", e))?;
-        let prefix = self.prefix.clone();
-        let applied: i64 =
-            self.run(|c, script| script.arg(&prefix).arg(msg_id).arg(APPLIED_TTL_SECS).arg(&doc).invoke(c))?;
-        if applied == 0 {
-            log::info!(
-                "snapshot msg_id={msg_id} is not newer than the daily plan's generation; nothing changed"
-            );
+    fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>> {
+        if decisions.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(())
+        let docs: Vec<(i64, String)> = decisions
+            .iter()
+            .map(|(m, d)| serde_json::to_string(d).map(|s| (*m, s)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
+        let prefix = self.prefix.clone();
+        let epoch = self.epoch;
+        let flags: Vec<i64> = self.run(|c, script| {
+            let mut inv = script.prepare_invoke();
+            inv.arg(&prefix).arg(epoch).arg(APPLIED_TTL_SECS).arg(TOMBSTONE_TTL_SECS).arg(docs.len());
+            for (m, doc) in &docs {
+                inv.arg(*m).arg(doc);
+            }
+            inv.invoke(c)
+        })?;
+        Ok(flags.into_iter().map(|f| f == 1).collect())
     }
 
     fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()> {
-        let keys: Vec<String> = msg_ids.iter().map(|m| self.applied_key(*m)).collect();
-        self.run(|c, _| c.del::<_, ()>(keys))
+        let keys: Vec<String> = msg_ids.iter().map(|m| self.key("applied", m)).collect();
+        self.run(|c, _| redis::cmd("DEL").arg(&keys).query::<()>(c))
     }
 }

@@ -1,18 +1,22 @@
-//! The Kafka producer: rdkafka's synchronous `BaseProducer` (no async runtime), configured by
-//! D3 only: `acks=all`, `enable.idempotence=true`, `max.in.flight.requests.per.connection=1`.
-//! A batch is produced in order, then flushed; each record's acknowledgement is collected by
-//! index. On a fatal (idempotence) error the producer is recreated and the caller re-sends
-//! what was not acknowledged, in order.
+//! The Kafka producer: rdkafka's `ThreadedProducer` (a synchronous producer whose own thread
+//! serves librdkafka's events; no async runtime), configured by D3 only: `acks=all`,
+//! `enable.idempotence=true`, `max.in.flight.requests.per.connection=1`. A batch is produced in
+//! order; the dispatch thread then blocks until every record's delivery report has arrived
+//! (the reports signal a condition variable) or the flush timeout passes — it never spins.
+//! After a failed round the producer is recreated and the caller re-sends what was not
+//! acknowledged, in order.
 
-use std::sync::Mutex;
-use std::time::Duration;
+pub mod classify;
+
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use log::{error, warn};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer};
 
 use crate::config::Config;
 use crate::error::StoreError;
@@ -37,8 +41,16 @@ pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
     s
 }
 
+/// Delivery reports of the current round: (round, index in the round, result).
+#[derive(Default)]
+struct Acks {
+    round: u64,
+    got: Vec<(usize, Result<(), KafkaError>)>,
+}
+
 struct Collector {
-    acks: Mutex<Vec<(usize, Result<(), String>)>>,
+    acks: Mutex<Acks>,
+    arrived: Condvar,
 }
 
 impl ClientContext for Collector {
@@ -56,31 +68,35 @@ impl ClientContext for Collector {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        // A broker outage shows here many times; delivery failures are reported per event.
-        warn!("kafka client error: {error}: {reason}");
+        // A broker outage shows here many times a second; the dispatch stage reports the
+        // outage once (WARN, then ERROR after outage-alert-after).
+        log::debug!("kafka client error: {error}: {reason}");
     }
 }
 
 impl ProducerContext for Collector {
-    type DeliveryOpaque = Box<usize>;
+    type DeliveryOpaque = Box<(u64, usize)>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, index: Box<usize>) {
-        let r = match result {
-            Ok(_) => Ok(()),
-            Err((e, _)) => Err(e.to_string()),
-        };
-        self.acks.lock().expect("ack list poisoned").push((*index, r));
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: Box<(u64, usize)>) {
+        let (round, index) = *opaque;
+        let mut acks = self.acks.lock().expect("ack list poisoned");
+        // A report of an earlier round (a record that timed out there) is not this round's.
+        if acks.round == round {
+            acks.got.push((index, result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone())));
+            self.arrived.notify_all();
+        }
     }
 }
 
 pub struct KafkaProducer {
     settings: Vec<(&'static str, String)>,
-    producer: BaseProducer<Collector>,
-    /// Upper bound of one flush: the message timeout plus slack.
+    producer: ThreadedProducer<Collector>,
+    /// Upper bound of one round's wait: the message timeout plus slack.
     flush_timeout: Duration,
+    round: u64,
 }
 
-fn build(settings: &[(&'static str, String)]) -> Result<BaseProducer<Collector>, StoreError> {
+fn build(settings: &[(&'static str, String)]) -> Result<ThreadedProducer<Collector>, StoreError> {
     let mut cc = ClientConfig::new();
     for (k, v) in settings {
         cc.set(*k, v);
@@ -88,7 +104,8 @@ fn build(settings: &[(&'static str, String)]) -> Result<BaseProducer<Collector>,
     if settings.iter().any(|(k, _)| *k == "debug") {
         cc.set_log_level(RDKafkaLogLevel::Debug);
     }
-    cc.create_with_context(Collector { acks: Mutex::new(Vec::new()) }).map_err(StoreError::from)
+    cc.create_with_context(Collector { acks: Mutex::new(Acks::default()), arrived: Condvar::new() })
+        .map_err(|e| classify::classify(&e))
 }
 
 impl KafkaProducer {
@@ -99,11 +116,22 @@ impl KafkaProducer {
             settings,
             producer,
             flush_timeout: cfg.producer.message_timeout + Duration::from_secs(5),
+            round: 0,
         })
     }
 
-    fn acked(&self) -> usize {
-        self.producer.context().acks.lock().expect("ack list poisoned").len()
+    /// Blocks until `want` reports of the current round arrived or `deadline` passed.
+    fn wait_for(&self, want: usize, deadline: Instant) -> Vec<(usize, Result<(), KafkaError>)> {
+        let c = self.producer.context();
+        let mut acks = c.acks.lock().expect("ack list poisoned");
+        while acks.got.len() < want {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            acks = c.arrived.wait_timeout(acks, left).expect("ack list poisoned").0;
+        }
+        std::mem::take(&mut acks.got)
     }
 
     /// Replaces the producer after a failed round. A fatal (idempotence) error demands it;
@@ -111,11 +139,8 @@ impl KafkaProducer {
     /// after the broker lost its state) otherwise loops bumping its epoch for ever. A fresh
     /// producer asks for a new id; the outbox re-sends what was not acknowledged, in order.
     fn recreate(&mut self) {
-        match self.producer.client().fatal_error() {
-            Some((code, reason)) => {
-                error!("kafka producer fatal error {code:?}: {reason}; recreating the producer")
-            }
-            None => warn!("kafka delivery failed; recreating the producer (fresh producer id)"),
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            warn!("kafka producer fatal error {code:?}: {reason}; recreating the producer");
         }
         match build(&self.settings) {
             Ok(p) => self.producer = p,
@@ -126,62 +151,60 @@ impl KafkaProducer {
 
 impl Producer for KafkaProducer {
     fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
-        self.producer.context().acks.lock().expect("ack list poisoned").clear();
+        self.round += 1;
+        let round = self.round;
+        {
+            let mut acks = self.producer.context().acks.lock().expect("ack list poisoned");
+            acks.round = round;
+            acks.got.clear();
+        }
+        let deadline = Instant::now() + self.flush_timeout;
         let mut queued = 0;
-        let mut refused: Option<String> = None;
+        let mut refused: Option<StoreError> = None;
         'records: for (i, r) in records.iter().enumerate() {
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
             for (k, v) in &r.headers {
                 headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
             }
-            let mut record = BaseRecord::with_opaque_to(&r.topic, Box::new(i))
+            let mut record = BaseRecord::with_opaque_to(&r.topic, Box::new((round, i)))
                 .key(&r.key)
                 .payload(&r.payload)
                 .headers(headers);
-            // A full local queue drains as the broker acknowledges; bounded retries.
-            for _ in 0..100 {
+            // A full local queue drains as the broker acknowledges; wait for reports, bounded.
+            loop {
                 match self.producer.send(record) {
                     Ok(()) => {
                         queued += 1;
                         continue 'records;
                     }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                        if Instant::now() < deadline =>
+                    {
                         record = back;
-                        self.producer.poll(Duration::from_millis(100));
+                        let c = self.producer.context();
+                        let acks = c.acks.lock().expect("ack list poisoned");
+                        let _ = c.arrived.wait_timeout(acks, Duration::from_millis(100));
                     }
                     Err((e, _)) => {
-                        refused = Some(e.to_string());
+                        refused = Some(classify::classify(&e));
                         break 'records;
                     }
                 }
             }
-            refused = Some("local producer queue stayed full".into());
-            break;
         }
-        // Wait for exactly the acknowledgements expected. Not `flush()`: rdkafka's poll waits
-        // out its whole timeout, which made every round cost at least 100 ms. Bounded by the
-        // flush timeout, counted in 1 ms polls.
-        let mut waited = Duration::ZERO;
-        while self.acked() < queued && waited < self.flush_timeout {
-            self.producer.poll(Duration::from_millis(1));
-            waited += Duration::from_millis(1);
-        }
-        let acks = std::mem::take(&mut *self.producer.context().acks.lock().expect("ack list poisoned"));
+        let acks = self.wait_for(queued, deadline);
         let mut out: Vec<Result<(), StoreError>> = (0..records.len())
             .map(|i| {
-                Err(StoreError::new(
-                    "kafka",
-                    if i >= queued {
-                        refused.clone().unwrap_or_else(|| "not queued".into())
-                    } else {
-                        "not acknowledged before the flush timeout".into()
-                    },
-                ))
+                Err(if i >= queued {
+                    refused.clone().unwrap_or_else(|| StoreError::unavailable("kafka", "not queued"))
+                } else {
+                    StoreError::unavailable("kafka", "not acknowledged within message-timeout-ms")
+                })
             })
             .collect();
         for (i, r) in acks {
             if let Some(slot) = out.get_mut(i) {
-                *slot = r.map_err(|e| StoreError::new("kafka", e));
+                *slot = r.map_err(|e| classify::classify(&e));
             }
         }
         if out.iter().any(|r| r.is_err()) {

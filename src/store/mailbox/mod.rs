@@ -1,18 +1,26 @@
 //! The shared MySQL mailbox (someone else's database, C-14): msgx only reads `CMINMSGS`,
-//! writes the processed mark on rows it finished, and (later) inserts into `COUTMSGS`. Table
-//! and column names come from configuration; they were validated as plain SQL names there.
+//! writes the processed mark on rows it finished, and inserts into `COUTMSGS`. Table and
+//! column names come from configuration; they were validated as plain SQL names there.
+//!
+//! No read converts a value it was not asked to: bodies are read as bytes (a `LONGBLOB`
+//! column or a binary connection charset may hold anything) and checked by the pump, so a
+//! row that is not text is that row's failure, never a panic in the driver.
+
+pub mod classify;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use mysql::prelude::Queryable;
-use mysql::{Opts, OptsBuilder, Value};
+use mysql::{Opts, OptsBuilder, Row, Value};
 
 use crate::clock::CivilTime;
 use crate::config::{InboundMailbox, OutboundMailbox};
 use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
-use crate::ports::{Mailbox, Mark, Outbound, StoreResult};
+use crate::ports::{
+    MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
+};
 
 /// A MySQL connection that is opened lazily and dropped after any error, so the next call
 /// starts clean (a connection in an unknown state is not worth reasoning about).
@@ -24,7 +32,7 @@ struct Conn {
 impl Conn {
     fn new(url: &str) -> StoreResult<Conn> {
         let opts = Opts::from_url(url)
-            .map_err(|e| StoreError::new("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
+            .map_err(|e| StoreError::rejected("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
         let opts: Opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(Duration::from_secs(5)))
             .read_timeout(Some(Duration::from_secs(60)))
@@ -33,11 +41,14 @@ impl Conn {
         Ok(Conn { opts, conn: None })
     }
 
+    /// The connection; a failure to connect is always unavailable.
     fn get(&mut self) -> StoreResult<&mut mysql::Conn> {
         if self.conn.is_none() {
-            let mut c = mysql::Conn::new(self.opts.clone())?;
+            let unavailable =
+                |e: mysql::Error| StoreError::unavailable("mailbox", classify::classify(&e).detail);
+            let mut c = mysql::Conn::new(self.opts.clone()).map_err(unavailable)?;
             // DATETIME columns hold UTC (docs/reference.md); keep the session on it too.
-            c.query_drop("SET time_zone = '+00:00'")?;
+            c.query_drop("SET time_zone = '+00:00'").map_err(unavailable)?;
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("connected above"))
@@ -48,7 +59,7 @@ impl Conn {
         if r.is_err() {
             self.conn = None;
         }
-        r.map_err(StoreError::from)
+        r.map_err(|e| classify::classify(&e))
     }
 }
 
@@ -112,7 +123,17 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-impl Mailbox for MysqlMailbox {
+/// A column's value as `T`, or a conversion error (never a panic). `_what` names it for the
+/// reader of the code; the error carries the value.
+fn column<T: mysql::prelude::FromValue>(row: &mut Row, i: usize, _what: &str) -> Result<T, mysql::Error> {
+    match row.take_opt::<T, usize>(i) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(mysql::Error::FromValueError(e.0)),
+        None => Err(mysql::Error::FromValueError(Value::NULL)),
+    }
+}
+
+impl MailboxScan for MysqlMailbox {
     fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>> {
         self.run(|c, n| {
             let sql = format!(
@@ -127,15 +148,15 @@ impl Mailbox for MysqlMailbox {
             );
             let mut params: Vec<Value> = n.status_filter.iter().map(|s| Value::from(s.as_str())).collect();
             params.extend([from.into(), to.into(), (limit as u64).into()]);
-            let rows: Vec<(i64, Value, Option<i64>)> = c.exec(sql, params)?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, rcv, wanted)| MailboxRow {
-                    id,
-                    received_at: from_value(rcv),
-                    wanted: wanted == Some(1),
+            let rows: Vec<Row> = c.exec(sql, params)?;
+            rows.into_iter()
+                .map(|mut r| {
+                    let id: i64 = column(&mut r, 0, "id")?;
+                    let rcv: Value = column(&mut r, 1, "received")?;
+                    let wanted: Option<i64> = column(&mut r, 2, "wanted")?;
+                    Ok(MailboxRow { id, received_at: from_value(rcv), wanted: wanted == Some(1) })
                 })
-                .collect())
+                .collect()
         })
     }
 
@@ -154,11 +175,19 @@ impl Mailbox for MysqlMailbox {
             let mut params: Vec<Value> = vec![from.into(), to.into()];
             params.extend(n.status_filter.iter().map(|s| Value::from(s.as_str())));
             params.push((limit as u64).into());
-            let rows: Vec<(i64, Value)> = c.exec(sql, params)?;
-            Ok(rows.into_iter().map(|(id, rcv)| InboundRow { id, received_at: from_value(rcv) }).collect())
+            let rows: Vec<Row> = c.exec(sql, params)?;
+            rows.into_iter()
+                .map(|mut r| {
+                    let id: i64 = column(&mut r, 0, "id")?;
+                    let rcv: Value = column(&mut r, 1, "received")?;
+                    Ok(InboundRow { id, received_at: from_value(rcv) })
+                })
+                .collect()
         })
     }
+}
 
+impl MailboxSubmit for MysqlMailbox {
     fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64> {
         self.run(|c, n| {
             // A new row as the upstream writes it: the first status of the filter (VALID).
@@ -173,24 +202,47 @@ impl Mailbox for MysqlMailbox {
             Ok(c.last_insert_id() as i64)
         })
     }
+}
 
-    fn raws(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, String>> {
+impl MailboxTexts for MysqlMailbox {
+    fn raws(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
         self.run(|c, n| {
+            // The size first, and the body only when it is within the limit: a 20 MB CLOB is
+            // refused without being read.
             let sql = format!(
-                "SELECT {id}, {body} FROM {t} WHERE {id} IN ({ph})",
+                "SELECT {id}, OCTET_LENGTH({body}), CASE WHEN OCTET_LENGTH({body}) > ? THEN NULL ELSE {body} END
+                 FROM {t} WHERE {id} IN ({ph})",
                 body = n.body_column,
                 t = n.table,
                 id = n.id_column,
                 ph = placeholders(ids.len())
             );
-            let rows: Vec<(i64, Option<String>)> = c.exec(sql, ids.to_vec())?;
-            Ok(rows.into_iter().filter_map(|(id, raw)| raw.map(|r| (id, r))).collect())
+            let mut params: Vec<Value> = vec![max_bytes.into()];
+            params.extend(ids.iter().map(|id| Value::from(*id)));
+            let rows: Vec<Row> = c.exec(sql, params)?;
+            let mut out = HashMap::with_capacity(rows.len());
+            for mut r in rows {
+                let id: i64 = column(&mut r, 0, "id")?;
+                let len: Option<u64> = column(&mut r, 1, "length")?;
+                let body: Value = column(&mut r, 2, "body")?;
+                let raw = match (len, body) {
+                    (None, _) => continue, // NULL body: the text is missing
+                    (Some(n), _) if n > max_bytes => Raw::TooLarge { bytes: n },
+                    (Some(_), Value::Bytes(b)) => Raw::Body(b),
+                    (Some(_), Value::NULL) => continue,
+                    (Some(_), other) => Raw::Body(other.as_sql(true).into_bytes()),
+                };
+                out.insert(id, raw);
+            }
+            Ok(out)
         })
     }
+}
 
+impl MailboxMarks for MysqlMailbox {
     fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -205,7 +257,13 @@ impl Mailbox for MysqlMailbox {
                 t = n.table,
                 ph = placeholders(ids.len())
             );
-            let found: Vec<(i64, bool)> = tx.exec(sql, ids.to_vec())?;
+            let rows: Vec<Row> = tx.exec(sql, ids.to_vec())?;
+            let mut found: Vec<(i64, bool)> = Vec::with_capacity(rows.len());
+            for mut r in rows {
+                let id: i64 = column(&mut r, 0, "id")?;
+                let marked: i64 = column(&mut r, 1, "marked")?;
+                found.push((id, marked != 0));
+            }
             let to_write: Vec<i64> = found.iter().filter(|(_, marked)| !marked).map(|(id, _)| *id).collect();
             if !to_write.is_empty() {
                 // Only an empty mark is ever written (INV-7, C-5).
@@ -241,8 +299,13 @@ pub struct MysqlOutbound {
 }
 
 impl MysqlOutbound {
+    /// Parses the URL; connects lazily.
+    pub fn new(url: &str, names: &OutboundMailbox) -> StoreResult<MysqlOutbound> {
+        Ok(MysqlOutbound { conn: Conn::new(url)?, names: names.clone() })
+    }
+
     pub fn connect(url: &str, names: &OutboundMailbox) -> StoreResult<MysqlOutbound> {
-        let mut m = MysqlOutbound { conn: Conn::new(url)?, names: names.clone() };
+        let mut m = MysqlOutbound::new(url, names)?;
         m.conn.get()?;
         Ok(m)
     }
@@ -295,7 +358,8 @@ impl Outbound for MysqlOutbound {
                 ins = n.inserted_column,
                 body = n.body_column
             );
-            c.exec_first(sql, (routing_id, to_value_secs(since), xml))
+            let row: Option<Row> = c.exec_first(sql, (routing_id, to_value_secs(since), xml))?;
+            row.map(|mut r| column::<i64>(&mut r, 0, "id")).transpose()
         })
     }
 }

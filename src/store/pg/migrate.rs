@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(4, "schd_upsert_and_outbound_attempts", "V004__schd_upsert_and_outbound_attempts.sql"),
     migration!(5, "proc_state_hst", "V005__proc_state_hst.sql"),
     migration!(6, "backfill_reconciled", "V006__backfill_reconciled.sql"),
+    migration!(7, "lease_and_fence", "V007__lease_and_fence.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +48,7 @@ pub enum SchemaError {
 
 impl From<postgres::Error> for SchemaError {
     fn from(e: postgres::Error) -> Self {
-        SchemaError::Store(e.into())
+        SchemaError::Store(super::classify::classify(&e))
     }
 }
 
@@ -115,9 +116,11 @@ pub fn migrate(client: &mut Client) -> Result<Vec<(i32, &'static str)>, SchemaEr
             rows.iter().map(|r| (r.get(0), r.get(1), r.get::<_, String>(2).trim().to_string())).collect();
         let Some(m) = compare(&applied)?.into_iter().next() else { break };
         tx.batch_execute(m.sql).map_err(|e| {
+            let cause = super::classify::classify(&e);
             SchemaError::Store(StoreError::new(
                 "postgres",
-                format!("migration V{:03} {} failed: {}", m.version, m.name, StoreError::from(e).detail),
+                cause.kind,
+                format!("migration V{:03} {} failed: {}", m.version, m.name, cause.detail),
             ))
         })?;
         tx.execute(

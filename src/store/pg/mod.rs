@@ -1,26 +1,35 @@
-//! Own PostgreSQL: `PROC_STATE`, `MSG_EVENT`, the watermark and the migrations. Every state
-//! change is a conditional write (`WHERE state IN (…)`), so a row can only move along the
-//! lifecycle, never back, whatever a caller does.
+//! Own PostgreSQL: `PROC_STATE`, `MSG_EVENT`, the watermark, the lease and the migrations.
+//! Every state change is a conditional write (`WHERE state IN (…)`), so a row can only move
+//! along the lifecycle, never back, whatever a caller does; and every write transaction of a
+//! running instance starts with the fence (`msgx_fence(epoch)`, migration V007), so a stale
+//! instance never commits after a newer one took the lease (PRE-5).
 
+pub mod classify;
+pub mod lease;
 pub mod migrate;
+mod operator;
 
+pub use operator::{Abandoned, HeadInfo, Status};
+
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use postgres::{Client, NoTls};
 
-use crate::domain::{EventStatus, InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::RefChange;
 use crate::ports::{
-    Archived, Failure, Housekeeping, Outbox, Outcome, ProcStore, ReplaySelection, Replayed, ReplayedEvent,
-    Settle, StoreResult,
+    Archived, Fifo, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord, StoreResult,
 };
-use crate::pump::replay;
 
 /// A PostgreSQL connection that reconnects on the next call after it broke.
 pub struct Pg {
     config: postgres::Config,
     client: Option<Client>,
+    /// The lease epoch every write transaction is fenced with; `None` for an operator's
+    /// command (replay, reconcile), which writes beside the daemon through conditional writes.
+    fence: Option<i64>,
 }
 
 impl Pg {
@@ -28,14 +37,19 @@ impl Pg {
     pub fn new(url: &str) -> Result<Pg, StoreError> {
         let mut config: postgres::Config = url
             .parse()
-            .map_err(|e| StoreError::new("postgres", format!("bad datasources.default.url: {e}")))?;
+            .map_err(|e| StoreError::rejected("postgres", format!("bad datasources.default.url: {e}")))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            // A server that stops answering (frozen, a half-open connection) is noticed.
+            config.tcp_user_timeout(Duration::from_secs(30));
         }
         if config.get_application_name().is_none() {
             config.application_name("msgx");
         }
-        Ok(Pg { config, client: None })
+        config.keepalives_idle(Duration::from_secs(30));
+        Ok(Pg { config, client: None, fence: None })
     }
 
     pub fn connect(url: &str) -> Result<Pg, StoreError> {
@@ -44,10 +58,32 @@ impl Pg {
         Ok(pg)
     }
 
+    /// Another connection to the same database, not connected yet, with the same fence.
+    pub fn twin(&self) -> Pg {
+        Pg { config: self.config.clone(), client: None, fence: self.fence }
+    }
+
+    /// Every write transaction of this connection checks that `epoch` still holds the lease.
+    pub fn fenced(mut self, epoch: i64) -> Pg {
+        self.fence = Some(epoch);
+        self
+    }
+
+    /// The connection; a failure to connect is always unavailable (whatever the server said,
+    /// no message can be at fault for it).
     pub fn client(&mut self) -> Result<&mut Client, StoreError> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
-            let mut c = self.config.connect(NoTls)?;
-            c.batch_execute("SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'")?;
+            let mut c = self
+                .config
+                .connect(NoTls)
+                .map_err(|e| StoreError::unavailable("postgres", classify::classify(&e).detail))?;
+            // Plans must not depend on fresh statistics: the FIFO, outbox and backfill queries
+            // walk their partial indexes in order instead of sorting every unfinished row when
+            // the table's statistics are stale (docs/performance.md).
+            c.batch_execute(
+                "SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'; SET enable_sort = off",
+            )
+            .map_err(|e| StoreError::unavailable("postgres", classify::classify(&e).detail))?;
             self.client = Some(c);
         }
         Ok(self.client.as_mut().expect("connected above"))
@@ -57,18 +93,57 @@ impl Pg {
     fn run<R>(&mut self, f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>) -> StoreResult<R> {
         let client = self.client()?;
         let result = f(client);
-        if result.is_err() && client.is_closed() {
-            self.client = None;
+        if let Err(e) = &result {
+            if client.is_closed() || classify::classify(e).is_unavailable() {
+                self.client = None;
+            }
         }
-        result.map_err(StoreError::from)
+        result.map_err(|e| classify::classify(&e))
+    }
+
+    /// One write transaction, fenced: `BEGIN` and the fence in one round trip, then `f`, then
+    /// `COMMIT`. `f` returns `Ok(Err(..))` to roll back with an error of its own (a guard that
+    /// found a row not in the state it expected).
+    fn write<R>(
+        &mut self,
+        f: impl FnOnce(&mut Client) -> Result<Result<R, StoreError>, postgres::Error>,
+    ) -> StoreResult<R> {
+        let begin = match self.fence {
+            Some(epoch) => format!("BEGIN; SELECT msgx_fence({epoch})"),
+            None => "BEGIN".to_string(),
+        };
+        let outcome = self.run(|c| {
+            if let Err(e) = c.batch_execute(&begin) {
+                // A refused fence leaves the transaction aborted: end it.
+                let _ = c.batch_execute("ROLLBACK");
+                return Err(e);
+            }
+            match f(c) {
+                Ok(Ok(r)) => {
+                    c.batch_execute("COMMIT")?;
+                    Ok(Ok(r))
+                }
+                Ok(Err(e)) => {
+                    c.batch_execute("ROLLBACK")?;
+                    Ok(Err(e))
+                }
+                Err(e) => {
+                    let _ = c.batch_execute("ROLLBACK");
+                    Err(e)
+                }
+            }
+        });
+        outcome?
     }
 }
 
-/// Clips text to a column's width on a character boundary.
+/// Clips text to a column's width on a character boundary, and drops NUL characters, which
+/// PostgreSQL text cannot hold (an error message may quote them).
 pub fn clip(s: &str, max_chars: usize) -> String {
+    let s: String = if s.contains('\0') { s.replace('\0', "\u{FFFD}") } else { s.to_string() };
     match s.char_indices().nth(max_chars) {
         Some((i, _)) => s[..i].to_string(),
-        None => s.to_string(),
+        None => s,
     }
 }
 
@@ -81,7 +156,7 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
     Ok(ProcRow {
         msg_id: r.get("msg_id"),
         state: ProcStatus::parse(&state)
-            .ok_or_else(|| StoreError::new("postgres", format!("unknown PROC_STATE.STATE {state:?}")))?,
+            .ok_or_else(|| StoreError::rejected("postgres", format!("unknown PROC_STATE.STATE {state:?}")))?,
         attempts: attempts.max(0) as u32,
         next_attempt_at: r.get("next_attempt_at"),
         error_class: r.get::<_, Option<String>>("error_class").and_then(|c| ErrorClass::parse(&c)),
@@ -92,18 +167,54 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
     })
 }
 
+const PROC_ROW: &str =
+    "msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key, first_failed_at, type_tag";
+
+impl Intake for Pg {
+    fn enqueue(
+        &mut self,
+        rows: &[InboundRow],
+        watermark: Option<i64>,
+        now: SystemTime,
+    ) -> StoreResult<Vec<i64>> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let received: Vec<Option<SystemTime>> = rows.iter().map(|r| r.received_at).collect();
+        self.write(|c| {
+            let new = c.query(
+                "INSERT INTO proc_state (msg_id, state, attempts, updated_at, received_at, enqueued_at)
+                 SELECT id, 'PENDING', 0, $3, rcv, $3 FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(id, rcv)
+                 ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id",
+                &[&ids, &received, &now],
+            )?;
+            if let Some(w) = watermark {
+                c.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&w, &now])?;
+            }
+            let mut new: Vec<i64> = new.iter().map(|r| r.get(0)).collect();
+            new.sort_unstable();
+            Ok(Ok(new))
+        })
+    }
+
+    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query("SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id", &[&ids])
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn watermark(&mut self) -> StoreResult<i64> {
+        self.run(|c| Ok(c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0)))
+    }
+}
+
+/// An event and the message that caused it.
+type RoundEvent<'a> = (i64, &'a NewEvent);
+
 /// Inserts a round's events in order (WITH ORDINALITY keeps EVENT_IDs in it), each with its
 /// message id. `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation
 /// resets the flight's row to PENDING with the new payload and clears SENT_AT; an older one is
 /// dropped. One statement per kind, whatever the round's size.
-/// An event and the message that caused it.
-type RoundEvent<'a> = (i64, &'a NewEvent);
-
-fn insert_events(
-    tx: &mut postgres::Transaction<'_>,
-    events: &[RoundEvent<'_>],
-    now: SystemTime,
-) -> Result<(), postgres::Error> {
+fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> Result<(), postgres::Error> {
     let schd = Target::KafkaSchd.as_str();
     let (upserts, inserts): (Vec<&RoundEvent<'_>>, Vec<&RoundEvent<'_>>) =
         events.iter().partition(|(_, e)| e.target == schd);
@@ -114,7 +225,7 @@ fn insert_events(
         let types: Vec<&str> = inserts.iter().map(|(_, e)| e.event_type.as_str()).collect();
         let versions: Vec<i64> = inserts.iter().map(|(_, e)| e.state_version).collect();
         let payloads: Vec<&str> = inserts.iter().map(|(_, e)| e.payload_json.as_str()).collect();
-        tx.execute(
+        c.execute(
             "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
              SELECT t, k, ty, v, p, 'PENDING', 0, $7, m
              FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[], $6::bigint[])
@@ -125,8 +236,7 @@ fn insert_events(
     }
     if !upserts.is_empty() {
         // A FLID once per statement: the newest generation of the round (then the later event).
-        let mut latest: std::collections::BTreeMap<&str, (i64, &NewEvent)> =
-            std::collections::BTreeMap::new();
+        let mut latest: BTreeMap<&str, (i64, &NewEvent)> = BTreeMap::new();
         for (m, e) in upserts {
             let slot = latest.entry(e.partition_key.as_str()).or_insert((*m, e));
             if e.state_version >= slot.1.state_version {
@@ -138,7 +248,7 @@ fn insert_events(
         let versions: Vec<i64> = latest.values().map(|(_, e)| e.state_version).collect();
         let payloads: Vec<&str> = latest.values().map(|(_, e)| e.payload_json.as_str()).collect();
         let msg_ids: Vec<i64> = latest.values().map(|(m, _)| *m).collect();
-        tx.execute(
+        c.execute(
             "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
              SELECT 'KAFKA:schd', k, ty, v, p, 'PENDING', 0, $6, m
              FROM UNNEST($1::varchar[], $2::varchar[], $3::bigint[], $4::text[], $5::bigint[]) AS x(k, ty, v, p, m)
@@ -155,21 +265,17 @@ fn insert_events(
 }
 
 /// REF_MASTER changes (SOURCE = AODB), in the message's transaction.
-fn write_references(
-    tx: &mut postgres::Transaction<'_>,
-    refs: &[RefChange],
-    now: SystemTime,
-) -> Result<(), postgres::Error> {
+fn write_references(c: &mut Client, refs: &[&RefChange], now: SystemTime) -> Result<(), postgres::Error> {
     for r in refs {
         match r {
             RefChange::Keep { rtype, keys } => {
-                tx.execute(
+                c.execute(
                     "DELETE FROM ref_master WHERE rtype = $1 AND NOT (rkey = ANY($2))",
                     &[rtype, keys],
                 )?;
             }
             RefChange::Upsert { rtype, rkey, payload_json } => {
-                tx.execute(
+                c.execute(
                     "INSERT INTO ref_master (rtype, rkey, payload_json, source, refreshed_at) VALUES ($1, $2, $3, 'AODB', $4)
                      ON CONFLICT (rtype, rkey) DO UPDATE SET payload_json = EXCLUDED.payload_json, source = 'AODB',
                          refreshed_at = EXCLUDED.refreshed_at",
@@ -177,106 +283,112 @@ fn write_references(
                 )?;
             }
             RefChange::Delete { rtype, rkey } => {
-                tx.execute("DELETE FROM ref_master WHERE rtype = $1 AND rkey = $2", &[rtype, rkey])?;
+                c.execute("DELETE FROM ref_master WHERE rtype = $1 AND rkey = $2", &[rtype, rkey])?;
             }
         }
     }
     Ok(())
 }
 
-/// The rows a replay selection names: by id whatever their state (so a refusal can say why),
-/// by range or class only those in `replayable` state. `select` lists id, then the columns the
-/// caller reads; `id` is the key column.
-fn replay_rows(
-    tx: &mut postgres::Transaction<'_>,
-    select: &str,
-    id: &str,
-    replayable: &str,
-    sel: &ReplaySelection,
-    limit: i64,
-) -> Result<Vec<postgres::Row>, postgres::Error> {
-    match sel {
-        ReplaySelection::Ids(ids) => {
-            tx.query(&format!("{select} WHERE {id} = ANY($1) ORDER BY {id} LIMIT $2"), &[ids, &limit])
-        }
-        ReplaySelection::Range(a, b) => tx.query(
-            &format!("{select} WHERE {id} BETWEEN $1 AND $2 AND {replayable} ORDER BY {id} LIMIT $3"),
-            &[a, b, &limit],
-        ),
-        ReplaySelection::Class(class) => tx.query(
-            &format!("{select} WHERE error_class = $1 AND {replayable} ORDER BY {id} LIMIT $2"),
-            &[&class.as_str(), &limit],
-        ),
+/// The INV-3 guard: a statement that moved fewer rows than it named found one that is no
+/// longer unfinished; nothing of the round may be recorded.
+fn guard(what: &str, moved: u64, named: usize) -> Result<(), StoreError> {
+    if moved as usize == named {
+        Ok(())
+    } else {
+        Err(StoreError::rejected(
+            "postgres",
+            format!("commit ({what}): a row of the round is not unfinished (INV-3 guard); nothing of the round was recorded"),
+        ))
     }
 }
 
-/// Ids a replay selection named that no row answered (reported as "no such …").
-fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
-    match sel {
-        ReplaySelection::Ids(ids) => {
-            ids.iter().take(limit).filter(|id| !found.contains(id)).copied().collect()
-        }
-        _ => Vec::new(),
-    }
+fn tags(tags: impl Iterator<Item = Option<String>>) -> Vec<Option<String>> {
+    tags.collect()
 }
 
-impl ProcStore for Pg {
-    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
-        let rows = self.run(|c| {
-            c.query("SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id", &[&ids])
-        })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
+/// One outcome kind's statement: how many rows it moved.
+type Recorder = fn(&mut Client, &RoundRecord<'_>, SystemTime) -> Result<u64, postgres::Error>;
 
-    fn enqueue(
-        &mut self,
-        rows: &[InboundRow],
-        watermark: Option<i64>,
-        now: SystemTime,
-    ) -> StoreResult<Vec<i64>> {
-        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let received: Vec<Option<SystemTime>> = rows.iter().map(|r| r.received_at).collect();
-        self.run(|c| {
-            let mut tx = c.transaction()?;
-            let new = tx.query(
-                "INSERT INTO proc_state (msg_id, state, attempts, updated_at, received_at, enqueued_at)
-                 SELECT id, 'PENDING', 0, $3, rcv, $3 FROM UNNEST($1::bigint[], $2::timestamptz[]) AS t(id, rcv)
-                 ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id",
-                &[&ids, &received, &now],
-            )?;
-            if let Some(w) = watermark {
-                tx.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&w, &now])?;
-            }
-            tx.commit()?;
-            let mut new: Vec<i64> = new.iter().map(|r| r.get(0)).collect();
-            new.sort_unstable();
-            Ok(new)
-        })
-    }
+/// SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8), in one statement.
+fn record_succeeded(
+    c: &mut Client,
+    round: &RoundRecord<'_>,
+    now: SystemTime,
+) -> Result<u64, postgres::Error> {
+    let ids: Vec<i64> = round.succeeded.iter().map(|x| x.msg_id).collect();
+    let t = tags(round.succeeded.iter().map(|x| x.tag.map(|t| clip(t, 32))));
+    let keys: Vec<String> = round.succeeded.iter().map(|x| clip(x.identity, 200)).collect();
+    c.execute(
+        &format!(
+            "UPDATE proc_state p SET state = 'SUCCEEDED', identity_key = x.k, type_tag = COALESCE(x.t, p.type_tag),
+                 next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
+             FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, k, t)
+             WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
+        ),
+        &[&ids, &keys, &t, &now],
+    )
+}
 
-    fn watermark(&mut self) -> StoreResult<i64> {
-        self.run(|c| Ok(c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0)))
-    }
+/// SKIPPED with its reason and the backfill intent (INV-8), in one statement.
+fn record_skipped(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
+    let ids: Vec<i64> = round.skipped.iter().map(|x| x.msg_id).collect();
+    let t = tags(round.skipped.iter().map(|x| x.tag.map(|t| clip(t, 32))));
+    let reasons: Vec<String> = round.skipped.iter().map(|x| clip(x.reason, 1000)).collect();
+    c.execute(
+        &format!(
+            "UPDATE proc_state p SET state = 'SKIPPED', last_error = x.r, type_tag = COALESCE(x.t, p.type_tag),
+                 next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
+             FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, r, t)
+             WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
+        ),
+        &[&ids, &reasons, &t, &now],
+    )
+}
 
-    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
-        let row = self.run(|c| {
-            c.query_opt(
-                "SELECT msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key,
-                        first_failed_at, type_tag
-                 FROM proc_state WHERE msg_id = $1",
-                &[&msg_id],
-            )
-        })?;
-        row.as_ref().map(proc_row).transpose()
-    }
+/// FAILED: attempts+1, class, error, the next attempt, the first failure kept.
+fn record_retried(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
+    let ids: Vec<i64> = round.retried.iter().map(|x| x.msg_id).collect();
+    let t = tags(round.retried.iter().map(|x| x.tag.map(|t| clip(t, 32))));
+    let classes: Vec<&str> = round.retried.iter().map(|x| x.class.as_str()).collect();
+    let errors: Vec<String> = round.retried.iter().map(|x| clip(x.error, 1000)).collect();
+    let next: Vec<SystemTime> = round.retried.iter().map(|x| x.next_attempt_at).collect();
+    c.execute(
+        &format!(
+            "UPDATE proc_state p SET state = 'FAILED', attempts = p.attempts + 1, error_class = x.c, last_error = x.e,
+                 type_tag = COALESCE(x.t, p.type_tag), next_attempt_at = x.n, updated_at = $6,
+                 first_failed_at = COALESCE(p.first_failed_at, $6)
+             FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $4::varchar[], $5::timestamptz[]) AS x(id, t, c, e, n)
+             WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
+        ),
+        &[&ids, &t, &classes, &errors, &next, &now],
+    )
+}
 
+/// DEAD with its class and the backfill intent (INV-8), in one statement.
+fn record_dead(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
+    let ids: Vec<i64> = round.dead.iter().map(|x| x.msg_id).collect();
+    let t = tags(round.dead.iter().map(|x| x.tag.map(|t| clip(t, 32))));
+    let classes: Vec<&str> = round.dead.iter().map(|x| x.class.as_str()).collect();
+    let errors: Vec<String> = round.dead.iter().map(|x| clip(x.error, 1000)).collect();
+    c.execute(
+        &format!(
+            "UPDATE proc_state p SET state = 'DEAD', attempts = p.attempts + 1, error_class = x.c, last_error = x.e,
+                 type_tag = COALESCE(x.t, p.type_tag), next_attempt_at = NULL, updated_at = $5,
+                 first_failed_at = COALESCE(p.first_failed_at, $5), backfill_next_at = $5
+             FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $4::varchar[]) AS x(id, t, c, e)
+             WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
+        ),
+        &[&ids, &t, &classes, &errors, &now],
+    )
+}
+
+impl Fifo for Pg {
     fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
         let rows = self.run(|c| {
             c.query(
                 &format!(
-                    "SELECT msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key,
-                            first_failed_at, type_tag
-                     FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT $1"
+                    "SELECT {PROC_ROW} FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT $1"
                 ),
                 &[&(limit as i64)],
             )
@@ -284,172 +396,52 @@ impl ProcStore for Pg {
         rows.iter().map(proc_row).collect()
     }
 
-    fn identity_holder(&mut self, key: &str) -> StoreResult<Option<i64>> {
-        // ARCHIVED shadow rows keep IDENTITY_KEY, so they answer here too (INV-9).
-        let row =
-            self.run(|c| c.query_opt("SELECT msg_id FROM proc_state WHERE identity_key = $1", &[&key]))?;
-        Ok(row.map(|r| r.get(0)))
-    }
-
-    fn identity_holders(&mut self, keys: &[String]) -> StoreResult<std::collections::HashMap<String, i64>> {
+    fn identity_holders(&mut self, keys: &[String]) -> StoreResult<HashMap<String, i64>> {
         if keys.is_empty() {
-            return Ok(Default::default());
+            return Ok(HashMap::new());
         }
+        // ARCHIVED shadow rows keep IDENTITY_KEY, so they answer here too (INV-9).
         let rows = self.run(|c| {
             c.query("SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)", &[&keys])
         })?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    fn commit(&mut self, settles: &[Settle], now: SystemTime) -> StoreResult<()> {
-        for st in settles {
-            if let Outcome::Succeeded { events, .. } = &st.outcome {
-                if let Some(e) = events.iter().find(|e| Target::parse(&e.target).is_none()) {
-                    return Err(StoreError::new("postgres", format!("unknown event target {:?}", e.target)));
-                }
-            }
+    fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()> {
+        let events = round.events();
+        if let Some((_, e)) = events.iter().find(|(_, e)| Target::parse(&e.target).is_none()) {
+            return Err(StoreError::rejected("postgres", format!("unknown event target {:?}", e.target)));
         }
+        let references: Vec<&RefChange> = round.succeeded.iter().flat_map(|x| x.references.iter()).collect();
         // Set-based: one statement per kind of outcome, its row count checked, so a round of
         // fifty costs a handful of statements and stays all-or-nothing.
-        let mut events: Vec<RoundEvent<'_>> = Vec::new();
-        let (mut ok_ids, mut ok_keys, mut ok_tags) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut sk_ids, mut sk_reasons, mut sk_tags) = (Vec::new(), Vec::new(), Vec::new());
-        let mut references = Vec::new();
-        let mut failures = Vec::new();
-        for st in settles {
-            let tag = st.type_tag.as_deref().map(|t| clip(t, 32));
-            match &st.outcome {
-                Outcome::Succeeded { identity, events: evs, references: refs } => {
-                    events.extend(evs.iter().map(|e| (st.msg_id, e)));
-                    references.extend(refs.iter());
-                    ok_ids.push(st.msg_id);
-                    ok_keys.push(clip(identity, 200));
-                    ok_tags.push(tag);
-                }
-                Outcome::Skipped { reason } => {
-                    sk_ids.push(st.msg_id);
-                    sk_reasons.push(clip(reason, 1000));
-                    sk_tags.push(tag);
-                }
-                Outcome::Failed(f) => failures.push((st.msg_id, tag, f)),
-            }
-        }
-        let mut short = None;
-        self.run(|c| {
-            let mut tx = c.transaction()?;
-            insert_events(&mut tx, &events, now)?;
-            let refs: Vec<RefChange> = references.iter().map(|r| (*r).clone()).collect();
-            write_references(&mut tx, &refs, now)?;
-            if !ok_ids.is_empty() {
-                // SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8) in one statement.
-                let n = tx.execute(
-                    &format!(
-                        "UPDATE proc_state p SET state = 'SUCCEEDED', identity_key = x.k, type_tag = COALESCE(x.t, p.type_tag),
-                             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
-                         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, k, t)
-                         WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
-                    ),
-                    &[&ok_ids, &ok_keys, &ok_tags, &now],
-                )?;
-                if n as usize != ok_ids.len() {
-                    short = Some("succeed");
-                    return Ok(());
-                }
-            }
-            if !sk_ids.is_empty() {
-                let n = tx.execute(
-                    &format!(
-                        "UPDATE proc_state p SET state = 'SKIPPED', last_error = x.r, type_tag = COALESCE(x.t, p.type_tag),
-                             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
-                         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, r, t)
-                         WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
-                    ),
-                    &[&sk_ids, &sk_reasons, &sk_tags, &now],
-                )?;
-                if n as usize != sk_ids.len() {
-                    short = Some("skip");
-                    return Ok(());
-                }
-            }
-            for (id, tag, f) in &failures {
-                let n = match f {
-                    Failure::Retry { class, error, next_attempt_at } => tx.execute(
-                        &format!(
-                            "UPDATE proc_state SET state = 'FAILED', attempts = attempts + 1, error_class = $2, last_error = $3,
-                             type_tag = COALESCE($4, type_tag), next_attempt_at = $5, updated_at = $6,
-                             first_failed_at = COALESCE(first_failed_at, $6)
-                             WHERE msg_id = $1 AND state IN {UNFINISHED}"
-                        ),
-                        &[id, &class.as_str(), &clip(error, 1000), tag, next_attempt_at, &now],
-                    )?,
-                    Failure::Dead { class, error } => tx.execute(
-                        &format!(
-                            "UPDATE proc_state SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3,
-                             type_tag = COALESCE($4, type_tag), next_attempt_at = NULL, updated_at = $5,
-                             first_failed_at = COALESCE(first_failed_at, $5), backfill_next_at = $5
-                             WHERE msg_id = $1 AND state IN {UNFINISHED}"
-                        ),
-                        &[id, &class.as_str(), &clip(error, 1000), tag, &now],
-                    )?,
-                };
-                if n != 1 {
-                    short = Some("fail");
-                    return Ok(());
-                }
-            }
-            tx.commit()
-        })?;
-        match short {
-            None => Ok(()),
-            Some(what) => Err(StoreError::new(
-                "postgres",
-                format!("commit ({what}): a row of the round is not unfinished (INV-3 guard); nothing of the round was recorded"),
-            )),
-        }
-    }
-
-    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
-        let limit = limit as i64;
-        self.run(|c| {
-            let mut tx = c.transaction()?;
-            let select = "SELECT msg_id, state, error_class FROM proc_state";
-            let rows = replay_rows(&mut tx, select, "msg_id", "state IN ('FAILED', 'DEAD')", sel, limit)?;
-            let mut out = Vec::new();
-            for r in &rows {
-                let id: i64 = r.get(0);
-                let state = ProcStatus::parse(r.get::<_, &str>(1)).unwrap_or(ProcStatus::Archived);
-                let class = r.get::<_, Option<String>>(2).and_then(|c| ErrorClass::parse(&c));
-                let mut verdict = replay::verdict(state, class);
-                if verdict.is_ok() {
-                    // Class and last error stay for audit; a mark not yet written is no longer
-                    // owed while the row is unfinished (INV-8).
-                    let n = tx.execute(
-                        "UPDATE proc_state SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, first_failed_at = NULL,
-                         updated_at = $2, backfill_next_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_next_at END
-                         WHERE msg_id = $1 AND state IN ('FAILED', 'DEAD')
-                           AND error_class IN ('CODEC_ERROR', 'UNSUPPORTED', 'INFRA', 'EXHAUSTED')",
-                        &[&id, &now],
-                    )?;
-                    if n != 1 {
-                        verdict = Err("changed while replaying; run replay again".into());
+        self.write(|c| {
+            insert_events(c, &events, now)?;
+            write_references(c, &references, now)?;
+            let steps: [(&str, usize, Recorder); 4] = [
+                ("succeed", round.succeeded.len(), record_succeeded),
+                ("skip", round.skipped.len(), record_skipped),
+                ("fail", round.retried.len(), record_retried),
+                ("dead", round.dead.len(), record_dead),
+            ];
+            for (what, named, step) in steps {
+                if named > 0 {
+                    if let Err(e) = guard(what, step(c, round, now)?, named) {
+                        return Ok(Err(e));
                     }
                 }
-                out.push(Replayed { msg_id: id, was: Some((state, class)), verdict });
             }
-            let found: Vec<i64> = out.iter().map(|x| x.msg_id).collect();
-            for id in absent_ids(sel, &found, limit as usize) {
-                out.push(Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) });
-            }
-            tx.commit()?;
-            Ok(out)
+            Ok(Ok(()))
         })
     }
+}
 
-    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
+impl MarkLedger for Pg {
+    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<OwedMark>> {
         let rows = self.run(|c| {
             c.query(
                 &format!(
-                    "SELECT msg_id FROM proc_state
+                    "SELECT msg_id, backfill_attempts FROM proc_state
                      WHERE state IN {TERMINAL} AND backfill_at IS NULL AND backfill_abandoned_at IS NULL
                        AND backfill_next_at IS NOT NULL AND backfill_next_at <= $1
                      ORDER BY backfill_next_at, msg_id LIMIT $2"
@@ -457,43 +449,47 @@ impl ProcStore for Pg {
                 &[&now, &(limit as i64)],
             )
         })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows
+            .iter()
+            .map(|r| OwedMark { msg_id: r.get(0), attempts: r.get::<_, i32>(1).max(0) as u32 })
+            .collect())
     }
 
     fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
-        self.run(|c| {
+        self.write(|c| {
             c.execute(
                 "UPDATE proc_state SET backfill_at = $2, backfill_next_at = NULL, updated_at = $2
                  WHERE msg_id = ANY($1) AND backfill_at IS NULL",
                 &[&ids, &now],
-            )
-        })?;
-        Ok(())
+            )?;
+            Ok(Ok(()))
+        })
     }
 
-    fn backfill_retry(&mut self, id: i64, error: &str, next_at: SystemTime) -> StoreResult<u32> {
+    fn backfill_retry(&mut self, ids: &[i64], error: &str, next_at: &[SystemTime]) -> StoreResult<()> {
         let error = clip(error, 512);
-        let row = self.run(|c| {
-            c.query_opt(
-                // A retry is no lifecycle step: UPDATED_AT keeps the terminal time (overdue anchor).
-                "UPDATE proc_state SET backfill_attempts = backfill_attempts + 1, backfill_error = $2, backfill_next_at = $3
-                 WHERE msg_id = $1 AND backfill_at IS NULL RETURNING backfill_attempts",
-                &[&id, &error, &next_at],
-            )
-        })?;
-        Ok(row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0))
+        self.write(|c| {
+            // A retry is no lifecycle step: UPDATED_AT keeps the terminal time (overdue anchor).
+            c.execute(
+                "UPDATE proc_state p SET backfill_attempts = p.backfill_attempts + 1, backfill_error = $3, backfill_next_at = x.n
+                 FROM UNNEST($1::bigint[], $2::timestamptz[]) AS x(id, n)
+                 WHERE p.msg_id = x.id AND p.backfill_at IS NULL",
+                &[&ids, &next_at, &error],
+            )?;
+            Ok(Ok(()))
+        })
     }
 
     fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()> {
         let reason = clip(reason, 64);
-        self.run(|c| {
+        self.write(|c| {
             c.execute(
                 "UPDATE proc_state SET backfill_abandoned_at = $3, backfill_abandoned_reason = $2, backfill_next_at = NULL, updated_at = $3
                  WHERE msg_id = ANY($1) AND backfill_at IS NULL",
                 &[&ids, &reason, &now],
-            )
-        })?;
-        Ok(())
+            )?;
+            Ok(Ok(()))
+        })
     }
 
     fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
@@ -502,7 +498,7 @@ impl ProcStore for Pg {
                 &format!(
                     "SELECT msg_id FROM proc_state
                      WHERE state IN {TERMINAL} AND backfill_at IS NULL AND backfill_abandoned_at IS NULL
-                       AND backfill_next_at IS NOT NULL AND updated_at <= $1
+                       AND backfill_next_at IS NOT NULL AND backfill_attempts > 0 AND updated_at <= $1
                      ORDER BY msg_id LIMIT $2"
                 ),
                 &[&owed_before, &(limit as i64)],
@@ -510,57 +506,20 @@ impl ProcStore for Pg {
         })?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
-
-    fn reconcile(
-        &mut self,
-        ids: &[i64],
-        note: &str,
-        now: SystemTime,
-    ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
-        let note = clip(note, 200);
-        self.run(|c| {
-            let mut tx = c.transaction()?;
-            let mut out = Vec::new();
-            for id in ids {
-                let n = tx.execute(
-                    "UPDATE proc_state SET backfill_reconciled_at = $2, backfill_reconciled_note = $3, updated_at = $2
-                     WHERE msg_id = $1 AND backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL",
-                    &[id, &now, &note],
-                )?;
-                let verdict = if n == 1 {
-                    Ok(())
-                } else {
-                    let r = tx.query_opt(
-                        "SELECT backfill_abandoned_at IS NOT NULL FROM proc_state WHERE msg_id = $1",
-                        &[id],
-                    )?;
-                    Err(match r.map(|r| r.get::<_, bool>(0)) {
-                        None => "no such message".to_string(),
-                        Some(false) => "its mark was not abandoned; nothing to reconcile".to_string(),
-                        Some(true) => "already reconciled".to_string(),
-                    })
-                };
-                out.push((*id, verdict));
-            }
-            tx.commit()?;
-            Ok(out)
-        })
-    }
-
-    fn backfill_attempts(&mut self, id: i64) -> StoreResult<u32> {
-        let row =
-            self.run(|c| c.query_opt("SELECT backfill_attempts FROM proc_state WHERE msg_id = $1", &[&id]))?;
-        Ok(row.map(|r| r.get::<_, i32>(0).max(0) as u32).unwrap_or(0))
-    }
 }
 
 impl Outbox for Pg {
     fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>> {
+        // A stale instance reads nothing to send: the epoch is checked in the same statement
+        // (-1 when unfenced never matches a NULL comparison, so it is skipped there).
+        let epoch = self.fence.unwrap_or(-1);
         let rows = self.run(|c| {
             c.query(
                 "SELECT event_id, msg_id, partition_key, state_version, payload_json, attempts, next_attempt_at, last_attempt_at
-                 FROM msg_event WHERE target = $1 AND state = 'PENDING' ORDER BY event_id LIMIT $2",
-                &[&target.as_str(), &(limit as i64)],
+                 FROM msg_event WHERE target = $1 AND state = 'PENDING'
+                   AND ($3::bigint < 0 OR EXISTS (SELECT 1 FROM msgx_lease WHERE id = 1 AND epoch = $3::bigint))
+                 ORDER BY event_id LIMIT $2",
+                &[&target.as_str(), &(limit as i64), &epoch],
             )
         })?;
         Ok(rows
@@ -584,100 +543,54 @@ impl Outbox for Pg {
         let versions: Vec<i64> = sent.iter().map(|(_, v)| *v).collect();
         // SENT and SENT_AT in the same conditional UPDATE (G-EVENT-RETENTION); a row reset to a
         // newer generation meanwhile does not match and stays PENDING.
-        self.run(|c| {
+        self.write(|c| {
             c.execute(
                 "UPDATE msg_event e SET state = 'SENT', sent_at = $3
                  FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, v)
                  WHERE e.event_id = s.id AND e.state_version = s.v AND e.state = 'PENDING'",
                 &[&ids, &versions, &now],
-            )
-        })?;
-        Ok(())
+            )?;
+            Ok(Ok(()))
+        })
     }
 
     fn retry(&mut self, ids: &[i64], class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()> {
         let error = clip(error, 1000);
-        self.run(|c| {
+        self.write(|c| {
             c.execute(
                 "UPDATE msg_event SET attempts = attempts + 1, next_attempt_at = $2, error_class = $3, last_error = $4
                  WHERE event_id = ANY($1) AND state = 'PENDING'",
                 &[&ids, &next_at, &class.as_str(), &error],
-            )
-        })?;
-        Ok(())
+            )?;
+            Ok(Ok(()))
+        })
     }
 
     fn dead(&mut self, ids: &[i64], class: ErrorClass, error: &str) -> StoreResult<()> {
         let error = clip(error, 1000);
-        self.run(|c| {
+        self.write(|c| {
             c.execute(
                 "UPDATE msg_event SET state = 'DEAD', attempts = attempts + 1, error_class = $2, last_error = $3
                  WHERE event_id = ANY($1) AND state = 'PENDING'",
                 &[&ids, &class.as_str(), &error],
-            )
-        })?;
-        Ok(())
+            )?;
+            Ok(Ok(()))
+        })
     }
 
     fn started(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
-        self.run(|c| {
+        self.write(|c| {
             c.execute(
                 "UPDATE msg_event SET last_attempt_at = $2 WHERE event_id = ANY($1) AND state = 'PENDING'",
                 &[&ids, &now],
-            )
-        })?;
-        Ok(())
-    }
-
-    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
-        let limit = limit as i64;
-        self.run(|c| {
-            let mut tx = c.transaction()?;
-            let select = "SELECT event_id, target, state FROM msg_event";
-            let rows = replay_rows(&mut tx, select, "event_id", "state = 'DEAD'", sel, limit)?;
-            let mut out = Vec::new();
-            for r in &rows {
-                let id: i64 = r.get(0);
-                let (target, state): (String, String) = (r.get(1), r.get(2));
-                let mut verdict =
-                    replay::event_verdict(EventStatus::parse(&state).unwrap_or(EventStatus::Pending));
-                if verdict.is_ok() {
-                    let n = tx.execute(
-                        "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL
-                         WHERE event_id = $1 AND state = 'DEAD'",
-                        &[&id],
-                    )?;
-                    if n != 1 {
-                        verdict = Err("changed while replaying; run replay again".into());
-                    }
-                }
-                out.push(ReplayedEvent { event_id: id, was: Some((target, state)), verdict });
-            }
-            let found: Vec<i64> = out.iter().map(|x| x.event_id).collect();
-            for id in absent_ids(sel, &found, limit as usize) {
-                out.push(ReplayedEvent { event_id: id, was: None, verdict: Err("no such event".into()) });
-            }
-            tx.commit()?;
-            Ok(out)
+            )?;
+            Ok(Ok(()))
         })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::clip;
-
-    #[test]
-    fn clip_respects_character_boundaries() {
-        assert_eq!(clip("航班延误", 2), "航班");
-        assert_eq!(clip("abc", 10), "abc");
-        assert_eq!(clip("", 0), "");
-    }
-}
-
 /// PROC_STATE's columns but ARCHIVED_AT, in table order: what PROC_STATE_HST copies.
-const PROC_COLUMNS: &str =
-    "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
+const PROC_COLUMNS: &str = "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
      received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
      backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note";
 
@@ -689,18 +602,18 @@ const ARCHIVABLE: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
 
 impl Housekeeping for Pg {
     fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize> {
-        let n = self.run(|c| {
+        self.write(|c| {
             // The outer STATE = 'SENT' re-check keeps a KAFKA:schd row that a new generation
             // reset to PENDING meanwhile (either order is safe).
-            c.execute(
+            let n = c.execute(
                 "DELETE FROM msg_event WHERE state = 'SENT' AND event_id IN (
                      SELECT event_id FROM msg_event
                      WHERE state = 'SENT' AND sent_at IS NOT NULL AND sent_at < $1
                      ORDER BY event_id LIMIT $2)",
                 &[&sent_before, &(limit as i64)],
-            )
-        })?;
-        Ok(n as usize)
+            )?;
+            Ok(Ok(n as usize))
+        })
     }
 
     fn archive(
@@ -722,11 +635,10 @@ impl Housekeeping for Pg {
             .collect();
         let mut report = Archived::default();
         for id in ids {
-            let moved = self.run(|c| {
-                let mut tx = c.transaction()?;
+            let moved = self.write(|c| {
                 // Copy and shadow in one transaction, each re-checking the candidate: a DEAD row
                 // replayed to PENDING meanwhile matches neither, and nothing is kept.
-                let copied = tx.execute(
+                let copied = c.execute(
                     &format!(
                         "INSERT INTO proc_state_hst ({PROC_COLUMNS}, archived_at)
                          SELECT {PROC_COLUMNS}, $3 FROM proc_state WHERE msg_id = $1 AND {ARCHIVABLE}"
@@ -734,9 +646,9 @@ impl Housekeeping for Pg {
                     &[&id, &settled_before, &now],
                 )?;
                 if copied != 1 {
-                    return Ok(false);
+                    return Ok(Err(StoreError::rejected("postgres", "no longer archivable")));
                 }
-                let shadowed = tx.execute(
+                let shadowed = c.execute(
                     &format!(
                         "UPDATE proc_state SET state = 'ARCHIVED', archived_at = $3, updated_at = $3, attempts = 0,
                              next_attempt_at = NULL, error_class = NULL, last_error = NULL, received_at = NULL,
@@ -747,110 +659,30 @@ impl Housekeeping for Pg {
                     &[&id, &settled_before, &now],
                 )?;
                 if shadowed != 1 {
-                    return Ok(false);
+                    return Ok(Err(StoreError::rejected("postgres", "no longer archivable")));
                 }
-                tx.commit()?;
-                Ok(true)
-            })?;
-            if moved {
-                report.archived += 1;
-            } else {
-                report.skipped += 1;
+                Ok(Ok(()))
+            });
+            match moved {
+                Ok(()) => report.archived += 1,
+                // Re-checked and no longer a candidate: rolled back, skipped (G-PROC-HST).
+                Err(e) if e.is_rejected() => report.skipped += 1,
+                Err(e) => return Err(e),
             }
         }
         Ok(report)
     }
 }
 
-/// What `msgx status` shows.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Status {
-    pub watermark: i64,
-    /// Rows per `PROC_STATE.STATE`.
-    pub states: Vec<(String, i64)>,
-    /// The FIFO head: MSG_ID, state, attempts, class, last error, next attempt.
-    pub head: Option<HeadInfo>,
-    /// Rows per (`TARGET`, `MSG_EVENT.STATE`).
-    pub events: Vec<(String, String, i64)>,
-    pub backfill_owed: i64,
-    pub abandoned: Vec<Abandoned>,
-}
+#[cfg(test)]
+mod tests {
+    use super::clip;
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HeadInfo {
-    pub msg_id: i64,
-    pub state: String,
-    pub attempts: i32,
-    pub error_class: Option<String>,
-    pub last_error: Option<String>,
-    pub next_attempt_at_ms: Option<i64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Abandoned {
-    pub msg_id: i64,
-    pub state: String,
-    pub reason: String,
-    pub abandoned_at_ms: i64,
-}
-
-impl Pg {
-    /// A read-only snapshot for operators (`msgx status`); abandoned backfills are listed
-    /// up to `limit` (C-16: they stay queryable).
-    pub fn status(&mut self, limit: i64) -> StoreResult<Status> {
-        use crate::clock::unix_millis;
-        self.run(|c| {
-            let watermark = c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0);
-            let states = c
-                .query("SELECT state, count(*) FROM proc_state GROUP BY state ORDER BY state", &[])?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            let head = c
-                .query_opt(
-                    &format!(
-                        "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at FROM proc_state
-                         WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
-                    ),
-                    &[],
-                )?
-                .map(|r| HeadInfo {
-                    msg_id: r.get(0),
-                    state: r.get(1),
-                    attempts: r.get(2),
-                    error_class: r.get(3),
-                    last_error: r.get(4),
-                    next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
-                });
-            let events = c
-                .query("SELECT target, state, count(*) FROM msg_event GROUP BY target, state ORDER BY target, state", &[])?
-                .iter()
-                .map(|r| (r.get(0), r.get(1), r.get(2)))
-                .collect();
-            let backfill_owed = c
-                .query_one(
-                    &format!(
-                        "SELECT count(*) FROM proc_state WHERE state IN {TERMINAL} AND backfill_at IS NULL
-                         AND backfill_abandoned_at IS NULL"
-                    ),
-                    &[],
-                )?
-                .get(0);
-            let abandoned = c
-                .query(
-                    "SELECT msg_id, state, backfill_abandoned_reason, backfill_abandoned_at FROM proc_state
-                     WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL ORDER BY msg_id LIMIT $1",
-                    &[&limit],
-                )?
-                .iter()
-                .map(|r| Abandoned {
-                    msg_id: r.get(0),
-                    state: r.get(1),
-                    reason: r.get::<_, Option<String>>(2).unwrap_or_default(),
-                    abandoned_at_ms: unix_millis(r.get(3)),
-                })
-                .collect();
-            Ok(Status { watermark, states, head, events, backfill_owed, abandoned })
-        })
+    #[test]
+    fn clip_respects_character_boundaries_and_drops_nul() {
+        assert_eq!(clip("航班延误", 2), "航班");
+        assert_eq!(clip("abc", 10), "abc");
+        assert_eq!(clip("", 0), "");
+        assert_eq!(clip("a\0b", 10), "a\u{FFFD}b", "PostgreSQL text cannot hold NUL (22021)");
     }
 }

@@ -1,0 +1,114 @@
+//! Redis errors → [`StoreErrorKind`] (SPEC §4.9), one table.
+//!
+//! Unavailable: no answer (I/O errors, refused, reset or dropped connections, timeouts), and
+//! the answers of a server that cannot serve right now — `LOADING` (reading its dump after a
+//! restart), `BUSY` (a script running), `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`, `READONLY` (a
+//! replica during failover), `OOM` (maxmemory reached), `MISCONF` (cannot persist),
+//! `NOREPLICAS`, and a failed authentication (the server refuses every command). Fenced: the
+//! apply script's `MSGX_FENCED` (a newer lease holder wrote here). Rejected: everything else —
+//! a script error on this round's data, `WRONGTYPE`, `NOPERM` — and what the table does not
+//! know.
+
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use crate::error::{StoreError, StoreErrorKind};
+
+/// Server error codes that mean "the server cannot serve right now".
+const UNAVAILABLE_CODES: &[&str] =
+    &["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "NOREPLICAS"];
+
+/// The kind of an error by what is known of it: its kind, the server's code and its text.
+pub fn kind_of(kind: ErrorKind, code: Option<&str>, text: &str) -> StoreErrorKind {
+    if text.contains("MSGX_FENCED") {
+        return StoreErrorKind::Fenced;
+    }
+    if let Some(code) = code {
+        if UNAVAILABLE_CODES.contains(&code) {
+            return StoreErrorKind::Unavailable;
+        }
+    }
+    match kind {
+        ErrorKind::Io | ErrorKind::AuthenticationFailed | ErrorKind::ClusterConnectionNotFound => {
+            StoreErrorKind::Unavailable
+        }
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::ReadOnly,
+        ) => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Rejected,
+    }
+}
+
+pub fn classify(e: &RedisError) -> StoreError {
+    let text = e.to_string();
+    let mut kind = kind_of(e.kind(), e.code(), &text);
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        kind = StoreErrorKind::Unavailable;
+    }
+    StoreError::new("redis", kind, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use StoreErrorKind::{Fenced, Rejected, Unavailable};
+
+    #[test]
+    fn error_kinds_and_codes_case_by_case() {
+        let cases: &[(ErrorKind, Option<&str>, &str, StoreErrorKind)] = &[
+            (ErrorKind::Io, None, "connection refused", Unavailable),
+            (ErrorKind::Io, None, "broken pipe", Unavailable),
+            (ErrorKind::AuthenticationFailed, None, "WRONGPASS", Unavailable),
+            (
+                ErrorKind::Server(ServerErrorKind::BusyLoading),
+                Some("LOADING"),
+                "LOADING Redis is loading",
+                Unavailable,
+            ),
+            (ErrorKind::Server(ServerErrorKind::TryAgain), Some("TRYAGAIN"), "TRYAGAIN", Unavailable),
+            (ErrorKind::Server(ServerErrorKind::MasterDown), Some("MASTERDOWN"), "MASTERDOWN", Unavailable),
+            (ErrorKind::Server(ServerErrorKind::ReadOnly), Some("READONLY"), "READONLY replica", Unavailable),
+            (ErrorKind::Extension, Some("OOM"), "OOM command not allowed", Unavailable),
+            (ErrorKind::Extension, Some("MISCONF"), "MISCONF cannot persist", Unavailable),
+            (ErrorKind::Extension, Some("BUSY"), "BUSY Redis is busy running a script", Unavailable),
+            (
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                Some("ERR"),
+                "ERR MSGX_FENCED epoch 4 holds",
+                Fenced,
+            ),
+            (
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                Some("ERR"),
+                "ERR Error running script: bad value",
+                Rejected,
+            ),
+            (ErrorKind::Extension, Some("WRONGTYPE"), "WRONGTYPE Operation against a key", Rejected),
+            (
+                ErrorKind::Server(ServerErrorKind::NoPerm),
+                Some("NOPERM"),
+                "NOPERM this user has no permissions",
+                Rejected,
+            ),
+            (ErrorKind::Parse, None, "unexpected reply", Rejected),
+            (ErrorKind::Extension, Some("SOMETHINGNEW"), "an unknown code counts as rejected", Rejected),
+        ];
+        for (kind, code, text, want) in cases {
+            assert_eq!(kind_of(*kind, *code, text), *want, "{kind:?} {code:?} {text}");
+        }
+    }
+
+    #[test]
+    fn a_real_connection_refusal_is_unavailable() {
+        let Err(e) = redis::Client::open("redis://127.0.0.1:1/")
+            .unwrap()
+            .get_connection_with_timeout(std::time::Duration::from_millis(200))
+        else {
+            panic!("nothing listens on port 1")
+        };
+        assert_eq!(classify(&e).kind, Unavailable, "{e}");
+    }
+}

@@ -1,0 +1,225 @@
+//! The shared mailbox (`CMINMSGS`) and the outbound mailbox (`COUTMSGS`), in memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use super::{fault_controls, Shared};
+use crate::domain::{InboundRow, MailboxRow};
+use crate::ports::{
+    MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
+};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemRow {
+    /// The body as stored: bytes, as a `LONGBLOB` column would hold them.
+    pub raw: Option<Vec<u8>>,
+    pub status: String,
+    pub received_at: Option<SystemTime>,
+    pub processed_at: Option<SystemTime>,
+    /// Allocated but not committed: invisible to readers (PRE-2).
+    pub uncommitted: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct MailboxState {
+    pub rows: BTreeMap<i64, MemRow>,
+    pub processed_status: String,
+    /// The next AUTO_INCREMENT value to hand out (0: one past the highest row).
+    pub next_id: i64,
+}
+
+impl MailboxState {
+    /// Allocates the next ID as AUTO_INCREMENT does (never reused).
+    pub fn allocate(&mut self) -> i64 {
+        let id = self.next_id.max(self.rows.keys().next_back().copied().unwrap_or(0) + 1);
+        self.next_id = id + 1;
+        id
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MemMailbox(pub(crate) Shared<MailboxState>);
+
+fault_controls!(MemMailbox);
+
+impl MemMailbox {
+    pub fn new() -> Self {
+        let m = Self::default();
+        m.0.lock().state.processed_status = "PROCESSED".into();
+        m
+    }
+
+    pub fn insert(&self, id: i64, raw: Option<&str>) {
+        self.insert_bytes(id, raw.map(|r| r.as_bytes().to_vec()));
+    }
+
+    /// A row whose body is whatever bytes the column holds.
+    pub fn insert_bytes(&self, id: i64, raw: Option<Vec<u8>>) {
+        let row =
+            MemRow { raw, status: "VALID".into(), received_at: None, processed_at: None, uncommitted: false };
+        let mut c = self.0.lock();
+        c.state.rows.insert(id, row);
+        c.state.next_id = c.state.next_id.max(id + 1);
+    }
+
+    /// A row whose ID is allocated but whose transaction has not committed (PRE-2).
+    pub fn insert_uncommitted(&self, id: i64, raw: &str) {
+        self.insert(id, Some(raw));
+        self.0.lock().state.rows.get_mut(&id).expect("just inserted").uncommitted = true;
+    }
+
+    /// Commits a row inserted with [`MemMailbox::insert_uncommitted`].
+    pub fn commit_row(&self, id: i64) {
+        if let Some(r) = self.0.lock().state.rows.get_mut(&id) {
+            r.uncommitted = false;
+        }
+    }
+
+    pub fn remove(&self, id: i64) {
+        self.0.lock().state.rows.remove(&id);
+    }
+
+    pub fn row(&self, id: i64) -> Option<MemRow> {
+        self.0.lock().state.rows.get(&id).cloned()
+    }
+
+    /// A copy of the state, for assertions.
+    pub fn inspect<R>(&self, f: impl FnOnce(&MailboxState) -> R) -> R {
+        f(&self.0.lock().state)
+    }
+
+    /// Changes the state as the upstream writer or the mailbox owner would.
+    pub fn tamper<R>(&self, f: impl FnOnce(&mut MailboxState) -> R) -> R {
+        f(&mut self.0.lock().state)
+    }
+
+    /// Marks a row as another system would.
+    pub fn mark_externally(&self, id: i64, at: SystemTime) {
+        if let Some(r) = self.0.lock().state.rows.get_mut(&id) {
+            r.processed_at = Some(at);
+            r.status = "DONE-ELSEWHERE".into();
+        }
+    }
+}
+
+fn visible(s: &MailboxState, from: i64, to: i64) -> impl Iterator<Item = (&i64, &MemRow)> {
+    // As SQL's `BETWEEN` answers: nothing when from > to.
+    s.rows.range(from.min(to)..=to).filter(move |(id, r)| **id >= from && !r.uncommitted)
+}
+
+impl MailboxScan for MemMailbox {
+    fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>> {
+        self.0.read("mailbox", |s| {
+            Ok(visible(s, from, to)
+                .take(limit)
+                .map(|(id, r)| MailboxRow {
+                    id: *id,
+                    received_at: r.received_at,
+                    wanted: r.processed_at.is_none() && r.status == "VALID",
+                })
+                .collect())
+        })
+    }
+
+    fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
+        self.0.read("mailbox", |s| {
+            Ok(visible(s, from, to)
+                .filter(|(_, r)| r.processed_at.is_none() && r.status == "VALID")
+                .take(limit)
+                .map(|(id, r)| InboundRow { id: *id, received_at: r.received_at })
+                .collect())
+        })
+    }
+}
+
+impl MailboxTexts for MemMailbox {
+    fn raws(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>> {
+        self.0.read("mailbox", |s| {
+            Ok(ids
+                .iter()
+                .filter_map(|id| {
+                    let body = s.rows.get(id).filter(|r| !r.uncommitted)?.raw.as_ref()?;
+                    let raw = if body.len() as u64 > max_bytes {
+                        Raw::TooLarge { bytes: body.len() as u64 }
+                    } else {
+                        Raw::Body(body.clone())
+                    };
+                    Some((*id, raw))
+                })
+                .collect())
+        })
+    }
+}
+
+impl MailboxMarks for MemMailbox {
+    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+        self.0.write("mailbox", |s| {
+            let status = s.processed_status.clone();
+            Ok(ids
+                .iter()
+                .map(|id| match s.rows.get_mut(id).filter(|r| !r.uncommitted) {
+                    None => Mark::Missing,
+                    Some(r) if r.processed_at.is_some() => Mark::AlreadyMarked,
+                    Some(r) => {
+                        r.processed_at = Some(at);
+                        r.status = status.clone();
+                        Mark::Written
+                    }
+                })
+                .collect())
+        })
+    }
+}
+
+impl MailboxSubmit for MemMailbox {
+    fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64> {
+        self.0.write("mailbox", |s| {
+            let id = s.allocate();
+            let row = MemRow {
+                raw: Some(raw.as_bytes().to_vec()),
+                status: "VALID".into(),
+                received_at: Some(at),
+                processed_at: None,
+                uncommitted: false,
+            };
+            s.rows.insert(id, row);
+            Ok(id)
+        })
+    }
+}
+
+/// The outbound mailbox `COUTMSGS`, in memory.
+#[derive(Debug, Clone, Default)]
+pub struct MemOutbound(pub(crate) Shared<Vec<(i64, String, String, SystemTime)>>);
+
+fault_controls!(MemOutbound);
+
+impl MemOutbound {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// (routing id, text) of every row, in insert order.
+    pub fn rows(&self) -> Vec<(String, String)> {
+        self.0.lock().state.iter().map(|(_, r, x, _)| (r.clone(), x.clone())).collect()
+    }
+}
+
+impl Outbound for MemOutbound {
+    fn insert(&mut self, routing_id: &str, xml: &str, at: SystemTime) -> StoreResult<i64> {
+        self.0.write("mailbox", |rows| {
+            let id = rows.len() as i64 + 1;
+            rows.push((id, routing_id.to_string(), xml.to_string(), at));
+            Ok(id)
+        })
+    }
+
+    fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>> {
+        self.0.read("mailbox", |rows| {
+            Ok(rows
+                .iter()
+                .find(|(_, r, x, at)| r == routing_id && x == xml && *at >= since)
+                .map(|(id, ..)| *id))
+        })
+    }
+}

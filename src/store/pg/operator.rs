@@ -1,0 +1,252 @@
+//! What an operator's commands do to own PostgreSQL: `msgx replay`, `msgx reconcile` and the
+//! read-only `msgx status`.
+
+use std::time::SystemTime;
+
+use postgres::Client;
+
+use super::{clip, Pg, TERMINAL, UNFINISHED};
+use crate::domain::{EventStatus, ProcRow, ProcStatus};
+use crate::error::ErrorClass;
+use crate::ports::{Operator, ReplaySelection, Replayed, ReplayedEvent, StoreResult};
+use crate::pump::replay;
+
+/// The rows a replay selection names: by id whatever their state (so a refusal can say why),
+/// by range or class only those in `replayable` state. `select` lists id, then the columns the
+/// caller reads; `id` is the key column.
+fn replay_rows(
+    c: &mut Client,
+    select: &str,
+    id: &str,
+    replayable: &str,
+    sel: &ReplaySelection,
+    limit: i64,
+) -> Result<Vec<postgres::Row>, postgres::Error> {
+    match sel {
+        ReplaySelection::Ids(ids) => {
+            c.query(&format!("{select} WHERE {id} = ANY($1) ORDER BY {id} LIMIT $2"), &[ids, &limit])
+        }
+        ReplaySelection::Range(a, b) => c.query(
+            &format!("{select} WHERE {id} BETWEEN $1 AND $2 AND {replayable} ORDER BY {id} LIMIT $3"),
+            &[a, b, &limit],
+        ),
+        ReplaySelection::Class(class) => c.query(
+            &format!("{select} WHERE error_class = $1 AND {replayable} ORDER BY {id} LIMIT $2"),
+            &[&class.as_str(), &limit],
+        ),
+    }
+}
+
+/// Ids a replay selection named that no row answered (reported as "no such …").
+fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
+    match sel {
+        ReplaySelection::Ids(ids) => {
+            ids.iter().take(limit).filter(|id| !found.contains(id)).copied().collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+impl Operator for Pg {
+    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
+        let row = self.run(|c| {
+            c.query_opt(&format!("SELECT {} FROM proc_state WHERE msg_id = $1", super::PROC_ROW), &[&msg_id])
+        })?;
+        row.as_ref().map(super::proc_row).transpose()
+    }
+
+    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
+        let limit = limit as i64;
+        self.write(|c| {
+            let select = "SELECT msg_id, state, error_class FROM proc_state";
+            let rows = replay_rows(c, select, "msg_id", "state IN ('FAILED', 'DEAD')", sel, limit)?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let id: i64 = r.get(0);
+                let state = ProcStatus::parse(r.get::<_, &str>(1)).unwrap_or(ProcStatus::Archived);
+                let class = r.get::<_, Option<String>>(2).and_then(|c| ErrorClass::parse(&c));
+                let mut verdict = replay::verdict(state, class);
+                if verdict.is_ok() {
+                    // Class and last error stay for audit. A mark not yet written is no longer
+                    // owed while the row is unfinished (INV-8); an abandoned one is owed again
+                    // when the row ends (C-16: replay clears the abandonment).
+                    let n = c.execute(
+                        "UPDATE proc_state SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, first_failed_at = NULL,
+                         updated_at = $2,
+                         backfill_next_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_next_at END,
+                         backfill_abandoned_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_at END,
+                         backfill_abandoned_reason = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_reason END,
+                         backfill_attempts = CASE WHEN backfill_at IS NULL THEN 0 ELSE backfill_attempts END
+                         WHERE msg_id = $1 AND state IN ('FAILED', 'DEAD')
+                           AND error_class IN ('CODEC_ERROR', 'UNSUPPORTED', 'INFRA', 'EXHAUSTED')",
+                        &[&id, &now],
+                    )?;
+                    if n != 1 {
+                        verdict = Err("changed while replaying; run replay again".into());
+                    }
+                }
+                out.push(Replayed { msg_id: id, was: Some((state, class)), verdict });
+            }
+            let found: Vec<i64> = out.iter().map(|x| x.msg_id).collect();
+            for id in absent_ids(sel, &found, limit as usize) {
+                out.push(Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) });
+            }
+            Ok(Ok(out))
+        })
+    }
+
+    fn reconcile(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        let note = clip(note, 200);
+        self.write(|c| {
+            let mut out = Vec::new();
+            for id in ids {
+                let n = c.execute(
+                    "UPDATE proc_state SET backfill_reconciled_at = $2, backfill_reconciled_note = $3, updated_at = $2
+                     WHERE msg_id = $1 AND backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL",
+                    &[id, &now, &note],
+                )?;
+                let verdict = if n == 1 {
+                    Ok(())
+                } else {
+                    let r = c.query_opt("SELECT backfill_abandoned_at IS NOT NULL FROM proc_state WHERE msg_id = $1", &[id])?;
+                    Err(match r.map(|r| r.get::<_, bool>(0)) {
+                        None => "no such message".to_string(),
+                        Some(false) => "its mark was not abandoned; nothing to reconcile".to_string(),
+                        Some(true) => "already reconciled".to_string(),
+                    })
+                };
+                out.push((*id, verdict));
+            }
+            Ok(Ok(out))
+        })
+    }
+
+    fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
+        let limit = limit as i64;
+        self.write(|c| {
+            let select = "SELECT event_id, target, state FROM msg_event";
+            let rows = replay_rows(c, select, "event_id", "state = 'DEAD'", sel, limit)?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let id: i64 = r.get(0);
+                let (target, state): (String, String) = (r.get(1), r.get(2));
+                let mut verdict =
+                    replay::event_verdict(EventStatus::parse(&state).unwrap_or(EventStatus::Pending));
+                if verdict.is_ok() {
+                    let n = c.execute(
+                        "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL
+                         WHERE event_id = $1 AND state = 'DEAD'",
+                        &[&id],
+                    )?;
+                    if n != 1 {
+                        verdict = Err("changed while replaying; run replay again".into());
+                    }
+                }
+                out.push(ReplayedEvent { event_id: id, was: Some((target, state)), verdict });
+            }
+            let found: Vec<i64> = out.iter().map(|x| x.event_id).collect();
+            for id in absent_ids(sel, &found, limit as usize) {
+                out.push(ReplayedEvent { event_id: id, was: None, verdict: Err("no such event".into()) });
+            }
+            Ok(Ok(out))
+        })
+    }
+}
+
+/// What `msgx status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Status {
+    pub watermark: i64,
+    /// Rows per `PROC_STATE.STATE`.
+    pub states: Vec<(String, i64)>,
+    /// The FIFO head: MSG_ID, state, attempts, class, last error, next attempt.
+    pub head: Option<HeadInfo>,
+    /// Rows per (`TARGET`, `MSG_EVENT.STATE`).
+    pub events: Vec<(String, String, i64)>,
+    pub backfill_owed: i64,
+    pub abandoned: Vec<Abandoned>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeadInfo {
+    pub msg_id: i64,
+    pub state: String,
+    pub attempts: i32,
+    pub error_class: Option<String>,
+    pub last_error: Option<String>,
+    pub next_attempt_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Abandoned {
+    pub msg_id: i64,
+    pub state: String,
+    pub reason: String,
+    pub abandoned_at_ms: i64,
+}
+
+impl Pg {
+    /// A read-only snapshot for operators (`msgx status`); abandoned backfills are listed
+    /// up to `limit` (C-16: they stay queryable).
+    pub fn status(&mut self, limit: i64) -> StoreResult<Status> {
+        use crate::clock::unix_millis;
+        self.run(|c| {
+            let watermark = c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0);
+            let states = c
+                .query("SELECT state, count(*) FROM proc_state GROUP BY state ORDER BY state", &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            let head = c
+                .query_opt(
+                    &format!(
+                        "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at FROM proc_state
+                         WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
+                    ),
+                    &[],
+                )?
+                .map(|r| HeadInfo {
+                    msg_id: r.get(0),
+                    state: r.get(1),
+                    attempts: r.get(2),
+                    error_class: r.get(3),
+                    last_error: r.get(4),
+                    next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
+                });
+            let events = c
+                .query("SELECT target, state, count(*) FROM msg_event GROUP BY target, state ORDER BY target, state", &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
+            let backfill_owed = c
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM proc_state WHERE state IN {TERMINAL} AND backfill_at IS NULL
+                         AND backfill_abandoned_at IS NULL"
+                    ),
+                    &[],
+                )?
+                .get(0);
+            let abandoned = c
+                .query(
+                    "SELECT msg_id, state, backfill_abandoned_reason, backfill_abandoned_at FROM proc_state
+                     WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL ORDER BY msg_id LIMIT $1",
+                    &[&limit],
+                )?
+                .iter()
+                .map(|r| Abandoned {
+                    msg_id: r.get(0),
+                    state: r.get(1),
+                    reason: r.get::<_, Option<String>>(2).unwrap_or_default(),
+                    abandoned_at_ms: unix_millis(r.get(3)),
+                })
+                .collect();
+            Ok(Status { watermark, states, head, events, backfill_owed, abandoned })
+        })
+    }
+}
