@@ -166,6 +166,12 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
                     error!("fenced stage={} {e}: a newer instance holds the lease; this one stops", S::NAME);
                     return Exit::Fenced(e.to_string());
                 }
+                // The lease not confirmed: the lease keeper reports its store's outage once;
+                // the stages only wait for it.
+                Err(e) if e.store == "lease" => {
+                    ctx.board.set(S::NAME, Some(("lease", now)));
+                    ctx.outage.retry_in(1)
+                }
                 Err(e) => {
                     let (notices, wait) = outages.failed(&e, now);
                     for n in &notices {

@@ -42,13 +42,28 @@ pub struct Services {
     mysql_admin: String,
 }
 
+/// Where a test's stores live: the shared services by default, or private instances.
+#[derive(Default)]
+pub struct Stores {
+    pub pg: Option<String>,
+    pub mysql: Option<String>,
+    pub redis: Option<String>,
+    pub kafka: Option<String>,
+}
+
 impl Services {
     /// Fresh, migrated stores for one test. `extra` is TOML added to the configuration.
     pub fn new(extra: &str) -> Services {
+        Services::on(extra, Stores::default())
+    }
+
+    /// Fresh stores for one test on `stores` (admin URLs; the shared services where `None`).
+    pub fn on(extra: &str, stores: Stores) -> Services {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let name = format!("t{}_{}", std::process::id(), n);
-        let pg_admin = env("MSGX_PG_URL");
-        let mysql_admin = env("MSGX_MYSQL_URL");
+        let pg_admin = stores.pg.clone().unwrap_or_else(|| env("MSGX_PG_URL"));
+        let mysql_admin = stores.mysql.clone().unwrap_or_else(|| env("MSGX_MYSQL_URL"));
+        let brokers = stores.kafka.clone().unwrap_or_else(|| env("MSGX_KAFKA_BROKERS"));
         let mut admin =
             postgres::Client::connect(&pg_admin, postgres::NoTls).expect("admin connection to PostgreSQL");
         admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create test database");
@@ -64,8 +79,8 @@ impl Services {
             }
         }
         let topic = format!("msgx.{name}");
-        create_topic(&topic);
-        create_topic(&format!("{topic}.schd"));
+        create_topic_on(&brokers, &topic);
+        create_topic_on(&brokers, &format!("{topic}.schd"));
         // Tests poll fast unless they say otherwise; `extra` lands in [msgx.pipeline].
         let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
         let text = format!(
@@ -77,6 +92,8 @@ impl Services {
         let cfg = Config::from_toml_str(&text, |k| match k {
             "MSGX_PG_URL" => Some(pg_url.clone()),
             "MSGX_MYSQL_URL" => Some(mysql_url.clone()),
+            "MSGX_REDIS_URL" => stores.redis.clone().or_else(|| std::env::var(k).ok()),
+            "MSGX_KAFKA_BROKERS" => Some(brokers.clone()),
             _ => std::env::var(k).ok(),
         })
         .expect("test configuration");
@@ -84,7 +101,11 @@ impl Services {
     }
 
     pub fn migrated(extra: &str) -> Services {
-        let s = Services::new(extra);
+        Services::migrated_on(extra, Stores::default())
+    }
+
+    pub fn migrated_on(extra: &str, stores: Stores) -> Services {
+        let s = Services::on(extra, stores);
         let mut pg = s.pg();
         msgx::store::pg::migrate::migrate(&mut pg).expect("migrate");
         s
@@ -100,6 +121,16 @@ impl Services {
 
     pub fn redis(&self) -> redis::Connection {
         redis::Client::open(self.cfg.redis_url.as_str()).unwrap().get_connection().expect("test Redis")
+    }
+
+    /// Inserts one message as the upstream does, or says why the mailbox did not take it.
+    pub fn try_insert_inbound(&self, raw: &str) -> Result<i64, mysql::Error> {
+        let mut my = mysql::Conn::new(mysql::Opts::from_url(&self.cfg.mysql_url).unwrap())?;
+        my.exec_drop(
+            "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')",
+            (raw,),
+        )?;
+        Ok(my.last_insert_id() as i64)
     }
 
     /// Inserts messages into the inbound mailbox as the upstream does; returns their IDs.
@@ -194,7 +225,25 @@ pub fn consume(topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
     consume_from(&env("MSGX_KAFKA_BROKERS"), topic, want, deadline)
 }
 
+/// Reads partition 0 of `topic` from the beginning until `want` distinct `event_id`s (at least
+/// once: duplicates are read too and returned) or `deadline`.
+pub fn consume_distinct(brokers: &str, topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
+    consume_until(brokers, topic, deadline, |got| {
+        got.iter().filter_map(|r| r.header("event_id")).collect::<std::collections::BTreeSet<_>>().len()
+            >= want
+    })
+}
+
 pub fn consume_from(brokers: &str, topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
+    consume_until(brokers, topic, deadline, |got| got.len() >= want)
+}
+
+fn consume_until(
+    brokers: &str,
+    topic: &str,
+    deadline: Duration,
+    done: impl Fn(&[Consumed]) -> bool,
+) -> Vec<Consumed> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", format!("msgx-test-{}", std::process::id()))
@@ -207,7 +256,7 @@ pub fn consume_from(brokers: &str, topic: &str, want: usize, deadline: Duration)
     consumer.assign(&tpl).expect("assign");
     let start = Instant::now();
     let mut out = Vec::new();
-    while out.len() < want && start.elapsed() < deadline {
+    while !done(&out) && start.elapsed() < deadline {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 let headers = m
@@ -332,6 +381,21 @@ impl Broker {
         assert!(up, "private tansu did not listen on {}", self.port);
     }
 
+    /// Freezes the broker (SIGSTOP): it accepts connections and answers nothing.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a frozen broker (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    }
+
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -343,5 +407,67 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A private PostgreSQL, MariaDB or Redis for a test that stops or restarts it, started by
+/// `tests/support/services.sh instance` on its own port and directory; the shared services are
+/// never touched. Dropped: stopped and removed.
+pub struct Private {
+    kind: &'static str,
+    dir: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl Private {
+    pub fn start(kind: &'static str) -> Private {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("msgx-private-{}-{n}-{kind}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut perms = std::fs::metadata(&dir).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&dir, perms).unwrap();
+        let p = Private { kind, dir, port };
+        p.restart();
+        p
+    }
+
+    fn script(&self, args: &[&str]) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh");
+        let out = Command::new(script).args(args).output().expect("run services.sh");
+        assert!(
+            out.status.success(),
+            "services.sh {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts it (again), on the same port with the same data.
+    pub fn restart(&self) {
+        self.script(&["instance", self.kind, self.dir.to_str().unwrap(), &self.port.to_string()]);
+    }
+
+    /// Stops it; the data stays.
+    pub fn stop(&self) {
+        self.script(&["halt", self.kind, self.dir.to_str().unwrap()]);
+    }
+
+    /// The admin URL of the instance.
+    pub fn url(&self) -> String {
+        match self.kind {
+            "pg" => format!("postgres://msgx@127.0.0.1:{}/msgx", self.port),
+            "mysql" => format!("mysql://msgx:msgx-secret@127.0.0.1:{}/mailbox", self.port),
+            _ => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -7,6 +7,12 @@
 #   tests/support/services.sh env       print the export lines again
 #   tests/support/services.sh status    exit 0 when all four are up
 #   tests/support/services.sh stop      stop everything and remove the directory
+#   tests/support/services.sh instance KIND DIR PORT
+#                                        start (or restart) a private PostgreSQL, MariaDB or Redis
+#                                        (KIND pg|mysql|redis) with its data in DIR, on PORT, for a
+#                                        test that stops or restarts a store: the shared ones stay up
+#   tests/support/services.sh halt KIND DIR
+#                                        stop that private instance; its data stays in DIR
 #
 # Environment: MSGX_SERVICES_DIR (default /tmp/msgx-services), MSGX_PG_PORT (55432),
 # MSGX_MYSQL_PORT (53306), MSGX_REDIS_PORT (56379), MSGX_KAFKA_PORT (59092).
@@ -64,6 +70,8 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+start_pg_in() { start_pg; }
 
 start_pg() {
   local bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
@@ -158,6 +166,35 @@ stop() {
   say "stopped"
 }
 
+# A private instance: the same server and flags as the shared one, in its own directory.
+instance() {
+  local kind=$1 dir=$2 port=$3
+  mkdir -p "$dir"
+  case "$kind" in
+    pg) DIR=$dir PG_PORT=$port start_pg_in "$dir" ;;
+    mysql) DIR=$dir MYSQL_PORT=$port start_mysql ;;
+    redis)
+      mkdir -p "$dir/redis"
+      redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" --save '' --appendonly yes \
+        --appendfsync always --daemonize yes --pidfile "$dir/redis/redis.pid" --logfile "$dir/redis/server.log" >&2
+      wait_for 20 Redis port_open "$port" ;;
+    *) die "instance: unknown kind $kind (pg, mysql, redis)" ;;
+  esac
+}
+
+halt() {
+  local kind=$1 dir=$2
+  case "$kind" in
+    pg)
+      local bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
+      local as=(runuser -u postgres --); [ "$(id -u)" -ne 0 ] && as=()
+      "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true ;;
+    mysql) kill_pidfile "$dir/mysql/mysqld.pid" ;;
+    redis) kill_pidfile "$dir/redis/redis.pid" ;;
+    *) die "halt: unknown kind $kind (pg, mysql, redis)" ;;
+  esac
+}
+
 case "${1:-}" in
   install) install ;;
   start)
@@ -170,5 +207,7 @@ case "${1:-}" in
   status)
     for p in "$PG_PORT" "$MYSQL_PORT" "$REDIS_PORT" "$KAFKA_PORT"; do port_open "$p" || exit 1; done ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|env|status|stop" >&2; exit 2 ;;
+  instance) [ $# -eq 4 ] || die "usage: $0 instance pg|mysql|redis DIR PORT"; instance "$2" "$3" "$4" ;;
+  halt) [ $# -eq 3 ] || die "usage: $0 halt pg|mysql|redis DIR"; halt "$2" "$3" ;;
+  *) echo "usage: $0 install|start|env|status|stop|instance|halt" >&2; exit 2 ;;
 esac
