@@ -89,6 +89,14 @@ impl CivilTime {
         }
     }
 
+    /// `2026-01-01T00:00:00.000000Z`.
+    pub fn to_rfc3339(self) -> String {
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            self.year, self.month, self.day, self.hour, self.minute, self.second, self.micros
+        )
+    }
+
     pub fn to_system(self) -> SystemTime {
         let days = days_from_civil(self.year, self.month, self.day);
         let secs = days * 86_400 + self.hour as i64 * 3600 + self.minute as i64 * 60 + self.second as i64;

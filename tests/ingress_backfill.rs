@@ -321,3 +321,50 @@ fn compat_http_persists_then_answers_and_refuses_clearly() {
     let rows: i64 = s.mysql().query_first("SELECT count(*) FROM cminmsgs").unwrap().unwrap();
     assert_eq!(rows, 2, "refused requests wrote nothing");
 }
+
+#[test]
+fn commit_races_within_the_grace_keep_id_order_and_a_later_one_is_processed_late() {
+    let s = Services::migrated("");
+    let (stop, daemon) = start_daemon(&s.cfg);
+    let mut pairs = Vec::new();
+    for (delay, flid, seqn) in [(1000, "R1", 10), (1500, "R2", 20), (3000, "R3", 30)] {
+        let (mut slow, mut fast) = (s.mysql(), s.mysql());
+        let mut tx = slow.start_transaction(mysql::TxOpts::default()).unwrap();
+        tx.exec_drop(insert_sql(), (fixtures::flop_stnd(seqn, flid, "LOW"),)).unwrap();
+        let low = tx.last_insert_id().unwrap() as i64;
+        fast.exec_drop(insert_sql(), (fixtures::flop_stnd(seqn + 1, flid, "HIGH"),)).unwrap();
+        let high = fast.last_insert_id() as i64;
+        assert!(low < high);
+        std::thread::sleep(Duration::from_millis(delay));
+        tx.commit().unwrap();
+        pairs.push((flid, low, high));
+    }
+    let mut pg = s.pg();
+    let done = eventually(Duration::from_secs(60), || {
+        count(
+            &mut pg,
+            "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL",
+        ) == 6
+    });
+    drop(stop);
+    daemon.join().unwrap().unwrap();
+    assert!(done, "nothing lost, the late one included");
+    let got = consume(s.topic(), 5, Duration::from_secs(20));
+    let mut redis = s.redis();
+    for (flid, low, high) in pairs {
+        let stand: String = redis::cmd("HGET")
+            .arg(format!("{}flight:{flid}", s.cfg.redis_prefix))
+            .arg("STND")
+            .query(&mut redis)
+            .unwrap();
+        assert_eq!(stand, "HIGH", "{flid}: Redis holds the higher id's value");
+        let on_topic: Vec<i64> =
+            got.iter().filter(|r| r.key == flid).map(|r| r.payload["msg_id"].as_i64().unwrap()).collect();
+        if flid == "R3" {
+            // Past the grace: processed after the higher id, and its stand (older) changes nothing.
+            assert_eq!(on_topic, vec![high], "{flid}");
+        } else {
+            assert_eq!(on_topic, vec![low, high], "{flid}: topic order is by msg_id");
+        }
+    }
+}

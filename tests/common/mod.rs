@@ -38,6 +38,8 @@ fn with_db(url: &str, db: &str) -> String {
 pub struct Services {
     pub name: String,
     pub cfg: Config,
+    /// The configuration file text (the URLs come from the environment, see [`Instance`]).
+    pub toml: String,
     pg_admin: String,
     mysql_admin: String,
 }
@@ -97,7 +99,7 @@ impl Services {
             _ => std::env::var(k).ok(),
         })
         .expect("test configuration");
-        Services { name, cfg, pg_admin, mysql_admin }
+        Services { name, cfg, toml: text, pg_admin, mysql_admin }
     }
 
     pub fn migrated(extra: &str) -> Services {
@@ -469,5 +471,74 @@ impl Drop for Private {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `msgx` process (the real binary) on a test's stores, its log in a file.
+pub struct Instance {
+    child: std::process::Child,
+    pub log: std::path::PathBuf,
+    pub name: String,
+}
+
+impl Instance {
+    /// `msgx run` on `s`'s configuration plus `extra` TOML; `name` goes into its PostgreSQL
+    /// application_name (so a test can tell its writes apart) and its log file.
+    pub fn run(s: &Services, name: &str, extra: &str) -> Instance {
+        let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, format!("{extra}\n{}", s.toml)).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let pg_url = format!("{}?application_name=msgx-{name}", s.cfg.pg_url);
+        let child = Command::new(env!("CARGO_BIN_EXE_msgx"))
+            .args(["--config", config.to_str().unwrap(), "run"])
+            .env("MSGX_PG_URL", pg_url)
+            .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+            .env("MSGX_REDIS_URL", &s.cfg.redis_url)
+            .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
+            .env("RUST_LOG", "info")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start msgx");
+        Instance { child, log, name: name.to_string() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until a log line contains `pattern`.
+    pub fn wait_for_log(&self, pattern: &str, deadline: Duration) -> bool {
+        eventually(deadline, || self.log_text().contains(pattern))
+    }
+
+    pub fn signal(&self, sig: &str) {
+        assert!(Command::new("kill").args([sig, &self.pid().to_string()]).status().unwrap().success());
+    }
+
+    /// Waits for the process to end; its exit code.
+    pub fn wait(&mut self, deadline: Duration) -> Option<i32> {
+        let start = Instant::now();
+        while start.elapsed() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
