@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
 use crate::error::StoreError;
-use crate::ingress::compat::CompatServer;
+use crate::ingress::compat::{self, CompatServer};
 use crate::ingress::Poller;
 use crate::jobs::Jobs;
 use crate::lease::{LeaseGate, LeasePolicy};
@@ -468,7 +468,7 @@ pub fn serve(
         lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()),
     ];
     if cfg.compat.enabled {
-        threads.push(compat_server(cfg, pg()?, to_process, ctx.clone())?);
+        threads.push(compat_server(cfg, epoch, to_process, ctx.clone())?);
     }
     info!("started epoch={epoch} poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
     let board = ctx.board.clone();
@@ -483,29 +483,30 @@ pub fn serve(
     Ok(())
 }
 
-/// The compat write path `POST /cminmsgs/send`, on its own thread.
-fn compat_server(cfg: &Config, pg: Pg, to_process: Bell, ctx: Context) -> Result<Thread, DaemonError> {
+/// The compat write path `POST /cminmsgs/send`, on its own thread with its workers.
+fn compat_server(cfg: &Config, epoch: i64, to_process: Bell, ctx: Context) -> Result<Thread, DaemonError> {
     if !cfg.compat.listen.ip().is_loopback() {
         warn!(
             "compat-http listens on {} — not loopback: keep it behind a proxy or firewall",
             cfg.compat.listen
         );
     }
-    let mut server = CompatServer::bind(
-        cfg.compat.listen,
-        MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
-        pg,
-        ctx.clock.clone(),
-        cfg.compat.max_body_bytes,
-    )?;
-    info!("compat-http listening on {}", cfg.compat.listen);
-    Ok(Thread::new("compat-http", move |stop| loop {
-        if server.serve_one(Duration::from_millis(200)) {
-            to_process.ring();
-        }
-        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
-            return Exit::Stopped;
-        }
+    let server = CompatServer::bind(cfg.compat.listen)?;
+    let limits = compat::Limits::from_config(&cfg.compat);
+    let workers = (0..limits.workers)
+        .map(|_| -> Result<_, StoreError> {
+            Ok(compat::Worker::new(
+                MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
+                Pg::new(&cfg.pg_url)?.fenced(epoch),
+                ctx.clock.clone(),
+                limits.clone(),
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    info!("compat-http listening on {} workers={}", cfg.compat.listen, limits.workers);
+    Ok(Thread::new("compat-http", move |stop| {
+        server.serve(workers, &stop, || to_process.ring());
+        Exit::Stopped
     }))
 }
 

@@ -14,7 +14,7 @@ use common::*;
 use msgx::backfill::{self, Backfill};
 use msgx::clock::{Clock, FakeClock, SystemClock};
 use msgx::fixtures;
-use msgx::ingress::compat::CompatServer;
+use msgx::ingress::compat::{self, CompatServer};
 use msgx::lease::LeaseGate;
 use msgx::ports::Settle;
 use msgx::stats::Stats;
@@ -237,6 +237,31 @@ fn a_mailbox_outage_while_running_loses_nothing() {
     assert_eq!(first.len() + more.len(), 40);
 }
 
+/// A compat server on this test's stores, on a free port; drop the sender to stop it.
+fn compat_server(
+    s: &Services,
+    limit: usize,
+    read_timeout: Duration,
+    workers: usize,
+) -> (std::net::SocketAddr, crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>) {
+    let server = CompatServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = server.local_addr().unwrap();
+    let limits = compat::Limits { max_body_bytes: limit, read_timeout, workers };
+    let pool: Vec<_> = (0..workers)
+        .map(|_| {
+            compat::Worker::new(
+                MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
+                Pg::connect(&s.cfg.pg_url).unwrap(),
+                Arc::new(SystemClock),
+                limits.clone(),
+            )
+        })
+        .collect();
+    let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+    let h = std::thread::spawn(move || server.serve(pool, &rx, || {}));
+    (addr, tx, h)
+}
+
 /// A minimal HTTP/1.1 client: returns the status code and the body.
 fn http(
     addr: std::net::SocketAddr,
@@ -267,23 +292,7 @@ fn http(
 #[test]
 fn compat_http_persists_then_answers_and_refuses_clearly() {
     let s = Services::migrated("");
-    let mut server = CompatServer::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
-        Pg::connect(&s.cfg.pg_url).unwrap(),
-        Arc::new(SystemClock),
-        64 * 1024,
-    )
-    .unwrap();
-    let addr = server.local_addr().unwrap();
-    let serving = std::thread::spawn(move || {
-        let mut served = 0;
-        while served < 7 {
-            if server.serve_one(Duration::from_millis(100)) {
-                served += 1;
-            }
-        }
-    });
+    let (addr, stop, serving) = compat_server(&s, 64 * 1024, Duration::from_secs(10), 2);
     let msg = fixtures::flop_stnd(1, "C1", "航站楼");
     let (status, body) =
         http(addr, "POST", "/cminmsgs/send", Some("text/xml; charset=UTF-8"), msg.as_bytes());
@@ -317,6 +326,7 @@ fn compat_http_persists_then_answers_and_refuses_clearly() {
     assert_eq!(status, 405);
     let (status, _) = http(addr, "POST", "/elsewhere", Some("text/xml"), b"<MSG/>");
     assert_eq!(status, 404);
+    drop(stop);
     serving.join().unwrap();
     let rows: i64 = s.mysql().query_first("SELECT count(*) FROM cminmsgs").unwrap().unwrap();
     assert_eq!(rows, 2, "refused requests wrote nothing");
@@ -367,4 +377,44 @@ fn commit_races_within_the_grace_keep_id_order_and_a_later_one_is_processed_late
             assert_eq!(on_topic, vec![low, high], "{flid}: topic order is by msg_id");
         }
     }
+}
+
+#[test]
+fn a_slow_client_holds_one_worker_and_never_the_others() {
+    let s = Services::migrated("");
+    let (addr, stop, serving) = compat_server(&s, 1024 * 1024, Duration::from_secs(3), 4);
+    // A client promises a megabyte and sends a byte a second.
+    let slow = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(
+            b"POST /cminmsgs/send HTTP/1.1\r\nContent-Type: text/xml\r\nContent-Length: 1000000\r\n\r\n",
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..10 {
+            if c.write_all(b"x").is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        (out, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut slowest = Duration::ZERO;
+    for i in 0..100u64 {
+        let msg = fixtures::flop_stnd(i, "C", "S");
+        let t = std::time::Instant::now();
+        let (status, body) = http(addr, "POST", "/cminmsgs/send", Some("text/xml"), msg.as_bytes());
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(status, 200, "{body}");
+    }
+    let (answer, took) = slow.join().unwrap();
+    assert!(answer.contains(" 408 "), "the slow client gets 408: {answer}");
+    assert!(took < Duration::from_secs(6), "bounded by read-timeout (3 s): {took:?}");
+    drop(stop);
+    serving.join().unwrap();
+    println!("100 requests beside a slow client: slowest {slowest:?}");
+    assert!(slowest < Duration::from_secs(2), "a slow client never blocks the others: {slowest:?}");
 }

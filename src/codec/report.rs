@@ -48,6 +48,7 @@ pub fn report(raw: &str, rules: &IgnoreRules, include_day_boundary: bool) -> (Ve
                 "identity": identity(&m.meta, include_day_boundary),
                 "meta": meta,
                 "supported": supported,
+                "unknown": m.unknown,
                 "decoded": m.body,
             });
             (Verdict::Decoded { tag, supported }, v)

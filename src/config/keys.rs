@@ -272,6 +272,18 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Int { min: 1, max: 16_777_215 },
         "largest accepted message (the mailbox column is a MEDIUMTEXT)",
     ),
+    k(
+        "msgx.compat-http.read-timeout",
+        "\"10s\"",
+        Kind::Duration { min: Duration::from_millis(100) },
+        "a request not read whole within this is answered 408 (a slow client holds one worker, never the others)",
+    ),
+    k(
+        "msgx.compat-http.workers",
+        "4",
+        Kind::Int { min: 1, max: 64 },
+        "requests served at once, each with its own mailbox and PostgreSQL connection; more wait, then get 503",
+    ),
     // --- own PostgreSQL ---
     e(
         "datasources.default.url",

@@ -66,6 +66,8 @@ pub struct CompatHttp {
     pub enabled: bool,
     pub listen: std::net::SocketAddr,
     pub max_body_bytes: usize,
+    pub read_timeout: Duration,
+    pub workers: usize,
 }
 
 /// Names in the shared inbound mailbox (they belong to another team, so they are settings).
@@ -253,6 +255,8 @@ impl Config {
             enabled: boolean(v, "msgx.compat-http.enabled")?,
             listen: socket_addr(v, "msgx.compat-http.listen")?,
             max_body_bytes: int(v, "msgx.compat-http.max-body-bytes")? as usize,
+            read_timeout: duration(v, "msgx.compat-http.read-timeout")?,
+            workers: int(v, "msgx.compat-http.workers")? as usize,
         };
         let lease = crate::lease::LeasePolicy {
             duration: duration(v, "msgx.lease.duration")?,

@@ -47,6 +47,9 @@ fn render_decision(view: &View, raw: &str, msg_id: i64) -> String {
             for r in &d.references {
                 out.push_str(&format!("   ref {r:?}\n"));
             }
+            for w in &d.warnings {
+                out.push_str(&format!("   WARN {w}\n"));
+            }
             if d.flights.is_empty() && d.events.is_empty() && d.references.is_empty() {
                 out.push_str("   (no change, no event)\n");
             }
@@ -130,6 +133,11 @@ fn reference_data() {
         ("UPD", rec("G3", "3A")),
         ("DEL", "<RECS>1</RECS><GLST><GCOD>G2</GCOD></GLST>".to_string()),
         ("DNLD", format!("<RECS>2</RECS>{}{}", rec("G1", "1"), rec("G1", "1"))),
+        // Vendor feeds miscount: what is present is applied, the mismatch reported.
+        ("ADD", format!("<RECS>2</RECS>{}", rec("G4", "4"))),
+        ("DNLD", format!("<RECS>1</RECS>{}{}", rec("G1", "1"), rec("G2", "2"))),
+        // A full list that lacks records would delete them: refused.
+        ("DNLD", format!("<RECS>3</RECS>{}{}", rec("G1", "1"), rec("G2", "2"))),
     ] {
         out.push_str(&render_decision(&View::default(), &fixtures::other(3001, "GLST", styp, &body), 3001));
         out.push('\n');

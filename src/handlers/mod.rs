@@ -89,6 +89,10 @@ pub struct Decision {
     pub events: Vec<NewEvent>,
     #[serde(default)]
     pub references: Vec<RefChange>,
+    /// What the handler tolerated and an operator should hear about (the pump logs each as a
+    /// WARN), e.g. a reference package whose `RECS` does not match its records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Why a message has no decision.

@@ -1,7 +1,11 @@
 //! Reference (master) data into `REF_MASTER (RTYPE, RKEY)`: DNLD and RESP replace the type's
-//! list (keys not in the package go), ADD and UPD upsert, DEL deletes. A declared `RECS` that is
-//! not the number of records, or a key twice in one package, is PROTOCOL. Reference data
-//! writes no events.
+//! list (keys not in the package go), ADD and UPD upsert, DEL deletes. A key twice in one
+//! package is PROTOCOL. A declared `RECS` that is not the number of records is tolerated: every
+//! record present is applied and the mismatch is reported (real vendor feeds miscount; a
+//! record is self-contained, so applying it is always right). Except for a full list
+//! (DNLD/RESP) that declares *more* records than it carries: replacing the list with a
+//! truncated package would delete what the missing records hold, so that stays PROTOCOL.
+//! Reference data writes no events.
 
 use std::collections::BTreeSet;
 
@@ -9,13 +13,16 @@ use super::{Decision, RefChange, Reject};
 use crate::codec::{RefData, RefOp};
 
 pub fn decide(rtype: &str, op: RefOp, r: &RefData) -> Result<Decision, Reject> {
-    if let Some(n) = r.recs {
-        if n as usize != r.records.len() {
+    let mut warnings = Vec::new();
+    if let Some(n) = r.recs.map(|n| n as usize).filter(|n| *n != r.records.len()) {
+        let full_list = matches!(op, RefOp::Dnld | RefOp::Resp);
+        let what = format!("RECS declares {n} {rtype} records, the package carries {}", r.records.len());
+        if full_list && n > r.records.len() {
             return Err(Reject::Protocol(format!(
-                "RECS declares {n} {rtype} records, the package carries {}",
-                r.records.len()
+                "{what}: a full list that lacks records would delete them"
             )));
         }
+        warnings.push(format!("{what}; every record present was applied"));
     }
     let mut keys = BTreeSet::new();
     for rec in &r.records {
@@ -40,5 +47,5 @@ pub fn decide(rtype: &str, op: RefOp, r: &RefData) -> Result<Decision, Reject> {
             },
         });
     }
-    Ok(Decision { references: refs, ..Default::default() })
+    Ok(Decision { references: refs, warnings, ..Default::default() })
 }

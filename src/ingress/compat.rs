@@ -1,12 +1,15 @@
-//! The compat write path `POST /cminmsgs/send` (SPEC §4.1): a small synchronous HTTP server
-//! on its own thread. It inserts the raw message into the mailbox and enqueues it — two
-//! stores, not atomic: it answers 200 once the mailbox row is persisted, and a failed enqueue
-//! is repaired by the poller (the row is past `high`) or the compensating rescan.
+//! The compat write path `POST /cminmsgs/send` (SPEC §4.1): a small synchronous HTTP/1.1
+//! server on its own thread with a bounded pool of workers. It inserts the raw message into the
+//! mailbox and enqueues it — two stores, not atomic: it answers 200 once the mailbox row is
+//! persisted, and a failed enqueue is repaired by the poller (the row is past `high`) or the
+//! compensating rescan. Every request is read within `read-timeout` (else 408), so a client
+//! that sends a byte a second holds one worker for at most that long and never the others;
+//! when every worker is busy a new connection is answered 503 at once.
 
-use std::io::Read;
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
@@ -115,84 +118,239 @@ pub fn accept<M: MailboxSubmit, P: Intake>(
     Ok(Accepted { msg_id, enqueued })
 }
 
-pub struct CompatServer<M, P> {
-    server: tiny_http::Server,
+/// What the server needs from the daemon's settings (`msgx.compat-http.*`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    /// A request not read whole within this is answered 408.
+    pub read_timeout: Duration,
+    /// Requests served at once; each worker owns its connections.
+    pub workers: usize,
+}
+
+impl Limits {
+    pub fn from_config(c: &crate::config::CompatHttp) -> Limits {
+        Limits { max_body_bytes: c.max_body_bytes, read_timeout: c.read_timeout, workers: c.workers }
+    }
+}
+
+/// A request as read off the socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// The largest request head (request line and headers) read before refusing.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Reads one request within `deadline`: the head, then `Content-Length` bytes of body (checked
+/// against `limit` before it is read). A client that sends too slowly gets 408; nothing it
+/// does can hold the worker past the deadline.
+pub fn read_request(stream: &mut TcpStream, deadline: Instant, limit: usize) -> Result<Request, Reject> {
+    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(reject(431, "request head larger than 16 KiB"));
+        }
+        read_some(stream, &mut buf, deadline)?;
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split_whitespace();
+    let (method, path) = (first.next().unwrap_or("").to_string(), first.next().unwrap_or("").to_string());
+    let mut content_type = None;
+    let mut length = None;
+    for line in lines {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        let (k, v) = (k.trim(), v.trim());
+        if k.eq_ignore_ascii_case("content-type") {
+            content_type = Some(v.to_string());
+        } else if k.eq_ignore_ascii_case("content-length") {
+            length = Some(
+                v.parse::<usize>()
+                    .map_err(|_| reject(400, format!("Content-Length {v:?} is not a number")))?,
+            );
+        } else if k.eq_ignore_ascii_case("transfer-encoding") && !v.eq_ignore_ascii_case("identity") {
+            return Err(reject(411, "chunked bodies are not accepted; send Content-Length"));
+        }
+    }
+    check_head(&method, &path, content_type.as_deref(), length, limit)?;
+    let want = length.unwrap_or(0);
+    let mut body = buf.split_off(head_end);
+    while body.len() < want {
+        read_some(stream, &mut body, deadline)?;
+    }
+    body.truncate(want);
+    Ok(Request { method, path, content_type, body })
+}
+
+fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), Reject> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(reject(408, "the request was not received within msgx.compat-http.read-timeout"));
+    }
+    stream.set_read_timeout(Some(left)).map_err(|e| reject(400, format!("socket: {e}")))?;
+    let mut chunk = [0u8; 8192];
+    match stream.read(&mut chunk) {
+        Ok(0) => Err(reject(400, "the client closed the connection before the request was complete")),
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(reject(408, "the request was not received within msgx.compat-http.read-timeout"))
+        }
+        Err(e) => Err(reject(400, format!("cannot read the request: {e}"))),
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: u16, body: &serde_json::Value) {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        415 => "Unsupported Media Type",
+        431 => "Request Header Fields Too Large",
+        _ => "Service Unavailable",
+    };
+    let body = body.to_string();
+    let text = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+    if let Err(e) = stream.write_all(text.as_bytes()) {
+        warn!("compat-http could not answer: {e}");
+    }
+}
+
+/// One worker: reads, checks and persists one request at a time on its own connections.
+pub struct Worker<M, P> {
     mailbox: M,
     procs: P,
     clock: Arc<dyn Clock>,
-    limit: usize,
+    limits: Limits,
 }
 
-impl<M: MailboxSubmit, P: Intake> CompatServer<M, P> {
-    pub fn bind(
-        addr: SocketAddr,
-        mailbox: M,
-        procs: P,
-        clock: Arc<dyn Clock>,
-        limit: usize,
-    ) -> Result<Self, StoreError> {
-        let server = tiny_http::Server::http(addr)
+impl<M: MailboxSubmit, P: Intake> Worker<M, P> {
+    pub fn new(mailbox: M, procs: P, clock: Arc<dyn Clock>, limits: Limits) -> Self {
+        Worker { mailbox, procs, clock, limits }
+    }
+
+    /// Serves one connection; true when a message was accepted.
+    pub fn serve(&mut self, mut stream: TcpStream) -> bool {
+        let deadline = Instant::now() + self.limits.read_timeout;
+        let result = read_request(&mut stream, deadline, self.limits.max_body_bytes)
+            .and_then(|req| check_body(req.body, self.limits.max_body_bytes))
+            .and_then(|raw| {
+                accept(&raw, &mut self.mailbox, &mut self.procs, self.clock.as_ref())
+                    .map_err(|e| reject(503, format!("the mailbox did not take the message: {e}")))
+            });
+        match result {
+            Ok(a) => {
+                respond(
+                    &mut stream,
+                    200,
+                    &serde_json::json!({ "status": "accepted", "msg_id": a.msg_id, "enqueued": a.enqueued }),
+                );
+                true
+            }
+            Err(r) => {
+                warn!("compat rejected status={} reason={:?}", r.status, r.message);
+                respond(
+                    &mut stream,
+                    r.status,
+                    &serde_json::json!({ "status": "rejected", "error": r.message }),
+                );
+                false
+            }
+        }
+    }
+}
+
+/// The listener: hands connections to a bounded pool of workers; when every worker is busy
+/// and the queue is full, answers 503 at once instead of making the client wait.
+pub struct CompatServer {
+    listener: TcpListener,
+}
+
+impl CompatServer {
+    pub fn bind(addr: SocketAddr) -> Result<Self, StoreError> {
+        let listener = TcpListener::bind(addr)
             .map_err(|e| StoreError::unavailable("compat-http", format!("cannot listen on {addr}: {e}")))?;
-        Ok(CompatServer { server, mailbox, procs, clock, limit })
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| StoreError::unavailable("compat-http", format!("cannot listen on {addr}: {e}")))?;
+        Ok(CompatServer { listener })
     }
 
     /// The bound address (port 0 picks a free one).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.server.server_addr().to_ip()
+        self.listener.local_addr().ok()
     }
 
-    /// Serves at most one request, waiting up to `timeout`; true when one was served.
-    pub fn serve_one(&mut self, timeout: Duration) -> bool {
-        let mut req = match self.server.recv_timeout(timeout) {
-            Ok(Some(r)) => r,
-            Ok(None) => return false,
-            Err(e) => {
-                warn!("compat-http accept error: {e}");
-                return false;
+    /// Serves until `stop` disconnects, with `workers` (each owning its connections);
+    /// `accepted` runs after each accepted message (the pump's doorbell).
+    pub fn serve<M, P>(
+        &self,
+        workers: Vec<Worker<M, P>>,
+        stop: &crossbeam_channel::Receiver<()>,
+        accepted: impl Fn() + Sync,
+    ) where
+        M: MailboxSubmit + Send,
+        P: Intake + Send,
+    {
+        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(workers.len());
+        std::thread::scope(|scope| {
+            for mut w in workers {
+                let rx = rx.clone();
+                let accepted = &accepted;
+                scope.spawn(move || {
+                    for stream in rx.iter() {
+                        if w.serve(stream) {
+                            accepted();
+                        }
+                    }
+                });
             }
-        };
-        let content_type = req
-            .headers()
-            .iter()
-            .find(|h| h.field.equiv("Content-Type"))
-            .map(|h| h.value.as_str().to_string());
-        let result = check_head(
-            req.method().as_str(),
-            req.url(),
-            content_type.as_deref(),
-            req.body_length(),
-            self.limit,
-        )
-        .and_then(|()| {
-            let mut body = Vec::new();
-            // Read one byte past the limit to tell "at the limit" from "over it".
-            req.as_reader()
-                .take(self.limit as u64 + 1)
-                .read_to_end(&mut body)
-                .map_err(|e| reject(400, format!("cannot read the body: {e}")))?;
-            check_body(body, self.limit)
-        })
-        .and_then(|raw| {
-            accept(&raw, &mut self.mailbox, &mut self.procs, self.clock.as_ref())
-                .map_err(|e| reject(503, format!("the mailbox did not take the message: {e}")))
+            drop(rx);
+            loop {
+                match self.listener.accept() {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nonblocking(false);
+                        if let Err(crossbeam_channel::TrySendError::Full(mut s)) = tx.try_send(stream) {
+                            respond(
+                                &mut s,
+                                503,
+                                &serde_json::json!({ "status": "rejected", "error": "every compat worker is busy; try again" }),
+                            );
+                        }
+                    }
+                    // Nothing to accept: look for stop, then wait a little (accept cannot wait
+                    // with a timeout in std).
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if !matches!(
+                            stop.recv_timeout(Duration::from_millis(20)),
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+                        ) {
+                            break;
+                        }
+                    }
+                    Err(e) => warn!("compat-http accept error: {e}"),
+                }
+            }
+            drop(tx);
         });
-        let (status, body) = match result {
-            Ok(a) => {
-                (200, serde_json::json!({ "status": "accepted", "msg_id": a.msg_id, "enqueued": a.enqueued }))
-            }
-            Err(r) => {
-                warn!("compat rejected status={} reason={:?}", r.status, r.message);
-                (r.status, serde_json::json!({ "status": "rejected", "error": r.message }))
-            }
-        };
-        let header =
-            tiny_http::Header::from_bytes("Content-Type", "application/json").expect("static header");
-        let response =
-            tiny_http::Response::from_string(body.to_string()).with_status_code(status).with_header(header);
-        if let Err(e) = req.respond(response) {
-            warn!("compat-http could not answer: {e}");
-        }
-        true
     }
 }
 

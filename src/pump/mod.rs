@@ -347,6 +347,11 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             let failure = |class: ErrorClass, e: &str| {
                 Outcome::Failed(self.policy.on_failure(row.attempts, row.first_failed_at, class, e, now))
             };
+            if let Ok(Ok(d)) = &decided {
+                for w in &d.warnings {
+                    warn!("tolerated msg_id={} type={}: {w}", row.msg_id, item.tag.as_deref().unwrap_or("-"));
+                }
+            }
             let outcome = match decided {
                 Ok(Ok(d)) => match self.too_large(&d) {
                     Some(why) => failure(ErrorClass::Protocol, &why),

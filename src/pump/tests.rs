@@ -636,3 +636,56 @@ fn applied_records_are_dropped_once_postgresql_holds_the_outcome() {
     assert_eq!(w.round().unwrap(), Round::Idle);
     assert!(w.flights.applied_ids().is_empty(), "an idle pump drops them");
 }
+
+mod bytes_through_the_mailbox {
+    //! Arbitrary bytes through the mailbox adapter into the pump (issue #11): no panic, and
+    //! every refusal is that one message's, never its neighbours'. `PROPTEST_CASES=100000
+    //! cargo test --lib pump::tests::bytes` runs it for longer.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let seed = fixtures::flop_stnd(1, "F", "S").into_bytes();
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..400),
+            prop::collection::vec((any::<usize>(), any::<u8>()), 1..6).prop_map(move |edits| {
+                let mut b = seed.clone();
+                for (pos, byte) in edits {
+                    let i = pos % b.len();
+                    b[i] = byte;
+                }
+                b
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn a_hostile_body_fails_alone_and_never_panics(bodies in prop::collection::vec(body(), 1..6)) {
+            let mut w = world();
+            let mut id = 0;
+            for b in &bodies {
+                id += 1;
+                w.mailbox.insert_bytes(id, Some(b.clone()));
+                w.pg.arrive(&[id], w.clock.now());
+            }
+            let good = id + 1;
+            w.arrive(good, Some(&fixtures::flop_stnd(9_999, "GOOD", "OK")));
+            // Drain past any backoff a CODEC_ERROR head takes: it must end on its own.
+            for _ in 0..50 {
+                match w.round() {
+                    Ok(Round::Wait(t)) => w.clock.set(t),
+                    Ok(Round::Idle) => break,
+                    Ok(Round::Worked(_)) => {}
+                    Err(e) => prop_assert!(false, "a body made the round fail: {e}"),
+                }
+            }
+            for i in 1..=id {
+                let r = w.row(i);
+                prop_assert!(r.state.is_terminal(), "msg {i}: {:?}", r);
+                prop_assert_ne!(r.error_class, Some(ErrorClass::Infra), "msg {}: a panic or a store error: {:?}", i, r.last_error);
+            }
+            prop_assert_eq!(w.state(good), ProcStatus::Succeeded);
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Hostile and variant input on the real services (issue #11): one bad row never stops the
+//! airport, real vendor data is kept.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql::prelude::Queryable;
+use redis::Commands;
+
+use common::*;
+use msgx::fixtures;
+use msgx::ingress::{self, Poller};
+use msgx::pump::{Pump, Round};
+use msgx::stats::Stats;
+use msgx::store::flights::RedisFlights;
+use msgx::store::mailbox::MysqlMailbox;
+use msgx::store::pg::Pg;
+
+struct Stack {
+    s: Services,
+    stats: Arc<Stats>,
+    poller: Poller<Pg, MysqlMailbox>,
+    pump: Pump<Pg, MysqlMailbox, RedisFlights>,
+}
+
+fn stack_with(s: Services) -> Stack {
+    let stats = Arc::new(Stats::default());
+    let (poller, pump) = (s.poller(&stats), s.pump(&stats));
+    Stack { s, stats, poller, pump }
+}
+
+impl Stack {
+    fn drain(&mut self) {
+        while self.poller.round(now()).unwrap() != ingress::Round::Idle {}
+        while let Round::Worked(_) = self.pump.round(now()).unwrap() {}
+    }
+
+    /// (state, class, last error) by MSG_ID.
+    fn outcomes(&self) -> BTreeMap<i64, (String, Option<String>, Option<String>)> {
+        self.s
+            .pg()
+            .query("SELECT msg_id, state, error_class, last_error FROM proc_state", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+            .collect()
+    }
+
+    fn insert_bytes(&self, body: &[u8]) -> i64 {
+        let mut my = self.s.mysql();
+        my.exec_drop(
+            "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')",
+            (body,),
+        )
+        .unwrap();
+        my.last_insert_id() as i64
+    }
+
+    fn flight(&self, flid: &str) -> BTreeMap<String, String> {
+        self.s.redis().hgetall(format!("{}flight:{flid}", self.s.cfg.redis_prefix)).unwrap()
+    }
+}
+
+#[test]
+fn a_longblob_mailbox_with_a_row_that_is_not_utf8_keeps_its_neighbours_flowing() {
+    let s = Services::migrated("");
+    s.mysql().query_drop("ALTER TABLE cminmsgs MODIFY CMINMSGS_CLOB_MSG LONGBLOB NOT NULL").unwrap();
+    let mut st = stack_with(s);
+    let before = st.insert_bytes(fixtures::flop_stnd(1, "B1", "A1").as_bytes());
+    let mut bad = b"<MSG><META><SNDR>X</SNDR>".to_vec();
+    bad.extend_from_slice(&[0xC3, 0x28, 0xFF]); // not UTF-8
+    bad.extend_from_slice(b"</META></MSG>");
+    let bad_id = st.insert_bytes(&bad);
+    let after = st.insert_bytes(fixtures::flop_stnd(2, "B1", "A2").as_bytes());
+    st.drain();
+    let o = st.outcomes();
+    assert_eq!(o[&before].0, "SUCCEEDED");
+    assert_eq!(o[&after].0, "SUCCEEDED", "the row after the bad one flows");
+    let (state, class, error) = &o[&bad_id];
+    assert_eq!((state.as_str(), class.as_deref()), ("DEAD", Some("MALFORMED")));
+    assert!(
+        error.as_deref().unwrap().contains("not UTF-8: invalid byte 0xC3 at byte offset 25"),
+        "{error:?}"
+    );
+    assert_eq!(st.flight("B1")["STND"], "A2", "in order");
+}
+
+#[test]
+fn arbitrary_bytes_through_the_real_mailbox_never_panic_and_die_alone() {
+    let s = Services::migrated("");
+    s.mysql().query_drop("ALTER TABLE cminmsgs MODIFY CMINMSGS_CLOB_MSG LONGBLOB NOT NULL").unwrap();
+    let mut st = stack_with(s);
+    // A cheap deterministic generator: bytes of every kind, and valid messages mutated.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut ids = Vec::new();
+    for i in 0..60u64 {
+        let mut body = if i % 2 == 0 {
+            (0..(next() % 300)).map(|_| next() as u8).collect::<Vec<u8>>()
+        } else {
+            fixtures::flop_stnd(100 + i, "Z", "S").into_bytes()
+        };
+        if i % 2 == 1 && !body.is_empty() {
+            for _ in 0..3 {
+                let k = (next() as usize) % body.len();
+                body[k] = next() as u8;
+            }
+        }
+        ids.push(st.insert_bytes(&body));
+    }
+    let good = st.insert_bytes(fixtures::flop_stnd(999, "Y", "OK").as_bytes());
+    st.drain();
+    let o = st.outcomes();
+    for id in &ids {
+        let (state, class, _) = &o[id];
+        assert!(
+            matches!(state.as_str(), "DEAD" | "SUCCEEDED" | "SKIPPED")
+                || (state == "FAILED" && matches!(class.as_deref(), Some("CODEC_ERROR" | "UNSUPPORTED"))),
+            "msg {id}: {state} {class:?}"
+        );
+        assert_ne!(class.as_deref(), Some("INFRA"), "no store or panic failure for msg {id}");
+    }
+    // A FAILED(CODEC_ERROR) head holds the FIFO until it dies; drain past the backoffs.
+    let mut pg = st.s.pg();
+    assert!(eventually(Duration::from_secs(60), || {
+        let _ = st.pump.round(now());
+        count(
+            &mut pg,
+            &format!("SELECT count(*) FROM proc_state WHERE msg_id = {good} AND state = 'SUCCEEDED'"),
+        ) == 1
+    }));
+}
+
+#[test]
+fn a_message_larger_than_the_limit_is_protocol_and_writes_nothing() {
+    let mut st = stack_with(Services::migrated(""));
+    let big = fixtures::flop(1, "REMC", "BIG", &[("REMC", Some(&"x".repeat(2 * 1024 * 1024)))]);
+    let id = st.s.insert_inbound(&[big])[0];
+    st.drain();
+    let (state, class, error) = st.outcomes()[&id].clone();
+    assert_eq!((state.as_str(), class.as_deref()), ("DEAD", Some("PROTOCOL")));
+    assert!(error.unwrap().contains("exceeds msgx.codec.max-message-bytes"));
+    assert!(st.flight("BIG").is_empty(), "no Redis write");
+    assert_eq!(count(&mut st.s.pg(), "SELECT count(*) FROM msg_event"), 0, "no event");
+}
+
+#[test]
+fn nul_characters_are_malformed() {
+    let mut st = stack_with(Services::migrated(""));
+    let ids = st.s.insert_inbound(&[
+        fixtures::flop_stnd(1, "N", "A&#0;B"),
+        fixtures::flop_stnd(2, "N", "A\u{0}B"),
+        fixtures::flop_stnd(3, "N", "OK"),
+    ]);
+    st.drain();
+    let o = st.outcomes();
+    for id in &ids[..2] {
+        assert_eq!((o[id].0.as_str(), o[id].1.as_deref()), ("DEAD", Some("MALFORMED")), "{:?}", o[id]);
+    }
+    assert_eq!(o[&ids[2]].0, "SUCCEEDED");
+    assert_eq!(st.flight("N")["STND"], "OK");
+}
+
+#[test]
+fn a_flop_with_an_unknown_element_applies_what_is_known_and_counts_it() {
+    let mut st = stack_with(Services::migrated(""));
+    let raw = fixtures::flop_body("STND", "U1", "<STND>K7</STND><VNDRX>vendor extra</VNDRX>");
+    let id = st.s.insert_inbound(&[raw])[0];
+    st.drain();
+    assert_eq!(st.outcomes()[&id].0, "SUCCEEDED");
+    assert_eq!(st.flight("U1")["STND"], "K7");
+    assert!(!st.flight("U1").contains_key("VNDRX"));
+    assert_eq!(st.stats.unknown_elements.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_snapshot_redis_refuses_as_stale_publishes_nothing_on_the_topic() {
+    let mut st = stack_with(Services::migrated(""));
+    let dnld = |seqn: u64, flid: &str| {
+        fixtures::other(
+            seqn,
+            "SCHD",
+            "DNLD",
+            &format!("<SCHD><RECS>1</RECS><FLTR><FLID>{flid}</FLID><SODT>05MAR260900</SODT><STND>1</STND></FLTR></SCHD>"),
+        )
+    };
+    st.s.insert_inbound(&[dnld(1, "P1")]);
+    st.drain();
+    // A newer snapshot got there first (as for a replayed or late old one): the plan's
+    // generation says so.
+    let mut redis = st.s.redis();
+    let _: () = redis.hset(format!("{}schd:gen", st.s.cfg.redis_prefix), "msg_id", 1_000_000).unwrap();
+    let stale = st.s.insert_inbound(&[dnld(2, "P2")])[0];
+    st.drain();
+    assert_eq!(st.outcomes()[&stale].0, "SUCCEEDED");
+    assert!(st.flight("P2").is_empty() && !st.flight("P1").is_empty(), "nothing changed in Redis");
+    let mut pg = st.s.pg();
+    assert_eq!(count(&mut pg, &format!("SELECT count(*) FROM msg_event WHERE msg_id = {stale}")), 0);
+    let mut d = msgx::dispatch::Dispatcher::new(
+        Pg::connect(&st.s.cfg.pg_url).unwrap(),
+        msgx::store::kafka::KafkaProducer::new(&st.s.cfg).unwrap(),
+        msgx::pump::retry_policy(&st.s.cfg.pipeline),
+        msgx::dispatch::Settings::from_config(&st.s.cfg),
+        Arc::new(msgx::lease::LeaseGate::open()),
+        Arc::new(Stats::default()),
+    );
+    while count(&mut pg, "SELECT count(*) FROM msg_event WHERE state = 'PENDING'") > 0 {
+        d.round(now()).unwrap();
+    }
+    let got = consume(&st.s.cfg.topic_schd, 2, Duration::from_secs(4));
+    assert_eq!(got.len(), 1, "one FLTR batch: the first snapshot's");
+    let flids: Vec<&str> =
+        got[0].payload.as_array().unwrap().iter().map(|f| f["FLID"].as_str().unwrap()).collect();
+    assert_eq!(flids, ["P1"], "no UPSERT of P2, no DELETE of P1");
+}
