@@ -21,6 +21,7 @@ pub mod handlers;
 pub mod ingress;
 pub mod jobs;
 pub mod lease;
+pub mod logpipe;
 pub mod ports;
 pub mod pump;
 pub mod stage;

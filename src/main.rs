@@ -90,14 +90,25 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    msgx::logpipe::start();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
+        // A log file, never a terminal: no colours to add, none to strip per line.
+        .write_style(env_logger::WriteStyle::Never)
+        .target(env_logger::Target::Pipe(Box::new(msgx::logpipe::LogPipe)))
         .init();
+    let code = run_cli();
+    msgx::logpipe::flush();
+    code
+}
+
+fn run_cli() -> ExitCode {
     // Panics go to the log file operators watch, with the thread (stage) that panicked.
     std::panic::set_hook(Box::new(|info| {
         let thread = std::thread::current();
         let backtrace = std::backtrace::Backtrace::capture();
         error!("panic thread={} {info}\n{backtrace}", thread.name().unwrap_or("?"));
+        msgx::logpipe::flush();
     }));
     let cli = Cli::parse();
     match cli.command {
