@@ -86,7 +86,7 @@ fn the_daily_plan_snapshot_replaces_its_window_on_redis() {
         .collect();
     assert_eq!(rows, want);
     // No applied record left behind once PostgreSQL holds the outcome.
-    let left: Vec<String> = st.s.redis().keys(format!("{}applied:*", st.s.cfg.redis_prefix)).unwrap();
+    let left: Vec<String> = st.s.redis().hkeys(format!("{}journal", st.s.cfg.redis_prefix)).unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
 

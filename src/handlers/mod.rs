@@ -80,12 +80,14 @@ pub enum RefChange {
 /// Everything a message causes. Its parts are applied by the pump, never by the handler.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Decision {
+    #[serde(default)]
     pub flights: Vec<FlightChange>,
     /// A daily-plan snapshot (SCHD DNLD/RESP): the plan's generation advances with a
     /// compare-and-set on the message id, so applying it twice changes nothing the second time.
     #[serde(default)]
     pub snapshot: bool,
     /// Outbox events (notifications, schd pushes, outbound intents), in the order they go out.
+    #[serde(default)]
     pub events: Vec<NewEvent>,
     #[serde(default)]
     pub references: Vec<RefChange>,

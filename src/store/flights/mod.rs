@@ -9,9 +9,10 @@
 //!   from which a snapshot's window is read;
 //! - `{prefix}schd:gen` — hash `gen` (the plan's generation) and `msg_id` (the snapshot that
 //!   last advanced it);
-//! - `{prefix}applied:{MSG_ID}` — the JSON decision applied for a message, until PostgreSQL
-//!   holds its outcome (at most a day), so a retry after "Redis applied, PostgreSQL failed"
-//!   writes the same events (I2);
+//! - `{prefix}journal` — hash, MSG_ID → the events and references of the decision applied for
+//!   that message, until PostgreSQL holds its outcome, so a retry after "Redis applied,
+//!   PostgreSQL failed" writes the same events (I2); the whole hash expires a week after the
+//!   last apply;
 //! - `{prefix}lease:epoch` — the newest lease epoch that wrote here (the fence, PRE-5).
 //!
 //! A round's decisions are applied by ONE Lua script: flights, versions, index, generation and
@@ -30,18 +31,19 @@ use crate::error::StoreError;
 use crate::handlers::{Decision, FlightState};
 use crate::ports::{FlightStore, Prepared, RoundNeed, StoreResult};
 
-/// How long an applied decision is kept if PostgreSQL never confirms it (a crashed round that
-/// is never retried): far past any retry schedule.
-const APPLIED_TTL_SECS: u64 = 86_400;
+/// How long the journal is kept after the last apply (an instance stopped for good).
+const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
 /// How long the versions of a deleted flight are kept (its tombstone).
 const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
-/// Applies a round (ARGV: prefix, epoch, journal ttl, tombstone ttl, n, then n × (msg_id,
-/// decision JSON)). Returns one 1/0 per decision: 0 for a snapshot not newer than the plan's
-/// generation, which changes nothing and is journalled as the empty decision. The rules are
-/// `FlightState::apply`'s, field by field.
+/// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, n, then n × (msg_id,
+/// snapshot 1/0, flight changes, journal doc)). A flight change is
+/// `[flid, delete 1/0, sodt|false, [field, value, …], [cleared field, …]]`; the journal doc (the
+/// decision's events and references) is stored as given, never decoded. Returns one 1/0 per
+/// decision: 0 for a snapshot not newer than the plan's generation, which changes nothing and
+/// is journalled as the empty decision. The rules are `FlightState::apply`'s, field by field.
 const APPLY: &str = r#"
-local prefix, epoch, ttl, tomb, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local prefix, epoch, tomb, jttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 if epoch > 0 then
   local ekey = prefix .. 'lease:epoch'
   local held = tonumber(redis.call('GET', ekey) or '0')
@@ -50,64 +52,117 @@ if epoch > 0 then
   end
   if held < epoch then redis.call('SET', ekey, epoch) end
 end
-local idx, genkey = prefix .. 'sodt', prefix .. 'schd:gen'
-local out = {}
+local idx, genkey, jkey = prefix .. 'sodt', prefix .. 'schd:gen', prefix .. 'journal'
+local out, journal = {}, {}
 for i = 1, n do
-  local m, doc = tonumber(ARGV[4 + 2 * i]), ARGV[5 + 2 * i]
-  local d = cjson.decode(doc)
+  local b = 5 + (i - 1) * 4
+  local m, snap, doc = tonumber(ARGV[b + 1]), ARGV[b + 2] == '1', ARGV[b + 4]
   local applied = 1
-  if d.snapshot == true then
+  if snap then
     local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
     if last >= m then applied = 0 end
   end
   if applied == 1 then
-    for _, c in ipairs(d.flights) do
-      local key, vkey = prefix .. 'flight:' .. c.flid, prefix .. 'fver:' .. c.flid
-      local deleted = tonumber(redis.call('HGET', vkey, '~del') or '0')
-      if c.delete == true then
-        for _, f in ipairs(redis.call('HKEYS', key)) do
-          if tonumber(redis.call('HGET', vkey, f) or '0') <= m then redis.call('HDEL', key, f) end
+    for _, c in ipairs(cjson.decode(ARGV[b + 3])) do
+      local flid, del, sodt, sets, clears = c[1], c[2], c[3], c[4], c[5]
+      local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
+      local names = {'~del'}
+      for j = 1, #sets, 2 do names[#names + 1] = sets[j] end
+      for _, f in ipairs(clears) do names[#names + 1] = f end
+      local got = redis.call('HMGET', vkey, unpack(names))
+      local deleted = tonumber(got[1] or '0')
+      local ver = {}
+      for k = 2, #names do ver[names[k]] = tonumber(got[k] or '0') end
+      if del == 1 then
+        local fields = redis.call('HKEYS', key)
+        if #fields > 0 then
+          local fv = redis.call('HMGET', vkey, unpack(fields))
+          local drop = {}
+          for k, f in ipairs(fields) do
+            if tonumber(fv[k] or '0') <= m then drop[#drop + 1] = f end
+          end
+          if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
         end
         if m > deleted then
           deleted = m
           redis.call('HSET', vkey, '~del', m)
         end
       end
-      local function writable(f)
-        return deleted <= m and tonumber(redis.call('HGET', vkey, f) or '0') <= m
-      end
-      for _, kv in ipairs(c.set) do
-        if writable(kv[1]) then
-          redis.call('HSET', key, kv[1], kv[2])
-          redis.call('HSET', vkey, kv[1], m)
+      local hs, hd, vs = {}, {}, {}
+      if deleted <= m then
+        for j = 1, #sets, 2 do
+          if ver[sets[j]] <= m then
+            hs[#hs + 1] = sets[j]
+            hs[#hs + 1] = sets[j + 1]
+            vs[#vs + 1] = sets[j]
+            vs[#vs + 1] = m
+          end
+        end
+        for _, f in ipairs(clears) do
+          if ver[f] <= m then
+            hd[#hd + 1] = f
+            vs[#vs + 1] = f
+            vs[#vs + 1] = m
+          end
         end
       end
-      for _, f in ipairs(c.clear) do
-        if writable(f) then
-          redis.call('HDEL', key, f)
-          redis.call('HSET', vkey, f, m)
-        end
-      end
-      if redis.call('EXISTS', key) == 1 then
-        redis.call('PERSIST', vkey)
-        if c.sodt ~= nil and c.sodt ~= cjson.null then redis.call('ZADD', idx, c.sodt, c.flid) end
-      else
-        redis.call('ZREM', idx, c.flid)
+      if #hs > 0 then redis.call('HSET', key, unpack(hs)) end
+      if #hd > 0 then redis.call('HDEL', key, unpack(hd)) end
+      if #vs > 0 then redis.call('HSET', vkey, unpack(vs)) end
+      -- Only a change that removed something can leave the flight empty, and only a flight
+      -- that was deleted before has versions with a time to live.
+      if (del == 1 or #hd > 0) and redis.call('EXISTS', key) == 0 then
+        redis.call('ZREM', idx, flid)
         if redis.call('EXISTS', vkey) == 1 then redis.call('EXPIRE', vkey, tomb) end
+      else
+        if deleted > 0 and #hs > 0 then redis.call('PERSIST', vkey) end
+        if sodt ~= false and sodt ~= cjson.null then redis.call('ZADD', idx, sodt, flid) end
       end
     end
-    if d.snapshot == true then
+    if snap then
       redis.call('HINCRBY', genkey, 'gen', 1)
       redis.call('HSET', genkey, 'msg_id', m)
     end
-    redis.call('SET', prefix .. 'applied:' .. m, doc, 'EX', ttl)
   else
-    redis.call('SET', prefix .. 'applied:' .. m, '{"flights":[],"events":[]}', 'EX', ttl)
+    doc = '{"events":[],"references":[]}'
   end
+  journal[#journal + 1] = m
+  journal[#journal + 1] = doc
   out[i] = applied
 end
+for k = 1, #journal, 1000 do
+  redis.call('HSET', jkey, unpack(journal, k, math.min(k + 999, #journal)))
+end
+redis.call('EXPIRE', jkey, jttl)
 return out
 "#;
+
+/// What the journal keeps of a decision: what a retry must emit again (I2). The flight
+/// changes are in Redis already.
+#[derive(serde::Serialize)]
+struct Journal<'a> {
+    events: &'a [crate::domain::NewEvent],
+    references: &'a [crate::handlers::RefChange],
+}
+
+/// A decision's flight changes in the script's compact form.
+fn compact(d: &Decision) -> String {
+    let changes: Vec<serde_json::Value> = d
+        .flights
+        .iter()
+        .map(|c| {
+            let sets: Vec<&str> = c.set.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]).collect();
+            serde_json::json!([
+                c.flid,
+                u8::from(c.delete),
+                c.sodt.map_or(serde_json::Value::Bool(false), |s| s.into()),
+                sets,
+                c.clear
+            ])
+        })
+        .collect();
+    serde_json::Value::Array(changes).to_string()
+}
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
 /// holder claims the flights before its stages start, so a stale pump's next apply is refused.
@@ -210,8 +265,7 @@ fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
 
 impl FlightStore for RedisFlights {
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64]) -> StoreResult<Prepared> {
-        let applied_keys: Vec<String> = need.msg_ids.iter().map(|m| self.key("applied", m)).collect();
-        let forget_keys: Vec<String> = forget.iter().map(|m| self.key("applied", m)).collect();
+        let journal = format!("{}journal", self.prefix);
         let flight_keys: Vec<(String, String)> =
             need.flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
         let idx = format!("{}sodt", self.prefix);
@@ -219,11 +273,11 @@ impl FlightStore for RedisFlights {
         // journal, every flight with its versions, and a snapshot's window.
         let mut values: Vec<Value> = self.run(|c, _| {
             let mut p = redis::pipe();
-            if !forget_keys.is_empty() {
-                p.del(&forget_keys).ignore();
+            if !forget.is_empty() {
+                p.hdel(&journal, forget).ignore();
             }
-            for k in &applied_keys {
-                p.get(k);
+            if !need.msg_ids.is_empty() {
+                p.cmd("HMGET").arg(&journal).arg(&need.msg_ids);
             }
             for (f, v) in &flight_keys {
                 p.hgetall(f);
@@ -242,13 +296,15 @@ impl FlightStore for RedisFlights {
         };
         let mut values = values.into_iter();
         let mut applied = HashMap::new();
-        for m in &need.msg_ids {
-            let text: Option<String> = parse(values.next().unwrap_or(Value::Nil))?;
-            if let Some(text) = text {
-                let d: Decision = serde_json::from_str(&text).map_err(|e| {
-                    StoreError::rejected("redis", format!("applied decision of msg_id={m} unreadable: {e}"))
-                })?;
-                applied.insert(*m, d);
+        if !need.msg_ids.is_empty() {
+            let texts: Vec<Option<String>> = parse(values.next().unwrap_or(Value::Nil))?;
+            for (m, text) in need.msg_ids.iter().zip(texts) {
+                if let Some(text) = text {
+                    let d: Decision = serde_json::from_str(&text).map_err(|e| {
+                        StoreError::rejected("redis", format!("journal of msg_id={m} unreadable: {e}"))
+                    })?;
+                    applied.insert(*m, d);
+                }
             }
         }
         let mut flights = std::collections::BTreeMap::new();
@@ -268,18 +324,22 @@ impl FlightStore for RedisFlights {
         if decisions.is_empty() {
             return Ok(Vec::new());
         }
-        let docs: Vec<(i64, String)> = decisions
+        let docs: Vec<(i64, bool, String, String)> = decisions
             .iter()
-            .map(|(m, d)| serde_json::to_string(d).map(|s| (*m, s)))
+            .map(|(m, d)| {
+                let journal =
+                    serde_json::to_string(&Journal { events: &d.events, references: &d.references });
+                journal.map(|j| (*m, d.snapshot, compact(d), j))
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
         let prefix = self.prefix.clone();
         let epoch = self.epoch;
         let flags: Vec<i64> = self.run(|c, script| {
             let mut inv = script.prepare_invoke();
-            inv.arg(&prefix).arg(epoch).arg(APPLIED_TTL_SECS).arg(TOMBSTONE_TTL_SECS).arg(docs.len());
-            for (m, doc) in &docs {
-                inv.arg(*m).arg(doc);
+            inv.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS).arg(docs.len());
+            for (m, snapshot, flights, journal) in &docs {
+                inv.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(flights).arg(journal);
             }
             inv.invoke(c)
         })?;
@@ -287,7 +347,7 @@ impl FlightStore for RedisFlights {
     }
 
     fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()> {
-        let keys: Vec<String> = msg_ids.iter().map(|m| self.key("applied", m)).collect();
-        self.run(|c, _| redis::cmd("DEL").arg(&keys).query::<()>(c))
+        let journal = format!("{}journal", self.prefix);
+        self.run(|c, _| redis::cmd("HDEL").arg(&journal).arg(msg_ids).query::<()>(c))
     }
 }
