@@ -43,3 +43,93 @@ fn archived_rows_are_whole_in_proc_state_hst() {
         ("ARCHIVED".to_string(), None, true)
     );
 }
+
+#[test]
+fn the_head_query_walks_its_index_with_100k_pending_rows_and_stale_statistics() {
+    use msgx::ports::Fifo;
+    let (mut pg, s) = fresh();
+    let mut admin = s.pg();
+    // Statistics that never saw the rows: autovacuum off, no ANALYZE.
+    admin
+        .batch_execute(
+            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
+             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
+             SELECT g, 'PENDING', 0, now() FROM generate_series(1, 100000) g;",
+        )
+        .unwrap();
+    let plan = pg.explain_head(50).unwrap();
+    println!("{plan}");
+    assert!(
+        plan.contains("Index Scan using idx_proc_head")
+            || plan.contains("Index Only Scan using idx_proc_head"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort") && !plan.contains("Seq Scan") && !plan.contains("Bitmap"), "{plan}");
+    // …and the answer is the head, at once.
+    let started = std::time::Instant::now();
+    let rows = pg.unfinished(50, &[]).unwrap();
+    assert_eq!(rows.first().map(|r| r.msg_id), Some(1));
+    assert_eq!(rows.len(), 50);
+    println!("head of 100000 pending rows read in {:?}", started.elapsed());
+}
+
+/// A fenced write transaction left open, as a stage's commit is while PostgreSQL works on it.
+fn open_fenced_write(s: &Services, epoch: i64) -> postgres::Client {
+    let mut c = s.pg();
+    c.batch_execute(&format!("BEGIN; SELECT msgx_fence({epoch}); UPDATE ingress_watermark SET last_id = 42"))
+        .unwrap();
+    c
+}
+
+#[test]
+fn regression_a_renewal_does_not_wait_for_writes_in_flight() {
+    // The fence held the lease row FOR SHARE, which the renewal's UPDATE waits for: every
+    // renewal stalled behind the longest write in flight, and every write behind it (p99
+    // spikes once a second, issue #13).
+    use msgx::ports::{Claim, Claimant, LeaseStore};
+    use std::time::{Duration, Instant};
+    let (mut pg, s) = fresh();
+    let me = Claimant { id: "a".into(), host: "h".into(), pid: 1 };
+    let Claim::Acquired { epoch, .. } = pg.claim(&me, Duration::from_secs(10)).unwrap() else { panic!() };
+    let mut writer = open_fenced_write(&s, epoch);
+    let start = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let url = s.cfg.pg_url.clone();
+    std::thread::spawn(move || {
+        let mut lease = Pg::connect(&url).unwrap();
+        let me = Claimant { id: "a".into(), host: "h".into(), pid: 1 };
+        tx.send(lease.renew(&me, epoch, Duration::from_secs(10), "{}").unwrap()).unwrap();
+    });
+    let renewed = rx.recv_timeout(Duration::from_secs(3));
+    writer.batch_execute("COMMIT").unwrap();
+    assert_eq!(renewed, Ok(true), "the renewal waited for the open write");
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_takeover_waits_for_the_old_holders_write_in_flight() {
+    use msgx::ports::{Claim, Claimant, LeaseStore};
+    use std::time::Duration;
+    let (mut pg, s) = fresh();
+    let old = Claimant { id: "old".into(), host: "h".into(), pid: 1 };
+    let Claim::Acquired { epoch, .. } = pg.claim(&old, Duration::from_millis(200)).unwrap() else { panic!() };
+    let mut writer = open_fenced_write(&s, epoch);
+    std::thread::sleep(Duration::from_millis(300)); // the old lease has expired
+    let (tx, rx) = std::sync::mpsc::channel();
+    let url = s.cfg.pg_url.clone();
+    std::thread::spawn(move || {
+        let mut lease = Pg::connect(&url).unwrap();
+        let new = Claimant { id: "new".into(), host: "h".into(), pid: 2 };
+        tx.send(matches!(lease.claim(&new, Duration::from_secs(10)).unwrap(), Claim::Acquired { .. }))
+            .unwrap();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the takeover did not wait for the write in flight"
+    );
+    writer.batch_execute("COMMIT").unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true), "then it takes the lease");
+    let mut stale = s.pg();
+    let err = stale.batch_execute(&format!("SELECT msgx_fence({epoch})")).unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("MX001"), "the old epoch writes nothing after it");
+}

@@ -34,7 +34,8 @@ impl LeaseStore for Pg {
         let pid = me.pid as i32;
         self.write(|c| {
             // FOR UPDATE: a claim waits for the holder's fenced transactions in flight (they
-            // hold the row FOR SHARE), and two claimants cannot both win.
+            // hold the row FOR KEY SHARE, V009), and two claimants cannot both win. A renewal
+            // is a plain UPDATE, which those transactions do not block.
             let row =
                 c.query_one(&format!("SELECT {HOLDER} FROM msgx_lease WHERE id = 1 FOR UPDATE"), &[])?;
             let before = holder(&row);

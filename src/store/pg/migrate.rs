@@ -32,6 +32,8 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(5, "proc_state_hst", "V005__proc_state_hst.sql"),
     migration!(6, "backfill_reconciled", "V006__backfill_reconciled.sql"),
     migration!(7, "lease_and_fence", "V007__lease_and_fence.sql"),
+    migration!(8, "backfill_refused_index", "V008__backfill_refused_index.sql"),
+    migration!(9, "fence_key_share", "V009__fence_key_share.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]
