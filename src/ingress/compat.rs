@@ -278,6 +278,20 @@ impl<M: MailboxSubmit, P: Intake> Worker<M, P> {
     }
 }
 
+/// Where to connect to wake a listener bound to `addr` (an unspecified address listens on
+/// loopback too).
+fn wake_address(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => {
+            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, a.port()))
+        }
+        SocketAddr::V6(a) if a.ip().is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
+        }
+        other => other,
+    }
+}
+
 /// The listener: hands connections to a bounded pool of workers; when every worker is busy
 /// and the queue is full, answers 503 at once instead of making the client wait.
 pub struct CompatServer {
@@ -287,9 +301,6 @@ pub struct CompatServer {
 impl CompatServer {
     pub fn bind(addr: SocketAddr) -> Result<Self, StoreError> {
         let listener = TcpListener::bind(addr)
-            .map_err(|e| StoreError::unavailable("compat-http", format!("cannot listen on {addr}: {e}")))?;
-        listener
-            .set_nonblocking(true)
             .map_err(|e| StoreError::unavailable("compat-http", format!("cannot listen on {addr}: {e}")))?;
         Ok(CompatServer { listener })
     }
@@ -311,7 +322,17 @@ impl CompatServer {
         P: Intake + Send,
     {
         let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(workers.len());
+        let stopping = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
+            // accept() blocks (a request is taken the moment it arrives); stop wakes it with a
+            // connection of its own.
+            scope.spawn(|| {
+                let _ = stop.recv();
+                stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+                if let Some(addr) = self.local_addr().map(wake_address) {
+                    let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+                }
+            });
             for mut w in workers {
                 let rx = rx.clone();
                 let accepted = &accepted;
@@ -325,9 +346,13 @@ impl CompatServer {
             }
             drop(rx);
             loop {
-                match self.listener.accept() {
+                let accepted = self.listener.accept();
+                if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                match accepted {
                     Ok((stream, _)) => {
-                        let _ = stream.set_nonblocking(false);
+                        let _ = stream.set_nodelay(true);
                         if let Err(crossbeam_channel::TrySendError::Full(mut s)) = tx.try_send(stream) {
                             respond(
                                 &mut s,
@@ -336,17 +361,11 @@ impl CompatServer {
                             );
                         }
                     }
-                    // Nothing to accept: look for stop, then wait a little (accept cannot wait
-                    // with a timeout in std).
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        if !matches!(
-                            stop.recv_timeout(Duration::from_millis(20)),
-                            Err(crossbeam_channel::RecvTimeoutError::Timeout)
-                        ) {
-                            break;
-                        }
+                    Err(e) => {
+                        // Out of file descriptors, say: keep serving, without spinning.
+                        warn!("compat-http accept error: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
                     }
-                    Err(e) => warn!("compat-http accept error: {e}"),
                 }
             }
             drop(tx);
