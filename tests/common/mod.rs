@@ -62,7 +62,10 @@ impl Services {
     /// Fresh stores for one test on `stores` (admin URLs; the shared services where `None`).
     pub fn on(extra: &str, stores: Stores) -> Services {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!("t{}_{}", std::process::id(), n);
+        // The pid alone repeats across runs, and the broker keeps its topics: the start time
+        // makes the name this run's.
+        let started = std::time::UNIX_EPOCH.elapsed().unwrap_or_default().as_millis() % 1_000_000_000;
+        let name = format!("t{}_{}_{started}", std::process::id(), n);
         let pg_admin = stores.pg.clone().unwrap_or_else(|| env("MSGX_PG_URL"));
         let mysql_admin = stores.mysql.clone().unwrap_or_else(|| env("MSGX_MYSQL_URL"));
         let brokers = stores.kafka.clone().unwrap_or_else(|| env("MSGX_KAFKA_BROKERS"));
