@@ -182,6 +182,7 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
                 }
             };
             if pause_or_stop(&stop, wiring.bell.as_ref(), pause) {
+                stage.close();
                 return Exit::Stopped;
             }
         }
@@ -414,6 +415,10 @@ pub fn serve(
     let (to_outbound, outbound_bell) = bell();
     let (to_backfill, backfill_bell) = bell();
     let wire = |bell: Option<Receiver<()>>, rings: Vec<Bell>| Wiring { bell, rings, idle: p.poll_interval };
+    let recorded = {
+        let rings = [to_dispatch.clone(), to_outbound.clone(), to_backfill.clone()];
+        move || rings.iter().for_each(Bell::ring)
+    };
     let mut threads = vec![
         spawn(
             Poller::new(pg()?, mailbox()?, p, stats.clone()),
@@ -427,6 +432,10 @@ pub fn serve(
                 RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix)?.fenced(epoch),
                 p,
                 stats.clone(),
+            )
+            .with_lane(
+                pump::lane::Behind::spawn(pg()?, recorded)
+                    .map_err(|e| DaemonError::StageFailed(format!("process-commit: {e}")))?,
             ),
             wire(Some(process_bell), vec![to_dispatch, to_outbound, to_backfill]),
             ctx.clone(),

@@ -186,8 +186,9 @@ pub trait Intake {
 /// Own PostgreSQL, the pump's side: the FIFO and its outcomes. Only the process thread holds
 /// one (I1).
 pub trait Fifo {
-    /// The head and up to `limit - 1` unfinished rows behind it, in MSG_ID order (INV-3).
-    fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>>;
+    /// The head and up to `limit - 1` unfinished rows behind it, in MSG_ID order (INV-3),
+    /// leaving out `skip` (the round whose commit is still on its way).
+    fn unfinished(&mut self, limit: usize, skip: &[i64]) -> StoreResult<Vec<ProcRow>>;
     /// The holders of several identities at once, ARCHIVED shadow rows included (INV-9).
     fn identity_holders(&mut self, keys: &[String]) -> StoreResult<HashMap<String, i64>>;
     /// Records a round's outcomes in one transaction. Each terminal state is written in the
@@ -312,6 +313,8 @@ pub enum Raw {
     TooLarge {
         bytes: u64,
     },
+    /// Beyond the read's byte budget: not fetched this time (the round ends before it).
+    Later,
 }
 
 /// The shared MySQL mailbox, the poller's side: what is visible (someone else's: DML only,
@@ -327,9 +330,10 @@ pub trait MailboxScan {
 
 /// The shared mailbox, the pump's side: message texts.
 pub trait MailboxTexts {
-    /// The raw texts of rows, in one read; a row or text that is missing is absent. A body
-    /// longer than `max_bytes` is not fetched.
-    fn raws(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>>;
+    /// The raw texts of rows (`ids` in MSG_ID order); a row or text that is missing is absent.
+    /// A body longer than `max_bytes` is not fetched. The bodies fetched fit in `budget` bytes
+    /// together, in order — except the first, always fetched: the rows after are `Later`.
+    fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>>;
 }
 
 /// The shared mailbox, backfill's side: the processed mark.
@@ -448,4 +452,19 @@ pub trait LeaseStore {
     fn release(&mut self, me: &Claimant, epoch: i64) -> StoreResult<()>;
     /// The lease row.
     fn holder(&mut self) -> StoreResult<LeaseHolder>;
+}
+
+/// How many of `sizes` (in order; `None`: no text) a read fetches within `budget` bytes: the
+/// first always, then each body that still fits. A body over `max_bytes` costs nothing (it is
+/// not fetched).
+pub fn within_budget(sizes: &[(i64, Option<u64>)], max_bytes: u64, budget: u64) -> usize {
+    let mut used = 0u64;
+    for (k, (_, size)) in sizes.iter().enumerate() {
+        let cost = size.filter(|n| *n <= max_bytes).unwrap_or(0);
+        if k > 0 && used + cost > budget {
+            return k;
+        }
+        used += cost;
+    }
+    sizes.len()
 }

@@ -37,6 +37,8 @@ pub trait Stage {
     /// The stage's name in log lines (`stage=process`).
     const NAME: &'static str;
     fn round(&mut self, now: SystemTime) -> Result<Self::Round, StoreError>;
+    /// Called once when the stage stops cleanly: finish what is on its way.
+    fn close(&mut self) {}
 }
 
 /// How a stage retries a store that is away and when it alerts (`msgx.pipeline.reconnect-*`,

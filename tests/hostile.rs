@@ -222,3 +222,32 @@ fn a_snapshot_redis_refuses_as_stale_publishes_nothing_on_the_topic() {
         got[0].payload.as_array().unwrap().iter().map(|f| f["FLID"].as_str().unwrap()).collect();
     assert_eq!(flids, ["P1"], "no UPSERT of P2, no DELETE of P1");
 }
+
+#[test]
+fn a_flood_of_large_texts_is_read_within_the_round_byte_budget() {
+    // Five 300 KB messages (each under max-message-bytes) with a 700 KB round budget: the pump
+    // never holds more than two of them, and every one is processed, none charged.
+    let s = Services::migrated("process-batch-bytes = 700000\nprocess-batch = 100");
+    let mut st = stack_with(s);
+    let pad = "x".repeat(300_000);
+    let ids: Vec<i64> = (1..=5)
+        .map(|i| {
+            let raw = fixtures::flop_stnd(i, "BIG", &format!("S{i}"))
+                .replace("</MSG>", &format!("<!--{pad}--></MSG>"));
+            st.insert_bytes(raw.as_bytes())
+        })
+        .collect();
+    let mut texts = MysqlMailbox::connect(&st.s.cfg.mysql_url, &st.s.cfg.inbound).unwrap();
+    use msgx::ports::{MailboxTexts, Raw};
+    let got = texts.raws(&ids, 1 << 20, 700_000).unwrap();
+    let fetched: Vec<bool> = ids.iter().map(|id| matches!(got[id], Raw::Body(_))).collect();
+    assert_eq!(fetched, [true, true, false, false, false]);
+    assert!(ids[2..].iter().all(|id| got[id] == Raw::Later));
+    while st.poller.round(now()).unwrap() != ingress::Round::Idle {}
+    let rounds: Vec<Round> = std::iter::from_fn(|| Some(st.pump.round(now()).unwrap()))
+        .take_while(|r| matches!(r, Round::Worked(_)))
+        .collect();
+    assert_eq!(rounds, [Round::Worked(2), Round::Worked(2), Round::Worked(1)]);
+    assert!(st.outcomes().values().all(|(state, _, _)| state == "SUCCEEDED"), "{:?}", st.outcomes());
+    assert_eq!(st.flight("BIG")["STND"], "S5");
+}

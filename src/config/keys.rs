@@ -68,7 +68,7 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Duration { min: Duration::from_millis(50) },
         "idle interval between mailbox polls; a full batch polls again at once (lower bound 50ms)",
     ),
-    k("msgx.pipeline.poll-batch", "500", Kind::Int { min: 1, max: 10_000 }, "mailbox rows read per poll"),
+    k("msgx.pipeline.poll-batch", "10000", Kind::Int { min: 1, max: 50_000 }, "mailbox rows read per poll"),
     k(
         "msgx.pipeline.rescan-interval",
         "\"1m\"",
@@ -113,19 +113,25 @@ pub const KEYS: &[KeySpec] = &[
     ),
     k(
         "msgx.pipeline.process-batch",
-        "50",
-        Kind::Int { min: 1, max: 1_000 },
+        "1000",
+        Kind::Int { min: 1, max: 5_000 },
         "ready messages the pump may take in one round, in MSG_ID order",
     ),
     k(
+        "msgx.pipeline.process-batch-bytes",
+        "16777216",
+        Kind::Int { min: 65_536, max: 1_073_741_824 },
+        "message text one pump round may hold, in bytes; the round ends before the message that would pass it (one message always fits)",
+    ),
+    k(
         "msgx.pipeline.dispatch-batch",
-        "200",
+        "5000",
         Kind::Int { min: 1, max: 10_000 },
         "events produced per delivery round (still one request in flight)",
     ),
     k(
         "msgx.pipeline.backfill-batch",
-        "200",
+        "2000",
         Kind::Int { min: 1, max: 10_000 },
         "mailbox rows marked per backfill statement",
     ),

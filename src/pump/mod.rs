@@ -12,7 +12,11 @@
 //! 4. each message decided in MSG_ID order against an overlay of the decisions before it, so
 //!    message k sees what k−1 decided; a daily-plan snapshot is always a round of its own;
 //! 5. every new decision applied in one Redis script (Redis first, I2), journalled per message;
-//! 6. every outcome committed in one transaction.
+//! 6. every outcome committed in one transaction — on the commit [`lane`] when the daemon
+//!    gives the pump one: the next round's steps 1–4 run meanwhile (its head query leaves the
+//!    committing round out), and its step 5 waits until this commit has landed, so nothing
+//!    reaches Redis ahead of an earlier message's recorded outcome. A round that ends with a
+//!    message backing off commits in place: the next round must see that head.
 //!
 //! Failures (SPEC §4.9): a store that is unavailable aborts the round with nothing charged —
 //! the stage stalls and retries, and the journal makes the retry emit the same events. A write
@@ -20,6 +24,7 @@
 //! retried one message at a time to find it, a refused Redis apply one decision at a time.
 //! Reads are never a message's fault.
 
+pub mod lane;
 pub mod replay;
 pub mod rules;
 
@@ -40,6 +45,7 @@ use crate::ports::{
 };
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
+use lane::CommitLane;
 use rules::{head_action, HeadAction, RetryPolicy};
 
 /// What one round of the pump did.
@@ -92,6 +98,7 @@ pub struct Pump<P, M, F> {
     ignore: IgnoreRules,
     include_day_boundary: bool,
     batch: usize,
+    batch_bytes: u64,
     max_message_bytes: u64,
     max_event_bytes: usize,
     strict: bool,
@@ -100,6 +107,29 @@ pub struct Pump<P, M, F> {
     forget: Vec<i64>,
     /// TYPE-STYP/element pairs already reported as unknown in this run.
     unknown_seen: HashSet<String>,
+    /// Where a round's commit runs while the next round is read; none: the pump waits.
+    lane: Option<Box<dyn CommitLane>>,
+    /// The round committing on the lane.
+    inflight: Option<InFlight>,
+}
+
+/// A round whose commit is on the lane: what it takes to log it, to find the cause if it is
+/// refused, and to keep the next round off its rows and identities.
+struct InFlight {
+    rows: BTreeMap<i64, ProcRow>,
+    /// Events per settle, in the lane's order.
+    events: Vec<usize>,
+    identities: HashMap<String, i64>,
+    now: SystemTime,
+}
+
+/// What waiting for the lane found.
+enum Landing {
+    Nothing,
+    /// The round is recorded.
+    Recorded,
+    /// The round was refused and recorded message by message up to the cause (this many).
+    Refused(usize),
 }
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
@@ -108,6 +138,12 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Pump::round(self, now)
+    }
+
+    fn close(&mut self) {
+        if let Err(e) = self.land() {
+            warn!("stage=process the last round's commit did not land ({e}); it is read again at the next start");
+        }
     }
 }
 
@@ -121,47 +157,85 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             ignore: IgnoreRules::new(&cfg.ignore_rules),
             include_day_boundary: cfg.include_day_boundary,
             batch: cfg.process_batch,
+            batch_bytes: cfg.process_batch_bytes,
             max_message_bytes: cfg.max_message_bytes,
             max_event_bytes: cfg.max_event_bytes,
             strict: cfg.strict_codec,
             stats,
             forget: Vec::new(),
             unknown_seen: HashSet::new(),
+            lane: None,
+            inflight: None,
         }
+    }
+
+    /// Commits on `lane` while the next round is read and decided (the daemon's pump).
+    pub fn with_lane(mut self, lane: impl CommitLane + 'static) -> Self {
+        self.lane = Some(Box::new(lane));
+        self
     }
 
     /// One round at `now` (see the module documentation for its steps).
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
-        let rows = self.fifo.unfinished(self.batch)?;
+        let round = self.try_round(now);
+        if round.is_err() {
+            // Another store failed, not the lane's: what was committing lands now, not after
+            // the outage.
+            self.land()?;
+        }
+        round
+    }
+
+    fn try_round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        let committing: Vec<i64> =
+            self.inflight.as_ref().map(|f| f.rows.keys().copied().collect()).unwrap_or_default();
+        let rows = self.fifo.unfinished(self.batch, &committing)?;
         // The ready prefix: the head and the rows behind it up to the first one backing off.
         let mut ready = 0;
         for row in &rows {
             match head_action(Some(row), now, &self.policy) {
-                HeadAction::Wait(t) if ready == 0 => {
-                    self.forget_idle()?;
-                    return Ok(Round::Wait(t));
-                }
+                HeadAction::Wait(t) if ready == 0 => return self.quiet(Round::Wait(t)),
                 HeadAction::Wait(_) | HeadAction::Idle => break,
                 HeadAction::Process | HeadAction::Poison(_) => ready += 1,
             }
         }
         if ready == 0 {
-            self.forget_idle()?;
-            return Ok(Round::Idle);
+            return self.quiet(Round::Idle);
         }
         let rows = &rows[..ready];
         let items = self.read_and_decode(rows, now)?;
-        let settles = self.decide_and_apply(items, now)?;
+        let (mut settles, fresh) = self.decide(items, now)?;
+        if let Landing::Refused(n) = self.land()? {
+            // A message of the last round was charged: the FIFO head moved under this round,
+            // which has applied nothing yet and is simply read again.
+            return Ok(Round::Worked(n));
+        }
+        self.apply(&mut settles, fresh, now)?;
         self.commit(settles, rows, now)
+    }
+
+    /// Nothing to read: the commit on its way lands first, then the journal is tidied.
+    fn quiet(&mut self, round: Round) -> Result<Round, StoreError> {
+        match self.land()? {
+            Landing::Nothing => {
+                self.forget_idle()?;
+                Ok(round)
+            }
+            Landing::Recorded => Ok(Round::Worked(0)),
+            Landing::Refused(n) => Ok(Round::Worked(n)),
+        }
     }
 
     /// Step 2: texts, decoding, identities. The round ends after the first message that will
     /// be FAILED (it becomes the head in backoff), and before a snapshot (a round of its own).
     fn read_and_decode<'r>(&mut self, rows: &'r [ProcRow], now: SystemTime) -> StoreResult<Vec<Item<'r>>> {
         let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
-        let mut raws = self.texts.raws(&ids, self.max_message_bytes)?;
+        let mut raws = self.texts.raws(&ids, self.max_message_bytes, self.batch_bytes)?;
         let mut items: Vec<Item<'r>> = Vec::with_capacity(rows.len());
         for row in rows {
+            if matches!(raws.get(&row.msg_id), Some(Raw::Later)) {
+                break; // past the round's byte budget: the next round starts here
+            }
             let item = match head_action(Some(row), now, &self.policy) {
                 HeadAction::Poison(p) => {
                     let reason = format!(
@@ -194,7 +268,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             })
             .collect();
         let holders = if keys.is_empty() { HashMap::new() } else { self.fifo.identity_holders(&keys)? };
-        let mut taken: HashMap<String, i64> = HashMap::new();
+        // The round still committing holds its identities already.
+        let mut taken: HashMap<String, i64> =
+            self.inflight.as_ref().map(|f| f.identities.clone()).unwrap_or_default();
         for item in &mut items {
             if let Step::Decide { identity, .. } = &item.step {
                 let holder = taken.get(identity).or_else(|| holders.get(identity)).copied();
@@ -245,6 +321,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 return item;
             }
             Some(Raw::Body(b)) => b,
+            Some(Raw::Later) => unreachable!("a round ends before a text it did not read"),
         };
         let strict = self.strict;
         let decoded = pure(|| -> Result<Result<(codec::Meta, Option<Message>), DecodeError>, DecodeError> {
@@ -284,13 +361,14 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         item
     }
 
-    /// Steps 3–5: one Redis read, decisions in order on an overlay, one Redis apply. Returns
-    /// the round's outcomes in MSG_ID order.
-    fn decide_and_apply<'r>(
+    /// Steps 3–4: one Redis read, decisions in order on an overlay. Returns the round's
+    /// outcomes in MSG_ID order and the new decisions still to apply.
+    #[allow(clippy::type_complexity)]
+    fn decide<'r>(
         &mut self,
         items: Vec<Item<'r>>,
         now: SystemTime,
-    ) -> StoreResult<Vec<(Settle, usize)>> {
+    ) -> StoreResult<(Vec<(Settle, usize)>, Vec<(usize, &'r ProcRow, Decision)>)> {
         let mut need = RoundNeed::default();
         for item in &items {
             if let Step::Decide { msg, .. } = &item.step {
@@ -310,7 +388,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             p
         };
         let mut overlay = prepared.flights;
-        let window = prepared.window;
+        let mut window = prepared.window;
         let mut applied_before = prepared.applied;
         let mut settles: Vec<(Settle, usize)> = Vec::with_capacity(items.len());
         let mut fresh: Vec<(usize, &ProcRow, Decision)> = Vec::new(); // (index in settles, row, decision)
@@ -335,15 +413,18 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 settles.push((Settle { msg_id: row.msg_id, type_tag: item.tag, outcome }, n));
                 continue;
             }
-            let view = View {
-                flights: handlers::need_of(&msg)
-                    .flids
-                    .into_iter()
-                    .filter_map(|f| overlay.get(&f).map(|s| (f, s.clone())))
-                    .collect(),
-                window: window.clone(),
-            };
+            // The view borrows the overlay's flights by moving them in and back out: a round
+            // decides against them without copying a flight per message.
+            let mut view = View { flights: Default::default(), window: std::mem::take(&mut window) };
+            for f in handlers::need_of(&msg).flids {
+                if let Some(s) = overlay.remove(&f) {
+                    view.flights.insert(f, s);
+                }
+            }
             let decided = pure(|| handlers::decide(&view, &msg, row.msg_id));
+            // One insert per flight (BTreeMap::append would rebuild the whole overlay).
+            overlay.extend(std::mem::take(&mut view.flights));
+            window = view.window;
             let failure = |class: ErrorClass, e: &str| {
                 Outcome::Failed(self.policy.on_failure(row.attempts, row.first_failed_at, class, e, now))
             };
@@ -375,8 +456,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 break;
             }
         }
-        self.apply(&mut settles, fresh, now)?;
-        Ok(settles)
+        Ok((settles, fresh))
     }
 
     /// Step 5: Redis first (I2), all new decisions in one script. A refused apply is retried
@@ -455,20 +535,65 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         rows: &[ProcRow],
         now: SystemTime,
     ) -> Result<Round, StoreError> {
-        let by_id: BTreeMap<i64, &ProcRow> = rows.iter().map(|r| (r.msg_id, r)).collect();
         if settles.is_empty() {
             return Ok(Round::Idle);
         }
-        let plain: Vec<Settle> = settles.iter().map(|(s, _)| s.clone()).collect();
-        match self.fifo.commit(&RoundRecord::of(&plain), now) {
+        let n = settles.len();
+        let backing_off = matches!(settles.last(), Some((s, _)) if matches!(s.outcome, Outcome::Failed(Failure::Retry { .. })));
+        let by_id: BTreeMap<i64, &ProcRow> = rows.iter().map(|r| (r.msg_id, r)).collect();
+        let (plain, events): (Vec<Settle>, Vec<usize>) = settles.into_iter().unzip();
+        if let Some(lane) = self.lane.as_mut().filter(|_| !backing_off) {
+            assert!(self.inflight.is_none(), "the last commit landed before this round applied anything");
+            self.inflight = Some(InFlight {
+                rows: plain.iter().map(|s| (s.msg_id, by_id[&s.msg_id].clone())).collect(),
+                events,
+                identities: plain
+                    .iter()
+                    .filter_map(|s| match &s.outcome {
+                        Outcome::Succeeded { identity, .. } => Some((identity.clone(), s.msg_id)),
+                        _ => None,
+                    })
+                    .collect(),
+                now,
+            });
+            lane.start(plain, now);
+            return Ok(Round::Worked(n));
+        }
+        let result = self.fifo.commit(&RoundRecord::of(&plain), now);
+        let settles: Vec<(Settle, usize)> = plain.into_iter().zip(events).collect();
+        Ok(Round::Worked(self.landed(settles, &by_id, result, now)?))
+    }
+
+    /// Waits for the round on the lane, if any, and logs it.
+    fn land(&mut self) -> StoreResult<Landing> {
+        let Some(f) = self.inflight.take() else { return Ok(Landing::Nothing) };
+        let (plain, result) = self.lane.as_mut().expect("a round in flight has a lane").finish();
+        let refused = matches!(&result, Err(e) if e.is_rejected());
+        let by_id: BTreeMap<i64, &ProcRow> = f.rows.iter().map(|(id, r)| (*id, r)).collect();
+        let settles: Vec<(Settle, usize)> = plain.into_iter().zip(f.events).collect();
+        let n = self.landed(settles, &by_id, result, f.now)?;
+        Ok(if refused { Landing::Refused(n) } else { Landing::Recorded })
+    }
+
+    /// A round's commit result: logged when recorded, found out message by message when
+    /// refused; the number of messages recorded.
+    fn landed(
+        &mut self,
+        settles: Vec<(Settle, usize)>,
+        by_id: &BTreeMap<i64, &ProcRow>,
+        result: StoreResult<()>,
+        now: SystemTime,
+    ) -> StoreResult<usize> {
+        match result {
             Ok(()) => {
                 for (s, n) in &settles {
                     self.log(by_id[&s.msg_id], s, *n);
                 }
-                self.done(&plain);
-                Ok(Round::Worked(settles.len()))
+                let n = settles.len();
+                self.done(settles.iter().map(|(s, _)| s));
+                Ok(n)
             }
-            Err(e) if e.is_rejected() => self.commit_one_by_one(settles, &by_id, e, now),
+            Err(e) if e.is_rejected() => self.commit_one_by_one(settles, by_id, e, now),
             Err(e) => Err(e),
         }
     }
@@ -479,7 +604,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         by_id: &BTreeMap<i64, &ProcRow>,
         round_error: StoreError,
         now: SystemTime,
-    ) -> Result<Round, StoreError> {
+    ) -> StoreResult<usize> {
         warn!("round commit refused ({round_error}); committing its {} messages one at a time to find the cause", settles.len());
         let mut worked = 0;
         for (s, n) in settles {
@@ -487,7 +612,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             match self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&s)), now) {
                 Ok(()) => {
                     self.log(row, &s, n);
-                    self.done(std::slice::from_ref(&s));
+                    self.done(std::iter::once(&s));
                     worked += 1;
                 }
                 Err(e) if e.is_rejected() => {
@@ -507,19 +632,18 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                     // that is no message's fault, the stage stalls.
                     self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&charged)), now)?;
                     self.log(row, &charged, 0);
-                    return Ok(Round::Worked(worked + 1));
+                    return Ok(worked + 1);
                 }
                 Err(e) => return Err(e),
             }
         }
-        Ok(Round::Worked(worked))
+        Ok(worked)
     }
 
     /// PostgreSQL holds these outcomes: their journal entries can go at the next Redis read.
-    fn done(&mut self, settles: &[Settle]) {
-        self.forget.extend(
-            settles.iter().filter(|s| matches!(s.outcome, Outcome::Succeeded { .. })).map(|s| s.msg_id),
-        );
+    fn done<'s>(&mut self, settles: impl Iterator<Item = &'s Settle>) {
+        self.forget
+            .extend(settles.filter(|s| matches!(s.outcome, Outcome::Succeeded { .. })).map(|s| s.msg_id));
     }
 
     /// Drops journal entries while there is nothing else to do.

@@ -689,3 +689,181 @@ mod bytes_through_the_mailbox {
         }
     }
 }
+
+// ---------------------------------------------------------------- the commit lane (#13)
+
+/// A pump whose commits wait on a deferred lane: every next round is read while the last
+/// commit is still unrecorded — the widest interleaving the daemon's lane allows.
+fn world_with_lane(batch: usize) -> World {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.process_batch = batch;
+    let mut w = world_with(cfg.clone());
+    w.pump = Pump::new(w.pg.clone(), w.mailbox.clone(), w.flights.clone(), &cfg, Arc::new(Stats::default()))
+        .with_lane(lane::Deferred::new(w.pg.clone()));
+    w
+}
+
+impl World {
+    fn drain(&mut self) {
+        for _ in 0..100 {
+            match self.round().unwrap() {
+                Round::Worked(_) => {}
+                Round::Wait(t) => self.clock.set(t),
+                Round::Idle => return,
+            }
+        }
+        panic!("not drained in 100 rounds");
+    }
+
+    fn event_msgs(&self) -> Vec<i64> {
+        self.pg.inspect(|s| s.events.values().filter_map(|e| e.event.msg_id).collect())
+    }
+}
+
+#[test]
+fn the_lane_commits_a_round_while_the_next_is_read_and_nothing_overtakes() {
+    let mut w = world_with_lane(2);
+    for i in 1..=5 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, "F", &format!("A{i}"))));
+    }
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    assert_eq!((w.state(1), w.state(2)), (ProcStatus::Pending, ProcStatus::Pending), "on its way");
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A2", "Redis first (I2)");
+    assert_eq!(w.round().unwrap(), Round::Worked(2), "3 and 4 read past the committing 1 and 2");
+    assert_eq!((w.state(1), w.state(2)), (ProcStatus::Succeeded, ProcStatus::Succeeded));
+    assert_eq!((w.state(3), w.state(4)), (ProcStatus::Pending, ProcStatus::Pending));
+    w.drain();
+    for i in 1..=5 {
+        assert_eq!(w.state(i), ProcStatus::Succeeded, "msg {i}");
+    }
+    assert_eq!(w.event_msgs(), [1, 2, 3, 4, 5], "events in MSG_ID order, one each");
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A5");
+}
+
+#[test]
+fn a_duplicate_of_the_round_still_committing_is_skipped() {
+    let mut w = world_with_lane(1);
+    w.arrive(1, Some(&fixtures::flop_stnd(7, "F", "A1")));
+    w.arrive(2, Some(&fixtures::flop_stnd(7, "F", "B9"))); // a resend under the same identity
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    w.drain();
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    let r = w.row(2);
+    assert_eq!((r.state, r.attempts), (ProcStatus::Skipped, 0), "INV-9 across the lane, at the first try");
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A1", "the duplicate never reached Redis");
+    assert_eq!(w.event_msgs(), [1]);
+}
+
+#[test]
+fn a_refused_landing_applies_nothing_of_the_next_round() {
+    let mut w = world_with_lane(2);
+    for i in 1..=4 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, &format!("F{i}"), "A")));
+    }
+    w.pg.refuse_outcome_of(Some(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(2), "1 recorded alone, 2 charged");
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    assert_eq!(w.state(2), ProcStatus::Failed);
+    assert!(
+        w.flights.flight("F3").is_none() && w.flights.flight("F4").is_none(),
+        "3 and 4 never reached Redis"
+    );
+    assert_eq!((w.state(3), w.state(4)), (ProcStatus::Pending, ProcStatus::Pending));
+    assert!(matches!(w.round().unwrap(), Round::Wait(_)), "2 is the head, backing off");
+    w.pg.refuse_outcome_of(None);
+    w.drain();
+    for i in 1..=4 {
+        assert_eq!(w.state(i), ProcStatus::Succeeded, "msg {i}");
+    }
+    assert_eq!(w.event_msgs(), [1, 2, 3, 4]);
+}
+
+#[test]
+fn a_round_ending_in_backoff_commits_in_place() {
+    let mut w = world_with_lane(5);
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A1")));
+    w.arrive(2, Some(UNSUPPORTED));
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "F", "A3")));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    assert_eq!((w.state(1), w.state(2)), (ProcStatus::Succeeded, ProcStatus::Failed), "recorded at once");
+    assert!(matches!(w.round().unwrap(), Round::Wait(_)), "the next round sees the head backing off");
+    assert_eq!(w.state(3), ProcStatus::Pending);
+}
+
+#[test]
+fn an_unavailable_landing_is_read_again_and_the_journal_keeps_the_events() {
+    let mut w = world_with_lane(2);
+    for i in 1..=4 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, "F", &format!("A{i}"))));
+    }
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    // Round 2 reads the head and the identities, then waits for the lane: that commit fails.
+    w.pg.inject_later(2, Fault::Unavailable, 1);
+    assert!(w.round().unwrap_err().is_unavailable());
+    assert_eq!((w.state(1), w.state(3)), (ProcStatus::Pending, ProcStatus::Pending));
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A2", "nothing of 3 and 4 applied");
+    w.drain();
+    for i in 1..=4 {
+        assert_eq!(w.state(i), ProcStatus::Succeeded, "msg {i}");
+    }
+    assert_eq!(w.event_msgs(), [1, 2, 3, 4], "the same events, once each");
+}
+
+#[test]
+fn closing_the_stage_lands_the_last_round() {
+    let mut w = world_with_lane(2);
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A1")));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.state(1), ProcStatus::Pending);
+    Stage::close(&mut w.pump);
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+}
+
+#[test]
+fn with_a_lane_the_last_round_lands_before_the_pump_goes_idle() {
+    let mut w = world_with_lane(2);
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A1")));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(0), "landed: the dispatcher is rung");
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    assert_eq!(w.round().unwrap(), Round::Idle);
+}
+
+#[test]
+fn a_round_holds_at_most_its_byte_budget_of_text() {
+    let mut cfg = Config::defaults().pipeline;
+    let one = fixtures::flop_stnd(1, "F", "A1").len() as u64;
+    cfg.process_batch_bytes = 2 * one + one / 2; // two texts fit, the third would pass it
+    let mut w = world_with(cfg);
+    for i in 1..=5 {
+        w.arrive(i, Some(&fixtures::flop_stnd(i as u64, "F", &format!("A{i}"))));
+    }
+    assert_eq!(w.round().unwrap(), Round::Worked(2), "the round ends before the third text");
+    assert_eq!(w.state(3), ProcStatus::Pending, "not read, not charged");
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A5");
+}
+
+#[test]
+fn a_text_larger_than_the_budget_still_makes_a_round_of_its_own() {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.process_batch_bytes = 10;
+    let mut w = world_with(cfg);
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "F", "A1")));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "F", "A2")));
+    assert_eq!(w.round().unwrap(), Round::Worked(1), "the first text is always read");
+    assert_eq!(w.round().unwrap(), Round::Worked(1));
+    assert_eq!(w.state(2), ProcStatus::Succeeded);
+}
+
+#[test]
+fn the_budget_counts_only_the_texts_it_fetches() {
+    use crate::ports::within_budget;
+    let sizes = [(1, Some(10)), (2, None), (3, Some(5000)), (4, Some(10)), (5, Some(10))];
+    assert_eq!(within_budget(&sizes, 1000, 20), 4, "a missing or too-large text costs nothing");
+    assert_eq!(within_budget(&sizes, 1000, 30), 5);
+    assert_eq!(within_budget(&sizes[..1], 1000, 0), 1, "one always fits");
+    assert_eq!(within_budget(&[], 1000, 0), 0);
+}

@@ -94,9 +94,11 @@ pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: OwnStore>(mut s: S)
 pub fn unfinished_is_fifo_and_excludes_terminal_rows<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[5, 1, 3, 2, 4]);
     commit(&mut s, &[Settle::skipped(1, "ignored:LDM-*"), Settle::failed(2, retry(10))], at(1)).unwrap();
-    let ids: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
+    let ids: Vec<i64> = s.unfinished(10, &[]).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(ids, [2, 3, 4, 5], "FAILED occupies the head; SKIPPED never does (INV-3)");
-    assert_eq!(s.unfinished(2).unwrap().len(), 2, "bounded");
+    assert_eq!(s.unfinished(2, &[]).unwrap().len(), 2, "bounded");
+    let ids: Vec<i64> = s.unfinished(2, &[2, 4]).unwrap().iter().map(|r| r.msg_id).collect();
+    assert_eq!(ids, [3, 5], "the round still committing is left out, the limit counts what remains");
 }
 
 pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: OwnStore>(mut s: S) {
@@ -373,7 +375,7 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>
     assert_eq!(s.archive(at(61), 10, at(70)).unwrap(), Archived { archived: 1, skipped: 0 });
     assert_eq!(s.row(4).unwrap().unwrap().state, ProcStatus::Archived, "reconciled: archived");
     assert_eq!(s.row(5).unwrap().unwrap().state, ProcStatus::Failed, "unfinished rows are never archived");
-    let head: Vec<i64> = s.unfinished(10).unwrap().iter().map(|r| r.msg_id).collect();
+    let head: Vec<i64> = s.unfinished(10, &[]).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(head, vec![5, 6], "ARCHIVED never occupies the head (INV-3)");
     assert!(due(&mut s, at(100), 10).is_empty(), "nor the backfill scan");
     let out = s.replay(&ReplaySelection::Ids(vec![3]), 10, at(60)).unwrap();

@@ -44,7 +44,7 @@ fn main() {
         let ids = s.insert_inbound(std::slice::from_ref(&raw));
         while poller.round(common::now()).unwrap() != ingress::Round::Idle {}
         let t = Instant::now();
-        let floor = mailbox.raws(&ids, u64::MAX).unwrap();
+        let floor = mailbox.raws(&ids, u64::MAX, u64::MAX).unwrap();
         let floor_ms = t.elapsed().as_secs_f64() * 1e3;
         assert_eq!(floor.len(), 1);
         let t = Instant::now();

@@ -19,7 +19,7 @@ use crate::config::{InboundMailbox, OutboundMailbox};
 use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
 use crate::ports::{
-    MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
+    within_budget, MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
 };
 
 /// A MySQL connection that is opened lazily and dropped after any error, so the next call
@@ -205,10 +205,42 @@ impl MailboxSubmit for MysqlMailbox {
 }
 
 impl MailboxTexts for MysqlMailbox {
-    fn raws(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>> {
+    fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
+        // Only when the bodies could pass the budget are their sizes asked first (one small
+        // read), so the round's memory stays within it whatever the rows hold.
+        let fetch = if (ids.len() as u64).saturating_mul(max_bytes) <= budget {
+            ids.len()
+        } else {
+            let sizes = self.sizes(ids)?;
+            within_budget(&sizes, max_bytes, budget)
+        };
+        let mut out = self.bodies(&ids[..fetch], max_bytes)?;
+        out.extend(ids[fetch..].iter().map(|id| (*id, Raw::Later)));
+        Ok(out)
+    }
+}
+
+impl MysqlMailbox {
+    /// Each row's text size (`None`: no text), in the order of `ids`.
+    fn sizes(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, Option<u64>)>> {
+        let rows: Vec<(i64, Option<u64>)> = self.run(|c, n| {
+            let sql = format!(
+                "SELECT {id}, OCTET_LENGTH({body}) FROM {t} WHERE {id} IN ({ph})",
+                body = n.body_column,
+                t = n.table,
+                id = n.id_column,
+                ph = placeholders(ids.len())
+            );
+            c.exec(sql, ids.to_vec())
+        })?;
+        let by_id: HashMap<i64, Option<u64>> = rows.into_iter().collect();
+        Ok(ids.iter().map(|id| (*id, by_id.get(id).copied().flatten())).collect())
+    }
+
+    fn bodies(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>> {
         self.run(|c, n| {
             // The size first, and the body only when it is within the limit: a 20 MB CLOB is
             // refused without being read.

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use super::{fault_controls, Shared};
 use crate::domain::{InboundRow, MailboxRow};
 use crate::ports::{
-    MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
+    within_budget, MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,16 +133,25 @@ impl MailboxScan for MemMailbox {
 }
 
 impl MailboxTexts for MemMailbox {
-    fn raws(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>> {
+    fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
         self.0.read("mailbox", |s| {
-            Ok(ids
+            let sizes: Vec<(i64, Option<u64>)> = ids
                 .iter()
-                .filter_map(|id| {
-                    let body = s.rows.get(id).filter(|r| !r.uncommitted)?.raw.as_ref()?;
-                    let raw = if body.len() as u64 > max_bytes {
-                        Raw::TooLarge { bytes: body.len() as u64 }
-                    } else {
-                        Raw::Body(body.clone())
+                .map(|id| {
+                    let body = s.rows.get(id).filter(|r| !r.uncommitted).and_then(|r| r.raw.as_ref());
+                    (*id, body.map(|b| b.len() as u64))
+                })
+                .collect();
+            let fetch = within_budget(&sizes, max_bytes, budget);
+            Ok(sizes
+                .iter()
+                .enumerate()
+                .filter_map(|(k, (id, size))| {
+                    let raw = match size {
+                        _ if k >= fetch => Raw::Later,
+                        None => return None,
+                        Some(n) if *n > max_bytes => Raw::TooLarge { bytes: *n },
+                        Some(_) => Raw::Body(s.rows[id].raw.clone().expect("sized above")),
                     };
                     Some((*id, raw))
                 })

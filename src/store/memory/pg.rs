@@ -388,11 +388,11 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
 }
 
 impl Fifo for MemPg {
-    fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
+    fn unfinished(&mut self, limit: usize, skip: &[i64]) -> StoreResult<Vec<ProcRow>> {
         self.read(|s| {
             Ok(s.procs
                 .values()
-                .filter(|p| p.row.state.is_unfinished())
+                .filter(|p| p.row.state.is_unfinished() && !skip.contains(&p.row.msg_id))
                 .take(limit)
                 .map(|p| p.row.clone())
                 .collect())

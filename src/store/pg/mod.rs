@@ -383,16 +383,27 @@ fn record_dead(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Resu
     )
 }
 
+/// The FIFO's first rows (INV-3): walked in order on the partial index `idx_proc_head`, which
+/// holds only unfinished rows — with `enable_sort = off` (set for every msgx session) the plan
+/// cannot fall back to sorting every pending row when the statistics are stale.
+fn head_query() -> String {
+    format!(
+        "SELECT {PROC_ROW} FROM proc_state WHERE state IN {UNFINISHED} AND msg_id <> ALL($2) ORDER BY msg_id LIMIT $1"
+    )
+}
+
+impl Pg {
+    /// The plan PostgreSQL uses for the FIFO head query, as msgx's sessions run it.
+    pub fn explain_head(&mut self, limit: usize) -> StoreResult<String> {
+        let skip: &[i64] = &[];
+        let rows = self.run(|c| c.query(&format!("EXPLAIN {}", head_query()), &[&(limit as i64), &skip]))?;
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+    }
+}
+
 impl Fifo for Pg {
-    fn unfinished(&mut self, limit: usize) -> StoreResult<Vec<ProcRow>> {
-        let rows = self.run(|c| {
-            c.query(
-                &format!(
-                    "SELECT {PROC_ROW} FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT $1"
-                ),
-                &[&(limit as i64)],
-            )
-        })?;
+    fn unfinished(&mut self, limit: usize, skip: &[i64]) -> StoreResult<Vec<ProcRow>> {
+        let rows = self.run(|c| c.query(&head_query(), &[&(limit as i64), &skip]))?;
         rows.iter().map(proc_row).collect()
     }
 
