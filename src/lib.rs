@@ -22,8 +22,11 @@ pub mod ingress;
 pub mod jobs;
 pub mod lease;
 pub mod logpipe;
+pub mod planted;
 pub mod ports;
 pub mod pump;
+#[cfg(test)]
+mod sim;
 pub mod stage;
 pub mod stats;
 pub mod store;

@@ -1,0 +1,49 @@
+//! Bugs planted on purpose, so that a test can prove the simulator finds each kind (issue #14).
+//! A bug is a switch a test turns on for its own thread; outside test builds every switch is a
+//! constant `false`, so release code carries none of them.
+
+/// One planted bug per invariant the simulator checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// The pump passes over a FAILED head backing off and processes the rows behind it (INV-3).
+    HeadOvertaken,
+    /// A mailbox mark overwrites a mark already there (INV-7).
+    MarkOverwritten,
+    /// A DEAD outcome is recorded without its backfill intent (INV-8).
+    IntentForgotten,
+    /// Neither the pump nor the store holds identities (INV-9).
+    IdentityUnchecked,
+    /// The pump ignores the journal of decisions an earlier attempt applied (I2).
+    JournalIgnored,
+    /// The lease gate stays open after a newer instance took over (PRE-5).
+    GateNeverCloses,
+    /// The dispatcher sends a batch in reverse order (EVENT_ID order).
+    DeliveryReordered,
+    /// An unavailable broker is charged to the event (SPEC §4.9).
+    OutageCharged,
+}
+
+#[cfg(test)]
+thread_local! {
+    static PLANTED: std::cell::Cell<Option<Bug>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether `bug` is planted on this thread.
+#[inline]
+pub fn on(bug: Bug) -> bool {
+    #[cfg(test)]
+    {
+        PLANTED.with(|b| b.get() == Some(bug))
+    }
+    #[cfg(not(test))]
+    {
+        let _ = bug;
+        false
+    }
+}
+
+/// Plants `bug` on this thread (or none).
+#[cfg(test)]
+pub fn plant(bug: Option<Bug>) {
+    PLANTED.with(|b| b.set(bug));
+}

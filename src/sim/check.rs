@@ -1,0 +1,362 @@
+//! The invariants, checked on the stores after every step, and what must hold once the
+//! pipeline has drained.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use super::upstream::Kind;
+use super::Sim;
+use crate::domain::{EventStatus, ProcStatus, Target};
+use crate::handlers::{self, FlightState, View};
+use crate::store::memory::{MemProc, PgState};
+
+/// What the previous checks saw: the invariants are about changes from step to step.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// MSG_ID → the step it was first seen enqueued.
+    enqueued: BTreeMap<i64, u64>,
+    /// MSG_ID → its state at the last check.
+    states: BTreeMap<i64, ProcStatus>,
+    /// Mailbox marks seen so far.
+    marks: BTreeMap<i64, SystemTime>,
+    /// Records of the message topic checked so far, event ids delivered, the highest.
+    delivered: usize,
+    event_ids: BTreeSet<i64>,
+    last_event_id: i64,
+    /// Guarded writes checked so far.
+    audited: usize,
+}
+
+fn unfinished(s: ProcStatus) -> bool {
+    matches!(s, ProcStatus::Pending | ProcStatus::Failed)
+}
+
+impl Checker {
+    pub fn check(&mut self, sim: &Sim) -> Result<(), String> {
+        sim.pg.inspect(|s| self.check_own(sim, s))?;
+        self.marks_only_empty_to_set(sim)?;
+        self.delivery_in_order(sim)?;
+        self.no_stale_writes(sim)
+    }
+
+    fn check_own(&mut self, sim: &Sim, s: &PgState) -> Result<(), String> {
+        for id in s.procs.keys() {
+            self.enqueued.entry(*id).or_insert(sim.step);
+        }
+        self.fifo(s)?;
+        for (id, p) in &s.procs {
+            intent_owed(*id, p)?;
+            no_charge_for_an_outage(*id, p, sim)?;
+        }
+        one_success_per_identity(s)?;
+        redis_first(sim, s)?;
+        for (id, e) in &s.events {
+            if e.last_error.as_deref().is_some_and(|x| x.contains("injected:"))
+                || e.state == EventStatus::Dead
+            {
+                return Err(format!(
+                    "event {id} was charged ({:?}, {:?}): SPEC 4.9 says an outage costs no event",
+                    e.state, e.last_error
+                ));
+            }
+        }
+        self.states = s.procs.iter().map(|(id, p)| (*id, p.row.state)).collect();
+        Ok(())
+    }
+
+    /// INV-3: a message reaches an outcome only when no lower one enqueued before it is still
+    /// unfinished (a row that became visible later — a late commit, PRE-2 — may come after).
+    fn fifo(&self, s: &PgState) -> Result<(), String> {
+        let stuck: Vec<(i64, u64)> = s
+            .procs
+            .iter()
+            .filter(|(id, p)| {
+                unfinished(p.row.state) && self.states.get(id).is_some_and(|st| unfinished(*st))
+            })
+            .map(|(id, _)| (*id, self.enqueued[id]))
+            .collect();
+        if stuck.is_empty() {
+            return Ok(());
+        }
+        for (x, p) in &s.procs {
+            let was = self.states.get(x).copied();
+            let finished_now = !unfinished(p.row.state) && was.is_none_or(unfinished);
+            if !finished_now {
+                continue;
+            }
+            if let Some((y, _)) = stuck.iter().find(|(y, at)| y < x && *at <= self.enqueued[x]) {
+                return Err(format!(
+                    "INV-3: msg {x} became {:?} while msg {y}, lower and enqueued no later, is still {:?}",
+                    p.row.state, s.procs[y].row.state
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// INV-7: a mark goes from empty to set, never changes after.
+    fn marks_only_empty_to_set(&mut self, sim: &Sim) -> Result<(), String> {
+        let now: Vec<(i64, SystemTime)> = sim
+            .mailbox
+            .inspect(|m| m.rows.iter().filter_map(|(id, r)| r.processed_at.map(|t| (*id, t))).collect());
+        for (id, t) in now {
+            match self.marks.insert(id, t) {
+                Some(before) if before != t => {
+                    return Err(format!(
+                        "INV-7: the mark of mailbox row {id} changed from {before:?} to {t:?}"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Per target, the first delivery of each event is in EVENT_ID order (so per key too).
+    fn delivery_in_order(&mut self, sim: &Sim) -> Result<(), String> {
+        let delivered = sim.kafka.delivered();
+        for r in &delivered[self.delivered..] {
+            if r.topic != sim.cfg.topic_msg {
+                continue;
+            }
+            let id: i64 = header(r, "event_id").ok_or("a record without event_id")?;
+            if self.event_ids.insert(id) {
+                if id < self.last_event_id {
+                    return Err(format!("event {id} delivered first after event {}", self.last_event_id));
+                }
+                self.last_event_id = id;
+            }
+        }
+        self.delivered = delivered.len();
+        Ok(())
+    }
+
+    /// PRE-5: a write only the lease gate guards is made by the lease's current epoch.
+    fn no_stale_writes(&mut self, sim: &Sim) -> Result<(), String> {
+        let audit = sim.audit.borrow();
+        for w in &audit[self.audited..] {
+            if w.writer != w.lease {
+                return Err(format!(
+                    "PRE-5: {} written by epoch {} while the lease is at epoch {}",
+                    w.what, w.writer, w.lease
+                ));
+            }
+        }
+        self.audited = audit.len();
+        Ok(())
+    }
+}
+
+fn header(r: &crate::ports::Record, name: &str) -> Option<i64> {
+    r.headers.iter().find(|(k, _)| k == name).and_then(|(_, v)| v.parse().ok())
+}
+
+/// INV-8: a terminal row owes its mark from the statement that made it terminal.
+fn intent_owed(id: i64, p: &MemProc) -> Result<(), String> {
+    let terminal = matches!(p.row.state, ProcStatus::Succeeded | ProcStatus::Skipped | ProcStatus::Dead);
+    if terminal
+        && p.backfill_next_at.is_none()
+        && p.backfill_at.is_none()
+        && p.backfill_abandoned_at.is_none()
+    {
+        return Err(format!("INV-8: msg {id} is {:?} and owes no mark", p.row.state));
+    }
+    Ok(())
+}
+
+/// SPEC §4.9: an unavailable store is never a message's failure; a well-formed message never
+/// dies.
+fn no_charge_for_an_outage(id: i64, p: &MemProc, sim: &Sim) -> Result<(), String> {
+    if unfinished(p.row.state) || p.row.state == ProcStatus::Dead {
+        if let Some(e) = p.row.last_error.as_deref().filter(|e| e.contains("injected:")) {
+            return Err(format!("msg {id} was charged for an outage: {e}"));
+        }
+    }
+    if p.row.state == ProcStatus::Dead {
+        let kind = sim.upstream.rows.get(&id).map(|r| &r.kind);
+        if !matches!(kind, Some(Kind::Malformed | Kind::Unsupported)) {
+            return Err(format!("msg {id} ({kind:?}) is DEAD: {:?}", p.row.last_error));
+        }
+    }
+    Ok(())
+}
+
+/// INV-9: one SUCCEEDED message per identity, archived shadows included.
+fn one_success_per_identity(s: &PgState) -> Result<(), String> {
+    let mut held: BTreeMap<&str, i64> = BTreeMap::new();
+    for (id, p) in &s.procs {
+        if let Some(k) = p.row.identity_key.as_deref() {
+            if let Some(other) = held.insert(k, *id) {
+                return Err(format!("INV-9: identity {k} held by msg {other} and msg {id}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The flight and field a message writes, resends included.
+fn writes(sim: &Sim, id: i64) -> Option<(String, String)> {
+    let kind = &sim.upstream.rows.get(&id)?.kind;
+    let seqn = match kind {
+        Kind::Update { flid, field, .. } => return Some((flid.clone(), field.clone())),
+        Kind::Resend { seqn } => *seqn,
+        _ => return None,
+    };
+    sim.upstream.rows.values().find_map(|r| match &r.kind {
+        Kind::Update { flid, field, seqn: s, .. } if *s == seqn => Some((flid.clone(), field.clone())),
+        _ => None,
+    })
+}
+
+/// I2: an event in the outbox means its decision is in Redis — the field carries that
+/// message's version or a later one.
+fn redis_first(sim: &Sim, s: &PgState) -> Result<(), String> {
+    for e in s.events.values().filter(|e| e.event.target == Target::KafkaMsg) {
+        let Some(m) = e.event.msg_id else { continue };
+        let Some((flid, field)) = writes(sim, m) else { continue };
+        let version =
+            sim.flights.inspect(|f| f.flights.get(&flid).and_then(|st| st.versions.get(&field).copied()));
+        if version.unwrap_or(0) < m {
+            return Err(format!(
+                "I2: msg {m} has event {} but Redis holds {flid}.{field} at version {version:?}",
+                e.event.event_id
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The row as it is now, or as it was archived.
+fn final_row(s: &PgState, id: i64) -> Option<&MemProc> {
+    match s.procs.get(&id) {
+        Some(p) if p.row.state == ProcStatus::Archived => s.hst.get(&id),
+        other => other,
+    }
+}
+
+/// Whether everything is done: every committed mailbox row enqueued and marked, every row
+/// terminal, no mark owed, no event pending.
+pub fn drained(sim: &Sim) -> bool {
+    what_remains(sim).is_empty()
+}
+
+pub fn what_remains(sim: &Sim) -> String {
+    let rows: Vec<(i64, bool)> = sim.mailbox.inspect(|m| {
+        m.rows.iter().filter(|(_, r)| !r.uncommitted).map(|(id, r)| (*id, r.processed_at.is_some())).collect()
+    });
+    let unmarked = rows.iter().filter(|(_, marked)| !marked).count();
+    sim.pg.inspect(|s| {
+        let missing = rows.iter().filter(|(id, _)| !s.procs.contains_key(id)).count();
+        let open = s.procs.values().filter(|p| unfinished(p.row.state)).count();
+        let owed = s
+            .procs
+            .values()
+            .filter(|p| {
+                p.backfill_next_at.is_some() && p.backfill_at.is_none() && p.backfill_abandoned_at.is_none()
+            })
+            .count();
+        let pending = s.events.values().filter(|e| e.state == EventStatus::Pending).count();
+        let parts: Vec<String> = [
+            ("unmarked mailbox rows", unmarked),
+            ("rows never enqueued", missing),
+            ("unfinished rows", open),
+            ("marks owed", owed),
+            ("events pending", pending),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(what, n)| format!("{n} {what}"))
+        .collect();
+        parts.join(", ")
+    })
+}
+
+/// After the drain: every row's outcome is the one its kind calls for, Redis equals the
+/// reference model, and every message's events were delivered as the model decides them.
+pub fn at_the_end(sim: &Sim) -> Result<(), String> {
+    sim.pg.inspect(|s| {
+        outcomes(sim, s)?;
+        let succeeded: Vec<i64> = sim
+            .upstream
+            .rows
+            .keys()
+            .copied()
+            .filter(|id| final_row(s, *id).is_some_and(|p| p.row.state == ProcStatus::Succeeded))
+            .collect();
+        model_matches(sim, &succeeded)
+    })
+}
+
+fn outcomes(sim: &Sim, s: &PgState) -> Result<(), String> {
+    let mut by_identity: BTreeMap<u64, Vec<(i64, ProcStatus)>> = BTreeMap::new();
+    for (id, row) in sim.upstream.rows.iter().filter(|(_, r)| !r.rolled_back) {
+        let p = final_row(s, *id).ok_or(format!("msg {id} was never enqueued"))?;
+        let state = p.row.state;
+        let ok = match &row.kind {
+            Kind::Update { seqn, .. } | Kind::Resend { seqn } => {
+                by_identity.entry(*seqn).or_default().push((*id, state));
+                matches!(state, ProcStatus::Succeeded | ProcStatus::Skipped)
+            }
+            Kind::Ignored => state == ProcStatus::Skipped,
+            Kind::Malformed | Kind::Unsupported => state == ProcStatus::Dead,
+        };
+        if !ok {
+            return Err(format!("msg {id} ({:?}) ended {state:?}: {:?}", row.kind, p.row.last_error));
+        }
+    }
+    for (seqn, rows) in by_identity {
+        let n = rows.iter().filter(|(_, st)| *st == ProcStatus::Succeeded).count();
+        if n != 1 {
+            return Err(format!("identity SEQN {seqn}: {n} SUCCEEDED among {rows:?} (INV-9 wants one)"));
+        }
+    }
+    Ok(())
+}
+
+fn model_matches(sim: &Sim, succeeded: &[i64]) -> Result<(), String> {
+    let mut model: BTreeMap<String, FlightState> = BTreeMap::new();
+    let mut expected: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for id in succeeded {
+        let raw = &sim.upstream.rows[id].raw;
+        let msg = crate::codec::decode(raw).map_err(|e| format!("model: msg {id} does not decode: {e:?}"))?;
+        let view = View { flights: model.clone(), window: Vec::new() };
+        let d = handlers::decide(&view, &msg, *id).map_err(|e| format!("model: msg {id}: {e:?}"))?;
+        for c in &d.flights {
+            model.entry(c.flid.clone()).or_default().apply(c, *id);
+        }
+        expected.insert(*id, d.events.iter().map(|e| e.payload_json.clone()).collect());
+    }
+    let model_fields: BTreeMap<String, crate::handlers::Flight> =
+        model.into_iter().filter(|(_, f)| f.exists()).map(|(k, f)| (k, f.fields)).collect();
+    let held = sim.flights.all();
+    if held != model_fields {
+        return Err(format!(
+            "Redis differs from the model\n    redis: {held:?}\n    model: {model_fields:?}"
+        ));
+    }
+    // Events, by message, as first delivered (a redelivery is the same event again).
+    let mut got: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for r in sim.kafka.delivered().iter().filter(|r| r.topic == sim.cfg.topic_msg) {
+        let (Some(e), Some(m)) = (header(r, "event_id"), header(r, "msg_id")) else { continue };
+        if seen.insert(e) {
+            got.entry(m).or_default().push(r.payload.clone());
+        }
+    }
+    let late = sim.upstream.late_flights();
+    for (id, want) in &expected {
+        if writes(sim, *id).is_some_and(|(f, _)| late.contains(&f)) {
+            continue; // processed out of MSG_ID order legitimately (PRE-2): other diffs
+        }
+        let have = got.get(id).cloned().unwrap_or_default();
+        if &have != want {
+            return Err(format!("msg {id}: delivered events {have:?}, the model decides {want:?} (I2)"));
+        }
+    }
+    for m in got.keys() {
+        if !expected.contains_key(m) {
+            return Err(format!("msg {m} has delivered events but is not SUCCEEDED"));
+        }
+    }
+    Ok(())
+}

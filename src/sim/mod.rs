@@ -1,0 +1,676 @@
+//! Deterministic simulation of the whole pipeline (issue #14), in the manner of TigerBeetle's
+//! VOPR and FoundationDB's simulator, scaled to msgx.
+//!
+//! Every stage of every instance runs on the in-memory twins under one fake clock, in one
+//! thread. A seeded PRNG is the only source of choice: at each step it picks one thing to
+//! happen — a stage runs one round (if it is due), the upstream writes a row (duplicates,
+//! ignored kinds, malformed and unsupported ones, late commits, rollbacks), a store fails
+//! (unavailable for a few calls, down for a while, or a write applied and its answer lost), an
+//! instance crashes (everything not in a store is gone) or freezes (and a standby takes over),
+//! or the clock jumps — or, when nothing is due, the clock moves to the next wake-up. After
+//! every step [`check`] verifies the invariants. At the end every fault heals, the pipeline
+//! drains, and the stores must equal a reference model that replays the SUCCEEDED messages in
+//! MSG_ID order through the pure handlers.
+//!
+//! A failing seed prints itself and the step log; `SIM_SEED=n cargo test --lib sim::replay`
+//! runs it again, step for step. `SIM_SEEDS=n` runs n seeds.
+
+mod check;
+mod rng;
+#[cfg(test)]
+mod tests;
+mod upstream;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::backfill::Backfill;
+use crate::clock::{Clock, FakeClock};
+use crate::config::Config;
+use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
+use crate::error::StoreError;
+use crate::ingress::Poller;
+use crate::jobs::Jobs;
+use crate::lease::LeaseGate;
+use crate::ports::{
+    Claim, Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult,
+};
+use crate::pump::{self, lane, Pump};
+use crate::stage::{Next, RoundReport, Stage};
+use crate::stats::Stats;
+use crate::store::memory::{Fault, MemFlights, MemMailbox, MemOutbound, MemPg, MemProducer};
+pub use check::Checker;
+use rng::Rng;
+use upstream::Upstream;
+
+/// A stage as the simulator drives it.
+trait Run {
+    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError>;
+    fn close(&mut self);
+}
+
+impl<S: Stage> Run for S {
+    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError> {
+        self.round(now).map(|r| (r.next(), r.progressed()))
+    }
+
+    fn close(&mut self) {
+        Stage::close(self)
+    }
+}
+
+const POLL: usize = 0;
+const PROCESS: usize = 1;
+const DISPATCH: usize = 2;
+const OUTBOUND: usize = 3;
+const BACKFILL: usize = 4;
+const JOBS: usize = 5;
+const NAMES: [&str; 6] = ["poll", "process", "dispatch", "outbound", "backfill", "jobs"];
+
+struct Slot {
+    stage: Box<dyn Run>,
+    wake: SystemTime,
+}
+
+struct Active {
+    epoch: i64,
+    gate: Arc<LeaseGate>,
+    slots: Vec<Slot>,
+    lease_wake: SystemTime,
+}
+
+enum Life {
+    /// Waiting for the lease (PRE-5), trying again at `wake`.
+    Standby {
+        wake: SystemTime,
+    },
+    Active(Box<Active>),
+    /// Not scheduled until `until` (SIGSTOP, a VM pause).
+    Frozen {
+        active: Box<Active>,
+        until: SystemTime,
+    },
+    /// Crashed, fenced or stopped.
+    Gone,
+}
+
+struct Instance {
+    name: String,
+    me: Claimant,
+    life: Life,
+}
+
+/// A write only the lease gate guards (Kafka, mailbox marks, COUTMSGS), with the writer's epoch
+/// and the lease's epoch at that moment: they must be equal (PRE-5).
+#[derive(Debug, Clone)]
+pub struct GuardedWrite {
+    pub what: String,
+    pub writer: i64,
+    pub lease: i64,
+}
+
+type Audit = Rc<RefCell<Vec<GuardedWrite>>>;
+
+/// A store of the simulation, as faults name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Pg,
+    Mailbox,
+    Flights,
+    Kafka,
+    Outbound,
+}
+
+const STORES: [Store; 5] = [Store::Pg, Store::Mailbox, Store::Flights, Store::Kafka, Store::Outbound];
+
+/// The whole simulated world: the stores, the instances, the upstream and the clock.
+pub struct Sim {
+    rng: Rng,
+    pub clock: FakeClock,
+    cfg: Config,
+    pub pg: MemPg,
+    pub mailbox: MemMailbox,
+    pub flights: MemFlights,
+    pub kafka: MemProducer,
+    pub outbound: MemOutbound,
+    instances: Vec<Instance>,
+    pub upstream: Upstream,
+    /// Stores down until then.
+    heals: Vec<(SystemTime, Store)>,
+    pub audit: Audit,
+    pub log: Vec<String>,
+    pub step: u64,
+    /// Whether this seed's pumps commit on a deferred lane.
+    lanes: bool,
+}
+
+impl Sim {
+    pub fn new(seed: u64) -> Sim {
+        let mut rng = Rng::new(seed);
+        let clock = FakeClock::new();
+        let mut cfg = Config::defaults();
+        let p = &mut cfg.pipeline;
+        // Small batches make many rounds, many interleavings.
+        p.poll_batch = rng.range(1, 12) as usize;
+        p.process_batch = rng.range(1, 10) as usize;
+        p.dispatch_batch = rng.range(1, 10) as usize;
+        p.backfill_batch = rng.range(1, 10) as usize;
+        p.poll_interval = Duration::from_millis(rng.range(20, 1000));
+        p.commit_grace = Duration::from_millis(rng.range(0, 3000));
+        p.event_retention = Duration::from_secs(rng.range(30, 600));
+        p.archive_after = Duration::from_secs(rng.range(30, 600));
+        p.jobs_interval = Duration::from_secs(rng.range(1, 60));
+        cfg.lease.duration = Duration::from_secs(rng.range(3, 12));
+        cfg.lease.renew_every = cfg.lease.duration / 4;
+        let pg = MemPg::new();
+        pg.set_clock(Arc::new(clock.clone()));
+        let lanes = rng.chance(500);
+        let mut sim = Sim {
+            rng,
+            clock,
+            cfg,
+            pg,
+            mailbox: MemMailbox::new(),
+            flights: MemFlights::new(),
+            kafka: MemProducer::new(),
+            outbound: MemOutbound::new(),
+            instances: Vec::new(),
+            upstream: Upstream::default(),
+            heals: Vec::new(),
+            audit: Rc::default(),
+            log: Vec::new(),
+            step: 0,
+            lanes,
+        };
+        sim.spawn_standby(Duration::ZERO);
+        sim
+    }
+
+    pub fn now(&self) -> SystemTime {
+        self.clock.now()
+    }
+
+    fn say(&mut self, line: String) {
+        let t = self.now().duration_since(FakeClock::new().now()).unwrap_or_default();
+        self.log.push(format!("#{} t={:.3}s {line}", self.step, t.as_secs_f64()));
+    }
+
+    /// One step: something happens, chosen by the seed.
+    pub fn step(&mut self) {
+        self.step += 1;
+        self.timers();
+        match self.rng.below(1000) {
+            0..=79 => {
+                let line = self.upstream.write(&mut self.rng, &self.mailbox, self.clock.now());
+                self.say(line);
+            }
+            80..=104 => self.fault(),
+            105..=108 => self.crash(),
+            109..=111 => self.freeze(),
+            112..=113 => self.jump(),
+            114..=116 => {
+                if self.live() < 2 {
+                    self.spawn_standby(Duration::ZERO);
+                }
+            }
+            _ => self.run_something(),
+        }
+    }
+
+    /// Heals every fault, lets every open transaction end and every frozen instance go on.
+    pub fn heal_all(&mut self) {
+        for s in STORES {
+            self.heal(s);
+        }
+        self.heals.clear();
+        let lines = self.upstream.end_transactions(&self.mailbox, self.clock.now(), true);
+        lines.into_iter().for_each(|l| self.say(l));
+        for i in &mut self.instances {
+            if let Life::Frozen { until, .. } = &mut i.life {
+                *until = self.clock.now();
+            }
+        }
+        self.timers();
+        if self.live() == 0 {
+            self.spawn_standby(Duration::ZERO);
+        }
+    }
+
+    /// Runs due things (no new input, no faults), the invariants checked after each, until
+    /// the pipeline is drained or `max_steps` have passed.
+    pub fn drain(&mut self, checker: &mut Checker, max_steps: u64) -> Result<(), String> {
+        for _ in 0..max_steps {
+            if check::drained(self) {
+                return Ok(());
+            }
+            self.step += 1;
+            self.timers();
+            self.run_something();
+            checker.check(self)?;
+        }
+        match check::what_remains(self) {
+            left if left.is_empty() => Ok(()),
+            left => Err(format!("did not drain in {max_steps} steps: {left}")),
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.instances.iter().filter(|i| !matches!(i.life, Life::Gone)).count()
+    }
+
+    /// Faults that end by themselves, frozen instances waking, open transactions ending.
+    fn timers(&mut self) {
+        let now = self.clock.now();
+        let due: Vec<Store> = self.heals.iter().filter(|(t, _)| *t <= now).map(|(_, s)| *s).collect();
+        self.heals.retain(|(t, _)| *t > now);
+        for s in due {
+            self.heal(s);
+            self.say(format!("{s:?} is back"));
+        }
+        let lines = self.upstream.end_transactions(&self.mailbox, now, false);
+        lines.into_iter().for_each(|l| self.say(l));
+        let mut thawed = Vec::new();
+        for i in &mut self.instances {
+            if matches!(&i.life, Life::Frozen { until, .. } if *until <= now) {
+                let Life::Frozen { active, .. } = std::mem::replace(&mut i.life, Life::Gone) else {
+                    unreachable!()
+                };
+                i.life = Life::Active(active);
+                thawed.push(i.name.clone());
+            }
+        }
+        thawed.into_iter().for_each(|n| self.say(format!("{n} thawed")));
+    }
+
+    fn heal(&mut self, s: Store) {
+        match s {
+            Store::Pg => self.pg.heal(),
+            Store::Mailbox => self.mailbox.heal(),
+            Store::Flights => self.flights.heal(),
+            Store::Kafka => self.kafka.heal(),
+            Store::Outbound => self.outbound.heal(),
+        }
+    }
+
+    fn fault(&mut self) {
+        let store = *self.rng.pick(&STORES);
+        let (fault, calls, down) = match self.rng.below(100) {
+            0..=44 => (Fault::Unavailable, self.rng.range(1, 3) as u32, None),
+            45..=69 => (Fault::Lost, 1, None),
+            _ => (Fault::Unavailable, 0, Some(Duration::from_millis(self.rng.range(500, 20_000)))),
+        };
+        let apply = |inject: &dyn Fn(Fault, u32), set_down: &dyn Fn(bool)| match down {
+            Some(_) => set_down(true),
+            None => inject(fault, calls),
+        };
+        match store {
+            Store::Pg => apply(&|f, n| self.pg.inject(f, n), &|d| self.pg.set_down(d)),
+            Store::Mailbox => apply(&|f, n| self.mailbox.inject(f, n), &|d| self.mailbox.set_down(d)),
+            Store::Flights => apply(&|f, n| self.flights.inject(f, n), &|d| self.flights.set_down(d)),
+            Store::Kafka => apply(&|f, n| self.kafka.inject(f, n), &|d| self.kafka.set_down(d)),
+            Store::Outbound => apply(&|f, n| self.outbound.inject(f, n), &|d| self.outbound.set_down(d)),
+        }
+        match down {
+            Some(d) => {
+                self.heals.push((self.clock.now() + d, store));
+                self.say(format!("{store:?} down for {d:?}"));
+            }
+            None => self.say(format!("{store:?} fails the next {calls} call(s): {fault:?}")),
+        }
+    }
+
+    fn crash(&mut self) {
+        let live: Vec<usize> = (0..self.instances.len())
+            .filter(|i| matches!(self.instances[*i].life, Life::Active(_) | Life::Frozen { .. }))
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let i = *self.rng.pick(&live);
+        self.instances[i].life = Life::Gone; // SIGKILL: no close, no release
+        let name = self.instances[i].name.clone();
+        self.say(format!("{name} crashed"));
+        let delay = Duration::from_millis(self.rng.range(0, 3000));
+        self.spawn_standby(delay);
+    }
+
+    fn freeze(&mut self) {
+        let active: Vec<usize> = (0..self.instances.len())
+            .filter(|i| matches!(self.instances[*i].life, Life::Active(_)))
+            .collect();
+        if active.is_empty() {
+            return;
+        }
+        let i = *self.rng.pick(&active);
+        let until = self.clock.now() + Duration::from_millis(self.rng.range(100, 30_000));
+        let Life::Active(a) = std::mem::replace(&mut self.instances[i].life, Life::Gone) else {
+            unreachable!()
+        };
+        self.instances[i].life = Life::Frozen { active: a, until };
+        let name = self.instances[i].name.clone();
+        self.say(format!(
+            "{name} frozen until {:?}",
+            until.duration_since(self.clock.now()).unwrap_or_default()
+        ));
+        if self.live() < 2 {
+            self.spawn_standby(Duration::ZERO);
+        }
+    }
+
+    fn jump(&mut self) {
+        let d = Duration::from_secs(self.rng.range(10, 900));
+        self.clock.advance(d);
+        self.say(format!("clock jumps {d:?}"));
+    }
+
+    fn spawn_standby(&mut self, delay: Duration) {
+        let n = self.instances.len() as u32 + 1;
+        let name = format!("i{n}");
+        let me = Claimant { id: format!("sim:{n}"), host: "sim".into(), pid: n };
+        let wake = self.clock.now() + delay;
+        self.instances.push(Instance { name: name.clone(), me, life: Life::Standby { wake } });
+        self.say(format!("{name} starts (standby)"));
+    }
+
+    /// The earliest time something wants to run.
+    fn next_wake(&self) -> Option<SystemTime> {
+        let mut t: Vec<SystemTime> = Vec::new();
+        for i in &self.instances {
+            match &i.life {
+                Life::Standby { wake } => t.push(*wake),
+                Life::Active(a) => {
+                    t.push(a.lease_wake);
+                    t.extend(a.slots.iter().map(|s| s.wake));
+                }
+                Life::Frozen { until, .. } => t.push(*until),
+                Life::Gone => {}
+            }
+        }
+        t.extend(self.heals.iter().map(|(w, _)| *w));
+        t.extend(self.upstream.next_end());
+        t.into_iter().min()
+    }
+
+    /// Runs one due thing picked at random, or moves the clock to the next wake-up.
+    fn run_something(&mut self) {
+        let now = self.clock.now();
+        // (instance, what): what = None for the lease keeper or a standby, Some(slot).
+        let mut due: Vec<(usize, Option<usize>)> = Vec::new();
+        for (k, i) in self.instances.iter().enumerate() {
+            match &i.life {
+                Life::Standby { wake } if *wake <= now => due.push((k, None)),
+                Life::Active(a) => {
+                    if a.lease_wake <= now {
+                        due.push((k, None));
+                    }
+                    due.extend(
+                        a.slots.iter().enumerate().filter(|(_, s)| s.wake <= now).map(|(n, _)| (k, Some(n))),
+                    );
+                }
+                _ => {}
+            }
+        }
+        if due.is_empty() {
+            let next =
+                self.next_wake().unwrap_or(now + Duration::from_secs(1)).max(now + Duration::from_millis(1));
+            self.clock.set(next);
+            return;
+        }
+        let (k, what) = *self.rng.pick(&due);
+        match what {
+            None if matches!(self.instances[k].life, Life::Standby { .. }) => self.try_claim(k),
+            None => self.renew(k),
+            Some(n) => self.run_stage(k, n),
+        }
+    }
+
+    fn try_claim(&mut self, k: usize) {
+        let now = self.clock.now();
+        let me = self.instances[k].me.clone();
+        let renew = self.cfg.lease.renew_every;
+        match self.pg.clone().claim(&me, self.cfg.lease.duration) {
+            Ok(Claim::Acquired { epoch, .. }) => {
+                if let Err(e) = self.flights.claim(epoch) {
+                    self.say(format!(
+                        "{} could not claim the flights for epoch {epoch}: {e}",
+                        self.instances[k].name
+                    ));
+                }
+                let active = self.activate(epoch, now);
+                self.instances[k].life = Life::Active(Box::new(active));
+                self.say(format!("{} acquired the lease, epoch {epoch}", self.instances[k].name));
+            }
+            Ok(Claim::HeldBy(_)) | Err(_) => self.instances[k].life = Life::Standby { wake: now + renew },
+        }
+    }
+
+    fn renew(&mut self, k: usize) {
+        let now = self.clock.now();
+        let (me, policy) = (self.instances[k].me.clone(), self.cfg.lease);
+        let mut lease = self.pg.clone();
+        let Life::Active(a) = &mut self.instances[k].life else { return };
+        a.lease_wake = now + policy.renew_every;
+        match lease.renew(&me, a.epoch, policy.duration, "{}") {
+            Ok(true) => a.gate.confirm(now, policy.duration),
+            Ok(false) => {
+                a.gate.stale();
+                self.stop(k, "lost the lease");
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// An instance that stops on its own (fenced, lease lost) — systemd starts it again.
+    fn stop(&mut self, k: usize, why: &str) {
+        if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
+            a.slots.iter_mut().for_each(|s| s.stage.close());
+        }
+        let name = self.instances[k].name.clone();
+        self.say(format!("{name} stops: {why}"));
+        self.spawn_standby(Duration::from_secs(1));
+    }
+
+    fn run_stage(&mut self, k: usize, n: usize) {
+        enum After {
+            Say(String),
+            Stop(String),
+            Quiet,
+        }
+        let now = self.clock.now();
+        let idle = if n == JOBS { self.cfg.pipeline.jobs_interval } else { self.cfg.pipeline.poll_interval };
+        let backoff = self.cfg.pipeline.outage.backoff;
+        let name = self.instances[k].name.clone();
+        let Life::Active(a) = &mut self.instances[k].life else { return };
+        // The daemon's runner: nothing runs while the lease is not confirmed.
+        let after = if let Err(e) = a.gate.check(now) {
+            a.slots[n].wake = now + Duration::from_millis(100);
+            if e.is_fenced() {
+                After::Stop("fenced at the gate".into())
+            } else {
+                After::Quiet
+            }
+        } else {
+            match a.slots[n].stage.run(now) {
+                Ok((next, progressed)) => {
+                    a.slots[n].wake = match next {
+                        Next::Now => now,
+                        Next::At(t) => t.min(now + idle),
+                        Next::Idle => now + idle,
+                    };
+                    if progressed {
+                        let rings: &[usize] = match n {
+                            POLL => &[PROCESS],
+                            PROCESS => &[DISPATCH, OUTBOUND, BACKFILL],
+                            _ => &[],
+                        };
+                        rings.iter().for_each(|r| a.slots[*r].wake = now);
+                    }
+                    let next = match next {
+                        Next::At(t) => format!("wait {:?}", t.duration_since(now).unwrap_or_default()),
+                        other => format!("{other:?}"),
+                    };
+                    After::Say(format!("{name} {} {next}", NAMES[n]))
+                }
+                Err(e) if e.is_fenced() => {
+                    a.gate.stale();
+                    After::Stop(format!("{} fenced: {e}", NAMES[n]))
+                }
+                Err(e) => {
+                    a.slots[n].wake = now + backoff;
+                    After::Say(format!("{name} {} error: {e}", NAMES[n]))
+                }
+            }
+        };
+        match after {
+            After::Say(line) => self.say(line),
+            After::Stop(why) => self.stop(k, &why),
+            After::Quiet => {}
+        }
+    }
+
+    /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
+    fn activate(&self, epoch: i64, now: SystemTime) -> Active {
+        let p = &self.cfg.pipeline;
+        let gate = Arc::new(LeaseGate::new(epoch, now + self.cfg.lease.duration));
+        let stats = Arc::new(Stats::default());
+        let guarded = |inner| Guarded { inner, epoch, lease: self.pg.clone(), audit: self.audit.clone() };
+        let mut pump = Pump::new(
+            self.pg.fenced(epoch),
+            self.mailbox.clone(),
+            self.flights.fenced(epoch),
+            p,
+            stats.clone(),
+        );
+        if self.lanes {
+            pump = pump.with_lane(lane::Deferred::new(self.pg.fenced(epoch)));
+        }
+        let stages: Vec<Box<dyn Run>> = vec![
+            Box::new(Poller::new(self.pg.fenced(epoch), self.mailbox.clone(), p, stats.clone())),
+            Box::new(pump),
+            Box::new(Dispatcher::new(
+                self.pg.fenced(epoch),
+                guarded(Inner::Kafka(self.kafka.clone())),
+                pump::retry_policy(p),
+                dispatch::Settings::from_config(&self.cfg),
+                gate.clone(),
+                stats.clone(),
+            )),
+            Box::new(OutboundDispatcher::new(
+                self.pg.fenced(epoch),
+                guarded(Inner::Outbound(self.outbound.clone())),
+                pump::retry_policy(p),
+                p.dispatch_batch,
+                gate.clone(),
+                stats.clone(),
+            )),
+            Box::new(Backfill::new(
+                self.pg.fenced(epoch),
+                guarded(Inner::Mailbox(self.mailbox.clone())),
+                p,
+                gate.clone(),
+                stats.clone(),
+            )),
+            Box::new(Jobs::new(self.pg.fenced(epoch), p, stats)),
+        ];
+        Active {
+            epoch,
+            gate,
+            slots: stages.into_iter().map(|stage| Slot { stage, wake: now }).collect(),
+            lease_wake: now + self.cfg.lease.renew_every,
+        }
+    }
+}
+
+/// The stores only the lease gate guards, recording each write they take with its epoch.
+enum Inner {
+    Kafka(MemProducer),
+    Mailbox(MemMailbox),
+    Outbound(MemOutbound),
+}
+
+struct Guarded {
+    inner: Inner,
+    epoch: i64,
+    lease: MemPg,
+    audit: Audit,
+}
+
+impl Guarded {
+    fn record(&self, what: String) {
+        let lease = self.lease.inspect(|s| s.lease.epoch);
+        self.audit.borrow_mut().push(GuardedWrite { what, writer: self.epoch, lease });
+    }
+}
+
+impl Producer for Guarded {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+        let Inner::Kafka(k) = &mut self.inner else { unreachable!("wired as a producer") };
+        let before = k.delivered().len();
+        let out = k.send(records);
+        let after = k.delivered().len();
+        if after > before {
+            self.record(format!("kafka: {} record(s)", after - before));
+        }
+        out
+    }
+}
+
+impl MailboxMarks for Guarded {
+    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+        let Inner::Mailbox(m) = &mut self.inner else { unreachable!("wired as the mailbox") };
+        let before = m.inspect(|s| s.rows.values().filter(|r| r.processed_at.is_some()).count());
+        let out = m.mark(ids, at);
+        let after = m.inspect(|s| s.rows.values().filter(|r| r.processed_at.is_some()).count());
+        if after != before || matches!(&out, Ok(marks) if marks.contains(&Mark::Written)) {
+            self.record(format!("mailbox marks {ids:?}"));
+        }
+        out
+    }
+}
+
+impl Outbound for Guarded {
+    fn insert(&mut self, routing_id: &str, xml: &str, at: SystemTime) -> StoreResult<i64> {
+        let Inner::Outbound(o) = &mut self.inner else { unreachable!("wired as COUTMSGS") };
+        let before = o.rows().len();
+        let out = o.insert(routing_id, xml, at);
+        if o.rows().len() > before {
+            self.record(format!("coutmsgs {routing_id}"));
+        }
+        out
+    }
+
+    fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>> {
+        let Inner::Outbound(o) = &mut self.inner else { unreachable!("wired as COUTMSGS") };
+        o.find(routing_id, xml, since)
+    }
+}
+
+/// Runs one seed: `steps` random steps with the invariants checked after each, then heal and
+/// drain and the final checks. The error is the first broken invariant and the step log.
+pub fn run(seed: u64, steps: u64) -> Result<Sim, String> {
+    let mut sim = Sim::new(seed);
+    let mut checker = Checker::default();
+    let fail = |sim: &Sim, what: String| {
+        // A replay (SIM_SEED set) shows the whole log, a run of many seeds its end.
+        let keep = if std::env::var("SIM_SEED").is_ok() { usize::MAX } else { 60 };
+        let tail: Vec<&String> =
+            sim.log.iter().rev().take(keep).collect::<Vec<_>>().into_iter().rev().collect();
+        let log = tail.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
+        format!(
+            "seed {seed} failed at step {}: {what}\n  replay: SIM_SEED={seed} cargo test --lib sim::tests::replay -- --nocapture\n  last steps:\n{log}",
+            sim.step
+        )
+    };
+    for _ in 0..steps {
+        sim.step();
+        if let Err(e) = checker.check(&sim) {
+            return Err(fail(&sim, e));
+        }
+    }
+    sim.heal_all();
+    sim.drain(&mut checker, 200_000).map_err(|e| fail(&sim, e))?;
+    check::at_the_end(&sim).map_err(|e| fail(&sim, e))?;
+    Ok(sim)
+}
