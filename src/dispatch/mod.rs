@@ -191,7 +191,10 @@ impl<O: Outbox> Delivery<O> {
         err: &StoreError,
         now: SystemTime,
     ) -> Result<(), StoreError> {
-        debug_assert!(err.is_rejected(), "only a refusal is charged (SPEC 4.9)");
+        debug_assert!(
+            err.is_rejected() || crate::planted::on(crate::planted::Bug::OutageCharged),
+            "only a refusal is charged (SPEC 4.9)"
+        );
         let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
         let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0);
         let first = &events[0];
@@ -237,7 +240,7 @@ impl<O: Outbox> Delivery<O> {
         self.sent(target, &ready[..acked], now)?;
         match results.into_iter().nth(acked) {
             None => Ok(Round::Sent { sent: acked, failed: false }),
-            Some(Err(e)) if e.is_rejected() => {
+            Some(Err(e)) if e.is_rejected() || crate::planted::on(crate::planted::Bug::OutageCharged) => {
                 // The first unacknowledged event becomes the head in backoff; the ones behind
                 // it stay PENDING untouched and go after it, in order.
                 self.refused(target, &ready[acked..acked + 1], &e, now)?;
@@ -304,7 +307,11 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         };
         // A stale instance must not send: checked right before every produce round (PRE-5).
         self.gate.check(now)?;
-        let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
+        let mut records: Vec<Record> =
+            ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
+        if crate::planted::on(crate::planted::Bug::DeliveryReordered) {
+            records.reverse();
+        }
         let results = self.producer.send(&records);
         self.delivery.settle(Target::KafkaMsg, ready, results, now)
     }

@@ -40,6 +40,7 @@ use crate::config::Pipeline;
 use crate::domain::ProcRow;
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, Decision, Reject, View};
+use crate::planted::{self, Bug};
 use crate::ports::{
     Failure, Fifo, FlightStore, MailboxTexts, Outcome, Raw, RoundNeed, RoundRecord, Settle, StoreResult,
 };
@@ -189,7 +190,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     fn try_round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         let committing: Vec<i64> =
             self.inflight.as_ref().map(|f| f.rows.keys().copied().collect()).unwrap_or_default();
-        let rows = self.fifo.unfinished(self.batch, &committing)?;
+        let mut rows = self.fifo.unfinished(self.batch, &committing)?;
+        if planted::on(Bug::HeadOvertaken) {
+            rows.retain(|r| !matches!(head_action(Some(r), now, &self.policy), HeadAction::Wait(_)));
+        }
         // The ready prefix: the head and the rows behind it up to the first one backing off.
         let mut ready = 0;
         for row in &rows {
@@ -267,13 +271,18 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 _ => None,
             })
             .collect();
-        let holders = if keys.is_empty() { HashMap::new() } else { self.fifo.identity_holders(&keys)? };
+        let holders = if keys.is_empty() || planted::on(Bug::IdentityUnchecked) {
+            HashMap::new()
+        } else {
+            self.fifo.identity_holders(&keys)?
+        };
         // The round still committing holds its identities already.
         let mut taken: HashMap<String, i64> =
             self.inflight.as_ref().map(|f| f.identities.clone()).unwrap_or_default();
         for item in &mut items {
             if let Step::Decide { identity, .. } = &item.step {
                 let holder = taken.get(identity).or_else(|| holders.get(identity)).copied();
+                let holder = holder.filter(|_| !planted::on(Bug::IdentityUnchecked));
                 match holder.filter(|h| *h != item.row.msg_id) {
                     Some(other) => {
                         item.step =
@@ -390,6 +399,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let mut overlay = prepared.flights;
         let mut window = prepared.window;
         let mut applied_before = prepared.applied;
+        if planted::on(Bug::JournalIgnored) {
+            applied_before.clear();
+        }
         let mut settles: Vec<(Settle, usize)> = Vec::with_capacity(items.len());
         let mut fresh: Vec<(usize, &ProcRow, Decision)> = Vec::new(); // (index in settles, row, decision)
         for item in items {

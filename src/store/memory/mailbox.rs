@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use super::{fault_controls, Shared};
 use crate::domain::{InboundRow, MailboxRow};
+use crate::planted::{self, Bug};
 use crate::ports::{
     within_budget, MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
 };
@@ -168,7 +169,9 @@ impl MailboxMarks for MemMailbox {
                 .iter()
                 .map(|id| match s.rows.get_mut(id).filter(|r| !r.uncommitted) {
                     None => Mark::Missing,
-                    Some(r) if r.processed_at.is_some() => Mark::AlreadyMarked,
+                    Some(r) if r.processed_at.is_some() && !planted::on(Bug::MarkOverwritten) => {
+                        Mark::AlreadyMarked
+                    }
                     Some(r) => {
                         r.processed_at = Some(at);
                         r.status = status.clone();
@@ -231,4 +234,9 @@ impl Outbound for MemOutbound {
                 .map(|(id, ..)| *id))
         })
     }
+}
+
+#[cfg(test)]
+mod conformance {
+    crate::mailbox_conformance_tests!((super::MemMailbox::new(), ()));
 }

@@ -10,6 +10,7 @@ use crate::clock::{Clock, FakeClock};
 use crate::domain::{EventStatus, InboundRow, MsgEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::RefChange;
+use crate::planted::{self, Bug};
 use crate::ports::{
     Archived, Claim, Claimant, Fifo, Housekeeping, Intake, LeaseHolder, LeaseStore, MarkLedger, Operator,
     Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, RoundRecord, StoreResult,
@@ -282,11 +283,16 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
     // SUCCEEDED: identity (uk_proc_identity, also within the round), references, events.
     let mut round_keys: HashMap<&str, i64> = HashMap::new();
     for crate::ports::Succeeded { msg_id: id, tag, identity, events: evs, references } in &round.succeeded {
-        if let Some(other) = round_keys.insert(identity, *id) {
+        if planted::on(Bug::IdentityUnchecked) {
+            round_keys.clear();
+        } else if let Some(other) = round_keys.insert(identity, *id) {
             return Err(StoreError::rejected("postgres", format!("identity {identity} twice in one round: msg_id={other} and {id} (uk_proc_identity, 23505)")));
         }
-        if let Some(other) =
-            s.procs.values().find(|o| o.row.identity_key.as_deref() == Some(*identity) && o.row.msg_id != *id)
+        if let Some(other) = s
+            .procs
+            .values()
+            .filter(|_| !planted::on(Bug::IdentityUnchecked))
+            .find(|o| o.row.identity_key.as_deref() == Some(*identity) && o.row.msg_id != *id)
         {
             return Err(StoreError::rejected(
                 "postgres",
@@ -383,6 +389,9 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
         p.row.error_class = Some(*class);
         p.row.last_error = Some(error.to_string());
         terminal(p, ProcStatus::Dead, now);
+        if planted::on(Bug::IntentForgotten) {
+            p.backfill_next_at = None;
+        }
     }
     Ok(Tables { procs, events, refs, next_event_id })
 }
