@@ -69,27 +69,34 @@ pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64
             if !state.writable(field, msg_id) {
                 continue;
             }
+            // A value restated (or a field cleared that is empty) says nothing downstream, but
+            // it is still this message's word on the field: its version moves, so an older
+            // message processed later cannot bring another value back (found by the simulator:
+            // `regression_a_restated_value_outranks_an_older_late_message`).
             let old = state.fields.get(field).cloned();
-            if old.as_ref() == value.as_ref() {
-                continue;
-            }
             match value {
                 Some(v) => change.set.push((field.clone(), v.clone())),
                 None => change.clear.push(field.clone()),
             }
-            diffs.push(serde_json::json!({ "field": field, "old": old, "new": value }));
+            if old.as_ref() != value.as_ref() {
+                diffs.push(serde_json::json!({ "field": field, "old": old, "new": value }));
+            }
         }
-        if diffs.is_empty() {
+        if change.set.is_empty() && change.clear.is_empty() {
             continue;
         }
         state.apply(&change, msg_id);
+        let announced = created && change.set.iter().any(|(f, _)| f == "FFID");
+        d.flights.push(change);
+        if diffs.is_empty() && !announced {
+            continue;
+        }
         let mut payload = serde_json::json!({
             "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
         });
         if created {
             payload["created"] = serde_json::json!(true);
         }
-        d.flights.push(change);
         d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
     }
     d
@@ -127,7 +134,40 @@ mod tests {
     #[test]
     fn flop_that_changes_nothing_produces_no_event() {
         let msg = decode(&fixtures::flop_stnd(1, "1001", "A12")).unwrap();
-        assert_eq!(decide(&view("1001", &[("STND", "A12")]), &msg, 1).unwrap(), Decision::default());
+        let d = decide(&view("1001", &[("STND", "A12")]), &msg, 1).unwrap();
+        assert!(d.events.is_empty());
+        assert_eq!(
+            d.flights[0].set,
+            vec![("STND".to_string(), "A12".to_string())],
+            "the version still moves"
+        );
+    }
+
+    /// Applies `raw` as message `m` to `state` (the pump's overlay does the same).
+    fn apply(state: &mut FlightView, raw: &str, m: i64) -> Decision {
+        let view = View { flights: state.clone(), window: vec![] };
+        let d = decide(&view, &decode(raw).unwrap(), m).unwrap();
+        for c in &d.flights {
+            state.entry(c.flid.clone()).or_default().apply(c, m);
+        }
+        d
+    }
+
+    #[test]
+    fn regression_a_restated_value_outranks_an_older_late_message() {
+        // Found by the simulator (seed 302): message 24 cleared a field that was already
+        // empty, which wrote no version; message 16, committed late and processed after it,
+        // then set the field — a state no MSG_ID order gives.
+        let mut state = FlightView::new();
+        apply(&mut state, &fixtures::flop(1, "STND", "F2", &[("STND", Some("A2"))]), 10);
+        apply(&mut state, &fixtures::flop(3, "ACFT", "F2", &[("ACFT", None)]), 24);
+        let late = apply(&mut state, &fixtures::flop(2, "ACFT", "F2", &[("ACFT", Some("B7"))]), 16);
+        assert!(late.events.is_empty(), "the older message changes nothing");
+        assert_eq!(state["F2"].fields.get("ACFT"), None, "as in MSG_ID order: 16 set it, 24 cleared it");
+        // The same with a value restated rather than a field cleared.
+        apply(&mut state, &fixtures::flop(4, "STND", "F2", &[("STND", Some("A2"))]), 30);
+        apply(&mut state, &fixtures::flop(5, "STND", "F2", &[("STND", Some("Z9"))]), 25);
+        assert_eq!(state["F2"].fields["STND"], "A2");
     }
 
     #[test]
