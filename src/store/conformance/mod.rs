@@ -2,7 +2,12 @@
 //! twin runs it as unit tests, the PostgreSQL adapter as integration tests on a real server,
 //! so both keep the same rules (conditional writes, FIFO, INV-3/7/8/9, the replay whitelist,
 //! the lease and its fence). Generate the tests with
-//! [`conformance_tests!`](crate::conformance_tests).
+//! [`conformance_tests!`](crate::conformance_tests). The other stores' suites are in
+//! [`flights`] (Redis), [`mailbox`] (the shared MySQL) and [`producer`] (Kafka).
+
+pub mod flights;
+pub mod mailbox;
+pub mod producer;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

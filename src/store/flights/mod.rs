@@ -203,6 +203,17 @@ impl RedisFlights {
         Ok(r)
     }
 
+    /// Another handle on the same Redis and prefix (its own connection, unfenced).
+    pub fn twin(&self) -> RedisFlights {
+        RedisFlights {
+            client: self.client.clone(),
+            conn: None,
+            prefix: self.prefix.clone(),
+            apply: Script::new(APPLY),
+            epoch: 0,
+        }
+    }
+
     /// Every apply carries `epoch`; Redis refuses it once a newer epoch wrote there.
     pub fn fenced(mut self, epoch: i64) -> RedisFlights {
         self.epoch = epoch;

@@ -43,7 +43,10 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     if d.snapshot {
         s.generation = (s.generation.0 + 1, m);
     }
-    s.applied.insert(m, d.clone());
+    // As the Redis journal: what a retry must emit again, not the flight changes.
+    let journal =
+        Decision { events: d.events.clone(), references: d.references.clone(), ..Default::default() };
+    s.applied.insert(m, journal);
     true
 }
 
@@ -82,6 +85,21 @@ impl MemFlights {
     }
 
     /// Every flight that holds something: FLID → fields.
+    /// Moves the fence to `epoch` unless a newer one is there, as `RedisFlights::claim` does
+    /// for a new lease holder before its stages start.
+    pub fn claim(&self, epoch: i64) -> StoreResult<()> {
+        self.0.write("redis", |s| {
+            if s.epoch > epoch {
+                return Err(StoreError::fenced(
+                    "redis",
+                    format!("MSGX_FENCED: epoch {} holds the flights", s.epoch),
+                ));
+            }
+            s.epoch = epoch;
+            Ok(())
+        })
+    }
+
     pub fn all(&self) -> BTreeMap<String, Flight> {
         self.inspect(|s| {
             s.flights.iter().filter(|(_, f)| f.exists()).map(|(k, f)| (k.clone(), f.fields.clone())).collect()
@@ -141,4 +159,9 @@ impl FlightStore for MemFlights {
             Ok(())
         })
     }
+}
+
+#[cfg(test)]
+mod conformance {
+    crate::flight_conformance_tests!((super::MemFlights::new(), ()));
 }

@@ -79,3 +79,14 @@ impl Producer for MemProducer {
         }
     }
 }
+
+#[cfg(test)]
+mod conformance {
+    fn twin() -> super::MemProducer {
+        let p = super::MemProducer::new();
+        p.max_bytes(crate::store::conformance::producer::MAX_RECORD_BYTES);
+        p
+    }
+
+    crate::producer_conformance_tests!((twin(), ()));
+}

@@ -1,0 +1,205 @@
+//! The FlightStore conformance suite: the same cases on the in-memory twin (unit tests) and
+//! on Redis through the apply script (`tests/flights_store.rs`), so the simulator's twin is the
+//! store msgx really runs on.
+
+use crate::domain::{NewEvent, Target};
+use crate::handlers::{Decision, FlightChange};
+use crate::ports::{FlightStore, RoundNeed};
+
+/// A flight store for the suite: a second handle on the same data whose applies carry `epoch`.
+pub trait FlightTwin: FlightStore + Sized {
+    fn fenced_twin(&self, epoch: i64) -> Self;
+}
+
+impl FlightTwin for crate::store::memory::MemFlights {
+    fn fenced_twin(&self, epoch: i64) -> Self {
+        self.fenced(epoch)
+    }
+}
+
+impl FlightTwin for crate::store::flights::RedisFlights {
+    fn fenced_twin(&self, epoch: i64) -> Self {
+        self.twin().fenced(epoch)
+    }
+}
+
+fn change(flid: &str, set: &[(&str, &str)], clear: &[&str]) -> FlightChange {
+    FlightChange {
+        flid: flid.into(),
+        set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        clear: clear.iter().map(|c| c.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn decision(changes: Vec<FlightChange>, events: usize) -> Decision {
+    Decision {
+        flights: changes,
+        events: (0..events)
+            .map(|n| NewEvent {
+                target: Target::KafkaMsg.as_str().into(),
+                partition_key: "F".into(),
+                event_type: "UPSERT".into(),
+                state_version: n as i64,
+                payload_json: format!("{{\"n\":{n}}}"),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn set(flid: &str, kv: &[(&str, &str)]) -> Decision {
+    decision(vec![change(flid, kv, &[])], 1)
+}
+
+fn read<S: FlightTwin>(s: &mut S, flids: &[&str], msg_ids: &[i64]) -> crate::ports::Prepared {
+    let need = RoundNeed {
+        msg_ids: msg_ids.to_vec(),
+        flids: flids.iter().map(|f| f.to_string()).collect(),
+        window: None,
+    };
+    s.prepare(&need, &[]).unwrap()
+}
+
+fn fields<S: FlightTwin>(s: &mut S, flid: &str) -> Vec<(String, String)> {
+    read(s, &[flid], &[])
+        .flights
+        .get(flid)
+        .map(|f| f.fields.clone().into_iter().collect())
+        .unwrap_or_default()
+}
+
+pub fn an_apply_is_read_back_with_versions_and_its_journal<S: FlightTwin>(mut s: S) {
+    let d = set("F", &[("STND", "A1"), ("GATE", "G2")]);
+    assert_eq!(s.apply(&[(5, &d)]).unwrap(), vec![true]);
+    let p = read(&mut s, &["F", "NOPE"], &[5, 6]);
+    let f = &p.flights["F"];
+    assert_eq!(f.fields["STND"], "A1");
+    assert_eq!((f.versions["STND"], f.versions["GATE"]), (5, 5));
+    assert!(!p.flights.contains_key("NOPE"), "an unknown flight is absent");
+    let journal = &p.applied[&5];
+    assert_eq!(
+        (&journal.events, &journal.references),
+        (&d.events, &d.references),
+        "the journal keeps what a retry emits"
+    );
+    assert!(!p.applied.contains_key(&6));
+}
+
+pub fn a_round_applies_in_order_and_an_older_message_never_overwrites<S: FlightTwin>(mut s: S) {
+    let (a, b) = (set("F", &[("STND", "A")]), set("F", &[("STND", "B")]));
+    s.apply(&[(1, &a), (2, &b)]).unwrap();
+    assert_eq!(fields(&mut s, "F"), [("STND".into(), "B".into())]);
+    let late = set("F", &[("STND", "OLD"), ("GATE", "G")]);
+    s.apply(&[(1, &late)]).unwrap();
+    assert_eq!(
+        fields(&mut s, "F"),
+        [("GATE".into(), "G".into()), ("STND".into(), "B".into())],
+        "2 wrote STND after 1"
+    );
+}
+
+pub fn a_clear_keeps_its_version<S: FlightTwin>(mut s: S) {
+    s.apply(&[(1, &set("F", &[("STND", "A"), ("GATE", "G")]))]).unwrap();
+    s.apply(&[(3, &decision(vec![change("F", &[], &["STND"])], 0))]).unwrap();
+    s.apply(&[(2, &set("F", &[("STND", "OLD")]))]).unwrap();
+    let p = read(&mut s, &["F"], &[]);
+    assert_eq!(p.flights["F"].fields.get("STND"), None, "cleared by 3, not brought back by 2");
+    assert_eq!(p.flights["F"].versions["STND"], 3);
+}
+
+pub fn a_restated_value_moves_its_version<S: FlightTwin>(mut s: S) {
+    s.apply(&[(1, &set("F", &[("STND", "A")]))]).unwrap();
+    s.apply(&[(9, &decision(vec![change("F", &[("STND", "A")], &[])], 0))]).unwrap();
+    s.apply(&[(5, &set("F", &[("STND", "OLD")]))]).unwrap();
+    assert_eq!(fields(&mut s, "F"), [("STND".into(), "A".into())]);
+}
+
+pub fn a_delete_leaves_a_tombstone<S: FlightTwin>(mut s: S) {
+    s.apply(&[(10, &set("F", &[("STND", "A")]))]).unwrap();
+    let mut del = change("F", &[], &[]);
+    del.delete = true;
+    s.apply(&[(20, &decision(vec![del], 1))]).unwrap();
+    assert!(fields(&mut s, "F").is_empty(), "deleted");
+    let p = read(&mut s, &["F"], &[]);
+    assert_eq!(p.flights.get("F").map(|f| f.deleted), Some(20), "the tombstone is read back");
+    s.apply(&[(15, &set("F", &[("STND", "OLD")]))]).unwrap();
+    assert!(fields(&mut s, "F").is_empty(), "an older message does not revive it");
+    s.apply(&[(25, &set("F", &[("STND", "NEW")]))]).unwrap();
+    assert_eq!(fields(&mut s, "F"), [("STND".into(), "NEW".into())], "a newer one does");
+}
+
+pub fn a_snapshot_applies_once_and_only_if_newer<S: FlightTwin>(mut s: S) {
+    let mut snap = set("F", &[("STND", "S")]);
+    snap.snapshot = true;
+    assert_eq!(s.apply(&[(10, &snap)]).unwrap(), vec![true]);
+    assert_eq!(s.apply(&[(10, &snap)]).unwrap(), vec![false], "the same snapshot again changes nothing");
+    let mut older = set("F", &[("STND", "OLDER")]);
+    older.snapshot = true;
+    assert_eq!(s.apply(&[(7, &older)]).unwrap(), vec![false]);
+    assert_eq!(fields(&mut s, "F"), [("STND".into(), "S".into())]);
+    let p = read(&mut s, &[], &[7]);
+    assert!(p.applied[&7].events.is_empty(), "a refused snapshot is journalled as the empty decision");
+    assert_eq!(s.apply(&[(12, &snap)]).unwrap(), vec![true]);
+}
+
+pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
+    for (flid, sodt) in [("A", 202601010800), ("B", 202601011200), ("C", 202601020800)] {
+        let mut c = change(flid, &[("FFID", flid)], &[]);
+        c.sodt = Some(sodt);
+        s.apply(&[(1, &decision(vec![c], 0))]).unwrap();
+    }
+    let need = RoundNeed { msg_ids: vec![], flids: vec![], window: Some((202601010000, 202601012359)) };
+    assert_eq!(s.prepare(&need, &[]).unwrap().window, ["A", "B"], "in SODT order");
+    let mut gone = change("A", &[], &[]);
+    gone.delete = true;
+    s.apply(&[(2, &decision(vec![gone], 0))]).unwrap();
+    assert_eq!(s.prepare(&need, &[]).unwrap().window, ["B"], "a deleted flight leaves the index");
+}
+
+pub fn forgotten_journal_entries_are_gone<S: FlightTwin>(mut s: S) {
+    s.apply(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")]))]).unwrap();
+    let need = RoundNeed { msg_ids: vec![1, 2], flids: vec![], window: None };
+    let p = s.prepare(&need, &[1]).unwrap();
+    assert_eq!(p.applied.keys().copied().collect::<Vec<_>>(), [2], "forget rides along with the read");
+    s.forget(&[2]).unwrap();
+    assert!(s.prepare(&need, &[]).unwrap().applied.is_empty());
+    assert_eq!(fields(&mut s, "F"), [("STND".into(), "B".into())], "forgetting the journal keeps the flight");
+}
+
+pub fn a_stale_epoch_applies_nothing<S: FlightTwin>(s: S) {
+    let mut new = s.fenced_twin(2);
+    let mut stale = s.fenced_twin(1);
+    new.apply(&[(1, &set("F", &[("STND", "NEW")]))]).unwrap();
+    let err = stale.apply(&[(2, &set("F", &[("STND", "STALE")]))]).unwrap_err();
+    assert!(err.is_fenced(), "{err}");
+    assert_eq!(fields(&mut new, "F"), [("STND".into(), "NEW".into())]);
+    assert!(read(&mut new, &[], &[2]).applied.is_empty(), "not even journalled");
+}
+
+/// Expands to one `#[test]` per case; `$make` builds a fresh, empty store and a guard.
+#[macro_export]
+macro_rules! flight_conformance_tests {
+    ($make:expr) => {
+        $crate::flight_conformance_tests!(@cases $make;
+            an_apply_is_read_back_with_versions_and_its_journal,
+            a_round_applies_in_order_and_an_older_message_never_overwrites,
+            a_clear_keeps_its_version,
+            a_restated_value_moves_its_version,
+            a_delete_leaves_a_tombstone,
+            a_snapshot_applies_once_and_only_if_newer,
+            a_window_reads_the_plan_index,
+            forgotten_journal_entries_are_gone,
+            a_stale_epoch_applies_nothing,
+        );
+    };
+    (@cases $make:expr; $($case:ident,)*) => {
+        $(
+            #[test]
+            fn $case() {
+                let (store, _guard) = $make;
+                $crate::store::conformance::flights::$case(store);
+            }
+        )*
+    };
+}

@@ -1,0 +1,56 @@
+//! The producer conformance suite on the real producer and broker (Tansu): the same cases the
+//! in-memory twin passes as unit tests (src/store/conformance/producer.rs).
+
+mod common;
+
+use std::time::Duration;
+
+use common::Services;
+use msgx::ports::Record;
+use msgx::store::conformance::producer::ProducerTwin;
+use msgx::store::kafka::KafkaProducer;
+
+struct Broker {
+    producer: KafkaProducer,
+    s: Services,
+}
+
+impl ProducerTwin for Broker {
+    type P = KafkaProducer;
+
+    fn producer(&mut self) -> &mut KafkaProducer {
+        &mut self.producer
+    }
+
+    fn topic(&self) -> String {
+        self.s.topic().to_string()
+    }
+
+    fn read(&mut self, want: usize) -> Vec<Record> {
+        common::consume_from(&self.s.cfg.kafka_brokers, self.s.topic(), want, Duration::from_secs(20))
+            .into_iter()
+            .take(want)
+            .map(|c| Record {
+                topic: self.topic(),
+                key: c.key,
+                payload: c.payload.to_string(),
+                headers: c.headers,
+            })
+            .collect()
+    }
+
+    fn unreachable(&mut self) -> KafkaProducer {
+        let mut cfg = self.s.cfg.clone();
+        // Nothing listens on the discard port; a short timeout keeps the case short.
+        cfg.kafka_brokers = "127.0.0.1:9".into();
+        cfg.producer.message_timeout = Duration::from_secs(3);
+        KafkaProducer::new(&cfg).expect("a producer is created without a broker")
+    }
+}
+
+fn fresh() -> (Broker, ()) {
+    let s = Services::migrated("");
+    (Broker { producer: KafkaProducer::new(&s.cfg).expect("producer"), s }, ())
+}
+
+msgx::producer_conformance_tests!(fresh());
