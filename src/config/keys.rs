@@ -254,10 +254,10 @@ pub const KEYS: &[KeySpec] = &[
     ),
     k(
         "msgx.codec.max-event-bytes",
-        "1048576",
-        Kind::Int { min: 1024, max: 100_000_000 },
+        "900000",
+        Kind::Int { min: 1024, max: 990_000 },
         "an event payload larger than this makes its message DEAD(PROTOCOL), nothing applied; \
-         keep it below the broker's message.max.bytes",
+         the producer refuses records over 1000000 bytes (librdkafka's message.max.bytes), key and headers included",
     ),
     // --- the compat write path POST /cminmsgs/send ---
     k(

@@ -214,3 +214,15 @@ fn reference_doc_lists_every_key_with_its_default() {
         );
     }
 }
+
+#[test]
+fn regression_every_allowed_event_limit_fits_the_producer() {
+    // max-event-bytes defaulted to 1 MiB while librdkafka refuses records over 1,000,000
+    // bytes: an event between the two passed the pump's check and then died in dispatch
+    // (found writing the producer conformance suite, issue #14).
+    use crate::store::conformance::producer::MAX_RECORD_BYTES;
+    let keys = crate::config::keys::KEYS.iter().find(|k| k.key == "msgx.codec.max-event-bytes").unwrap();
+    let crate::config::keys::Kind::Int { max, .. } = keys.kind else { panic!("an integer key") };
+    assert!((max as usize) + 10_000 <= MAX_RECORD_BYTES, "room for the key and headers");
+    assert!(Config::defaults().pipeline.max_event_bytes + 10_000 <= MAX_RECORD_BYTES);
+}
