@@ -1,11 +1,15 @@
-//! Decoding of AODB "SIS" messages (family A, `format/FORMAT.md`): the `MSG/META` envelope,
-//! then the body by TYPE. Decoding is pure: text in, typed message or classified error out.
+//! Decoding of the mailbox's messages: AODB "SIS" (family A, `format/FORMAT.md` §1) and the
+//! CAAC-style integration platform (family B, §2, [`platform`]) — one entry point that tells
+//! the dialect from the META and reads both into the same [`Message`]s. Documents of other
+//! platforms (family C, T-Systems IMF) are recognised and not for msgx. Decoding is pure: text
+//! in, typed message or classified error out.
 //!
 //! The order matters (US-04): [`decode_meta`] runs first so that the ignore rules can end a
 //! message before its body is read; only then [`decode_body`].
 
 pub mod flop;
 pub mod ignore;
+pub mod platform;
 pub mod reference;
 pub mod report;
 pub mod schedule;
@@ -13,6 +17,7 @@ pub mod time;
 mod xml;
 
 pub use flop::FlopRecord;
+pub use platform::DfoeKind;
 pub use reference::{RefData, RefOp};
 pub use schedule::{Fltr, Schedule};
 
@@ -31,7 +36,25 @@ pub struct Meta {
     pub msg_type: String,
     /// Upper-cased STYP.
     pub styp: String,
+    pub dialect: Dialect,
+    /// Family B's message id (`MGID`), part of its identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mgid: Option<String>,
 }
+
+/// Which platform wrote a message (`format/FORMAT.md` §0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Dialect {
+    /// Unisys AODB "SIS": `META{SNDR,SEQN,DTTM,TYPE,STYP}`.
+    A,
+    /// The CAAC-style integration platform: `META{…,DDTM,RCVR,SORC,MGID,RMID,APOT}`.
+    B,
+    /// T-Systems IMF (`IMFRoot/SysInfo`): not this installation's feed.
+    C,
+}
+
+/// TYPEs only family B uses.
+const PLATFORM_TYPES: &[&str] = &["DFOE", "DFME", "BASE", "REQE", "BHSE"];
 
 /// The three kinds of daily/seasonal schedule message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,6 +100,15 @@ pub enum MsgKind {
     Schs(SchdKind),
     /// Reference (master) data of one of the 23 types.
     Reference { rtype: &'static str, op: RefOp },
+    /// Family B: a flight event (one of the 29 `DFME` subtypes), a partial flight update.
+    Dfme(&'static str),
+    /// Family B: a flight added, deleted, or the full table (`DFOE`).
+    Dfoe(DfoeKind),
+    /// Family B: master data (`BASE`), the table's record element and the operation.
+    Base { table: &'static str, op: RefOp },
+    /// Recognised, and not for msgx (a request to the platform, equipment status, another
+    /// platform's document): SKIPPED with `why`.
+    NotForUs { msg_type: String, styp: String, why: &'static str },
     /// A TYPE/STYP msgx has no decoder for (yet). Not implemented is not illegal.
     Unsupported { msg_type: String, styp: String },
 }
@@ -85,7 +117,23 @@ impl MsgKind {
     pub fn of(meta: &Meta) -> MsgKind {
         let unsupported =
             || MsgKind::Unsupported { msg_type: meta.msg_type.clone(), styp: meta.styp.clone() };
+        let not_for_us =
+            |why| MsgKind::NotForUs { msg_type: meta.msg_type.clone(), styp: meta.styp.clone(), why };
         match meta.msg_type.as_str() {
+            _ if meta.dialect == Dialect::C => {
+                not_for_us("a T-Systems IMF document (family C), not this feed")
+            }
+            "DFME" => platform::EVENTS
+                .iter()
+                .find(|(s, _, _)| *s == meta.styp)
+                .map(|(s, _, _)| MsgKind::Dfme(s))
+                .unwrap_or_else(unsupported),
+            "DFOE" => DfoeKind::parse(&meta.styp).map(MsgKind::Dfoe).unwrap_or_else(unsupported),
+            "BASE" => platform::base_kind(&meta.styp)
+                .map(|(table, op)| MsgKind::Base { table, op })
+                .unwrap_or_else(unsupported),
+            "REQE" => not_for_us("a re-sync request addressed to the platform"),
+            "BHSE" => not_for_us("baggage-handling equipment status, not flight data"),
             "FLOP" if meta.styp == "FDEL" => MsgKind::Fdel,
             "FLOP" => flop::subtype(&meta.styp).map(|s| MsgKind::Flop(s.styp)).unwrap_or_else(unsupported),
             "SCHD" => SchdKind::parse(&meta.styp).map(MsgKind::Schd).unwrap_or_else(unsupported),
@@ -107,7 +155,30 @@ impl MsgKind {
             MsgKind::Schd(k) => format!("SCHD-{}", k.as_str()),
             MsgKind::Schs(k) => format!("SCHS-{}", k.as_str()),
             MsgKind::Reference { rtype, op } => format!("{rtype}-{}", op.as_str()),
-            MsgKind::Unsupported { msg_type, styp } => format!("{msg_type}-{styp}"),
+            MsgKind::Dfme(styp) => format!("DFME-{styp}"),
+            MsgKind::Dfoe(k) => format!("DFOE-{}", k.as_str()),
+            MsgKind::Base { table, op } => {
+                let prefix =
+                    platform::BASE_TABLES.iter().find(|(_, e, _)| e == table).map_or("??", |(p, _, _)| p);
+                let suffix = match op {
+                    RefOp::Add => "IE",
+                    RefOp::Upd => "UE",
+                    RefOp::Del => "DE",
+                    RefOp::Dnld | RefOp::Resp => "DL",
+                };
+                format!("BASE-{prefix}{suffix}")
+            }
+            MsgKind::NotForUs { msg_type, styp, .. } | MsgKind::Unsupported { msg_type, styp } => {
+                format!("{msg_type}-{styp}")
+            }
+        }
+    }
+
+    /// Why a recognised message is not for msgx, if it is not.
+    pub fn not_for_us(&self) -> Option<&'static str> {
+        match self {
+            MsgKind::NotForUs { why, .. } => Some(why),
+            _ => None,
         }
     }
 }
@@ -121,6 +192,11 @@ pub enum Body {
     },
     Schedule(Schedule),
     Reference(RefData),
+    /// Family B's full table (`DFOE-DFDL`): the declared count and every flight.
+    Sync {
+        recd: Option<u32>,
+        records: Vec<FlopRecord>,
+    },
     /// The kind is unsupported: the body was not read.
     Unread,
 }
@@ -190,6 +266,9 @@ pub fn decode_meta(raw: &str) -> Result<Envelope, DecodeError> {
         return Err(malformed("raw text is empty"));
     }
     let root = xml::parse(raw).map_err(|e| malformed(format!("not XML: {e}")))?;
+    if root.name.eq_ignore_ascii_case("IMFRoot") {
+        return Ok(Envelope { meta: imf_meta(&root), root });
+    }
     if !root.name.eq_ignore_ascii_case("MSG") {
         return Err(malformed(format!("root element is <{}>, not <MSG>", root.name)));
     }
@@ -201,14 +280,35 @@ pub fn decode_meta(raw: &str) -> Result<Envelope, DecodeError> {
             .map(str::to_string)
             .ok_or_else(|| malformed(format!("<META> has no <{}>", names[0])))
     };
+    let msg_type = field(&["TYPE"])?.to_ascii_uppercase();
+    let platform = meta_el.child("DTTM").is_none()
+        || ["RCVR", "SORC", "MGID", "RMID", "APOT"].iter().any(|n| meta_el.child(n).is_some())
+        || PLATFORM_TYPES.contains(&msg_type.as_str());
     let meta = Meta {
         sndr: field(&["SNDR"])?,
         seqn: field(&["SEQN"])?,
         dttm: field(&["DTTM", "DDTM"])?,
-        msg_type: field(&["TYPE"])?.to_ascii_uppercase(),
+        msg_type,
         styp: field(&["STYP"])?.to_ascii_uppercase(),
+        dialect: if platform { Dialect::B } else { Dialect::A },
+        mgid: meta_el.child_text("MGID").map(|s| s.trim().to_string()),
     };
     Ok(Envelope { meta, root })
+}
+
+/// A family-C document's header, for the log and the SKIPPED reason.
+fn imf_meta(root: &Element) -> Meta {
+    let info = root.child("SysInfo");
+    let text = |n: &str| info.and_then(|i| i.child_text(n)).unwrap_or("-").to_string();
+    Meta {
+        sndr: text("Sender"),
+        seqn: text("MessageSequenceID"),
+        dttm: text("SendDateTime"),
+        msg_type: "IMF".into(),
+        styp: text("MessageType").to_ascii_uppercase(),
+        dialect: Dialect::C,
+        mgid: None,
+    }
 }
 
 /// Decodes the body the META announces, with the tolerant reader (the default): element and
@@ -220,7 +320,19 @@ pub fn decode_body(env: Envelope) -> Result<Message, DecodeError> {
 
 /// [`decode_body`]; `strict` refuses unknown names instead (CODEC_ERROR, `msgx.codec.strict`).
 pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeError> {
-    let kind = MsgKind::of(&env.meta);
+    let mut kind = MsgKind::of(&env.meta);
+    if let MsgKind::Unsupported { msg_type, styp } = &kind {
+        // A FLOP of an unknown subtype is for a later version of msgx (UNSUPPORTED, retried);
+        // one without any <FLOP> record is another vendor's message under the same TYPE (an
+        // A-CDM milestone, say), which no version of msgx will read.
+        if msg_type == "FLOP" && env.root.child("FLOP").is_none() {
+            kind = MsgKind::NotForUs {
+                msg_type: msg_type.clone(),
+                styp: styp.clone(),
+                why: "a FLOP without <FLOP> records: another vendor's message under the same TYPE",
+            };
+        }
+    }
     let root = &env.root;
     let mut unknown: flop::Unknown = if strict { None } else { Some(Vec::new()) };
     let body = match &kind {
@@ -229,7 +341,18 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
         MsgKind::Schd(_) => Body::Schedule(schedule::decode_schd(root)?),
         MsgKind::Schs(_) => Body::Schedule(schedule::decode_schs(root)?),
         MsgKind::Reference { rtype, op } => Body::Reference(reference::decode(root, rtype, *op)?),
-        MsgKind::Unsupported { .. } => Body::Unread,
+        MsgKind::Dfme(_) | MsgKind::Dfoe(DfoeKind::Add) => {
+            Body::Flop { records: platform::decode_flights(root, false, &mut unknown)? }
+        }
+        MsgKind::Dfoe(DfoeKind::Delete) => {
+            Body::Flop { records: platform::decode_flights(root, true, &mut unknown)? }
+        }
+        MsgKind::Dfoe(DfoeKind::Sync) => Body::Sync {
+            recd: platform::recd(root)?,
+            records: platform::decode_flights(root, false, &mut unknown)?,
+        },
+        MsgKind::Base { table, op } => Body::Reference(platform::decode_base(root, table, *op)?),
+        MsgKind::Unsupported { .. } | MsgKind::NotForUs { .. } => Body::Unread,
     };
     Ok(Message { meta: env.meta, kind, body, unknown: unknown.unwrap_or_default() })
 }
@@ -259,6 +382,12 @@ fn decode_flop(
 /// DTTM when `include_day_boundary` is on (Q11). The only place the key is built.
 pub fn identity(meta: &Meta, include_day_boundary: bool) -> String {
     let mut key = format!("{}|{}|{}|{}", meta.sndr, meta.msg_type, meta.styp, meta.seqn);
+    // Family B numbers messages per sender and names each with a unique MGID: a resend keeps
+    // both, another message with a reused SEQN does not.
+    if let Some(mgid) = meta.mgid.as_deref().filter(|m| !m.is_empty()) {
+        key.push('|');
+        key.push_str(mgid);
+    }
     if include_day_boundary {
         key.push('|');
         key.push_str(meta.dttm.get(..8).unwrap_or(&meta.dttm));

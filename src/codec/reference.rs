@@ -89,6 +89,9 @@ pub struct RefData {
     pub op: RefOp,
     pub recs: Option<u32>,
     pub records: Vec<RefRecord>,
+    /// Something the reader tolerated, reported with the decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 fn value(el: &Element) -> Value {
@@ -120,5 +123,5 @@ pub fn decode(root: &Element, rtype: &str, op: RefOp) -> Result<RefData, DecodeE
         let k = el.child_text(key).ok_or_else(|| malformed(format!("a {rtype} record has no <{key}>")))?;
         records.push(RefRecord { key: k.trim().to_string(), fields: fields(&el.children) });
     }
-    Ok(RefData { rtype: rtype.to_ascii_uppercase(), op, recs, records })
+    Ok(RefData { rtype: rtype.to_ascii_uppercase(), op, recs, records, note: None })
 }

@@ -219,7 +219,9 @@ fn unknown_types_and_subtypes_are_unsupported_never_malformed() {
         ("SCHS", "ADFT", "SCHS-ADFT"),
         ("SLST", "MERGE", "SLST-MERGE"),
     ] {
-        let m = decode(&fixtures::other(1, t, s, "<ANY a='1'><THING/></ANY>")).unwrap();
+        let body =
+            if t == "FLOP" { "<FLOP><FLID>1</FLID><XYZ>2</XYZ></FLOP>" } else { "<ANY a='1'><THING/></ANY>" };
+        let m = decode(&fixtures::other(1, t, s, body)).unwrap();
         assert!(matches!(m.kind, MsgKind::Unsupported { .. }), "{t}-{s}");
         assert_eq!(m.kind.type_tag(), tag);
         assert_eq!(m.body, Body::Unread);
@@ -366,4 +368,13 @@ fn report_gives_the_pumps_verdict() {
     let (v, j) = report("<MSG/>", &rules, false);
     assert_eq!(v, Verdict::Failed { class: ErrorClass::Malformed });
     assert_eq!(j["class"], "MALFORMED");
+}
+
+#[test]
+fn a_flop_without_flop_records_is_another_vendors_message_not_for_msgx() {
+    let m =
+        decode(&fixtures::other(1, "FLOP", "SFGS", "<SFGS><FLID>1</FLID><PointName>x</PointName></SFGS>"))
+            .unwrap();
+    assert!(m.kind.not_for_us().is_some(), "{:?}", m.kind);
+    assert_eq!(m.kind.type_tag(), "FLOP-SFGS");
 }

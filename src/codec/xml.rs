@@ -61,7 +61,8 @@ pub fn parse(text: &str) -> Result<Element, String> {
                 close(el, &mut stack, &mut root)?;
             }
             Event::Text(t) => {
-                let s = t.xml_content().map_err(|e| format!("bad text: {e}"))?;
+                // XML 1.0 line ends: 1.1's would turn U+2028 and U+0085 into line feeds.
+                let s = t.xml10_content().map_err(|e| format!("bad text: {e}"))?;
                 push_text(&mut stack, &s)?;
             }
             Event::CData(c) => {
@@ -123,7 +124,8 @@ fn close(el: Element, stack: &mut [Element], root: &mut Option<Element>) -> Resu
 fn push_text(stack: &mut [Element], s: &str) -> Result<(), String> {
     match stack.last_mut() {
         Some(el) => el.text.push_str(s),
-        None if s.trim().is_empty() => {}
+        // Only XML's own white space may stand outside the root (not U+2028, not NBSP).
+        None if s.chars().all(|c| matches!(c, ' ' | '\t' | '\r' | '\n')) => {}
         None => return Err("text outside the root element".into()),
     }
     Ok(())
@@ -172,5 +174,14 @@ mod tests {
         assert!(parse(&deep).unwrap_err().contains("nested deeper"));
         let ok = "<A>".repeat(MAX_DEPTH) + &"</A>".repeat(MAX_DEPTH);
         assert!(parse(&ok).is_ok());
+    }
+}
+#[cfg(test)]
+mod outside {
+    #[test]
+    fn text_outside_the_root_that_is_not_xml_white_space_is_refused() {
+        assert!(super::parse("<?xml version=\"1.0\"?>\n\u{2028}<MSG/>").is_err(), "U+2028 before the root");
+        assert!(super::parse("<MSG/>\u{a0}").is_err(), "NBSP after the root");
+        assert!(super::parse("<?xml version=\"1.0\"?>\n \t\r\n<MSG/>\n").is_ok());
     }
 }
