@@ -110,3 +110,21 @@ pub fn flop_body(styp: &str, flid: &str, body: &str) -> String {
         &format!("<FLOP><FLID>{flid}</FLID><FFID>MU-5101-A-05MAR261430-D</FFID>{body}</FLOP>"),
     )
 }
+
+/// A family-B (integration platform) message of my own: META with `DDTM`, `RCVR`, `SORC`,
+/// `MGID`, `RMID`, `APOT`, then `body` under `MSG`.
+pub fn platform(seqn: u64, msg_type: &str, styp: &str, body: &str) -> String {
+    format!(
+        "<MSG><META><SNDR>FIMS</SNDR><RCVR>MSGX</RCVR><SEQN>{seqn}</SEQN><DDTM>20260305083000</DDTM>\
+         <TYPE>{msg_type}</TYPE><STYP>{styp}</STYP><SORC>FIMS</SORC><MGID>m{seqn:031}</MGID><RMID/>\
+         <APOT>ZXXX</APOT></META>{body}</MSG>"
+    )
+}
+
+/// A family-B flight record of my own, departing `hhmm` on 5 March 2026.
+pub fn dflt(flid: &str, hhmm: &str, extra: &str) -> String {
+    format!(
+        "<DFLT><FLID>{flid}</FLID><FFID>MU-{flid}-20260305{hhmm}00-D</FFID><AWCD>MU</AWCD><FLNO>{flid}</FLNO>\
+         <FEXD>20260305</FEXD><FLIO>D</FLIO><BAPT>XXX</BAPT><CFTP>A320</CFTP><STAT/>{extra}</DFLT>"
+    )
+}

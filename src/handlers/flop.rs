@@ -13,9 +13,16 @@ use crate::codec::{time, FlopRecord, Message};
 use crate::domain::Target;
 
 /// SODT from an FFID `airline-flightNo-A|D-ddMMMyyHHmm-D|I`, as `yyyyMMddHHmm`.
+/// The SODT key an FFID carries: family A's `MU-5101-A-05MAR261430-D` or family B's
+/// `CZ-8227-20210413081500-D`.
 pub fn sodt_from_ffid(ffid: &str) -> Option<i64> {
-    let part = ffid.split('-').nth(3)?;
-    super::sodt_key(&time::parse(part)?.iso())
+    let parts: Vec<&str> = ffid.split('-').collect();
+    if let Some(t) = parts.get(3).and_then(|p| time::parse(p)) {
+        return super::sodt_key(&t.iso());
+    }
+    let stamp = parts.get(2).filter(|p| p.len() >= 12 && p.bytes().all(|b| b.is_ascii_digit()))?;
+    crate::codec::platform::stamp(&stamp[..12])?; // a real time, not twelve digits
+    stamp[..12].parse().ok()
 }
 
 pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64) -> Decision {

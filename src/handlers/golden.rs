@@ -144,3 +144,110 @@ fn reference_data() {
     }
     expect_file!["golden/reference.txt"].assert_eq(&out);
 }
+
+#[test]
+fn platform_every_kind() {
+    let mut out = String::from(
+        "Family B (the integration platform): every kind, its own fixture, and the Decision.\n\n",
+    );
+    let held = |fields: &[(&str, &str)]| {
+        let f: crate::handlers::Flight = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        View { flights: [("9001".to_string(), crate::handlers::FlightState::of(f))].into(), window: vec![] }
+    };
+    let flight = held(&[("FFID", "MU-9001-20260305090000-D"), ("STAT", ""), ("CFTP", "A320")]);
+    out.push_str("-- DFOE-DFIE: a flight added\n");
+    out.push_str(&render_decision(
+        &View::default(),
+        &fixtures::platform(1, "DFOE", "DFIE", &fixtures::dflt("9001", "0900", "<AIRL><ARPT><APNO>1</APNO><APCD>XXX</APCD><FPTT>20260305090000</FPTT></ARPT><ARPT><APNO>2</APNO><APCD>PEK</APCD><FPLT>20260305113000</FPLT></ARPT></AIRL>")),
+        10,
+    ));
+    out.push_str("\n-- DFOE-DFDE: a flight deleted\n");
+    out.push_str(&render_decision(
+        &flight,
+        &fixtures::platform(2, "DFOE", "DFDE", "<DFLT><FLID>9001</FLID></DFLT>"),
+        11,
+    ));
+    out.push_str("\n-- DFOE-DFDL: the full table; 9003 is held in its window and absent from it\n");
+    let table = format!(
+        "<RECD>2</RECD>{}{}",
+        fixtures::dflt("9001", "0900", ""),
+        fixtures::dflt(
+            "9002",
+            "1400",
+            "<STLS><STND><STNO>1</STNO><CODE>215</CODE><ESTR>20260305133000</ESTR></STND></STLS>"
+        )
+    );
+    let window = View { flights: Default::default(), window: vec!["9001".into(), "9003".into()] };
+    out.push_str(&render_decision(&window, &fixtures::platform(3, "DFOE", "DFDL", &table), 12));
+    out.push_str("\n-- DFOE-DFDL whose RECD is not its count\n");
+    let short = format!("<RECD>3</RECD>{}", fixtures::dflt("9001", "0900", ""));
+    out.push_str(&render_decision(&window, &fixtures::platform(4, "DFOE", "DFDL", &short), 13));
+    for (styp, meaning, _) in crate::codec::platform::EVENTS {
+        let body = match *styp {
+            "ARRE" => "<STAT>ARR</STAT><FRLT>20260305114500</FRLT>",
+            "DEPE" => "<STAT>DEP</STAT><FRTT>20260305091200</FRTT>",
+            "BORE" => "<STAT>BOR</STAT><BORT>20260305083000</BORT>",
+            "DLYE" | "CANE" | "RTNE" | "ALTE" | "BAKE" => "<ABST>DLY</ABST><ABRS>001006</ABRS>",
+            "GTLS" => "<GTLS><GATE><GTNO>1</GTNO><CODE>104</CODE><ESTR>20260305081000</ESTR><EEND>20260305085000</EEND></GATE></GTLS>",
+            "BLLS" => "<BLLS><BELT><BTNO>1</BTNO><CODE>7</CODE></BELT></BLLS>",
+            "STLS" => "<STLS><STND><STNO>1</STNO><CODE>215</CODE></STND></STLS>",
+            "CKLS" | "CKIE" | "CKOE" => "<CKLS><FCES>20260305063000</FCES><CNTR><CKNO>1</CKNO><CODE>C12</CODE></CNTR></CKLS>",
+            "CFCE" => "<CFTP>A321</CFTP><CFNO>B-1234</CFNO>",
+            "SFLG" => "<SFLG><SFLGINFO><SFAW>FM</SFAW><SFNO>9001</SFNO></SFLGINFO></SFLG>",
+            "TRML" => "<TMCD><NMCD>T2</NMCD></TMCD>",
+            "FATT" => "<FATT>INT</FATT>",
+            "HBTT" => "<NFLN>9011</NFLN><NAWC>MU</NAWC>",
+            "AFID" => "<AFID>9002</AFID>",
+            "ONRE" => "<STAT>ONR</STAT><PAST>20260305071000</PAST>",
+            "LBDE" => "<LBDT>20260305084500</LBDT>",
+            "POKE" => "<STAT>POK</STAT><POKT>20260305085000</POKT>",
+            "FPTT" | "FETT" | "FRTT" | "AIRL" | "APRTINFO" => "<AIRL><ARPT><APNO>1</APNO><APCD>XXX</APCD><FETT>20260305091500</FETT></ARPT></AIRL>",
+            _ => "<VIP>1</VIP>",
+        };
+        out.push_str(&format!("\n-- DFME-{styp}: {meaning}\n"));
+        out.push_str(&render_decision(
+            &flight,
+            &fixtures::platform(100, "DFME", styp, &format!("<DFLT><FLID>9001</FLID>{body}</DFLT>")),
+            20,
+        ));
+    }
+    let gate = |code: &str| {
+        format!("<GATE><ID>{code}0</ID><CODE>{code}</CODE><ENNM>Gate {code}</ENNM><TMLC>T2</TMLC></GATE>")
+    };
+    for (styp, body) in [
+        ("GTIE", gate("A1") + &gate("A2")),
+        ("GTUE", gate("A2")),
+        ("GTDE", gate("A1")),
+        ("GTDL", gate("A2") + &gate("A4")),
+        ("GTDL", String::new()),
+    ] {
+        out.push_str(&format!("\n-- BASE-{styp}\n"));
+        out.push_str(&render_decision(&View::default(), &fixtures::platform(200, "BASE", styp, &body), 30));
+    }
+    expect_file!["golden/platform.txt"].assert_eq(&out);
+}
+
+#[test]
+fn schs_season() {
+    let rec = |flno: &str, mvin: &str| {
+        format!(
+            "<FLTR><ALCD>MU</ALCD><FLNO>{flno}</FLNO><MVIN>{mvin}</MVIN><STDT>25OCT26</STDT><EDDT>27MAR27</EDDT>\
+             <DYOP>1234567</DYOP><SCHT>0905</SCHT><ROUT RTNO=\"1\"><APCD>PEK</APCD><SCAT>1130</SCAT></ROUT></FLTR>"
+        )
+    };
+    let body = |recs: usize, flights: &[String]| {
+        format!(
+            "<SCHS><SNAM>W26</SNAM><APCD>XXX</APCD><SDAT>25OCT26</SDAT><EDAT>27MAR27</EDAT><RECS>{recs}</RECS>{}</SCHS>",
+            flights.concat()
+        )
+    };
+    let mut out = String::from(
+        "SCHS: the seasonal plan, kept whole in own PostgreSQL; nothing for Redis, no event.\n\n",
+    );
+    out.push_str("-- DNLD\n");
+    let two = [rec("MU5101", "D"), rec("MU5102", "A")];
+    out.push_str(&render_decision(&View::default(), &fixtures::other(1, "SCHS", "DNLD", &body(2, &two)), 40));
+    out.push_str("\n-- RESP whose RECS is not its count\n");
+    out.push_str(&render_decision(&View::default(), &fixtures::other(2, "SCHS", "RESP", &body(3, &two)), 41));
+    expect_file!["golden/schs.txt"].assert_eq(&out);
+}

@@ -6,6 +6,7 @@
 mod flop;
 #[cfg(test)]
 mod golden;
+mod platform;
 mod reference;
 mod schedule;
 pub mod state;
@@ -16,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Body, Message, MsgKind, SchdKind};
+use crate::codec::{Body, DfoeKind, Message, MsgKind, SchdKind};
 use crate::domain::{NewEvent, Target};
 
 /// One flight's fields (`FIELD → value`), as held in Redis.
@@ -75,6 +76,14 @@ pub enum RefChange {
         rtype: String,
         rkey: String,
     },
+    /// The seasonal plan `season` is replaced whole by `records` (flight key → record JSON).
+    Season {
+        season: String,
+        airport: Option<String>,
+        start: Option<String>,
+        end: Option<String>,
+        records: Vec<(String, String)>,
+    },
 }
 
 /// Everything a message causes. Its parts are applied by the pump, never by the handler.
@@ -121,7 +130,9 @@ pub fn sodt_key(iso: &str) -> Option<i64> {
 /// What the handler of `msg` needs to read.
 pub fn need_of(msg: &Message) -> Need {
     let mut flids: Vec<String> = match &msg.body {
-        Body::Flop { records } => records.iter().map(|r| r.flid.clone()).collect(),
+        Body::Flop { records } | Body::Sync { records, .. } => {
+            records.iter().map(|r| r.flid.clone()).collect()
+        }
         _ => Vec::new(),
     };
     flids.sort();
@@ -132,6 +143,7 @@ pub fn need_of(msg: &Message) -> Need {
                 s.flights.iter().filter_map(|f| f.sodt.as_deref().and_then(sodt_key)).collect();
             keys.iter().min().zip(keys.iter().max()).map(|(a, b)| (*a, *b))
         }
+        (MsgKind::Dfoe(DfoeKind::Sync), Body::Sync { records, .. }) => platform::window(records),
         _ => None,
     };
     Need { flids, window }
@@ -140,10 +152,15 @@ pub fn need_of(msg: &Message) -> Need {
 /// Decides what `msg` means given the flights it concerns.
 pub fn decide(view: &View, msg: &Message, msg_id: i64) -> Result<Decision, Reject> {
     match (&msg.kind, &msg.body) {
-        (MsgKind::Flop(_) | MsgKind::Fdel, Body::Flop { records }) => {
+        (MsgKind::Flop(_) | MsgKind::Fdel | MsgKind::Dfme(_) | MsgKind::Dfoe(_), Body::Flop { records }) => {
             Ok(flop::decide(&view.flights, msg, records, msg_id))
         }
+        (MsgKind::Dfoe(DfoeKind::Sync), Body::Sync { recd, records }) => {
+            platform::decide_sync(view, *recd, records, msg, msg_id)
+        }
+        (MsgKind::Base { op, .. }, Body::Reference(r)) => reference::decide(&r.rtype, *op, r),
         (MsgKind::Schd(kind), Body::Schedule(s)) => schedule::decide(view, *kind, s, msg, msg_id),
+        (MsgKind::Schs(_), Body::Schedule(s)) => schedule::decide_season(s),
         (MsgKind::Reference { rtype, op }, Body::Reference(r)) => reference::decide(rtype, *op, r),
         _ => Err(Reject::Unsupported(msg.kind.type_tag())),
     }

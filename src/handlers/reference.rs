@@ -13,7 +13,7 @@ use super::{Decision, RefChange, Reject};
 use crate::codec::{RefData, RefOp};
 
 pub fn decide(rtype: &str, op: RefOp, r: &RefData) -> Result<Decision, Reject> {
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = r.note.iter().cloned().collect();
     if let Some(n) = r.recs.map(|n| n as usize).filter(|n| *n != r.records.len()) {
         let full_list = matches!(op, RefOp::Dnld | RefOp::Resp);
         let what = format!("RECS declares {n} {rtype} records, the package carries {}", r.records.len());
@@ -23,6 +23,11 @@ pub fn decide(rtype: &str, op: RefOp, r: &RefData) -> Result<Decision, Reject> {
             )));
         }
         warnings.push(format!("{what}; every record present was applied"));
+    }
+    if r.records.is_empty() && matches!(op, RefOp::Dnld | RefOp::Resp) {
+        return Err(Reject::Protocol(format!(
+            "a full {rtype} list without records: replacing the list with it would delete every {rtype}"
+        )));
     }
     let mut keys = BTreeSet::new();
     for rec in &r.records {

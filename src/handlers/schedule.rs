@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{event, sodt_key, Decision, FlightChange, Reject, View};
+use super::{event, sodt_key, Decision, FlightChange, RefChange, Reject, View};
 use crate::codec::{Message, SchdKind, Schedule};
 use crate::domain::Target;
 
@@ -46,6 +46,54 @@ pub fn validate(s: &Schedule) -> Result<(), Reject> {
         }
     }
     Ok(())
+}
+
+/// The key of a seasonal record: its FLID, or flight number, direction and first day.
+fn season_key(f: &crate::codec::Fltr) -> String {
+    if let Some(flid) = &f.flid {
+        return flid.clone();
+    }
+    let part = |n: &str| f.fields.get(n).map(flat).unwrap_or_else(|| "-".into());
+    format!("{}/{}/{}", part("FLNO"), part("MVIN"), part("STDT"))
+}
+
+/// A season's first or last day as ISO, or as given when it is not a SIS date.
+fn iso_day(raw: &str) -> String {
+    crate::codec::time::parse(raw).map(|t| t.iso()).unwrap_or_else(|| raw.to_string())
+}
+
+/// SCHS DNLD/RESP: the season's plan, replaced whole in own PostgreSQL; nothing for Redis
+/// (the live daily plan comes from SCHD) and no event. A declared `RECS` that is not the
+/// number of records, or a flight twice, is PROTOCOL: the season would be replaced by a part.
+pub fn decide_season(s: &Schedule) -> Result<Decision, Reject> {
+    if let Some(n) = s.recs.filter(|n| *n as usize != s.flights.len()) {
+        return Err(Reject::Protocol(format!(
+            "RECS declares {n} records, the season carries {}: the season would be replaced by a part",
+            s.flights.len()
+        )));
+    }
+    let season = s.season.clone().unwrap_or(crate::codec::schedule::Season {
+        name: None,
+        airport: None,
+        start: None,
+        end: None,
+    });
+    let mut records: BTreeMap<String, String> = BTreeMap::new();
+    for f in &s.flights {
+        let key = season_key(f);
+        let json = serde_json::to_string(&f.fields).expect("JSON values serialise");
+        if records.insert(key.clone(), json).is_some() {
+            return Err(Reject::Protocol(format!("seasonal record {key} appears twice")));
+        }
+    }
+    let change = RefChange::Season {
+        season: season.name.unwrap_or_else(|| "-".into()),
+        airport: season.airport,
+        start: season.start.map(|d| iso_day(&d)),
+        end: season.end.map(|d| iso_day(&d)),
+        records: records.into_iter().collect(),
+    };
+    Ok(Decision { references: vec![change], ..Default::default() })
 }
 
 pub fn decide(
