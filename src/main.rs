@@ -375,6 +375,18 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
     for a in &s.abandoned {
         println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
     }
+    println!("seasonal plans held: {}", s.seasons.len());
+    for x in &s.seasons {
+        println!(
+            "  {} airport={} {}..{} flights={} from msg_id={}",
+            x.season,
+            x.airport.as_deref().unwrap_or("-"),
+            x.start.as_deref().unwrap_or("?"),
+            x.end.as_deref().unwrap_or("?"),
+            x.flights,
+            x.msg_id
+        );
+    }
     Ok(())
 }
 

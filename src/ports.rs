@@ -236,6 +236,8 @@ pub trait Operator {
     ) -> StoreResult<Vec<(i64, Result<(), String>)>>;
     /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
+    /// The flight keys of a seasonal plan held (SCHS), in order.
+    fn season(&mut self, season: &str) -> StoreResult<Vec<String>>;
 }
 
 /// Own PostgreSQL, delivery side: `MSG_EVENT`.

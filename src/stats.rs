@@ -27,7 +27,7 @@ counters! {
     rescued: "unmarked mailbox rows without PROC_STATE enqueued by the compensating rescan",
     succeeded: "messages SUCCEEDED",
     skipped_duplicate: "messages SKIPPED as duplicate-of another (INV-9)",
-    skipped_ignored: "messages SKIPPED by an ignore rule (G-IGNORE)",
+    skipped_ignored: "messages SKIPPED by an ignore rule (G-IGNORE) or as not for msgx (a request to the platform, another platform's document)",
     failed: "message attempts that ended FAILED",
     dead: "messages that became DEAD",
     events_sent: "outbox events acknowledged and marked SENT",

@@ -365,6 +365,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             return item;
         };
         item.unknown = msg.unknown.clone();
+        if let Some(why) = msg.kind.not_for_us() {
+            item.step = Step::Settled(Outcome::Skipped { reason: format!("not-for-msgx:{why}") });
+            return item;
+        }
         let identity = codec::identity(&msg.meta, self.include_day_boundary);
         item.step = Step::Decide { msg: Box::new(msg), identity };
         item
@@ -480,6 +484,19 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         fresh: Vec<(usize, &ProcRow, Decision)>,
         now: SystemTime,
     ) -> StoreResult<()> {
+        // A decision that changes no flight has nothing for Redis and needs no journal: it
+        // depends on its message alone (reference data, a seasonal plan), so a retry decides
+        // it the same. Its outcome is final now.
+        let (fresh, direct): (Vec<_>, Vec<_>) =
+            fresh.into_iter().partition(|(_, _, d)| !d.flights.is_empty() || d.snapshot);
+        for (i, _, d) in direct {
+            let (settle, n) = &mut settles[i];
+            if let Outcome::Succeeded { events, references, .. } = &mut settle.outcome {
+                *n = d.events.len();
+                *events = d.events;
+                *references = d.references;
+            }
+        }
         if fresh.is_empty() {
             return Ok(());
         }
@@ -700,10 +717,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 info!("succeeded msg_id={id} type={tag} events={events}");
             }
             Outcome::Skipped { reason } => {
-                if reason.starts_with("ignored:") {
-                    stats::inc(&self.stats.skipped_ignored);
-                } else {
+                if reason.starts_with("duplicate-of:") {
                     stats::inc(&self.stats.skipped_duplicate);
+                } else {
+                    stats::inc(&self.stats.skipped_ignored);
                 }
                 info!("skipped msg_id={id} type={tag} reason={reason}");
             }

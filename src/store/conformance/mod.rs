@@ -15,7 +15,7 @@ use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
 use crate::error::ErrorClass;
 use crate::ports::{
     Archived, Claim, Claimant, Failure, Fifo, Housekeeping, Intake, LeaseStore, MarkLedger, Operator, Outbox,
-    ReplaySelection, RoundRecord, Settle,
+    Outcome, ReplaySelection, RoundRecord, Settle,
 };
 
 /// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
@@ -447,6 +447,31 @@ pub fn the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing<S: OwnStore>(
     assert!(err.is_fenced());
 }
 
+pub fn a_seasonal_plan_is_replaced_whole<S: OwnStore>(mut s: S) {
+    use crate::handlers::RefChange;
+    let season = |records: &[&str]| RefChange::Season {
+        season: "W26".into(),
+        airport: Some("CTU".into()),
+        start: Some("2026-10-25".into()),
+        end: Some("2027-03-27".into()),
+        records: records.iter().map(|k| (k.to_string(), format!("{{\"K\":\"{k}\"}}"))).collect(),
+    };
+    enqueue(&mut s, &[1, 2]);
+    let mut first = Settle::succeeded(1, "A|SCHS|DNLD|1", vec![]);
+    if let Outcome::Succeeded { references, .. } = &mut first.outcome {
+        references.push(season(&["CA1/A/01NOV26", "MU2/D/01NOV26"]));
+    }
+    commit(&mut s, &[first], at(1)).unwrap();
+    assert_eq!(s.season("W26").unwrap(), ["CA1/A/01NOV26", "MU2/D/01NOV26"]);
+    let mut second = Settle::succeeded(2, "A|SCHS|DNLD|2", vec![]);
+    if let Outcome::Succeeded { references, .. } = &mut second.outcome {
+        references.push(season(&["ZH9/A/02NOV26"]));
+    }
+    commit(&mut s, &[second], at(2)).unwrap();
+    assert_eq!(s.season("W26").unwrap(), ["ZH9/A/02NOV26"], "replaced whole, not merged");
+    assert!(s.season("S27").unwrap().is_empty());
+}
+
 /// Expands to one `#[test]` per conformance case. `$make` builds a fresh, empty store and
 /// returns it with a guard that lives until the case ends (a test database, say).
 #[macro_export]
@@ -471,6 +496,7 @@ macro_rules! conformance_tests {
             two_identical_identities_in_one_round_are_refused,
             a_replayed_abandoned_row_owes_its_mark_again,
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,
+            a_seasonal_plan_is_replaced_whole,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -43,6 +43,17 @@ pub struct MemEvent {
     pub sent_at: Option<SystemTime>,
 }
 
+/// A season of the seasonal plan (`SEASON_PLAN`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemSeason {
+    pub airport: Option<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// Flight key → record JSON.
+    pub records: BTreeMap<String, String>,
+    pub msg_id: i64,
+}
+
 /// The lease row (`MSGX_LEASE`), as the fence sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemLease {
@@ -66,6 +77,8 @@ pub struct PgState {
     pub hst: BTreeMap<i64, MemProc>,
     /// REF_MASTER: (RTYPE, RKEY) → (payload, refreshed at).
     pub refs: BTreeMap<(String, String), (String, SystemTime)>,
+    /// SEASON_PLAN: season → its records.
+    pub seasons: BTreeMap<String, MemSeason>,
     pub lease: MemLease,
     /// A message whose outcome the twin refuses to record (a value PostgreSQL would refuse):
     /// a commit that includes it fails as rejected.
@@ -83,6 +96,7 @@ impl Default for PgState {
             next_event_id: 0,
             hst: BTreeMap::new(),
             refs: BTreeMap::new(),
+            seasons: BTreeMap::new(),
             lease: MemLease::default(),
             refuse_outcome_of: None,
             clock: Arc::new(FakeClock::new()),
@@ -262,6 +276,7 @@ struct Tables {
     procs: BTreeMap<i64, MemProc>,
     events: BTreeMap<i64, MemEvent>,
     refs: BTreeMap<(String, String), (String, SystemTime)>,
+    seasons: BTreeMap<String, MemSeason>,
     next_event_id: i64,
 }
 
@@ -279,6 +294,7 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
     let mut procs = s.procs.clone();
     let mut events = s.events.clone();
     let mut refs = s.refs.clone();
+    let mut seasons = s.seasons.clone();
     let mut next_event_id = s.next_event_id;
     // SUCCEEDED: identity (uk_proc_identity, also within the round), references, events.
     let mut round_keys: HashMap<&str, i64> = HashMap::new();
@@ -316,6 +332,18 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
                 }
                 RefChange::Delete { rtype, rkey } => {
                     refs.remove(&(rtype.clone(), rkey.clone()));
+                }
+                RefChange::Season { season, airport, start, end, records } => {
+                    seasons.insert(
+                        season.clone(),
+                        MemSeason {
+                            airport: airport.clone(),
+                            start: start.clone(),
+                            end: end.clone(),
+                            records: records.iter().cloned().collect(),
+                            msg_id: *id,
+                        },
+                    );
                 }
             }
         }
@@ -393,7 +421,7 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
             p.backfill_next_at = None;
         }
     }
-    Ok(Tables { procs, events, refs, next_event_id })
+    Ok(Tables { procs, events, refs, seasons, next_event_id })
 }
 
 impl Fifo for MemPg {
@@ -430,6 +458,7 @@ impl Fifo for MemPg {
             s.procs = t.procs;
             s.events = t.events;
             s.refs = t.refs;
+            s.seasons = t.seasons;
             s.next_event_id = t.next_event_id;
             Ok(())
         })
@@ -544,6 +573,12 @@ fn selected<V>(
 impl Operator for MemPg {
     fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
         self.read(|s| Ok(s.procs.get(&msg_id).map(|p| p.row.clone())))
+    }
+
+    fn season(&mut self, season: &str) -> StoreResult<Vec<String>> {
+        self.read(|s| {
+            Ok(s.seasons.get(season).map(|x| x.records.keys().cloned().collect()).unwrap_or_default())
+        })
     }
 
     fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {

@@ -34,6 +34,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(7, "lease_and_fence", "V007__lease_and_fence.sql"),
     migration!(8, "backfill_refused_index", "V008__backfill_refused_index.sql"),
     migration!(9, "fence_key_share", "V009__fence_key_share.sql"),
+    migration!(10, "season_plan", "V010__season_plan.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -265,8 +265,12 @@ fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> 
 }
 
 /// REF_MASTER changes (SOURCE = AODB), in the message's transaction.
-fn write_references(c: &mut Client, refs: &[&RefChange], now: SystemTime) -> Result<(), postgres::Error> {
-    for r in refs {
+fn write_references(
+    c: &mut Client,
+    refs: &[(i64, &RefChange)],
+    now: SystemTime,
+) -> Result<(), postgres::Error> {
+    for (msg_id, r) in refs {
         match r {
             RefChange::Keep { rtype, keys } => {
                 c.execute(
@@ -284,6 +288,26 @@ fn write_references(c: &mut Client, refs: &[&RefChange], now: SystemTime) -> Res
             }
             RefChange::Delete { rtype, rkey } => {
                 c.execute("DELETE FROM ref_master WHERE rtype = $1 AND rkey = $2", &[rtype, rkey])?;
+            }
+            RefChange::Season { season, airport, start, end, records } => {
+                let season = clip(season, 64);
+                c.execute("DELETE FROM season_plan WHERE season = $1", &[&season])?;
+                let keys: Vec<String> = records.iter().map(|(k, _)| clip(k, 200)).collect();
+                let docs: Vec<&str> = records.iter().map(|(_, v)| v.as_str()).collect();
+                c.execute(
+                    "INSERT INTO season_plan (season, flight_key, airport, season_start, season_end, record_json, msg_id, updated_at)
+                     SELECT $1, k, $2, $3, $4, d, $5, $6 FROM UNNEST($7::varchar[], $8::text[]) AS x(k, d)",
+                    &[
+                        &season,
+                        &airport.as_deref().map(|a| clip(a, 10)),
+                        &start.as_deref().map(|s| clip(s, 20)),
+                        &end.as_deref().map(|s| clip(s, 20)),
+                        msg_id,
+                        &now,
+                        &keys,
+                        &docs,
+                    ],
+                )?;
             }
         }
     }
@@ -423,7 +447,8 @@ impl Fifo for Pg {
         if let Some((_, e)) = events.iter().find(|(_, e)| Target::parse(&e.target).is_none()) {
             return Err(StoreError::rejected("postgres", format!("unknown event target {:?}", e.target)));
         }
-        let references: Vec<&RefChange> = round.succeeded.iter().flat_map(|x| x.references.iter()).collect();
+        let references: Vec<(i64, &RefChange)> =
+            round.succeeded.iter().flat_map(|x| x.references.iter().map(move |r| (x.msg_id, r))).collect();
         // Set-based: one statement per kind of outcome, its row count checked, so a round of
         // fifty costs a handful of statements and stays all-or-nothing.
         self.write(|c| {

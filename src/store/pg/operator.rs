@@ -48,6 +48,13 @@ fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
 }
 
 impl Operator for Pg {
+    fn season(&mut self, season: &str) -> StoreResult<Vec<String>> {
+        let rows = self.run(|c| {
+            c.query("SELECT flight_key FROM season_plan WHERE season = $1 ORDER BY flight_key", &[&season])
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
         let row = self.run(|c| {
             c.query_opt(&format!("SELECT {} FROM proc_state WHERE msg_id = $1", super::PROC_ROW), &[&msg_id])
@@ -170,6 +177,19 @@ pub struct Status {
     pub events: Vec<(String, String, i64)>,
     pub backfill_owed: i64,
     pub abandoned: Vec<Abandoned>,
+    /// The seasonal plans held (SCHS).
+    pub seasons: Vec<SeasonHeld>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SeasonHeld {
+    pub season: String,
+    pub airport: Option<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub flights: i64,
+    /// The message that delivered it.
+    pub msg_id: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -246,7 +266,23 @@ impl Pg {
                     abandoned_at_ms: unix_millis(r.get(3)),
                 })
                 .collect();
-            Ok(Status { watermark, states, head, events, backfill_owed, abandoned })
+            let seasons = c
+                .query(
+                    "SELECT season, min(airport), min(season_start), min(season_end), count(*), max(msg_id)
+                     FROM season_plan GROUP BY season ORDER BY season",
+                    &[],
+                )?
+                .iter()
+                .map(|r| SeasonHeld {
+                    season: r.get(0),
+                    airport: r.get(1),
+                    start: r.get(2),
+                    end: r.get(3),
+                    flights: r.get(4),
+                    msg_id: r.get(5),
+                })
+                .collect();
+            Ok(Status { watermark, states, head, events, backfill_owed, abandoned, seasons })
         })
     }
 }
