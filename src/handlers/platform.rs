@@ -18,10 +18,12 @@ use crate::domain::Target;
 
 pub fn validate(recd: Option<u32>, records: &[FlopRecord]) -> Result<(), Reject> {
     match recd {
-        Some(n) if n as usize != records.len() => return Err(Reject::Protocol(format!(
+        Some(n) if n as usize != records.len() => {
+            return Err(Reject::Protocol(format!(
             "RECD declares {n} flights, the table carries {}: a partial table would delete the missing ones",
             records.len()
-        ))),
+        )))
+        }
         None => return Err(Reject::Protocol("a full table (DFDL) without <RECD>".into())),
         _ => {}
     }
