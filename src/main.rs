@@ -80,6 +80,17 @@ enum Command {
         #[arg(long, required = true)]
         note: String,
     },
+    /// Move the ingress watermark (PRE-3), e.g. after the mailbox's IDs were reset. The
+    /// poller reads again above it. Refused without --yes, and while PROC_STATE holds a
+    /// message above it.
+    ResetWatermark {
+        /// The new watermark: the poller reads IDs above it.
+        #[arg(long, value_name = "N")]
+        to: i64,
+        /// Do it (without: show what would change and refuse).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
     Decode {
         #[arg(required = true)]
@@ -134,6 +145,7 @@ fn run_cli() -> ExitCode {
                     replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, *events)
                 }
                 Command::Reconcile { ids, note } => reconcile(&cfg, ids, note),
+                Command::ResetWatermark { to, yes } => reset_watermark(&cfg, *to, *yes),
                 Command::Decode { .. } | Command::ConfigDefaults => unreachable!("handled above"),
             };
             match result {
@@ -341,6 +353,38 @@ fn reconcile(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
         return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not reconciled")));
     }
     Ok(())
+}
+
+fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
+    use msgx::ports::{MailboxScan, Operator};
+    if to < 0 {
+        return Err((exit::USAGE, anyhow::anyhow!("--to {to}: a watermark is 0 or a mailbox ID")));
+    }
+    let mut pg = own_pg(cfg)?;
+    let was = pg.status(0).map_err(|e| (4, e.into()))?.watermark;
+    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(|e| (4, e.into()))?;
+    let (highest, auto) = mb.ids_in_use().map_err(|e| (4, e.into()))?;
+    let show = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
+    println!(
+        "watermark: {was} -> {to}; mailbox {}: highest ID {}, next ID {}",
+        cfg.inbound.table,
+        show(highest),
+        show(auto)
+    );
+    if !yes {
+        return Err((
+            exit::USAGE,
+            anyhow::anyhow!("not changed: rows above {to} will be read (again); run with --yes to do it"),
+        ));
+    }
+    match pg.reset_watermark(to, SystemClock.now()).map_err(|e| (4, e.into()))? {
+        Ok(old) => {
+            println!("watermark moved from {old} to {to}: the poller reads IDs above {to} from its next round");
+            info!("watermark reset from {old} to {to} by msgx reset-watermark (PRE-3)");
+            Ok(())
+        }
+        Err(why) => Err((exit::FAILED, anyhow::anyhow!("watermark not moved: {why}"))),
+    }
 }
 
 fn status(cfg: &Config, json: bool) -> CmdResult {

@@ -180,6 +180,9 @@ pub trait Intake {
     ) -> StoreResult<Vec<i64>>;
     /// Which of `ids` have a `PROC_STATE` row (for the compensating rescan).
     fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
+    /// Which of `ids` msgx processed and marked in the mailbox (`BACKFILL_AT` set): such a row
+    /// found unmarked again means the mailbox reused the ID or lost the mark (PRE-3).
+    fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
     fn watermark(&mut self) -> StoreResult<i64>;
 }
 
@@ -238,6 +241,17 @@ pub trait Operator {
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
     /// The flight keys of a seasonal plan held (SCHS), in order.
     fn season(&mut self, season: &str) -> StoreResult<Vec<String>>;
+    /// `msgx reset-watermark` (PRE-3): the ingress watermark to `to`; `Ok` holds the old one.
+    /// Refused while `PROC_STATE` holds a message above `to`: its ID, read again, would be
+    /// taken as known and never processed.
+    fn reset_watermark(&mut self, to: i64, now: SystemTime) -> StoreResult<Result<i64, String>>;
+}
+
+/// Why `reset-watermark` refuses: `count` messages above `to`, the highest `max`.
+pub fn watermark_refusal(to: i64, count: i64, max: i64) -> String {
+    format!(
+        "{count} message(s) above {to} are in PROC_STATE (the highest MSG_ID {max}): their IDs, read again, would be taken as known and never processed; choose --to {max} or higher, or archive them first"
+    )
 }
 
 /// Own PostgreSQL, delivery side: `MSG_EVENT`.
@@ -328,6 +342,9 @@ pub trait MailboxScan {
     fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>>;
     /// Unmarked rows in the status filter with `from <= ID <= to`, in ID order (rescan).
     fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>>;
+    /// The highest ID in the table and the ID it will hand out next (its AUTO_INCREMENT), each
+    /// `None` when there is none (an empty table; a table without AUTO_INCREMENT).
+    fn ids_in_use(&mut self) -> StoreResult<(Option<i64>, Option<i64>)>;
 }
 
 /// The shared mailbox, the pump's side: message texts.

@@ -216,3 +216,42 @@ fn reconcile_takes_an_abandoned_mark_off_the_list() {
         .get(0);
     assert_eq!(note, "row purged by the mailbox owner on 2026-03-01");
 }
+
+#[test]
+fn pre3_a_truncated_mailbox_halts_the_poller_and_reset_watermark_resumes_it() {
+    use mysql::prelude::Queryable;
+    use msgx::clock::{Clock, FakeClock};
+    let s = Services::migrated("");
+    let stats = std::sync::Arc::new(msgx::stats::Stats::default());
+    let mut poller = s.poller(&stats);
+    let clock = FakeClock::new();
+    s.insert_inbound(&["<MSG/>".to_string(), "<MSG/>".to_string(), "<MSG/>".to_string()]);
+    poller.round(clock.now()).unwrap();
+    let mut pg = s.pg();
+    assert_eq!(common::count(&mut pg, "SELECT last_id FROM ingress_watermark"), 3);
+
+    // The mailbox owner recreates the table: IDs start again at 1.
+    s.mysql().query_drop(format!("TRUNCATE TABLE {}", s.cfg.inbound.table)).unwrap();
+    let ids = s.insert_inbound(&["<NEW/>".to_string()]);
+    assert_eq!(ids, vec![1]);
+    clock.advance(std::time::Duration::from_secs(61));
+    assert_eq!(poller.round(clock.now()).unwrap(), msgx::ingress::Round::Idle);
+    let why = &poller.halted().expect("PRE-3 halts the poller").why;
+    assert!(why.contains("highest ID is 1 and its next ID 2, but msgx has read up to 3"), "{why}");
+
+    let o = msgx(&s, &["reset-watermark", "--to", "0"]);
+    assert_eq!(o.status.code(), Some(2), "refused without --yes: {}", text(&o));
+    assert!(text(&o).contains("watermark: 3 -> 0; mailbox cminmsgs: highest ID 1, next ID 2"), "{}", text(&o));
+    let o = msgx(&s, &["reset-watermark", "--to", "0", "--yes"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("3 message(s) above 0 are in PROC_STATE (the highest MSG_ID 3)"), "{}", text(&o));
+    // The old rows archived (as `msgx` jobs would once settled), the reset goes through.
+    pg.batch_execute("DELETE FROM proc_state").unwrap();
+    let o = msgx(&s, &["reset-watermark", "--to", "0", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("watermark moved from 3 to 0"), "{}", text(&o));
+
+    poller.round(clock.now()).unwrap();
+    assert!(poller.halted().is_none());
+    assert_eq!(common::count(&mut pg, "SELECT count(*) FROM proc_state WHERE msg_id = 1"), 1, "the new row flows");
+}

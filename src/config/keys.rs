@@ -76,6 +76,18 @@ pub const KEYS: &[KeySpec] = &[
         "pause between passes of the rescan for unmarked mailbox rows without PROC_STATE",
     ),
     k(
+        "msgx.pipeline.rescan-chunk",
+        "10000",
+        Kind::Int { min: 100, max: 1_000_000 },
+        "mailbox IDs the compensating rescan reads per step, by primary-key range",
+    ),
+    k(
+        "msgx.pipeline.rescan-pause",
+        "\"1s\"",
+        Kind::Duration { min: NONE },
+        "pause between two rescan steps (a failed step backs off from it, doubling up to rescan-interval)",
+    ),
+    k(
         "msgx.pipeline.max-attempts",
         "5",
         Kind::Int { min: 1, max: 1_000 },

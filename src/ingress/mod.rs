@@ -11,9 +11,15 @@
 //! passes (then they flow on, and a row that fills the gap later is processed late: WARN
 //! `late row`). With no gap, nothing is held: the grace costs nothing.
 //!
-//! A compensating rescan pages through unmarked rows at or below the watermark and enqueues
-//! any that have no `PROC_STATE` (a failed compat enqueue, a row that appeared after its gap
-//! expired).
+//! A compensating rescan walks the IDs at or below the watermark in chunks of
+//! `rescan-chunk` (by the primary key, `rescan-pause` apart, a pass every `rescan-interval`)
+//! and enqueues unmarked rows that have no `PROC_STATE` (a failed compat enqueue, a row that
+//! appeared after its gap expired). Its errors never fail the poll round: it backs off alone.
+//!
+//! The PRE-3 guard: a mailbox whose IDs were reset (truncated or recreated: its next ID at or
+//! below the watermark), or that shows unmarked a row msgx processed and marked (an ID reused,
+//! a mark cleared), is not trusted: the poller stops enqueuing and says so with an ERROR every
+//! minute, naming the IDs, until a person moves the watermark (`msgx reset-watermark`).
 
 pub mod compat;
 pub mod gaps;
@@ -21,7 +27,7 @@ pub mod gaps;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use log::{info, warn};
+use log::{error, info, warn};
 
 use crate::config::Pipeline;
 use crate::domain::InboundRow;
@@ -33,6 +39,17 @@ use gaps::Gaps;
 
 /// Gaps probed per round, lowest first (the ones holding the watermark).
 const PROBED_GAPS: usize = 8;
+/// How often the mailbox's IDs are checked against the watermark, and a halt repeated.
+const PRE3_EVERY: Duration = Duration::from_secs(60);
+
+/// Why the poller stopped enqueuing (PRE-3). It lasts while its condition holds (checked
+/// again every minute) or until a person moves the watermark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Halt {
+    pub why: String,
+    /// The reused row, when that is the reason (else the IDs were reset).
+    pub reused: Option<i64>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Round {
@@ -72,6 +89,16 @@ pub struct Poller<P, M> {
     held: Vec<InboundRow>,
     next_rescan: Option<SystemTime>,
     rescan_cursor: i64,
+    rescan_chunk: i64,
+    rescan_pause: Duration,
+    /// Consecutive rescan failures (its own backoff).
+    rescan_failures: u32,
+    /// PRE-3: enqueuing stopped, and when it was last said.
+    halt: Option<(Halt, SystemTime)>,
+    next_id_check: Option<SystemTime>,
+    /// The watermark as this poller last read or wrote it: another value means a person
+    /// moved it (`msgx reset-watermark`).
+    known: Option<i64>,
 }
 
 impl<P: Intake, M: MailboxScan> Stage for Poller<P, M> {
@@ -98,7 +125,90 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
             held: Vec::new(),
             next_rescan: None,
             rescan_cursor: 0,
+            rescan_chunk: cfg.rescan_chunk as i64,
+            rescan_pause: cfg.rescan_pause,
+            rescan_failures: 0,
+            halt: None,
+            next_id_check: None,
+            known: None,
         }
+    }
+
+    /// Why enqueuing is stopped (PRE-3), if it is.
+    pub fn halted(&self) -> Option<&Halt> {
+        self.halt.as_ref().map(|(h, _)| h)
+    }
+
+    /// PRE-3: once a minute, checks the mailbox's IDs against the watermark (or whether the
+    /// halt's condition still holds) and says the halt again. True while halted.
+    fn guard(&mut self, now: SystemTime, persisted: i64) -> Result<bool, StoreError> {
+        if let Some(known) = self.known.filter(|k| *k != persisted) {
+            info!(
+                "watermark moved from {known} to {persisted} by a person: the poller reads again from there (PRE-3)"
+            );
+            self.halt = None;
+            self.high = Some(persisted);
+            self.gaps = Gaps::default();
+            self.held.clear();
+            self.rescan_cursor = 0;
+            self.next_id_check = None;
+        }
+        self.known = Some(persisted);
+        if persisted > 0 && self.next_id_check.is_none_or(|t| t <= now) {
+            self.next_id_check = Some(now + PRE3_EVERY);
+            let still = match self.halt.as_ref().and_then(|(h, _)| h.reused) {
+                Some(id) => self.reused(&[id])?.map(|id| reused_why(id)),
+                None => self.reset(persisted)?,
+            };
+            match (still, &mut self.halt) {
+                (None, Some((h, _))) => {
+                    info!("poll resumes (PRE-3): the mailbox no longer shows what stopped it ({})", h.why);
+                    self.halt = None;
+                }
+                (Some(why), None) => {
+                    // Only the reset is looked for here; a reused row is found by the rescan.
+                    self.halt =
+                        Some((Halt { why, reused: None }, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
+                }
+                _ => {}
+            }
+        }
+        let Some((h, said)) = &mut self.halt else { return Ok(false) };
+        if now.duration_since(*said).unwrap_or_default() >= PRE3_EVERY {
+            *said = now;
+            error!(
+                "poll stopped (PRE-3): {}; nothing is enqueued until the mailbox is put right or a person runs `msgx reset-watermark --to N --yes`",
+                h.why
+            );
+        }
+        Ok(true)
+    }
+
+    /// Why the mailbox's IDs look reset below `persisted`, if they do. Both must say so: a
+    /// purge that emptied the table keeps its AUTO_INCREMENT.
+    fn reset(&mut self, persisted: i64) -> Result<Option<String>, StoreError> {
+        let (highest, auto) = self.mailbox.ids_in_use()?;
+        let reset = highest.is_none_or(|h| h < persisted) && auto.is_none_or(|a| a <= persisted);
+        Ok(reset.then(|| {
+            format!(
+                "the mailbox's highest ID is {} and its next ID {}, but msgx has read up to {persisted}: its IDs were reset (table truncated or recreated); new rows would hide below the watermark",
+                highest.map_or("none".into(), |h| h.to_string()),
+                auto.map_or("unknown".into(), |a| a.to_string()),
+            )
+        }))
+    }
+
+    /// The first of `ids` (unmarked in the mailbox when read) that msgx processed and marked,
+    /// and that the mailbox still shows unmarked after PROC_STATE was read: the backfill
+    /// records a mark only after the mailbox committed it, so a row marked meanwhile is no
+    /// suspect.
+    fn reused(&mut self, ids: &[i64]) -> Result<Option<i64>, StoreError> {
+        for id in self.intake.marked_by_us(ids)? {
+            if !self.mailbox.unmarked(id, id, 1)?.is_empty() {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// Unresolved gap IDs (for the stats line and tests).
@@ -108,6 +218,9 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
 
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         let persisted = self.intake.watermark()?;
+        if self.guard(now, persisted)? {
+            return Ok(Round::Idle);
+        }
         let high = *self.high.get_or_insert(persisted);
         // Work on copies; they replace the poller's state only once the enqueue committed.
         let mut gaps = self.gaps.clone();
@@ -148,6 +261,7 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
             self.intake.enqueue(&enqueue, (watermark != persisted).then_some(watermark), now)?
         };
         self.high = Some(new_high);
+        self.known = Some(watermark);
         self.gaps = gaps;
         self.held = held;
         for (id, age) in late_notes {
@@ -175,7 +289,7 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
         }
         stats::add(&self.stats.polled, seen.len() as u64);
         stats::add(&self.stats.enqueued, new.len() as u64);
-        let rescued = self.rescan(now, watermark)?;
+        let rescued = self.rescan(now, watermark);
         let held_until = if self.held.is_empty() { None } else { fresh.map(|(_, until)| until) };
         if seen.is_empty() && late.is_empty() && new.is_empty() && rescued == 0 && held_until.is_none() {
             return Ok(Round::Idle);
@@ -185,30 +299,73 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
         Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full, held_until })
     }
 
-    /// One page of the compensating rescan when it is due; returns how many rows it enqueued.
-    fn rescan(&mut self, now: SystemTime, watermark: i64) -> Result<usize, StoreError> {
+    /// One chunk of the compensating rescan when one is due; how many rows it enqueued. A
+    /// failure is the rescan's, not the round's: it backs off on its own and the poll goes on.
+    fn rescan(&mut self, now: SystemTime, watermark: i64) -> usize {
         if self.next_rescan.is_some_and(|t| t > now) {
-            return Ok(0);
+            return 0;
         }
-        let rows = self.mailbox.unmarked(self.rescan_cursor + 1, watermark, self.batch)?;
-        let Some(last) = rows.last().map(|r| r.id) else {
+        match self.rescan_chunk(now, watermark) {
+            Ok(n) => {
+                self.rescan_failures = 0;
+                n
+            }
+            Err(e) => {
+                self.rescan_failures += 1;
+                let wait = (self.rescan_pause * 2u32.saturating_pow(self.rescan_failures.min(16)))
+                    .min(self.rescan_every);
+                if self.rescan_failures == 1 {
+                    warn!(
+                        "rescan failed at msg_id={}: {e}; polling goes on, the rescan tries again in {}",
+                        self.rescan_cursor + 1,
+                        human(wait)
+                    );
+                }
+                self.next_rescan = Some(now + wait);
+                0
+            }
+        }
+    }
+
+    /// IDs (cursor, cursor + chunk], never above the watermark: a range of the primary key,
+    /// so no chunk scans the table.
+    fn rescan_chunk(&mut self, now: SystemTime, watermark: i64) -> Result<usize, StoreError> {
+        let lo = self.rescan_cursor + 1;
+        if lo > watermark {
             // A full pass is done: start over after the interval.
             self.rescan_cursor = 0;
             self.next_rescan = Some(now + self.rescan_every);
             return Ok(0);
-        };
+        }
+        let hi = (self.rescan_cursor + self.rescan_chunk).min(watermark);
+        let rows = self.mailbox.unmarked(lo, hi, self.rescan_chunk as usize)?;
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let known = self.intake.known(&ids)?;
+        if !ids.is_empty() {
+            if let Some(id) = self.reused(&ids)? {
+                let halt = Halt { why: reused_why(id), reused: Some(id) };
+                self.halt = Some((halt, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
+                self.next_id_check = Some(now + PRE3_EVERY);
+                return Ok(0);
+            }
+        }
+        let known = if ids.is_empty() { Vec::new() } else { self.intake.known(&ids)? };
         let missing: Vec<InboundRow> = rows.into_iter().filter(|r| !known.contains(&r.id)).collect();
         let new = if missing.is_empty() { Vec::new() } else { self.intake.enqueue(&missing, None, now)? };
         for id in &new {
             warn!("rescan found msg_id={id} unmarked in the mailbox without PROC_STATE; enqueued");
         }
         stats::add(&self.stats.rescued, new.len() as u64);
-        self.rescan_cursor = last;
+        self.rescan_cursor = hi;
+        self.next_rescan = Some(now + self.rescan_pause);
         Ok(new.len())
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+fn reused_why(id: i64) -> String {
+    format!(
+        "mailbox row {id} is unmarked, but msgx processed MSG_ID {id} and wrote its mark: the mailbox reused the ID or cleared the mark"
+    )
+}

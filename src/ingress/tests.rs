@@ -216,3 +216,144 @@ fn a_failed_enqueue_loses_nothing() {
     assert_eq!(w.enqueued(), vec![1, 3]);
     assert_eq!(w.watermark(), 1, "2 is still a gap");
 }
+
+fn chunked(chunk: usize) -> World {
+    let mut w = world(100);
+    let mut cfg = Config::defaults().pipeline;
+    cfg.poll_batch = 100;
+    cfg.rescan_chunk = chunk;
+    cfg.rescan_pause = Duration::from_secs(1);
+    w.poller = Poller::new(w.pg.clone(), w.mailbox.clone(), &cfg, Arc::new(Stats::default()));
+    w
+}
+
+#[test]
+fn the_rescan_walks_the_primary_key_in_chunks_a_pause_apart() {
+    let mut w = chunked(2);
+    for id in 1..=10 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    w.round().unwrap(); // polls 1..=10 and rescans (0, 2]
+    assert_eq!(w.watermark(), 10);
+    // A row the compat enqueue lost: in the mailbox, no PROC_STATE.
+    w.pg.tamper(|s| s.procs.remove(&9));
+    w.round().unwrap();
+    assert!(!w.enqueued().contains(&9), "no chunk is due before the pause");
+    let mut chunks = 0;
+    while !w.enqueued().contains(&9) {
+        w.clock.advance(Duration::from_secs(1));
+        w.round().unwrap();
+        chunks += 1;
+        assert!(chunks <= 10, "the rescan never reached row 9");
+    }
+    assert_eq!(chunks, 4, "(2,4] (4,6] (6,8] (8,10]: one chunk per pause");
+}
+
+#[test]
+fn a_failing_rescan_never_fails_the_poll_round_and_backs_off_alone() {
+    let mut w = chunked(2);
+    w.mailbox.insert(1, Some("<MSG/>"));
+    w.round().unwrap();
+    w.clock.advance(Duration::from_secs(1));
+    w.mailbox.insert(2, Some("<MSG/>"));
+    // The PRE-3 check and the poll's read pass, the rescan's chunk read fails.
+    w.mailbox.inject_later(2, crate::store::memory::Fault::Unavailable, 1);
+    let round = w.round().expect("a rescan error is the rescan's, not the round's");
+    assert!(matches!(round, Round::Polled { new: 1, .. }));
+    assert_eq!(w.enqueued(), vec![1, 2]);
+    w.mailbox.insert(3, Some("<MSG/>"));
+    w.round().unwrap();
+    assert_eq!(w.enqueued(), vec![1, 2, 3], "polling goes on while the rescan waits");
+}
+
+#[test]
+fn pre3_a_truncated_mailbox_stops_the_poller_until_a_person_moves_the_watermark() {
+    let mut w = world(100);
+    for id in 1..=5 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    w.round().unwrap();
+    assert_eq!(w.watermark(), 5);
+    // TRUNCATE: the rows and the AUTO_INCREMENT are gone; new rows start again at 1.
+    w.mailbox.tamper(|s| {
+        s.rows.clear();
+        s.next_id = 1;
+    });
+    w.mailbox.insert(1, Some("<NEW/>"));
+    w.clock.advance(Duration::from_secs(61));
+    assert_eq!(w.round().unwrap(), Round::Idle);
+    let halt = w.poller.halted().expect("halted").clone();
+    assert!(halt.why.contains("highest ID is 1") && halt.why.contains("read up to 5"), "{}", halt.why);
+    w.clock.advance(Duration::from_secs(120));
+    assert_eq!(w.round().unwrap(), Round::Idle, "still halted");
+    // `msgx reset-watermark --to 0 --yes`
+    w.pg.tamper(|s| {
+        s.watermark = 0;
+        s.procs.clear();
+    });
+    w.round().unwrap();
+    assert!(w.poller.halted().is_none());
+    assert_eq!(w.enqueued(), vec![1], "the new row 1 flows once the watermark moved");
+}
+
+#[test]
+fn pre3_rows_purged_by_the_owner_are_not_a_reset() {
+    let mut w = world(100);
+    for id in 1..=5 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    w.round().unwrap();
+    for id in 1..=5 {
+        w.mailbox.remove(id); // the owner purges processed rows; AUTO_INCREMENT stays at 6
+    }
+    w.clock.advance(Duration::from_secs(61));
+    w.round().unwrap();
+    assert!(w.poller.halted().is_none());
+    w.mailbox.insert(6, Some("<MSG/>"));
+    w.round().unwrap();
+    assert_eq!(w.enqueued(), vec![1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn pre3_an_unmarked_row_msgx_already_marked_stops_the_poller() {
+    let mut w = chunked(2);
+    for id in 1..=3 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    w.round().unwrap();
+    // msgx processed and marked 2; then the mailbox shows 2 unmarked again (an ID reused).
+    w.pg.tamper(|s| {
+        let p = s.procs.get_mut(&2).unwrap();
+        p.row.state = ProcStatus::Succeeded;
+        p.backfill_at = Some(w.clock.now());
+    });
+    w.mailbox.tamper(|s| s.rows.get_mut(&2).unwrap().status = "VALID".into());
+    for _ in 0..4 {
+        w.clock.advance(Duration::from_secs(61));
+        w.round().unwrap();
+    }
+    let halt = w.poller.halted().expect("halted").clone();
+    assert!(halt.why.contains("mailbox row 2 is unmarked"), "{}", halt.why);
+    w.mailbox.insert(4, Some("<MSG/>"));
+    w.round().unwrap();
+    assert!(!w.enqueued().contains(&4), "nothing is enqueued while halted");
+}
+
+#[test]
+fn pre3_the_halt_lifts_when_the_reused_row_is_marked_again() {
+    let mut w = chunked(2);
+    for id in 1..=3 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    w.round().unwrap();
+    w.pg.tamper(|s| s.procs.get_mut(&2).unwrap().backfill_at = Some(w.clock.now()));
+    for _ in 0..4 {
+        w.clock.advance(Duration::from_secs(61));
+        w.round().unwrap();
+    }
+    assert_eq!(w.poller.halted().and_then(|h| h.reused), Some(2));
+    w.mailbox.mark_externally(2, w.clock.now()); // the owner puts the mark back
+    w.clock.advance(Duration::from_secs(61));
+    w.round().unwrap();
+    assert!(w.poller.halted().is_none());
+}

@@ -122,6 +122,13 @@ impl MailboxScan for MemMailbox {
         })
     }
 
+    fn ids_in_use(&mut self) -> StoreResult<(Option<i64>, Option<i64>)> {
+        self.0.read("mailbox", |s| {
+            let highest = s.rows.keys().next_back().copied();
+            Ok((highest, Some(s.next_id.max(highest.map_or(1, |h| h + 1)))))
+        })
+    }
+
     fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
         self.0.read("mailbox", |s| {
             Ok(visible(s, from, to)

@@ -266,6 +266,16 @@ impl Intake for MemPg {
         self.read(|s| Ok(ids.iter().copied().filter(|id| s.procs.contains_key(id)).collect()))
     }
 
+    fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        self.read(|s| {
+            Ok(ids
+                .iter()
+                .copied()
+                .filter(|id| s.procs.get(id).is_some_and(|p| p.backfill_at.is_some()))
+                .collect())
+        })
+    }
+
     fn watermark(&mut self) -> StoreResult<i64> {
         self.read(|s| Ok(s.watermark))
     }
@@ -571,6 +581,16 @@ fn selected<V>(
 }
 
 impl Operator for MemPg {
+    fn reset_watermark(&mut self, to: i64, _now: SystemTime) -> StoreResult<Result<i64, String>> {
+        self.0.write("postgres", |s| {
+            let above: Vec<i64> = s.procs.range(to.saturating_add(1)..).map(|(id, _)| *id).collect();
+            if let Some(max) = above.last() {
+                return Ok(Err(crate::ports::watermark_refusal(to, above.len() as i64, *max)));
+            }
+            Ok(Ok(std::mem::replace(&mut s.watermark, to)))
+        })
+    }
+
     fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
         self.read(|s| Ok(s.procs.get(&msg_id).map(|p| p.row.clone())))
     }

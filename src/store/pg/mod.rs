@@ -202,6 +202,16 @@ impl Intake for Pg {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) AND backfill_at IS NOT NULL ORDER BY msg_id",
+                &[&ids],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     fn watermark(&mut self) -> StoreResult<i64> {
         self.run(|c| Ok(c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0)))
     }
