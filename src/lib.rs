@@ -18,6 +18,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fixtures;
 pub mod handlers;
+pub mod health;
 pub mod ingress;
 pub mod jobs;
 pub mod lease;

@@ -48,6 +48,10 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// One line in the Nagios plugin convention, thresholds from `msgx.health.*`: exit 0
+        /// OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+        #[arg(long, conflicts_with = "json")]
+        check: bool,
     },
     /// Bring FAILED/DEAD messages of a replayable class (CODEC_ERROR, UNSUPPORTED, INFRA,
     /// EXHAUSTED) back to PENDING. MALFORMED and PROTOCOL are never replayed.
@@ -140,7 +144,8 @@ fn run_cli() -> ExitCode {
                 Command::Run => run(&cfg),
                 Command::Migrate => migrate_cmd(&cfg),
                 Command::Check => check(&cfg),
-                Command::Status { json } => status(&cfg, *json),
+                Command::Status { check: true, .. } => return health_check(&cfg),
+                Command::Status { json, .. } => status(&cfg, *json),
                 Command::Replay { ids, range, class, limit, events } => {
                     replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, *events)
                 }
@@ -233,6 +238,26 @@ fn check(cfg: &Config) -> CmdResult {
     msgx::store::flights::RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix)
         .map_err(|e| (4, e.into()))?;
     println!("redis: reachable");
+    let producer = msgx::store::kafka::KafkaProducer::new(cfg).map_err(|e| (4, e.into()))?;
+    let topics = producer
+        .topics(&[&cfg.topic_msg, &cfg.topic_schd], std::time::Duration::from_secs(10))
+        .map_err(|e| (4, anyhow::anyhow!("kafka at {}: {e}", cfg.kafka_brokers)))?;
+    println!("kafka: reachable at {}", cfg.kafka_brokers);
+    for t in topics {
+        match t.partitions {
+            Some(n) => println!("  topic {}: exists, {n} partition(s)", t.topic),
+            None => println!(
+                "  topic {}: absent; created on first send if the broker auto-creates topics (auto.create.topics.enable), else create it",
+                t.topic
+            ),
+        }
+    }
+    let r = running(&mut pg, SystemClock.now())?;
+    if r.holder.free {
+        println!("lease: free (no instance running)");
+    } else {
+        println!("lease: held by {}", who(&r.holder));
+    }
     Ok(())
 }
 
@@ -387,12 +412,97 @@ fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
     }
 }
 
+/// What `status` shows beyond own PostgreSQL's tables: the lease and the stalled stages the
+/// holder reported with its last renewal.
+struct Running {
+    holder: msgx::ports::LeaseHolder,
+    /// (stage, store, stalled for)
+    stalled: Vec<(String, String, std::time::Duration)>,
+}
+
+fn running(pg: &mut Pg, now: std::time::SystemTime) -> Result<Running, (u8, anyhow::Error)> {
+    use msgx::ports::LeaseStore;
+    let holder = pg.holder().map_err(|e| (4, e.into()))?;
+    let mut stalled = Vec::new();
+    if !holder.free {
+        let v: serde_json::Value = serde_json::from_str(&holder.status).unwrap_or_default();
+        for s in v["stalled"].as_array().into_iter().flatten() {
+            let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(s["since_ms"].as_u64().unwrap_or(0));
+            let d = now.duration_since(since).unwrap_or_default();
+            stalled.push((s["stage"].as_str().unwrap_or("?").to_string(), s["store"].as_str().unwrap_or("?").to_string(), d));
+        }
+    }
+    stalled.sort_by(|a, b| b.2.cmp(&a.2));
+    Ok(Running { holder, stalled })
+}
+
+fn who(h: &msgx::ports::LeaseHolder) -> String {
+    format!("host={} pid={} epoch={}", h.host.as_deref().unwrap_or("?"), h.pid.unwrap_or(0), h.epoch)
+}
+
+/// `status --check`: exits with the plugin's code, never through `CmdResult`.
+fn health_check(cfg: &Config) -> ExitCode {
+    use msgx::health::{assess, unknown, Observed};
+    let now = SystemClock.now();
+    let verdict = match own_pg(cfg).and_then(|mut pg| {
+        let s = pg.status(0).map_err(|e| (4, e.into()))?;
+        Ok((running(&mut pg, now)?, s))
+    }) {
+        Err((_, e)) => unknown(&format!("{e:#}")),
+        Ok((r, s)) => {
+            let count = |states: &[&str]| -> u64 {
+                s.states.iter().filter(|(st, _)| states.contains(&st.as_str())).map(|(_, n)| *n as u64).sum()
+            };
+            let dead_events: i64 = s.events.iter().filter(|(_, st, _)| st == "DEAD").map(|(_, _, n)| n).sum();
+            let o = Observed {
+                head_age: s.head.as_ref().map(|h| std::time::Duration::from_millis(h.age_ms as u64)),
+                head_msg_id: s.head.as_ref().map(|h| h.msg_id),
+                backlog: count(&["PENDING", "PROCESSING", "FAILED"]),
+                dead: count(&["DEAD"]) + dead_events as u64,
+                abandoned: s.abandoned_count as u64,
+                stalled: r.stalled.first().cloned(),
+                holder: (!r.holder.free).then(|| who(&r.holder)),
+            };
+            assess(&o, &cfg.health)
+        }
+    };
+    println!("{}", verdict.line);
+    ExitCode::from(verdict.level as u8)
+}
+
 fn status(cfg: &Config, json: bool) -> CmdResult {
     let mut pg = own_pg(cfg)?;
     let s = pg.status(100).map_err(|e| (4, e.into()))?;
+    let r = running(&mut pg, SystemClock.now())?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&s).expect("status serialises"));
+        let mut v = serde_json::to_value(&s).expect("status serialises");
+        v["lease"] = serde_json::json!({
+            "held": !r.holder.free,
+            "host": r.holder.host, "pid": r.holder.pid, "epoch": r.holder.epoch,
+            "since_ms": r.holder.since.map(msgx::clock::unix_millis),
+            "renewed_at_ms": r.holder.renewed_at.map(msgx::clock::unix_millis),
+        });
+        v["stalled"] = r
+            .stalled
+            .iter()
+            .map(|(stage, store, d)| serde_json::json!({"stage": stage, "store": store, "for_ms": d.as_millis() as u64}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
         return Ok(());
+    }
+    match (&r.holder.free, &r.holder.since) {
+        (false, since) => println!(
+            "lease: held by {} since {}",
+            who(&r.holder),
+            since.map_or("?".into(), |t| msgx::clock::CivilTime::from_system(t).to_rfc3339())
+        ),
+        (true, _) => println!("lease: free (no instance running; last epoch {})", r.holder.epoch),
+    }
+    if r.stalled.is_empty() {
+        println!("stalled stages: none");
+    }
+    for (stage, store, d) in &r.stalled {
+        println!("stalled stage: {stage} on {store} for {}", msgx::stage::human(*d));
     }
     println!("watermark: {}", s.watermark);
     println!("messages:");
@@ -402,10 +512,11 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
     match &s.head {
         None => println!("head: none (nothing unfinished)"),
         Some(h) => println!(
-            "head: msg_id={} state={} attempts={} class={} error={:?}",
+            "head: msg_id={} state={} attempts={} age={} class={} error={:?}",
             h.msg_id,
             h.state,
             h.attempts,
+            msgx::stage::human(std::time::Duration::from_millis(h.age_ms as u64)),
             h.error_class.as_deref().unwrap_or("-"),
             h.last_error.as_deref().unwrap_or("-")
         ),
@@ -415,9 +526,12 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
         println!("  {target:<11} {state:<8} {n}");
     }
     println!("backfill owed: {}", s.backfill_owed);
-    println!("backfill abandoned, awaiting reconciliation: {}", s.abandoned.len());
+    println!("backfill abandoned, awaiting reconciliation: {}", s.abandoned_count);
     for a in &s.abandoned {
         println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
+    }
+    if s.abandoned_count > s.abandoned.len() as i64 {
+        println!("  … and {} more (msgx status --json lists the first 100)", s.abandoned_count - s.abandoned.len() as i64);
     }
     println!("seasonal plans held: {}", s.seasons.len());
     for x in &s.seasons {

@@ -76,7 +76,8 @@ fn status_shows_the_head_and_the_counts() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("watermark: 2"), "{out}");
-    assert!(out.contains("head: msg_id=1 state=FAILED attempts=1 class=UNSUPPORTED"), "{out}");
+    assert!(out.contains("head: msg_id=1 state=FAILED attempts=1 age="), "{out}");
+    assert!(out.contains("class=UNSUPPORTED error=\"no handler for SCHD-DNLD\""), "{out}");
     assert!(out.contains("PENDING    1") && out.contains("FAILED     1"), "{out}");
     let o = msgx(&s, &["status", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
@@ -254,4 +255,119 @@ fn pre3_a_truncated_mailbox_halts_the_poller_and_reset_watermark_resumes_it() {
     poller.round(clock.now()).unwrap();
     assert!(poller.halted().is_none());
     assert_eq!(common::count(&mut pg, "SELECT count(*) FROM proc_state WHERE msg_id = 1"), 1, "the new row flows");
+}
+
+/// `msgx` with this test's whole configuration (topics, key prefix) in a file.
+fn msgx_cfg(s: &Services, extra_env: &[(&str, &str)], args: &[&str]) -> Output {
+    let file = std::env::temp_dir().join(format!("msgx-cli-{}.toml", s.name));
+    std::fs::write(&file, &s.toml).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_msgx"));
+    if args.first() != Some(&"--config") {
+        c.arg("--config").arg(&file);
+    }
+    c.args(args);
+    c.env("MSGX_PG_URL", &s.cfg.pg_url)
+        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
+        .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
+        .env("RUST_LOG", "warn");
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    c.output().expect("run msgx")
+}
+
+fn claimant(n: u32) -> msgx::ports::Claimant {
+    msgx::ports::Claimant { id: format!("test-{n}"), host: "ops-vm".into(), pid: n }
+}
+
+#[test]
+fn check_fetches_the_broker_metadata_reports_the_lease_and_fails_naming_kafka() {
+    use msgx::ports::LeaseStore;
+    let s = Services::migrated("");
+    let o = msgx_cfg(&s, &[], &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains(&format!("kafka: reachable at {}", s.cfg.kafka_brokers)), "{out}");
+    assert!(out.contains(&format!("topic {}: exists, 1 partition(s)", s.cfg.topic_msg)), "{out}");
+    assert!(out.contains("lease: free (no instance running)"), "{out}");
+
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    pg.claim(&claimant(4242), std::time::Duration::from_secs(60)).unwrap();
+    let o = msgx_cfg(&s, &[], &["check"]);
+    assert!(text(&o).contains("lease: held by host=ops-vm pid=4242 epoch=1"), "{}", text(&o));
+
+    // A topic nobody created is named, never created by the check.
+    let absent = format!("{}.absent", s.cfg.topic_msg);
+    let toml = s.toml.replace(&format!("msg = \"{}\"", s.cfg.topic_msg), &format!("msg = \"{absent}\""));
+    let file = std::env::temp_dir().join(format!("msgx-cli-{}-absent.toml", s.name));
+    std::fs::write(&file, toml).unwrap();
+    let o = msgx_cfg(&s, &[], &["--config", file.to_str().unwrap(), "check"]);
+    assert!(text(&o).contains(&format!("topic {absent}: absent; created on first send")), "{}", text(&o));
+
+    // A wrong bootstrap-servers fails the check with exit 4, naming kafka.
+    let o = msgx_cfg(&s, &[("MSGX_KAFKA_BROKERS", "127.0.0.1:1")], &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{out}");
+    assert!(out.contains("kafka at 127.0.0.1:1"), "{out}");
+    assert!(out.contains("redis: reachable") && !out.contains("kafka: reachable"), "{out}");
+}
+
+#[test]
+fn status_check_speaks_the_nagios_plugin_convention() {
+    use msgx::ports::{LeaseStore, MarkLedger};
+    let s = Services::migrated("");
+    let check = |env: &[(&str, &str)]| {
+        let o = msgx_cfg(&s, env, &["status", "--check"]);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(out.lines().count(), 1, "one line: {}", text(&o));
+        (o.status.code().unwrap(), out)
+    };
+    let (code, out) = check(&[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.starts_with("MSGX CRITICAL - no instance holds the lease"), "{out}");
+
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    let me = claimant(7);
+    let epoch = match pg.claim(&me, std::time::Duration::from_secs(60)).unwrap() {
+        msgx::ports::Claim::Acquired { epoch, .. } => epoch,
+        other => panic!("{other:?}"),
+    };
+    let (code, out) = check(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("MSGX OK - backlog 0, head none, 0 dead, lease held by host=ops-vm pid=7"), "{out}");
+    assert!(out.contains("| head_age=0s;300;1800 backlog=0 dead=0;1;"), "{out}");
+
+    let ids: Vec<i64> = (1..=102).collect();
+    common::enqueue(&mut pg, &ids, common::now());
+    common::record(&mut pg, &[Settle::failed(1, dead(ErrorClass::Protocol))], common::now());
+    let (code, out) = check(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("MSGX WARNING - 1 dead (messages and events)") && out.contains("backlog=101"), "{out}");
+
+    // The holder reports a stage stalled for 11 minutes with its renewal.
+    let since = msgx::clock::unix_millis(common::now() - std::time::Duration::from_secs(660));
+    let status = format!(r#"{{"stalled":[{{"stage":"process","store":"redis","since_ms":{since}}}]}}"#);
+    assert!(pg.renew(&me, epoch, std::time::Duration::from_secs(60), &status).unwrap());
+    let (code, out) = check(&[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("stage process stalled on redis for 11m"), "{out}");
+    let o = msgx_cfg(&s, &[], &["status"]);
+    assert!(text(&o).contains("stalled stage: process on redis for 11m"), "{}", text(&o));
+
+    // True counts: 101 abandoned marks, though the list stops at 100.
+    let settled: Vec<Settle> = (2..=102).map(|id| Settle::succeeded(id, &format!("k{id}"), vec![])).collect();
+    common::record(&mut pg, &settled, t0());
+    pg.backfill_abandon(&ids[1..], "MISSING_ROW", t0()).unwrap();
+    let o = msgx_cfg(&s, &[], &["status"]);
+    assert!(text(&o).contains("backfill abandoned, awaiting reconciliation: 101"), "{}", text(&o));
+    assert!(text(&o).contains("… and 1 more"), "{}", text(&o));
+    let o = msgx_cfg(&s, &[], &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!((v["abandoned_count"].as_i64(), v["lease"]["pid"].as_i64()), (Some(101), Some(7)));
+    assert_eq!(v["stalled"][0]["store"], "redis");
+
+    let (code, out) = check(&[("MSGX_PG_URL", "postgres://msgx@127.0.0.1:1/none")]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.starts_with("MSGX UNKNOWN - "), "{out}");
 }

@@ -207,6 +207,55 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Duration { min: Duration::from_secs(1) },
         "period of the `stats` log line",
     ),
+    // --- msgx.health: thresholds of `msgx status --check` (Nagios plugin) ---
+    k(
+        "msgx.health.head-age-warning",
+        "\"5m\"",
+        Kind::Duration { min: NONE },
+        "status --check: WARNING when the oldest unfinished message is this old",
+    ),
+    k(
+        "msgx.health.head-age-critical",
+        "\"30m\"",
+        Kind::Duration { min: NONE },
+        "status --check: CRITICAL when the oldest unfinished message is this old",
+    ),
+    k(
+        "msgx.health.dead-warning",
+        "1",
+        Kind::Int { min: 0, max: i64::MAX },
+        "status --check: WARNING at this many DEAD messages plus DEAD events (0: off)",
+    ),
+    k(
+        "msgx.health.dead-critical",
+        "0",
+        Kind::Int { min: 0, max: i64::MAX },
+        "status --check: CRITICAL at this many DEAD messages plus DEAD events (0: off)",
+    ),
+    k(
+        "msgx.health.abandoned-warning",
+        "1",
+        Kind::Int { min: 0, max: i64::MAX },
+        "status --check: WARNING at this many abandoned mailbox marks not reconciled (0: off)",
+    ),
+    k(
+        "msgx.health.abandoned-critical",
+        "0",
+        Kind::Int { min: 0, max: i64::MAX },
+        "status --check: CRITICAL at this many abandoned mailbox marks not reconciled (0: off)",
+    ),
+    k(
+        "msgx.health.stalled-warning",
+        "\"1m\"",
+        Kind::Duration { min: NONE },
+        "status --check: WARNING when a stage has been stalled on a store this long",
+    ),
+    k(
+        "msgx.health.stalled-critical",
+        "\"10m\"",
+        Kind::Duration { min: NONE },
+        "status --check: CRITICAL when a stage has been stalled on a store this long",
+    ),
     // --- msgx.lease: one writer, fenced (PRE-5) ---
     k(
         "msgx.lease.duration",

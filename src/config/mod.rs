@@ -112,6 +112,7 @@ pub struct Producer {
 pub struct Config {
     pub pipeline: Pipeline,
     pub lease: crate::lease::LeasePolicy,
+    pub health: crate::health::Thresholds,
     pub compat: CompatHttp,
     pub pg_url: String,
     pub mysql_url: String,
@@ -271,9 +272,20 @@ impl Config {
         if lease.renew_every * 3 > lease.duration {
             return Err(bad("msgx.lease.renew-interval", "must be at most a third of msgx.lease.duration"));
         }
+        let health = crate::health::Thresholds {
+            head_age_warning: duration(v, "msgx.health.head-age-warning")?,
+            head_age_critical: duration(v, "msgx.health.head-age-critical")?,
+            dead_warning: int(v, "msgx.health.dead-warning")? as u64,
+            dead_critical: int(v, "msgx.health.dead-critical")? as u64,
+            abandoned_warning: int(v, "msgx.health.abandoned-warning")? as u64,
+            abandoned_critical: int(v, "msgx.health.abandoned-critical")? as u64,
+            stalled_warning: duration(v, "msgx.health.stalled-warning")?,
+            stalled_critical: duration(v, "msgx.health.stalled-critical")?,
+        };
         Ok(Config {
             pipeline,
             lease,
+            health,
             compat,
             pg_url: string(v, "datasources.default.url")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,

@@ -108,7 +108,35 @@ fn build(settings: &[(&'static str, String)]) -> Result<ThreadedProducer<Collect
         .map_err(|e| classify::classify(&e))
 }
 
+/// One configured topic as the broker's metadata shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSeen {
+    pub topic: String,
+    /// Partitions, or `None` when the broker does not know the topic.
+    pub partitions: Option<usize>,
+}
+
 impl KafkaProducer {
+    /// `msgx check`: the broker's metadata for every topic (asking for all, so that asking
+    /// never auto-creates one), and which of `topics` it knows. Fails as the producer would.
+    pub fn topics(&self, topics: &[&str], timeout: Duration) -> Result<Vec<TopicSeen>, StoreError> {
+        let md = self.producer.client().fetch_metadata(None, timeout).map_err(|e| classify::classify(&e))?;
+        if md.brokers().is_empty() {
+            return Err(StoreError::unavailable("kafka", "the metadata names no broker"));
+        }
+        Ok(topics
+            .iter()
+            .map(|t| TopicSeen {
+                topic: t.to_string(),
+                partitions: md
+                    .topics()
+                    .iter()
+                    .find(|m| m.name() == *t && m.error().is_none())
+                    .map(|m| m.partitions().len()),
+            })
+            .collect())
+    }
+
     pub fn new(cfg: &Config) -> Result<KafkaProducer, StoreError> {
         let settings = producer_settings(cfg);
         let producer = build(&settings)?;

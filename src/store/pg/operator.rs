@@ -189,6 +189,8 @@ pub struct Status {
     /// Rows per (`TARGET`, `MSG_EVENT.STATE`).
     pub events: Vec<(String, String, i64)>,
     pub backfill_owed: i64,
+    /// Abandoned marks not reconciled: the true count, and the first `limit` of them.
+    pub abandoned_count: i64,
     pub abandoned: Vec<Abandoned>,
     /// The seasonal plans held (SCHS).
     pub seasons: Vec<SeasonHeld>,
@@ -213,6 +215,8 @@ pub struct HeadInfo {
     pub error_class: Option<String>,
     pub last_error: Option<String>,
     pub next_attempt_at_ms: Option<i64>,
+    /// Since msgx enqueued it, by the database's clock.
+    pub age_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -238,8 +242,9 @@ impl Pg {
             let head = c
                 .query_opt(
                     &format!(
-                        "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at FROM proc_state
-                         WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
+                        "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at,
+                                (EXTRACT(EPOCH FROM clock_timestamp() - enqueued_at) * 1000)::bigint
+                         FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
                     ),
                     &[],
                 )?
@@ -250,6 +255,7 @@ impl Pg {
                     error_class: r.get(3),
                     last_error: r.get(4),
                     next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
+                    age_ms: r.get::<_, i64>(6).max(0),
                 });
             let events = c
                 .query("SELECT target, state, count(*) FROM msg_event GROUP BY target, state ORDER BY target, state", &[])?
@@ -262,6 +268,13 @@ impl Pg {
                         "SELECT count(*) FROM proc_state WHERE state IN {TERMINAL} AND backfill_at IS NULL
                          AND backfill_abandoned_at IS NULL"
                     ),
+                    &[],
+                )?
+                .get(0);
+            let abandoned_count: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM proc_state
+                     WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL",
                     &[],
                 )?
                 .get(0);
@@ -295,7 +308,7 @@ impl Pg {
                     msg_id: r.get(5),
                 })
                 .collect();
-            Ok(Status { watermark, states, head, events, backfill_owed, abandoned, seasons })
+            Ok(Status { watermark, states, head, events, backfill_owed, abandoned_count, abandoned, seasons })
         })
     }
 }

@@ -1,0 +1,212 @@
+//! `msgx status --check`: the health of a running msgx as a Nagios plugin states it — one
+//! summary line with performance data, exit 0 OK / 1 WARNING / 2 CRITICAL / 3 UNKNOWN. Pure:
+//! what was observed in own PostgreSQL goes in, the verdict comes out.
+
+use std::time::Duration;
+
+use crate::stage::human;
+
+/// Thresholds (`msgx.health.*`). A count threshold of 0 is off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thresholds {
+    pub head_age_warning: Duration,
+    pub head_age_critical: Duration,
+    pub dead_warning: u64,
+    pub dead_critical: u64,
+    pub abandoned_warning: u64,
+    pub abandoned_critical: u64,
+    pub stalled_warning: Duration,
+    pub stalled_critical: Duration,
+}
+
+/// What `status` saw.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Observed {
+    /// Age of the oldest unfinished message (the FIFO head), if any.
+    pub head_age: Option<Duration>,
+    pub head_msg_id: Option<i64>,
+    /// Unfinished messages (PENDING, PROCESSING, FAILED).
+    pub backlog: u64,
+    /// DEAD messages plus DEAD outbox events (the dead-letter queue).
+    pub dead: u64,
+    /// Abandoned mailbox marks not yet reconciled (C-16).
+    pub abandoned: u64,
+    /// The longest-stalled stage: (stage, store, stalled for).
+    pub stalled: Option<(String, String, Duration)>,
+    /// Whether an instance holds the lease (renewed, not expired), and who.
+    pub holder: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok = 0,
+    Warning = 1,
+    Critical = 2,
+    Unknown = 3,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "OK",
+            Level::Warning => "WARNING",
+            Level::Critical => "CRITICAL",
+            Level::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+/// The plugin's answer: its level and its one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub level: Level,
+    pub line: String,
+}
+
+fn by_count(n: u64, warning: u64, critical: u64) -> Level {
+    if critical > 0 && n >= critical {
+        Level::Critical
+    } else if warning > 0 && n >= warning {
+        Level::Warning
+    } else {
+        Level::Ok
+    }
+}
+
+fn by_age(d: Duration, warning: Duration, critical: Duration) -> Level {
+    if d >= critical {
+        Level::Critical
+    } else if d >= warning {
+        Level::Warning
+    } else {
+        Level::Ok
+    }
+}
+
+fn limit(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        n.to_string()
+    }
+}
+
+pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
+    let mut problems: Vec<(Level, String)> = Vec::new();
+    if o.holder.is_none() {
+        problems.push((Level::Critical, "no instance holds the lease (msgx is not running)".into()));
+    }
+    if let (Some(age), Some(id)) = (o.head_age, o.head_msg_id) {
+        let l = by_age(age, t.head_age_warning, t.head_age_critical);
+        problems.push((l, format!("head msg_id={id} unfinished for {}", human(age))));
+    }
+    let l = by_count(o.dead, t.dead_warning, t.dead_critical);
+    problems.push((l, format!("{} dead (messages and events)", o.dead)));
+    let l = by_count(o.abandoned, t.abandoned_warning, t.abandoned_critical);
+    problems.push((l, format!("{} abandoned mark(s) to reconcile", o.abandoned)));
+    if let Some((stage, store, d)) = &o.stalled {
+        let l = by_age(*d, t.stalled_warning, t.stalled_critical);
+        problems.push((l, format!("stage {stage} stalled on {store} for {}", human(*d))));
+    }
+    let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
+    let mut said: Vec<&str> = problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();
+    let fine;
+    if said.is_empty() {
+        fine = format!(
+            "backlog {}, head {}, {} dead, lease held by {}",
+            o.backlog,
+            o.head_age.map_or("none".to_string(), human),
+            o.dead,
+            o.holder.as_deref().unwrap_or("-")
+        );
+        said.push(&fine);
+    }
+    let secs = |d: Duration| d.as_secs();
+    let perf = format!(
+        "head_age={}s;{};{} backlog={} dead={};{};{} abandoned={};{};{} stalled={}s;{};{}",
+        o.head_age.map_or(0, secs),
+        secs(t.head_age_warning),
+        secs(t.head_age_critical),
+        o.backlog,
+        o.dead,
+        limit(t.dead_warning),
+        limit(t.dead_critical),
+        o.abandoned,
+        limit(t.abandoned_warning),
+        limit(t.abandoned_critical),
+        o.stalled.as_ref().map_or(0, |s| secs(s.2)),
+        secs(t.stalled_warning),
+        secs(t.stalled_critical),
+    );
+    Verdict { level, line: format!("MSGX {} - {} | {perf}", level.as_str(), said.join("; ")) }
+}
+
+/// When the health cannot be known (own PostgreSQL away, schema wrong).
+pub fn unknown(why: &str) -> Verdict {
+    Verdict { level: Level::Unknown, line: format!("MSGX UNKNOWN - {why}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> Thresholds {
+        crate::config::Config::defaults().health
+    }
+
+    fn healthy() -> Observed {
+        Observed { backlog: 3, holder: Some("host=a pid=1".into()), ..Observed::default() }
+    }
+
+    #[test]
+    fn a_running_idle_instance_is_ok_with_perfdata() {
+        let v = assess(&healthy(), &t());
+        assert_eq!(v.level, Level::Ok);
+        assert!(v.line.starts_with("MSGX OK - backlog 3, head none, 0 dead, lease held by host=a pid=1 | "), "{}", v.line);
+        assert!(v.line.contains("head_age=0s;300;1800") && v.line.contains("dead=0;1;"), "{}", v.line);
+    }
+
+    #[test]
+    fn no_lease_holder_is_critical() {
+        let v = assess(&Observed { holder: None, ..healthy() }, &t());
+        assert_eq!(v.level, Level::Critical);
+        assert!(v.line.contains("no instance holds the lease"), "{}", v.line);
+    }
+
+    #[test]
+    fn an_old_head_warns_then_is_critical() {
+        let mut o = healthy();
+        o.head_msg_id = Some(7);
+        o.head_age = Some(Duration::from_secs(301));
+        assert_eq!(assess(&o, &t()).level, Level::Warning);
+        o.head_age = Some(Duration::from_secs(1800));
+        let v = assess(&o, &t());
+        assert_eq!(v.level, Level::Critical);
+        assert!(v.line.contains("head msg_id=7 unfinished for 30m00s"), "{}", v.line);
+    }
+
+    #[test]
+    fn the_worst_problem_sets_the_level_and_every_problem_is_named() {
+        let mut o = healthy();
+        o.dead = 2;
+        o.stalled = Some(("process".into(), "redis".into(), Duration::from_secs(700)));
+        let v = assess(&o, &t());
+        assert_eq!(v.level, Level::Critical);
+        assert!(v.line.contains("2 dead") && v.line.contains("stage process stalled on redis for 11m40s"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_count_threshold_of_zero_is_off() {
+        let mut th = t();
+        th.dead_warning = 0;
+        th.dead_critical = 0;
+        let o = Observed { dead: 1000, ..healthy() };
+        assert_eq!(assess(&o, &th).level, Level::Ok);
+    }
+
+    #[test]
+    fn unknown_is_exit_3() {
+        let v = unknown("own PostgreSQL unreachable");
+        assert_eq!((v.level as u8, v.line.as_str()), (3, "MSGX UNKNOWN - own PostgreSQL unreachable"));
+    }
+}
