@@ -109,7 +109,8 @@ pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
         problems.push((l, format!("stage {stage} stalled on {store} for {}", human(*d))));
     }
     let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
-    let mut said: Vec<&str> = problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();
+    let mut said: Vec<&str> =
+        problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();
     let fine;
     if said.is_empty() {
         fine = format!(
@@ -162,7 +163,11 @@ mod tests {
     fn a_running_idle_instance_is_ok_with_perfdata() {
         let v = assess(&healthy(), &t());
         assert_eq!(v.level, Level::Ok);
-        assert!(v.line.starts_with("MSGX OK - backlog 3, head none, 0 dead, lease held by host=a pid=1 | "), "{}", v.line);
+        assert!(
+            v.line.starts_with("MSGX OK - backlog 3, head none, 0 dead, lease held by host=a pid=1 | "),
+            "{}",
+            v.line
+        );
         assert!(v.line.contains("head_age=0s;300;1800") && v.line.contains("dead=0;1;"), "{}", v.line);
     }
 
@@ -192,7 +197,11 @@ mod tests {
         o.stalled = Some(("process".into(), "redis".into(), Duration::from_secs(700)));
         let v = assess(&o, &t());
         assert_eq!(v.level, Level::Critical);
-        assert!(v.line.contains("2 dead") && v.line.contains("stage process stalled on redis for 11m40s"), "{}", v.line);
+        assert!(
+            v.line.contains("2 dead") && v.line.contains("stage process stalled on redis for 11m40s"),
+            "{}",
+            v.line
+        );
     }
 
     #[test]

@@ -99,6 +99,13 @@ enum Command {
     Decode {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also show the decision: the flight changes and events msgx would emit, against an
+        /// empty flight view. Writes nothing anywhere.
+        #[arg(long)]
+        decide: bool,
+        /// With --decide: against the flights as Redis holds them now (read-only).
+        #[arg(long, requires = "decide")]
+        from_redis: bool,
     },
     /// Print the default configuration file (every key, its default and a comment).
     ConfigDefaults,
@@ -131,8 +138,8 @@ fn run_cli() -> ExitCode {
             print!("{}", config::render_default_file());
             ExitCode::from(exit::OK)
         }
-        Command::Decode { ref files } => match load_config(cli.config.as_deref()) {
-            Ok(cfg) => decode(&cfg, files),
+        Command::Decode { ref files, decide, from_redis } => match load_config(cli.config.as_deref()) {
+            Ok(cfg) => decode(&cfg, files, decide, from_redis),
             Err(code) => code,
         },
         ref cmd => {
@@ -404,7 +411,9 @@ fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
     }
     match pg.reset_watermark(to, SystemClock.now()).map_err(|e| (4, e.into()))? {
         Ok(old) => {
-            println!("watermark moved from {old} to {to}: the poller reads IDs above {to} from its next round");
+            println!(
+                "watermark moved from {old} to {to}: the poller reads IDs above {to} from its next round"
+            );
             info!("watermark reset from {old} to {to} by msgx reset-watermark (PRE-3)");
             Ok(())
         }
@@ -427,9 +436,14 @@ fn running(pg: &mut Pg, now: std::time::SystemTime) -> Result<Running, (u8, anyh
     if !holder.free {
         let v: serde_json::Value = serde_json::from_str(&holder.status).unwrap_or_default();
         for s in v["stalled"].as_array().into_iter().flatten() {
-            let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(s["since_ms"].as_u64().unwrap_or(0));
+            let since =
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(s["since_ms"].as_u64().unwrap_or(0));
             let d = now.duration_since(since).unwrap_or_default();
-            stalled.push((s["stage"].as_str().unwrap_or("?").to_string(), s["store"].as_str().unwrap_or("?").to_string(), d));
+            stalled.push((
+                s["stage"].as_str().unwrap_or("?").to_string(),
+                s["store"].as_str().unwrap_or("?").to_string(),
+                d,
+            ));
         }
     }
     stalled.sort_by(|a, b| b.2.cmp(&a.2));
@@ -531,7 +545,10 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
         println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
     }
     if s.abandoned_count > s.abandoned.len() as i64 {
-        println!("  … and {} more (msgx status --json lists the first 100)", s.abandoned_count - s.abandoned.len() as i64);
+        println!(
+            "  … and {} more (msgx status --json lists the first 100)",
+            s.abandoned_count - s.abandoned.len() as i64
+        );
     }
     println!("seasonal plans held: {}", s.seasons.len());
     for x in &s.seasons {
@@ -548,9 +565,19 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
     Ok(())
 }
 
-fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
+fn decode(cfg: &Config, files: &[PathBuf], decide: bool, from_redis: bool) -> ExitCode {
     use codec::report::{report, Verdict};
     let rules = codec::ignore::IgnoreRules::new(&cfg.pipeline.ignore_rules);
+    let mut redis = None;
+    if from_redis {
+        match msgx::store::flights::RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix) {
+            Ok(r) => redis = Some(r),
+            Err(e) => {
+                error!("--from-redis: {e}");
+                return ExitCode::from(4);
+            }
+        }
+    }
     let mut all_ok = true;
     for f in files {
         let out = match std::fs::read_to_string(f) {
@@ -561,6 +588,15 @@ fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
             Ok(raw) => {
                 let (verdict, mut v) = report(&raw, &rules, cfg.pipeline.include_day_boundary);
                 all_ok &= !matches!(verdict, Verdict::Failed { .. });
+                if decide && matches!(verdict, Verdict::Decoded { .. }) {
+                    match decision(cfg, &raw, redis.as_mut()) {
+                        Ok(d) => v["decision"] = d,
+                        Err(e) => {
+                            error!("--from-redis: {e}");
+                            return ExitCode::from(4);
+                        }
+                    }
+                }
                 v["file"] = serde_json::json!(f);
                 v
             }
@@ -568,4 +604,30 @@ fn decode(cfg: &Config, files: &[PathBuf]) -> ExitCode {
         println!("{}", serde_json::to_string(&out).expect("json"));
     }
     ExitCode::from(if all_ok { exit::OK } else { exit::FAILED })
+}
+
+/// The decision on `raw` against an empty view, or the flights Redis holds (read only:
+/// nothing is forgotten, applied or journalled).
+fn decision(
+    cfg: &Config,
+    raw: &str,
+    redis: Option<&mut msgx::store::flights::RedisFlights>,
+) -> Result<serde_json::Value, msgx::error::StoreError> {
+    use msgx::handlers::{need_of, preview, View};
+    use msgx::ports::{FlightStore, RoundNeed};
+    let Ok(msg) = codec::decode(raw) else { return Ok(serde_json::Value::Null) };
+    let mut view = View::default();
+    let against = match redis {
+        None => "an empty flight view",
+        Some(r) => {
+            let need = need_of(&msg);
+            let p = r.prepare(&RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window }, &[])?;
+            view.flights = p.flights;
+            view.window = p.window;
+            "the flights in Redis now"
+        }
+    };
+    let mut d = preview(&view, &msg, cfg.pipeline.max_event_bytes);
+    d["against"] = serde_json::json!(against);
+    Ok(d)
 }

@@ -220,8 +220,8 @@ fn reconcile_takes_an_abandoned_mark_off_the_list() {
 
 #[test]
 fn pre3_a_truncated_mailbox_halts_the_poller_and_reset_watermark_resumes_it() {
-    use mysql::prelude::Queryable;
     use msgx::clock::{Clock, FakeClock};
+    use mysql::prelude::Queryable;
     let s = Services::migrated("");
     let stats = std::sync::Arc::new(msgx::stats::Stats::default());
     let mut poller = s.poller(&stats);
@@ -242,10 +242,18 @@ fn pre3_a_truncated_mailbox_halts_the_poller_and_reset_watermark_resumes_it() {
 
     let o = msgx(&s, &["reset-watermark", "--to", "0"]);
     assert_eq!(o.status.code(), Some(2), "refused without --yes: {}", text(&o));
-    assert!(text(&o).contains("watermark: 3 -> 0; mailbox cminmsgs: highest ID 1, next ID 2"), "{}", text(&o));
+    assert!(
+        text(&o).contains("watermark: 3 -> 0; mailbox cminmsgs: highest ID 1, next ID 2"),
+        "{}",
+        text(&o)
+    );
     let o = msgx(&s, &["reset-watermark", "--to", "0", "--yes"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("3 message(s) above 0 are in PROC_STATE (the highest MSG_ID 3)"), "{}", text(&o));
+    assert!(
+        text(&o).contains("3 message(s) above 0 are in PROC_STATE (the highest MSG_ID 3)"),
+        "{}",
+        text(&o)
+    );
     // The old rows archived (as `msgx` jobs would once settled), the reset goes through.
     pg.batch_execute("DELETE FROM proc_state").unwrap();
     let o = msgx(&s, &["reset-watermark", "--to", "0", "--yes"]);
@@ -254,7 +262,11 @@ fn pre3_a_truncated_mailbox_halts_the_poller_and_reset_watermark_resumes_it() {
 
     poller.round(clock.now()).unwrap();
     assert!(poller.halted().is_none());
-    assert_eq!(common::count(&mut pg, "SELECT count(*) FROM proc_state WHERE msg_id = 1"), 1, "the new row flows");
+    assert_eq!(
+        common::count(&mut pg, "SELECT count(*) FROM proc_state WHERE msg_id = 1"),
+        1,
+        "the new row flows"
+    );
 }
 
 /// `msgx` with this test's whole configuration (topics, key prefix) in a file.
@@ -335,7 +347,10 @@ fn status_check_speaks_the_nagios_plugin_convention() {
     };
     let (code, out) = check(&[]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("MSGX OK - backlog 0, head none, 0 dead, lease held by host=ops-vm pid=7"), "{out}");
+    assert!(
+        out.starts_with("MSGX OK - backlog 0, head none, 0 dead, lease held by host=ops-vm pid=7"),
+        "{out}"
+    );
     assert!(out.contains("| head_age=0s;300;1800 backlog=0 dead=0;1;"), "{out}");
 
     let ids: Vec<i64> = (1..=102).collect();
@@ -343,7 +358,10 @@ fn status_check_speaks_the_nagios_plugin_convention() {
     common::record(&mut pg, &[Settle::failed(1, dead(ErrorClass::Protocol))], common::now());
     let (code, out) = check(&[]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("MSGX WARNING - 1 dead (messages and events)") && out.contains("backlog=101"), "{out}");
+    assert!(
+        out.contains("MSGX WARNING - 1 dead (messages and events)") && out.contains("backlog=101"),
+        "{out}"
+    );
 
     // The holder reports a stage stalled for 11 minutes with its renewal.
     let since = msgx::clock::unix_millis(common::now() - std::time::Duration::from_secs(660));
@@ -370,4 +388,43 @@ fn status_check_speaks_the_nagios_plugin_convention() {
     let (code, out) = check(&[("MSGX_PG_URL", "postgres://msgx@127.0.0.1:1/none")]);
     assert_eq!(code, 3, "{out}");
     assert!(out.starts_with("MSGX UNKNOWN - "), "{out}");
+}
+
+#[test]
+fn decode_decide_shows_what_msgx_would_do_against_an_empty_view_or_redis() {
+    use msgx::ports::FlightStore;
+    let s = Services::migrated("");
+    let dir = std::env::temp_dir().join(format!("msgx-decide-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("stnd.xml");
+    std::fs::write(&file, msgx::fixtures::flop_body("STND", "77", "<STND>212</STND>")).unwrap();
+    let f = file.to_str().unwrap();
+
+    let o = msgx_cfg(&s, &[], &["decode", "--decide", f]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let d = &v["decision"];
+    assert_eq!(
+        (d["outcome"].as_str(), d["against"].as_str()),
+        (Some("SUCCEEDED"), Some("an empty flight view"))
+    );
+    assert_eq!(d["flights"][0]["flid"], "77");
+    assert_eq!(d["flights"][0]["set"][1], serde_json::json!(["STND", "212"]), "{d}");
+    assert_eq!(d["events"][0]["target"], "KAFKA:msg", "{d}");
+    assert_eq!(d["events"][0]["payload"]["changes"][0]["new"], "212", "{d}");
+
+    // Redis already holds stand 212 for flight 77: the same message changes nothing.
+    let mut redis =
+        msgx::store::flights::RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap();
+    let msg = msgx::codec::decode(&msgx::fixtures::flop_body("STND", "77", "<STND>212</STND>")).unwrap();
+    let first = msgx::handlers::decide(&msgx::handlers::View::default(), &msg, 1).unwrap();
+    redis.apply(&[(1, &first)]).unwrap();
+    let o = msgx_cfg(&s, &[], &["decode", "--decide", "--from-redis", f]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let d = &v["decision"];
+    assert_eq!(d["against"], "the flights in Redis now");
+    assert!(d["events"].as_array().is_none_or(|e| e.is_empty()), "no change, no event: {d}");
+
+    let o = msgx_cfg(&s, &[], &["decode", "--from-redis", f]);
+    assert_eq!(o.status.code(), Some(2), "--from-redis needs --decide");
 }

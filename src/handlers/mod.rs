@@ -175,3 +175,52 @@ fn event(target: Target, key: &str, event_type: &str, version: i64, payload: ser
         payload_json: payload.to_string(),
     }
 }
+
+/// `msgx decode --decide`: what msgx would do with `msg` against `view` (an empty one, or
+/// the flights read from Redis), as JSON — the flight changes and events of the decision, or
+/// why there is none and the state the message would end in. The pump's checks that need
+/// its stores (duplicates, INV-9) are not made here.
+pub fn preview(view: &View, msg: &Message, max_event_bytes: usize) -> serde_json::Value {
+    use serde_json::json;
+    match decide(view, msg, 0) {
+        Err(Reject::Unsupported(what)) => {
+            json!({ "outcome": "FAILED", "class": "UNSUPPORTED", "error": format!("no handler for {what}") })
+        }
+        Err(Reject::Protocol(why)) => json!({ "outcome": "DEAD", "class": "PROTOCOL", "error": why }),
+        Ok(d) => match d.events.iter().find(|e| e.payload_json.len() > max_event_bytes) {
+            Some(e) => json!({
+                "outcome": "DEAD", "class": "PROTOCOL",
+                "error": format!("event of {} bytes for {} exceeds msgx.codec.max-event-bytes ({max_event_bytes}); nothing applied",
+                    e.payload_json.len(), e.partition_key),
+            }),
+            None => {
+                let mut v = serde_json::to_value(&d).expect("a decision serialises");
+                // The payload as JSON, not as a string holding JSON: a person reads it.
+                for e in v["events"].as_array_mut().into_iter().flatten() {
+                    if let Some(p) = e.as_object_mut().and_then(|o| o.remove("payload_json")) {
+                        e["payload"] = p.as_str().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(p);
+                    }
+                }
+                v["outcome"] = json!("SUCCEEDED");
+                v
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod preview_tests {
+    use super::*;
+    use crate::fixtures;
+
+    #[test]
+    fn preview_names_the_outcome_and_refuses_an_event_over_the_limit() {
+        let msg = crate::codec::decode(&fixtures::flop_body("STND", "77", "<STND>212</STND>")).unwrap();
+        let ok = preview(&View::default(), &msg, 1 << 20);
+        assert_eq!(ok["outcome"], "SUCCEEDED");
+        assert_eq!(ok["events"][0]["payload"]["flid"], "77", "{ok}");
+        let big = preview(&View::default(), &msg, 10);
+        assert_eq!((big["outcome"].as_str(), big["class"].as_str()), (Some("DEAD"), Some("PROTOCOL")));
+        assert!(big["error"].as_str().unwrap().contains("exceeds msgx.codec.max-event-bytes (10)"), "{big}");
+    }
+}

@@ -154,7 +154,12 @@ fn unmarked_sql(n: &InboundMailbox, from: i64, to: i64, limit: usize) -> (String
 impl MysqlMailbox {
     /// `EXPLAIN` of the rescan's chunk read, as (access type, key, estimated rows) per table:
     /// the proof that a chunk reads a primary-key range, not the table.
-    pub fn explain_rescan(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<(String, Option<String>, i64)>> {
+    pub fn explain_rescan(
+        &mut self,
+        from: i64,
+        to: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<(String, Option<String>, i64)>> {
         self.run(|c, n| {
             let (sql, params) = unmarked_sql(n, from, to, limit);
             let rows: Vec<Row> = c.exec(format!("EXPLAIN {sql}"), params)?;

@@ -50,13 +50,18 @@ fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
 impl Operator for Pg {
     fn reset_watermark(&mut self, to: i64, now: SystemTime) -> StoreResult<Result<i64, String>> {
         self.write(|c| {
-            let was: i64 = c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1 FOR UPDATE", &[])?.get(0);
-            let above = c.query_one("SELECT count(*), max(msg_id) FROM proc_state WHERE msg_id > $1", &[&to])?;
+            let was: i64 =
+                c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1 FOR UPDATE", &[])?.get(0);
+            let above =
+                c.query_one("SELECT count(*), max(msg_id) FROM proc_state WHERE msg_id > $1", &[&to])?;
             let (count, max): (i64, Option<i64>) = (above.get(0), above.get(1));
             if count > 0 {
                 return Ok(Ok(Err(crate::ports::watermark_refusal(to, count, max.unwrap_or(to)))));
             }
-            c.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1", &[&to, &now])?;
+            c.execute(
+                "UPDATE ingress_watermark SET last_id = $1, updated_at = $2 WHERE id = 1",
+                &[&to, &now],
+            )?;
             Ok(Ok(Ok(was)))
         })
     }
