@@ -115,6 +115,23 @@ fn main() -> ExitCode {
     msgx::logpipe::start();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
+        .format(|buf, record| {
+            use std::io::Write;
+            if !msgx::logline::json() {
+                // env_logger's own shape: `[time LEVEL target] message`.
+                let ts = buf.timestamp_millis();
+                return writeln!(buf, "[{ts} {:<5} {}] {}", record.level(), record.target(), record.args());
+            }
+            let thread = std::thread::current();
+            let line = msgx::logline::render(
+                &buf.timestamp_millis().to_string(),
+                record.level().as_str(),
+                record.target(),
+                thread.name().unwrap_or("main"),
+                &record.args().to_string(),
+            );
+            writeln!(buf, "{line}")
+        })
         // A log file, never a terminal: no colours to add, none to strip per line.
         .write_style(env_logger::WriteStyle::Never)
         .target(env_logger::Target::Pipe(Box::new(msgx::logpipe::LogPipe)))
@@ -179,10 +196,12 @@ fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
         None if Path::new(DEFAULT_CONFIG).exists() => Config::load(Path::new(DEFAULT_CONFIG)),
         None => Config::from_toml_str("", |k| std::env::var(k).ok()),
     };
-    result.map_err(|e| {
+    let cfg = result.map_err(|e| {
         error!("configuration refused: {e}");
         ExitCode::from(exit::USAGE)
-    })
+    })?;
+    msgx::logline::set_json(cfg.log_json);
+    Ok(cfg)
 }
 
 fn run(cfg: &Config) -> CmdResult {
@@ -446,7 +465,7 @@ fn running(pg: &mut Pg, now: std::time::SystemTime) -> Result<Running, (u8, anyh
             ));
         }
     }
-    stalled.sort_by(|a, b| b.2.cmp(&a.2));
+    stalled.sort_by_key(|s| std::cmp::Reverse(s.2));
     Ok(Running { holder, stalled })
 }
 

@@ -202,6 +202,12 @@ pub const KEYS: &[KeySpec] = &[
         "the ERROR of a lasting outage is repeated this often",
     ),
     k(
+        "msgx.log-format",
+        "\"text\"",
+        Kind::Str,
+        "\"text\" (one line: time, level, target, message) or \"json\" (one object a line with the same keys, for log shippers; docs/monitoring.md)",
+    ),
+    k(
         "msgx.pipeline.stats-interval",
         "\"60s\"",
         Kind::Duration { min: Duration::from_secs(1) },

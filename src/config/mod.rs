@@ -113,6 +113,8 @@ pub struct Config {
     pub pipeline: Pipeline,
     pub lease: crate::lease::LeasePolicy,
     pub health: crate::health::Thresholds,
+    /// `msgx.log-format = "json"`.
+    pub log_json: bool,
     pub compat: CompatHttp,
     pub pg_url: String,
     pub mysql_url: String,
@@ -282,10 +284,18 @@ impl Config {
             stalled_warning: duration(v, "msgx.health.stalled-warning")?,
             stalled_critical: duration(v, "msgx.health.stalled-critical")?,
         };
+        let log_json = match string(v, "msgx.log-format")?.as_str() {
+            "text" => false,
+            "json" => true,
+            other => {
+                return Err(bad("msgx.log-format", format!("{other:?} is neither \"text\" nor \"json\"")))
+            }
+        };
         Ok(Config {
             pipeline,
             lease,
             health,
+            log_json,
             compat,
             pg_url: string(v, "datasources.default.url")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,

@@ -157,7 +157,7 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
         if persisted > 0 && self.next_id_check.is_none_or(|t| t <= now) {
             self.next_id_check = Some(now + PRE3_EVERY);
             let still = match self.halt.as_ref().and_then(|(h, _)| h.reused) {
-                Some(id) => self.reused(&[id])?.map(|id| reused_why(id)),
+                Some(id) => self.reused(&[id])?.map(reused_why),
                 None => self.reset(persisted)?,
             };
             match (still, &mut self.halt) {

@@ -1,0 +1,121 @@
+//! The lines docs/monitoring.md tells operators to alert on, as a running `msgx` writes them
+//! to its log — in both log formats: a message that failed and one that died, an outage and
+//! its end, an abandoned mark, and a standby.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use msgx::fixtures;
+use msgx::ports::Settle;
+
+/// One (text pattern, JSON keys) per lifecycle line.
+struct Line {
+    text: &'static str,
+    event: &'static str,
+    keys: &'static [(&'static str, &'static str)],
+}
+
+const FAILED: Line = Line {
+    text: "WARN  msgx::pump] failed msg_id=2 type=XYZW-ABCD class=UNSUPPORTED attempts=1",
+    event: "failed",
+    keys: &[("msg_id", "2"), ("class", "UNSUPPORTED")],
+};
+const DEAD: Line = Line {
+    text: "ERROR msgx::pump] poison msg_id=2 type=XYZW-ABCD class=EXHAUSTED attempts=2",
+    event: "poison",
+    keys: &[("msg_id", "2"), ("class", "EXHAUSTED")],
+};
+const MALFORMED: Line = Line {
+    text: "ERROR msgx::pump] dead msg_id=3 type=- class=MALFORMED",
+    event: "dead",
+    keys: &[("msg_id", "3"), ("class", "MALFORMED")],
+};
+const ABANDONED: Line = Line {
+    text: "ERROR msgx::backfill] backfill abandoned msg_id=999 reason=MISSING_ROW",
+    event: "backfill abandoned",
+    keys: &[("msg_id", "999"), ("reason", "MISSING_ROW")],
+};
+const OUTAGE: Line = Line {
+    text: "store unavailable store=redis stage=process",
+    event: "store unavailable",
+    keys: &[("store", "redis"), ("stage", "process")],
+};
+const BACK: Line = Line {
+    text: "store available again store=redis stage=process down_for=",
+    event: "store available again",
+    keys: &[("store", "redis"), ("stage", "process")],
+};
+const STANDBY: Line =
+    Line { text: "INFO  msgx::daemon] standby: lease held by host=", event: "standby", keys: &[] };
+
+fn found(log: &str, json: bool, want: &Line) -> bool {
+    if !json {
+        return log.contains(want.text);
+    }
+    log.lines().any(|l| {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else { return false };
+        let value = |k: &str| match &v[k] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        value("event").starts_with(want.event) && want.keys.iter().all(|(k, x)| value(k) == *x)
+    })
+}
+
+fn lifecycle(json: bool) {
+    let redis = Private::start("redis");
+    let s = Services::migrated_on(
+        "max-attempts = 2\nbackoff-ms = [200]\n",
+        Stores { redis: Some(redis.url()), ..Default::default() },
+    );
+    // A message msgx finished whose mailbox row is gone: its mark is abandoned (C-16).
+    let mut pg = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+    common::enqueue(&mut pg, &[999], now());
+    common::record(&mut pg, &[Settle::succeeded(999, "k999", vec![])], now());
+    s.pg().batch_execute("UPDATE ingress_watermark SET last_id = 0").unwrap();
+
+    let format = if json { "[msgx]\nlog-format = \"json\"\n" } else { "" };
+    let a = Instance::run(&s, "a", format);
+    assert!(
+        eventually(Duration::from_secs(20), || a.log_text().contains("lease acquired epoch=1")),
+        "{}",
+        a.log_text()
+    );
+    let b = Instance::run(&s, "b", format);
+    let raws = [
+        fixtures::flop_body("STND", "77", "<STND>212</STND>"),
+        fixtures::other(2, "XYZW", "ABCD", "<ANY/>"),
+        "<MSG><META>".to_string(),
+    ];
+    s.insert_inbound(&raws);
+    let seen =
+        |inst: &Instance, l: &Line| eventually(Duration::from_secs(30), || found(&inst.log_text(), json, l));
+    for l in [&FAILED, &DEAD, &MALFORMED, &ABANDONED] {
+        assert!(seen(&a, l), "no `{}` line: {}", l.text, a.log_text());
+    }
+    redis.stop();
+    s.insert_inbound(&[fixtures::flop(4, "STND", "78", &[("STND", Some("213"))])]);
+    assert!(seen(&a, &OUTAGE), "no outage line: {}", a.log_text());
+    redis.restart();
+    assert!(seen(&a, &BACK), "no end-of-outage line: {}", a.log_text());
+    assert!(seen(&b, &STANDBY), "no standby line: {}", b.log_text());
+    if json {
+        for l in a.log_text().lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON object a line ({e}): {l}"));
+            assert!(v["ts"].is_string() && v["level"].is_string() && v["msg"].is_string(), "{l}");
+        }
+    }
+}
+
+#[test]
+fn the_lines_to_alert_on_in_the_text_log() {
+    lifecycle(false);
+}
+
+#[test]
+fn the_lines_to_alert_on_in_the_json_log() {
+    lifecycle(true);
+}
