@@ -110,3 +110,48 @@ fn a_rescan_chunk_reads_a_primary_key_range_on_a_million_row_mailbox() {
     let found = mb.unmarked(980_001, 990_000, chunk as usize).unwrap();
     assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), vec![987654]);
 }
+
+/// #16: with `mailbox.time-zone`, the marks, the compat insert and the outbound rows are
+/// written as the owner's local time, and DATE_RECEIVED is read in it.
+#[test]
+fn the_mailbox_time_zone_is_used_for_every_datetime_written_and_read() {
+    use msgx::ports::{MailboxMarks, MailboxScan, MailboxSubmit, Outbound};
+    let s = Services::migrated("");
+    let cfg = msgx::config::Config::from_toml_str(
+        &format!("{}\n[mailbox]\ntime-zone = \"+08:00\"\n", s.toml),
+        |k| match k {
+            "MSGX_PG_URL" => Some(s.cfg.pg_url.clone()),
+            "MSGX_MYSQL_URL" => Some(s.cfg.mysql_url.clone()),
+            _ => None,
+        },
+    )
+    .unwrap();
+    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).unwrap();
+    let now = std::time::SystemTime::now();
+    let id = mb.insert("<MSG/>", now).unwrap();
+    mb.mark(&[id], now).unwrap();
+    let mut my = s.mysql();
+    // Minutes between what msgx wrote and UTC now: +480 for +08:00.
+    let skew = |col: &str, table: &str, id_col: &str, id: i64, my: &mut mysql::Conn| -> i64 {
+        my.query_first::<i64, _>(format!(
+            "SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), {col}) FROM {table} WHERE {id_col} = {id}"
+        ))
+        .unwrap()
+        .unwrap()
+    };
+    for col in ["CMINMSGS_DATE_RECEIVED", "CMINMSGS_DATE_PROCESSED"] {
+        let m = skew(col, "cminmsgs", "CMINMSGS_ID", id, &mut my);
+        assert!((479..=480).contains(&m), "{col} is {m} minutes from UTC, not +08:00");
+    }
+    let mut out = msgx::store::mailbox::MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).unwrap();
+    let oid = out.insert("VIEWRQRD", "<MSG/>", now).unwrap();
+    let m = skew("COUTMSGS_DATE_INSERTED", "coutmsgs", "COUTMSGS_ID", oid, &mut my);
+    assert!((479..=480).contains(&m), "outbound insert time is {m} minutes from UTC");
+    assert_eq!(out.find("VIEWRQRD", "<MSG/>", now - std::time::Duration::from_secs(5)).unwrap(), Some(oid));
+    // A row the owner inserted with its local sysdate() reads back as the right instant.
+    my.query_drop("INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES ('<MSG/>', UTC_TIMESTAMP() + INTERVAL 8 HOUR, 'VALID')").unwrap();
+    let rows = mb.rows(id + 1, i64::MAX, 10).unwrap();
+    let got = rows[0].received_at.expect("received");
+    let off = now.duration_since(got).unwrap_or_else(|e| e.duration());
+    assert!(off < std::time::Duration::from_secs(60), "DATE_RECEIVED read {off:?} away from now");
+}

@@ -63,6 +63,12 @@ const NONE: Duration = Duration::ZERO;
 pub const KEYS: &[KeySpec] = &[
     // --- msgx.pipeline: the pump, the poller, the dispatcher, backfill ---
     k(
+        "msgx.log-format",
+        "\"text\"",
+        Kind::Str,
+        "\"text\" (one line: time, level, target, message) or \"json\" (one object a line with the same keys, for log shippers; docs/monitoring.md)",
+    ),
+    k(
         "msgx.pipeline.poll-interval",
         "\"1s\"",
         Kind::Duration { min: Duration::from_millis(50) },
@@ -200,12 +206,6 @@ pub const KEYS: &[KeySpec] = &[
         "\"10m\"",
         Kind::Duration { min: Duration::from_secs(1) },
         "the ERROR of a lasting outage is repeated this often",
-    ),
-    k(
-        "msgx.log-format",
-        "\"text\"",
-        Kind::Str,
-        "\"text\" (one line: time, level, target, message) or \"json\" (one object a line with the same keys, for log shippers; docs/monitoring.md)",
     ),
     k(
         "msgx.pipeline.stats-interval",
@@ -371,6 +371,12 @@ pub const KEYS: &[KeySpec] = &[
         "MSGX_MYSQL_URL",
         "the shared mailbox database",
     ),
+    k(
+        "mailbox.time-zone",
+        "\"UTC\"",
+        Kind::Str,
+        "zone of the DATETIMEs msgx writes to and reads from the shared mailbox (marks, outbound rows, DATE_RECEIVED): UTC, an offset such as +08:00, or an IANA name such as Asia/Shanghai",
+    ),
     k("mailbox.inbound.table", "\"cminmsgs\"", Kind::Ident, "inbound mailbox table"),
     k("mailbox.inbound.id-column", "\"CMINMSGS_ID\"", Kind::Ident, "increasing row id (PRE-2/3)"),
     k("mailbox.inbound.body-column", "\"CMINMSGS_CLOB_MSG\"", Kind::Ident, "raw XML text"),
@@ -378,7 +384,7 @@ pub const KEYS: &[KeySpec] = &[
         "mailbox.inbound.received-column",
         "\"CMINMSGS_DATE_RECEIVED\"",
         Kind::Ident,
-        "when the row arrived (UTC DATETIME)",
+        "when the row arrived (a DATETIME in mailbox.time-zone)",
     ),
     k(
         "mailbox.inbound.processed-column",
@@ -406,7 +412,7 @@ pub const KEYS: &[KeySpec] = &[
         "mailbox.outbound.inserted-column",
         "\"COUTMSGS_DATE_INSERTED\"",
         Kind::Ident,
-        "when msgx inserted the row (UTC DATETIME)",
+        "when msgx inserted the row (a DATETIME in mailbox.time-zone)",
     ),
     k("mailbox.outbound.routing-column", "\"ROUTINGID\"", Kind::Ident, "routing id of the outbound message"),
     // --- Redis ---

@@ -84,6 +84,8 @@ pub struct InboundMailbox {
     pub status_column: String,
     pub status_filter: Vec<String>,
     pub processed_status: String,
+    /// `mailbox.time-zone`: the zone of the DATETIMEs msgx writes and reads.
+    pub zone: crate::store::mailbox::zone::MailboxZone,
 }
 
 /// Names in the shared outbound mailbox (`mailbox.outbound.*`).
@@ -94,6 +96,7 @@ pub struct OutboundMailbox {
     pub body_column: String,
     pub inserted_column: String,
     pub routing_column: String,
+    pub zone: crate::store::mailbox::zone::MailboxZone,
 }
 
 /// The Kafka producer settings. Only D3's values get past [`Config::from_map`].
@@ -222,6 +225,8 @@ impl Config {
                 "must not exceed msgx.pipeline.backfill-backoff-cap-ms",
             ));
         }
+        let zone = crate::store::mailbox::zone::MailboxZone::parse(&string(v, "mailbox.time-zone")?)
+            .map_err(|e| bad("mailbox.time-zone", e))?;
         let inbound = InboundMailbox {
             table: string(v, "mailbox.inbound.table")?,
             id_column: string(v, "mailbox.inbound.id-column")?,
@@ -231,6 +236,7 @@ impl Config {
             status_column: string(v, "mailbox.inbound.status-column")?,
             status_filter: strings(v, "mailbox.inbound.status-filter")?,
             processed_status: string(v, "mailbox.inbound.processed-status")?,
+            zone: zone.clone(),
         };
         let outbound = OutboundMailbox {
             table: string(v, "mailbox.outbound.table")?,
@@ -238,6 +244,7 @@ impl Config {
             body_column: string(v, "mailbox.outbound.body-column")?,
             inserted_column: string(v, "mailbox.outbound.inserted-column")?,
             routing_column: string(v, "mailbox.outbound.routing-column")?,
+            zone,
         };
         let producer = Producer {
             acks: string(v, "kafka.producers.default.acks")?,

@@ -226,3 +226,16 @@ fn regression_every_allowed_event_limit_fits_the_producer() {
     assert!((max as usize) + 10_000 <= MAX_RECORD_BYTES, "room for the key and headers");
     assert!(Config::defaults().pipeline.max_event_bytes + 10_000 <= MAX_RECORD_BYTES);
 }
+
+#[test]
+fn the_mailbox_time_zone_is_parsed_and_a_bad_one_is_named() {
+    let cfg = Config::from_toml_str("[mailbox]\ntime-zone = \"Asia/Shanghai\"\n", |_| None).unwrap();
+    assert_eq!(
+        (cfg.inbound.zone.name.as_str(), cfg.outbound.zone.name.as_str()),
+        ("Asia/Shanghai", "Asia/Shanghai")
+    );
+    assert_eq!(Config::defaults().inbound.zone.name, "UTC");
+    let e =
+        Config::from_toml_str("[mailbox]\ntime-zone = \"Asia/Shangai\"\n", |_| None).unwrap_err().to_string();
+    assert!(e.contains("mailbox.time-zone") && e.contains("Asia/Shangai"), "{e}");
+}

@@ -7,6 +7,7 @@
 //! row that is not text is that row's failure, never a panic in the driver.
 
 pub mod classify;
+pub mod zone;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -14,13 +15,13 @@ use std::time::{Duration, SystemTime};
 use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Row, Value};
 
-use crate::clock::CivilTime;
 use crate::config::{InboundMailbox, OutboundMailbox};
 use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
 use crate::ports::{
     within_budget, MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
 };
+use zone::MailboxZone;
 
 /// A MySQL connection that is opened lazily and dropped after any error, so the next call
 /// starts clean (a connection in an unknown state is not worth reasoning about).
@@ -47,7 +48,8 @@ impl Conn {
             let unavailable =
                 |e: mysql::Error| StoreError::unavailable("mailbox", classify::classify(&e).detail);
             let mut c = mysql::Conn::new(self.opts.clone()).map_err(unavailable)?;
-            // DATETIME columns hold UTC (docs/reference.md); keep the session on it too.
+            // msgx writes DATETIMEs in mailbox.time-zone itself; the session stays on UTC so
+            // that nothing depends on the server's own zone.
             c.query_drop("SET time_zone = '+00:00'").map_err(unavailable)?;
             self.conn = Some(c);
         }
@@ -69,17 +71,36 @@ pub struct MysqlMailbox {
     names: InboundMailbox,
 }
 
-pub fn to_value(t: SystemTime) -> Value {
-    let c = CivilTime::from_system(t);
-    Value::Date(c.year as u16, c.month, c.day, c.hour, c.minute, c.second, c.micros)
+/// `t` as a DATETIME of the mailbox's zone (`mailbox.time-zone`).
+pub fn to_value(t: SystemTime, zone: &MailboxZone) -> Value {
+    let c = zone.civil(t);
+    Value::Date(
+        c.year() as u16,
+        c.month() as u8,
+        c.day() as u8,
+        c.hour() as u8,
+        c.minute() as u8,
+        c.second() as u8,
+        (c.subsec_nanosecond() / 1000) as u32,
+    )
 }
 
-pub fn from_value(v: Value) -> Option<SystemTime> {
+/// A DATETIME of the mailbox's zone as an instant (`None` for NULL or a value out of range).
+pub fn from_value(v: Value, zone: &MailboxZone) -> Option<SystemTime> {
     match v {
-        Value::Date(y, mo, d, h, mi, s, us) => Some(
-            CivilTime { year: y as i32, month: mo, day: d, hour: h, minute: mi, second: s, micros: us }
-                .to_system(),
-        ),
+        Value::Date(y, mo, d, h, mi, s, us) => {
+            let dt = jiff::civil::DateTime::new(
+                i16::try_from(y).ok()?,
+                mo as i8,
+                d as i8,
+                h as i8,
+                mi as i8,
+                s as i8,
+                (us * 1000) as i32,
+            )
+            .ok()?;
+            zone.instant(dt)
+        }
         _ => None,
     }
 }
@@ -196,7 +217,7 @@ impl MailboxScan for MysqlMailbox {
                     let id: i64 = column(&mut r, 0, "id")?;
                     let rcv: Value = column(&mut r, 1, "received")?;
                     let wanted: Option<i64> = column(&mut r, 2, "wanted")?;
-                    Ok(MailboxRow { id, received_at: from_value(rcv), wanted: wanted == Some(1) })
+                    Ok(MailboxRow { id, received_at: from_value(rcv, &n.zone), wanted: wanted == Some(1) })
                 })
                 .collect()
         })
@@ -222,7 +243,7 @@ impl MailboxScan for MysqlMailbox {
                 .map(|mut r| {
                     let id: i64 = column(&mut r, 0, "id")?;
                     let rcv: Value = column(&mut r, 1, "received")?;
-                    Ok(InboundRow { id, received_at: from_value(rcv) })
+                    Ok(InboundRow { id, received_at: from_value(rcv, &n.zone) })
                 })
                 .collect()
         })
@@ -240,7 +261,7 @@ impl MailboxSubmit for MysqlMailbox {
                 rcv = n.received_column,
                 st = n.status_column
             );
-            c.exec_drop(sql, (raw, to_value(at), n.status_filter[0].as_str()))?;
+            c.exec_drop(sql, (raw, to_value(at, &n.zone), n.status_filter[0].as_str()))?;
             Ok(c.last_insert_id() as i64)
         })
     }
@@ -349,7 +370,7 @@ impl MailboxMarks for MysqlMailbox {
                     id = n.id_column,
                     ph = placeholders(to_write.len())
                 );
-                let mut params: Vec<Value> = vec![to_value(at), n.processed_status.as_str().into()];
+                let mut params: Vec<Value> = vec![to_value(at, &n.zone), n.processed_status.as_str().into()];
                 params.extend(to_write.iter().map(|id| Value::from(*id)));
                 tx.exec_drop(sql, params)?;
             }
@@ -400,9 +421,11 @@ impl MysqlOutbound {
 }
 
 /// A time truncated to the second, as a `DATETIME` column stores it.
-fn to_value_secs(t: SystemTime) -> Value {
-    let c = CivilTime::from_system(t);
-    Value::Date(c.year as u16, c.month, c.day, c.hour, c.minute, c.second, 0)
+fn to_value_secs(t: SystemTime, zone: &MailboxZone) -> Value {
+    match to_value(t, zone) {
+        Value::Date(y, mo, d, h, mi, s, _) => Value::Date(y, mo, d, h, mi, s, 0),
+        other => other,
+    }
 }
 
 impl Outbound for MysqlOutbound {
@@ -416,7 +439,7 @@ impl Outbound for MysqlOutbound {
                 ins = n.inserted_column,
                 rt = n.routing_column
             );
-            c.exec_drop(sql, (xml, to_value_secs(at), routing_id))?;
+            c.exec_drop(sql, (xml, to_value_secs(at, &n.zone), routing_id))?;
             Ok(c.last_insert_id() as i64)
         })
     }
@@ -432,7 +455,7 @@ impl Outbound for MysqlOutbound {
                 ins = n.inserted_column,
                 body = n.body_column
             );
-            let row: Option<Row> = c.exec_first(sql, (routing_id, to_value_secs(since), xml))?;
+            let row: Option<Row> = c.exec_first(sql, (routing_id, to_value_secs(since, &n.zone), xml))?;
             row.map(|mut r| column::<i64>(&mut r, 0, "id")).transpose()
         })
     }
@@ -446,7 +469,11 @@ mod tests {
     #[test]
     fn datetime_values_round_trip_to_the_microsecond() {
         let t = FakeClock::new().now() + Duration::from_micros(123_456);
-        assert_eq!(from_value(to_value(t)), Some(t));
-        assert_eq!(from_value(Value::NULL), None);
+        let utc = MailboxZone::default();
+        assert_eq!(from_value(to_value(t, &utc), &utc), Some(t));
+        assert_eq!(from_value(Value::NULL, &utc), None);
+        let beijing = MailboxZone::parse("+08:00").unwrap();
+        assert_eq!(from_value(to_value(t, &beijing), &beijing), Some(t));
+        assert_ne!(to_value(t, &beijing), to_value(t, &utc));
     }
 }
