@@ -41,9 +41,11 @@ enum Command {
     Run,
     /// Apply pending migrations to own PostgreSQL.
     Migrate,
-    /// Check configuration, D3, connectivity, schema and mailbox layout (read-only).
+    /// Check configuration, D3, every store (own PostgreSQL and schema, both mailbox layouts,
+    /// Redis, the broker and its topics) and the lease holder; read-only.
     Check,
-    /// Show backlog, FIFO head, outbox, and abandoned backfills.
+    /// Show the lease holder, stalled stages, backlog, FIFO head and its age, outbox, abandoned
+    /// marks and seasonal plans.
     Status {
         /// Print JSON instead of text.
         #[arg(long)]
@@ -109,6 +111,9 @@ enum Command {
     },
     /// Print the default configuration file (every key, its default and a comment).
     ConfigDefaults,
+    /// Print the man page (roff), generated from this command line; the packages ship it.
+    #[command(hide = true)]
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -155,6 +160,7 @@ fn run_cli() -> ExitCode {
             print!("{}", config::render_default_file());
             ExitCode::from(exit::OK)
         }
+        Command::Man => man(),
         Command::Decode { ref files, decide, from_redis } => match load_config(cli.config.as_deref()) {
             Ok(cfg) => decode(&cfg, files, decide, from_redis),
             Err(code) => code,
@@ -175,7 +181,9 @@ fn run_cli() -> ExitCode {
                 }
                 Command::Reconcile { ids, note } => reconcile(&cfg, ids, note),
                 Command::ResetWatermark { to, yes } => reset_watermark(&cfg, *to, *yes),
-                Command::Decode { .. } | Command::ConfigDefaults => unreachable!("handled above"),
+                Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
+                    unreachable!("handled above")
+                }
             };
             match result {
                 Ok(()) => ExitCode::from(exit::OK),
@@ -189,6 +197,103 @@ fn run_cli() -> ExitCode {
 }
 
 type CmdResult = Result<(), (u8, anyhow::Error)>;
+
+/// msgx(1): generated from the command line (clap), then what clap cannot say: files,
+/// environment, exit codes.
+fn man() -> ExitCode {
+    use clap::CommandFactory;
+    use std::io::Write;
+    let cmd = Cli::command();
+    let page = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    let rendered = (|| -> std::io::Result<()> {
+        page.render_title(&mut out)?;
+        page.render_name_section(&mut out)?;
+        page.render_synopsis_section(&mut out)?;
+        page.render_description_section(&mut out)?;
+        page.render_options_section(&mut out)?;
+        out.extend_from_slice(man_commands(&cmd).as_bytes());
+        out.extend_from_slice(MAN_TAIL.as_bytes());
+        page.render_version_section(&mut out)?;
+        std::io::stdout().write_all(&out)
+    })();
+    match rendered {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) => {
+            error!("cannot write the man page: {e}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+/// Text safe in roff: backslashes and hyphens escaped, no line starting a request.
+fn roff(s: &str) -> String {
+    let t = s.replace('\\', "\\e").replace('-', "\\-");
+    t.lines()
+        .map(|l| if l.starts_with(['.', '\'']) { format!("\\&{l}") } else { l.to_string() })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// COMMANDS: each visible subcommand with its about text and its options.
+fn man_commands(cmd: &clap::Command) -> String {
+    let mut out = String::from(".SH COMMANDS\n");
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        out.push_str(&format!(".TP\n\\fBmsgx {}\\fR\n", roff(sub.get_name())));
+        let about = sub.get_long_about().or(sub.get_about()).map(|a| a.to_string()).unwrap_or_default();
+        out.push_str(&format!("{}\n", roff(&about)));
+        let args: Vec<_> = sub.get_arguments().filter(|a| !a.is_hide_set() && a.get_id() != "help").collect();
+        if args.is_empty() {
+            continue;
+        }
+        out.push_str(".RS\n");
+        for a in args {
+            let name = match a.get_long() {
+                Some(l) => format!("\\-\\-{}", roff(l)),
+                None => format!("{}...", roff(&a.get_id().to_string().to_uppercase())),
+            };
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            out.push_str(&format!(".TP\n\\fB{name}\\fR\n{}\n", roff(&help)));
+        }
+        out.push_str(".RE\n");
+    }
+    out
+}
+
+const MAN_TAIL: &str = r#".SH FILES
+.TP
+/etc/msgx/msgx.toml
+The configuration (every key with its default: \fBmsgx config\-defaults\fR). Mode 0640, group msgx: it holds passwords.
+.TP
+/etc/msgx/msgx.env
+Optional environment for the systemd unit (MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL, MSGX_KAFKA_BROKERS, RUST_LOG).
+.TP
+/var/log/msgx/msgx.log
+The log file operators watch (rotated by /etc/logrotate.d/msgx).
+.SH ENVIRONMENT
+MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL and MSGX_KAFKA_BROKERS override the connection keys of the file; RUST_LOG sets the log level.
+.SH EXIT STATUS
+.TP
+0
+success
+.TP
+1
+a stage failed, or this instance was fenced by a newer one; \fBdecode\fR: a file did not decode; \fBreplay\fR, \fBreconcile\fR, \fBreset\-watermark\fR: something was refused
+.TP
+2
+usage or configuration error (the message names the key)
+.TP
+3
+schema: run \fBmsgx migrate\fR
+.TP
+4
+a store is unreachable (the message names it)
+.TP
+0/1/2/3
+\fBstatus \-\-check\fR: OK / WARNING / CRITICAL / UNKNOWN (Nagios plugin convention)
+.SH SEE ALSO
+/usr/share/doc/msgx/reference.md (every key, log line, counter and error class), /usr/share/doc/msgx/monitoring.md, /usr/share/doc/msgx/operations.md
+"#;
 
 fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
     let result = match path {

@@ -428,3 +428,16 @@ fn decode_decide_shows_what_msgx_would_do_against_an_empty_view_or_redis() {
     let o = msgx_cfg(&s, &[], &["decode", "--from-redis", f]);
     assert_eq!(o.status.code(), Some(2), "--from-redis needs --decide");
 }
+
+#[test]
+fn the_man_page_is_generated_from_the_command_line() {
+    let o = Command::new(env!("CARGO_BIN_EXE_msgx")).arg("man").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let page = String::from_utf8(o.stdout).unwrap();
+    assert!(page.starts_with(".ie") || page.contains(".TH msgx 1"), "{page}");
+    for cmd in ["run", "check", "status", "replay", "reconcile", "reset\\-watermark", "decode"] {
+        assert!(page.contains(&format!("\\fBmsgx {cmd}\\fR")), "no {cmd} in the man page");
+    }
+    assert!(page.contains(".SH \"EXIT STATUS\"") || page.contains(".SH EXIT STATUS"), "exit codes");
+    assert!(!page.contains("\\fBmsgx man\\fR"), "the man command itself is hidden");
+}
