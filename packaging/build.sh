@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# Builds the Debian and RPM packages into target/packages (installs cargo-deb and
-# cargo-generate-rpm from crates.io if they are missing).
+# Builds the Debian and RPM packages into target/packages, with the man page generated from
+# the CLI (`msgx man`). Installs cargo-deb and cargo-generate-rpm from crates.io if missing.
+#
+#   packaging/build.sh [PROFILE]    release (default), or dev to package the binary CI tested
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile=${1:-release}
 command -v cargo-deb >/dev/null || cargo install --locked cargo-deb
 command -v cargo-generate-rpm >/dev/null || cargo install --locked cargo-generate-rpm
-cargo build --release --locked
-mkdir -p target/packages
-cargo deb --no-build --output target/packages/
+if [ "$profile" = release ]; then
+  cargo build --release --locked
+  bin=target/release/msgx
+else
+  cargo build --locked --profile "$profile"
+  bin=target/debug/msgx
+fi
+# The packages' asset paths name target/release (Cargo.toml); a dev build is staged there,
+# stripped, so that the package holds exactly the binary that was tested.
+if [ "$bin" != target/release/msgx ]; then
+  mkdir -p target/release
+  strip -o target/release/msgx "$bin"
+fi
+mkdir -p target/man target/packages
+rm -f target/packages/msgx*.deb target/packages/msgx*.rpm
+target/release/msgx man > target/man/msgx.1
+gzip -9 -n -f target/man/msgx.1
+cargo deb --no-build --no-strip --output target/packages/
 cargo generate-rpm --output target/packages/
 ls -l target/packages

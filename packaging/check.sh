@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# CI's package check (#16): builds the .deb and the .rpm (packaging/build.sh), lints the .deb,
+# installs it with dpkg and checks what an operator gets — the service account, the conffiles
+# and their modes, the unit (systemd-analyze verify), the man page — runs the installed
+# `msgx migrate` and `msgx check` against the local test services, purges it and checks that
+# nothing is left; then inspects the .rpm (rpm -qpi/-qpl/--scripts).
+#
+#   packaging/check.sh [PROFILE]     PROFILE: release (default) or dev (CI: the binary it tested)
+#
+# Needs root (dpkg -i). Installs lintian and rpm with apt-get, cargo-deb and cargo-generate-rpm
+# with cargo, when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${1:-release}
+
+say() { printf '== package: %s\n' "$*"; }
+fail() { printf '== package: FAILED: %s\n' "$*" >&2; exit 1; }
+
+missing=()
+command -v lintian >/dev/null || missing+=(lintian)
+command -v rpm >/dev/null || missing+=(rpm)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+packaging/build.sh "$profile"
+deb=$(ls target/packages/msgx_*.deb)
+rpmfile=$(ls target/packages/msgx-*.rpm)
+
+say "lintian $deb"
+# Errors fail; what lintian still says is explained in packaging/README.md (overrides ship
+# in the package: packaging/debian/lintian-overrides).
+lintian --fail-on error --display-info "$deb" | tee target/packages/lintian.txt
+
+say "dpkg -i"
+dpkg --purge msgx >/dev/null 2>&1 || true
+dpkg -i "$deb"
+getent passwd msgx | grep -q ':/usr/sbin/nologin$' || fail "no system user msgx with nologin shell"
+[ "$(stat -c '%a %U %G' /etc/msgx/msgx.toml)" = "640 root msgx" ] || fail "/etc/msgx/msgx.toml is $(stat -c '%a %U %G' /etc/msgx/msgx.toml), not 640 root msgx"
+[ "$(stat -c '%a %U %G' /var/log/msgx)" = "750 msgx msgx" ] || fail "/var/log/msgx is $(stat -c '%a %U %G' /var/log/msgx)"
+dpkg-query --control-show msgx conffiles | grep -qx '/etc/msgx/msgx.toml' || fail "msgx.toml is not a conffile"
+dpkg-query --control-show msgx conffiles | grep -qx '/etc/logrotate.d/msgx' || fail "the logrotate file is not a conffile"
+[ -f /usr/share/man/man1/msgx.1.gz ] || fail "no man page"
+zcat /usr/share/man/man1/msgx.1.gz | grep -q 'watermark' || fail "the man page does not list the commands"
+unit=$(ls /lib/systemd/system/msgx.service /usr/lib/systemd/system/msgx.service 2>/dev/null | head -1)
+[ -n "$unit" ] || fail "no systemd unit installed"
+say "systemd-analyze verify $unit"
+systemd-analyze verify "$unit"
+
+say "installed msgx against the test services"
+eval "$(tests/support/services.sh env)"
+scratch="pkgcheck_$$"
+pg_admin=$MSGX_PG_URL
+my_admin=$MSGX_MYSQL_URL
+psql_bin=$(ls /usr/lib/postgresql/*/bin/psql | head -1)
+"$psql_bin" -q "$pg_admin" -c "CREATE DATABASE $scratch"
+mysql_cli=$(command -v mariadb || command -v mysql)
+# mysql://USER:PASSWORD@HOST:PORT/DB
+[[ $my_admin =~ ^mysql://([^:]+):([^@]+)@([^:]+):([0-9]+)/ ]] || fail "cannot read $my_admin"
+my_user=${BASH_REMATCH[1]} my_pass=${BASH_REMATCH[2]} my_host=${BASH_REMATCH[3]} my_port=${BASH_REMATCH[4]}
+my() { "$mysql_cli" -h "$my_host" -P "$my_port" -u "$my_user" -p"$my_pass" "$@"; }
+my -e "CREATE DATABASE $scratch"
+my "$scratch" < sql/fixtures/mailbox.sql
+cleanup() {
+  "$psql_bin" -q "$pg_admin" -c "DROP DATABASE IF EXISTS $scratch WITH (FORCE)" || true
+  my -e "DROP DATABASE IF EXISTS $scratch" || true
+}
+trap cleanup EXIT
+export MSGX_PG_URL="${pg_admin%/*}/$scratch" MSGX_MYSQL_URL="${my_admin%/*}/$scratch"
+/usr/bin/msgx --config /etc/msgx/msgx.toml migrate
+/usr/bin/msgx --config /etc/msgx/msgx.toml check | tee target/packages/check.txt
+grep -q '^kafka: reachable' target/packages/check.txt || fail "the installed msgx check did not reach the broker"
+/usr/bin/msgx --config /etc/msgx/msgx.toml status --check | tee target/packages/status-check.txt || true
+grep -q '^MSGX CRITICAL - no instance holds the lease' target/packages/status-check.txt || fail "status --check"
+
+say "dpkg --purge"
+dpkg --purge msgx
+for p in /usr/bin/msgx /etc/msgx /var/log/msgx /usr/share/man/man1/msgx.1.gz "$unit"; do
+  [ ! -e "$p" ] || fail "$p is left after purge"
+done
+
+say "rpm $rpmfile"
+rpm -qpi "$rpmfile"
+rpm -qpl "$rpmfile" | tee target/packages/rpm-files.txt
+for f in /usr/bin/msgx /etc/msgx/msgx.toml /usr/lib/systemd/system/msgx.service /usr/share/man/man1/msgx.1.gz; do
+  grep -qx "$f" target/packages/rpm-files.txt || fail "$f is not in the rpm"
+done
+rpm -qp --scripts "$rpmfile" | tee target/packages/rpm-scripts.txt
+grep -q 'useradd --system' target/packages/rpm-scripts.txt || fail "the rpm does not create the msgx user"
+rpm -qp --configfiles "$rpmfile" | grep -qx /etc/msgx/msgx.toml || fail "msgx.toml is not %config in the rpm"
+say "ok"
