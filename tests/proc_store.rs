@@ -133,3 +133,30 @@ fn a_takeover_waits_for_the_old_holders_write_in_flight() {
     let err = stale.batch_execute(&format!("SELECT msgx_fence({epoch})")).unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("MX001"), "the old epoch writes nothing after it");
 }
+
+/// Found by `a_frozen_active_that_wakes_after_the_takeover_writes_nothing_and_exits_1` run
+/// alone: an instance frozen (SIGSTOP) inside a fenced write kept the lease row FOR KEY SHARE,
+/// and the standby's claim waited for it for ever. The server now ends a session idle inside
+/// a transaction after `IDLE_IN_TRANSACTION`, releasing the row.
+#[test]
+fn regression_a_holder_frozen_inside_a_write_does_not_block_the_takeover_for_ever() {
+    use msgx::ports::{Claim, Claimant, LeaseStore};
+    use std::time::{Duration, Instant};
+    let (mut pg, s) = fresh();
+    let old = Claimant { id: "old".into(), host: "h".into(), pid: 1 };
+    let Claim::Acquired { epoch, .. } = pg.claim(&old, Duration::from_millis(200)).unwrap() else { panic!() };
+    // msgx's own session, frozen between two statements of a fenced write.
+    let mut frozen = Pg::connect(&s.cfg.pg_url).unwrap();
+    frozen.client().unwrap().batch_execute(&format!("BEGIN; SELECT msgx_fence({epoch})")).unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // the old lease has expired
+    let start = Instant::now();
+    let mut lease = Pg::connect(&s.cfg.pg_url).unwrap();
+    let new = Claimant { id: "new".into(), host: "h".into(), pid: 2 };
+    let claim = lease.claim(&new, Duration::from_secs(10)).expect("the claim does not wait for ever");
+    assert!(matches!(claim, Claim::Acquired { epoch: e, .. } if e == epoch + 1), "{claim:?}");
+    let waited = start.elapsed();
+    assert!(
+        waited <= msgx::store::pg::IDLE_IN_TRANSACTION + Duration::from_secs(3),
+        "the takeover waited {waited:?}"
+    );
+}

@@ -23,6 +23,11 @@ use crate::ports::{
     Archived, Fifo, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord, StoreResult,
 };
 
+/// How long the server lets one of msgx's sessions sit idle inside a transaction before it
+/// ends it (and so releases its locks): below the lease duration's default, so a frozen holder
+/// delays a takeover by no more than the lease itself.
+pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
+
 /// A PostgreSQL connection that reconnects on the next call after it broke.
 pub struct Pg {
     config: postgres::Config,
@@ -80,9 +85,16 @@ impl Pg {
             // Plans must not depend on fresh statistics: the FIFO, outbox and backfill queries
             // walk their partial indexes in order instead of sorting every unfinished row when
             // the table's statistics are stale (docs/performance.md).
-            c.batch_execute(
-                "SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'; SET enable_sort = off",
-            )
+            //
+            // idle_in_transaction_session_timeout: an instance frozen (SIGSTOP, a VM paused)
+            // inside a fenced write holds the lease row FOR KEY SHARE, and a takeover's FOR
+            // UPDATE would wait for it for ever; the server ends such a session instead. A
+            // healthy instance never idles inside a transaction: its transactions are SQL only.
+            c.batch_execute(&format!(
+                "SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'; SET enable_sort = off; \
+                 SET idle_in_transaction_session_timeout = '{}ms'",
+                IDLE_IN_TRANSACTION.as_millis()
+            ))
             .map_err(|e| StoreError::unavailable("postgres", classify::classify(&e).detail))?;
             self.client = Some(c);
         }
