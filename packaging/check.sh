@@ -7,8 +7,8 @@
 #
 #   packaging/check.sh [PROFILE]     PROFILE: release (default) or dev (CI: the binary it tested)
 #
-# Needs root (dpkg -i). Installs lintian and rpm with apt-get, cargo-deb and cargo-generate-rpm
-# with cargo, when missing.
+# Needs root (dpkg -i). Installs lintian and rpm (rpmbuild) with apt-get and cargo-deb with
+# cargo, when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-release}
