@@ -18,7 +18,8 @@ fail() { printf '== package: FAILED: %s\n' "$*" >&2; exit 1; }
 
 missing=()
 command -v lintian >/dev/null || missing+=(lintian)
-command -v rpm >/dev/null || missing+=(rpm)
+command -v rpmbuild >/dev/null || missing+=(rpm)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
   apt-get update -qq
