@@ -183,6 +183,9 @@ pub trait Intake {
     /// Which of `ids` msgx processed and marked in the mailbox (`BACKFILL_AT` set): such a row
     /// found unmarked again means the mailbox reused the ID or lost the mark (PRE-3).
     fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
+    /// The identity msgx recorded for those of `ids` that SUCCEEDED (INV-9), in MSG_ID order:
+    /// the rescan compares it with what the mailbox row holds now (PRE-3).
+    fn identities(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, String)>>;
     fn watermark(&mut self) -> StoreResult<i64>;
 }
 

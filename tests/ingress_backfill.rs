@@ -418,3 +418,41 @@ fn a_slow_client_holds_one_worker_and_never_the_others() {
     println!("100 requests beside a slow client: slowest {slowest:?}");
     assert!(slowest < Duration::from_secs(2), "a slow client never blocks the others: {slowest:?}");
 }
+
+/// PRE-3 (b) on MariaDB: a row msgx processed (its mark still owed) that the mailbox now shows
+/// holding another message stops the poller, naming both identities.
+#[test]
+fn pre3_a_mailbox_row_replaced_under_its_id_stops_the_poller() {
+    let s = Services::migrated("");
+    let stats = Arc::new(Stats::default());
+    let mut poller = s.poller(&stats);
+    let clock = FakeClock::new();
+    let first = fixtures::flop_stnd(12, "B1", "A1");
+    let ids = s.insert_inbound(&["<MSG/>".to_string(), first.clone(), "<MSG/>".to_string()]);
+    poller.round(clock.now()).unwrap();
+    let identity = msgx::codec::identity(&msgx::codec::decode_meta(&first).unwrap().meta, false);
+    s.pg()
+        .execute(
+            "UPDATE proc_state SET state = 'SUCCEEDED', identity_key = $1 WHERE msg_id = $2",
+            &[&identity, &ids[1]],
+        )
+        .unwrap();
+    s.mysql()
+        .exec_drop(
+            "UPDATE cminmsgs SET CMINMSGS_CLOB_MSG = ? WHERE CMINMSGS_ID = ?",
+            (fixtures::flop_stnd(99, "B7", "C3"), ids[1]),
+        )
+        .unwrap();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(61));
+        poller.round(clock.now()).unwrap();
+    }
+    let halt = poller.halted().expect("the poller stops");
+    assert_eq!(halt.reused, Some(ids[1]));
+    assert!(
+        halt.why.contains("now holds identity AODB|FLOP|STND|99")
+            && halt.why.contains("as identity AODB|FLOP|STND|12"),
+        "{}",
+        halt.why
+    );
+}

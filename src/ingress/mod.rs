@@ -17,8 +17,8 @@
 //! appeared after its gap expired). Its errors never fail the poll round: it backs off alone.
 //!
 //! The PRE-3 guard: a mailbox whose IDs were reset (truncated or recreated: its next ID at or
-//! below the watermark), or that shows unmarked a row msgx processed and marked (an ID reused,
-//! a mark cleared), is not trusted: the poller stops enqueuing and says so with an ERROR every
+//! below the watermark), or that shows unmarked a row msgx processed and marked, or a row msgx
+//! processed now holding another message (an ID reused, a mark cleared), is not trusted: the poller stops enqueuing and says so with an ERROR every
 //! minute, naming the IDs, until a person moves the watermark (`msgx reset-watermark`).
 
 pub mod compat;
@@ -32,13 +32,15 @@ use log::{error, info, warn};
 use crate::config::Pipeline;
 use crate::domain::InboundRow;
 use crate::error::StoreError;
-use crate::ports::{Intake, MailboxScan};
+use crate::ports::{Intake, MailboxScan, MailboxTexts, Raw};
 use crate::stage::{human, Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 use gaps::Gaps;
 
 /// Gaps probed per round, lowest first (the ones holding the watermark).
 const PROBED_GAPS: usize = 8;
+/// Text the rescan reads per chunk to compare the rows msgx knows with what it recorded.
+const REPLACED_BUDGET: u64 = 4 << 20;
 /// How often the mailbox's IDs are checked against the watermark, and a halt repeated.
 const PRE3_EVERY: Duration = Duration::from_secs(60);
 
@@ -99,9 +101,11 @@ pub struct Poller<P, M> {
     /// The watermark as this poller last read or wrote it: another value means a person
     /// moved it (`msgx reset-watermark`).
     known: Option<i64>,
+    include_day_boundary: bool,
+    max_message_bytes: u64,
 }
 
-impl<P: Intake, M: MailboxScan> Stage for Poller<P, M> {
+impl<P: Intake, M: MailboxScan + MailboxTexts> Stage for Poller<P, M> {
     type Round = Round;
     const NAME: &'static str = "poll";
 
@@ -110,7 +114,7 @@ impl<P: Intake, M: MailboxScan> Stage for Poller<P, M> {
     }
 }
 
-impl<P: Intake, M: MailboxScan> Poller<P, M> {
+impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
     pub fn new(intake: P, mailbox: M, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
         Poller {
             intake,
@@ -131,6 +135,8 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
             halt: None,
             next_id_check: None,
             known: None,
+            include_day_boundary: cfg.include_day_boundary,
+            max_message_bytes: cfg.max_message_bytes,
         }
     }
 
@@ -157,7 +163,7 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
         if persisted > 0 && self.next_id_check.is_none_or(|t| t <= now) {
             self.next_id_check = Some(now + PRE3_EVERY);
             let still = match self.halt.as_ref().and_then(|(h, _)| h.reused) {
-                Some(id) => self.reused(&[id])?.map(reused_why),
+                Some(id) => self.suspect(&[id], &[id])?.map(|(_, why)| why),
                 None => self.reset(persisted)?,
             };
             match (still, &mut self.halt) {
@@ -299,6 +305,62 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
         Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full, held_until })
     }
 
+    /// PRE-3 (b): the first unmarked row of `unmarked` that is not what msgx made of its ID —
+    /// marked by msgx already, or (among `known`, those with PROC_STATE) holding another
+    /// message now — and why.
+    fn suspect(&mut self, unmarked: &[i64], known: &[i64]) -> Result<Option<(i64, String)>, StoreError> {
+        if unmarked.is_empty() {
+            return Ok(None);
+        }
+        if let Some(id) = self.reused(unmarked)? {
+            return Ok(Some((id, reused_why(id))));
+        }
+        self.replaced(known)
+    }
+
+    /// The first of `known` (unmarked rows msgx has a PROC_STATE row for) whose body now names
+    /// another message than the one msgx processed under that ID — its identity (INV-9) differs
+    /// from the one recorded — and why. Bounded: at most `REPLACED_BUDGET` bytes of text per
+    /// chunk; rows past it are compared in a later pass.
+    fn replaced(&mut self, known: &[i64]) -> Result<Option<(i64, String)>, StoreError> {
+        if known.is_empty() {
+            return Ok(None);
+        }
+        let held = self.intake.identities(known)?;
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
+        let raws = self.mailbox.raws(&ids, self.max_message_bytes, REPLACED_BUDGET)?;
+        for (id, was) in held {
+            let now = match raws.get(&id) {
+                Some(Raw::Body(b)) => crate::codec::text_of(b)
+                    .and_then(crate::codec::decode_meta)
+                    .map(|env| env.meta)
+                    .map_err(|e| e.detail),
+                // Gone meanwhile, too large or beyond this pass's budget: not a verdict.
+                _ => continue,
+            };
+            // Either setting of include-day-boundary may have recorded it.
+            let same = now
+                .as_ref()
+                .is_ok_and(|m| [false, true].iter().any(|day| crate::codec::identity(m, *day) == was));
+            if !same {
+                let is = match &now {
+                    Ok(m) => format!("identity {}", crate::codec::identity(m, self.include_day_boundary)),
+                    Err(e) => format!("a body whose META cannot be read ({e})"),
+                };
+                return Ok(Some((
+                    id,
+                    format!(
+                        "mailbox row {id} is unmarked and now holds {is}, but msgx processed MSG_ID {id} as identity {was}: the mailbox reused the ID"
+                    ),
+                )));
+            }
+        }
+        Ok(None)
+    }
+
     /// One chunk of the compensating rescan when one is due; how many rows it enqueued. A
     /// failure is the rescan's, not the round's: it backs off on its own and the poll goes on.
     fn rescan(&mut self, now: SystemTime, watermark: i64) -> usize {
@@ -340,15 +402,12 @@ impl<P: Intake, M: MailboxScan> Poller<P, M> {
         let hi = (self.rescan_cursor + self.rescan_chunk).min(watermark);
         let rows = self.mailbox.unmarked(lo, hi, self.rescan_chunk as usize)?;
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        if !ids.is_empty() {
-            if let Some(id) = self.reused(&ids)? {
-                let halt = Halt { why: reused_why(id), reused: Some(id) };
-                self.halt = Some((halt, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
-                self.next_id_check = Some(now + PRE3_EVERY);
-                return Ok(0);
-            }
-        }
         let known = if ids.is_empty() { Vec::new() } else { self.intake.known(&ids)? };
+        if let Some((id, why)) = self.suspect(&ids, &known)? {
+            self.halt = Some((Halt { why, reused: Some(id) }, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
+            self.next_id_check = Some(now + PRE3_EVERY);
+            return Ok(0);
+        }
         let missing: Vec<InboundRow> = rows.into_iter().filter(|r| !known.contains(&r.id)).collect();
         let new = if missing.is_empty() { Vec::new() } else { self.intake.enqueue(&missing, None, now)? };
         for id in &new {

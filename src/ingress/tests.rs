@@ -357,3 +357,62 @@ fn pre3_the_halt_lifts_when_the_reused_row_is_marked_again() {
     w.round().unwrap();
     assert!(w.poller.halted().is_none());
 }
+
+/// Rows 1..=3 polled; msgx processed row 2 (SUCCEEDED, its identity recorded, its mark still
+/// owed); then the mailbox row 2 holds `now`.
+fn processed_then(now: &str) -> World {
+    let mut w = chunked(2);
+    let first = crate::fixtures::flop_stnd(12, "B1", "A1");
+    for (id, raw) in [(1, "<MSG/>"), (2, first.as_str()), (3, "<MSG/>")] {
+        w.mailbox.insert(id, Some(raw));
+    }
+    w.round().unwrap();
+    let meta = crate::codec::decode_meta(&first).unwrap().meta;
+    w.pg.tamper(|s| {
+        let p = s.procs.get_mut(&2).unwrap();
+        p.row.state = ProcStatus::Succeeded;
+        p.row.identity_key = Some(crate::codec::identity(&meta, false));
+    });
+    w.mailbox.tamper(|s| s.rows.get_mut(&2).unwrap().raw = Some(now.as_bytes().to_vec()));
+    for _ in 0..4 {
+        w.clock.advance(Duration::from_secs(61));
+        w.round().unwrap();
+    }
+    w
+}
+
+#[test]
+fn pre3_a_row_that_now_holds_another_message_stops_the_poller() {
+    let w = processed_then(&crate::fixtures::flop_stnd(99, "B7", "C3"));
+    let halt = w.poller.halted().expect("halted");
+    assert_eq!(halt.reused, Some(2));
+    assert!(
+        halt.why.contains("mailbox row 2 is unmarked and now holds identity AODB|FLOP|STND|99"),
+        "{}",
+        halt.why
+    );
+    assert!(halt.why.contains("as identity AODB|FLOP|STND|12"), "{}", halt.why);
+}
+
+#[test]
+fn pre3_a_row_whose_mark_is_still_owed_is_no_suspect() {
+    let w = processed_then(&crate::fixtures::flop_stnd(12, "B1", "A1"));
+    assert!(w.poller.halted().is_none(), "{:?}", w.poller.halted());
+}
+
+#[test]
+fn pre3_a_replaced_row_keeps_the_poller_stopped_until_the_mailbox_is_put_right() {
+    let mut w = processed_then(&crate::fixtures::flop_stnd(99, "B7", "C3"));
+    assert!(w.poller.halted().is_some());
+    for _ in 0..3 {
+        w.clock.advance(Duration::from_secs(61));
+        w.round().unwrap();
+        assert!(w.poller.halted().is_some(), "the condition still holds");
+    }
+    // The owner moves the new message to a fresh ID and restores row 2.
+    let first = crate::fixtures::flop_stnd(12, "B1", "A1");
+    w.mailbox.tamper(|s| s.rows.get_mut(&2).unwrap().raw = Some(first.into_bytes()));
+    w.clock.advance(Duration::from_secs(61));
+    w.round().unwrap();
+    assert!(w.poller.halted().is_none());
+}

@@ -276,6 +276,15 @@ impl Intake for MemPg {
         })
     }
 
+    fn identities(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, String)>> {
+        self.read(|s| {
+            let mut out: Vec<(i64, String)> =
+                ids.iter().filter_map(|id| Some((*id, s.procs.get(id)?.row.identity_key.clone()?))).collect();
+            out.sort();
+            Ok(out)
+        })
+    }
+
     fn watermark(&mut self) -> StoreResult<i64> {
         self.read(|s| Ok(s.watermark))
     }

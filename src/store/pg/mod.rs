@@ -224,6 +224,17 @@ impl Intake for Pg {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    fn identities(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, String)>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT msg_id, identity_key FROM proc_state
+                 WHERE msg_id = ANY($1) AND identity_key IS NOT NULL ORDER BY msg_id",
+                &[&ids],
+            )
+        })?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     fn watermark(&mut self) -> StoreResult<i64> {
         self.run(|c| Ok(c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0)))
     }
