@@ -18,8 +18,9 @@
 //!
 //! The PRE-3 guard: a mailbox whose IDs were reset (truncated or recreated: its next ID at or
 //! below the watermark), or that shows unmarked a row msgx processed and marked, or a row msgx
-//! processed now holding another message (an ID reused, a mark cleared), is not trusted: the poller stops enqueuing and says so with an ERROR every
-//! minute, naming the IDs, until a person moves the watermark (`msgx reset-watermark`).
+//! processed now holding another message (an ID reused, a mark cleared), is not trusted: the
+//! poller stops enqueuing and says so with an ERROR every minute, naming the IDs, until the
+//! mailbox is put right or a person moves the watermark (`msgx reset-watermark`).
 
 pub mod compat;
 pub mod gaps;
