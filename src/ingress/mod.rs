@@ -344,9 +344,9 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
                 _ => continue,
             };
             // Either setting of include-day-boundary may have recorded it.
-            let same = now
-                .as_ref()
-                .is_ok_and(|m| [false, true].iter().any(|day| crate::codec::identity(m, *day) == was));
+            let same = now.as_ref().is_ok_and(|m| {
+                [false, true].iter().any(|day| same_identity(&crate::codec::identity(m, *day), &was))
+            });
             if !same {
                 let is = match &now {
                     Ok(m) => format!("identity {}", crate::codec::identity(m, self.include_day_boundary)),
@@ -429,4 +429,11 @@ fn reused_why(id: i64) -> String {
     format!(
         "mailbox row {id} is unmarked, but msgx processed MSG_ID {id} and wrote its mark: the mailbox reused the ID or cleared the mark"
     )
+}
+
+/// PROC_STATE.IDENTITY_KEY is `VARCHAR(200)`: a longer identity was recorded clipped.
+const IDENTITY_CHARS: usize = 200;
+
+fn same_identity(now: &str, recorded: &str) -> bool {
+    now == recorded || (recorded.chars().count() >= IDENTITY_CHARS && now.starts_with(recorded))
 }

@@ -416,3 +416,14 @@ fn pre3_a_replaced_row_keeps_the_poller_stopped_until_the_mailbox_is_put_right()
     w.round().unwrap();
     assert!(w.poller.halted().is_none());
 }
+
+#[test]
+fn regression_a_long_identity_recorded_clipped_is_still_the_same_message() {
+    // IDENTITY_KEY is VARCHAR(200) and the PostgreSQL adapter clips to it: comparing the
+    // whole identity with the clipped one would have stopped the poller for nothing.
+    let long = "S".repeat(250);
+    let recorded: String = format!("{long}|FLOP|STND|12").chars().take(200).collect();
+    assert!(super::same_identity(&format!("{long}|FLOP|STND|12"), &recorded));
+    assert!(!super::same_identity("AODB|FLOP|STND|13", "AODB|FLOP|STND|12"));
+    assert!(!super::same_identity("AODB|FLOP|STND|12|x", "AODB|FLOP|STND|12"), "a short key is whole");
+}
