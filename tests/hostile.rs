@@ -251,3 +251,27 @@ fn a_flood_of_large_texts_is_read_within_the_round_byte_budget() {
     assert!(st.outcomes().values().all(|(state, _, _)| state == "SUCCEEDED"), "{:?}", st.outcomes());
     assert_eq!(st.flight("BIG")["STND"], "S5");
 }
+
+/// Found writing the PRE-3 identity check: META fields have no length limit and IDENTITY_KEY
+/// is VARCHAR(200). The key was clipped on write but looked up whole, so the resend of a
+/// message with a 300-character sender failed the unique index (INFRA, retried, DEAD)
+/// instead of being SKIPPED as a duplicate.
+#[test]
+fn regression_a_sender_longer_than_the_identity_column_is_still_deduplicated() {
+    let mut st = stack_with(Services::migrated(""));
+    let long = "S".repeat(300);
+    let other = format!("{}T", "S".repeat(299));
+    let with_sender = |sndr: &str, stand: &str| {
+        fixtures::flop_stnd(7, "L", stand).replace("<SNDR>AODB</SNDR>", &format!("<SNDR>{sndr}</SNDR>"))
+    };
+    let ids =
+        st.s.insert_inbound(&[with_sender(&long, "A1"), with_sender(&long, "A1"), with_sender(&other, "A2")]);
+    st.drain();
+    let o = st.outcomes();
+    assert_eq!(o[&ids[0]].0, "SUCCEEDED", "{:?}", o[&ids[0]]);
+    assert_eq!(
+        (o[&ids[1]].0.as_str(), o[&ids[1]].2.clone()),
+        ("SKIPPED", Some(format!("duplicate-of:{}", ids[0])))
+    );
+    assert_eq!(o[&ids[2]].0, "SUCCEEDED", "a sender differing past the 200th character is another message");
+}

@@ -392,7 +392,23 @@ pub fn identity(meta: &Meta, include_day_boundary: bool) -> String {
         key.push('|');
         key.push_str(meta.dttm.get(..8).unwrap_or(&meta.dttm));
     }
-    key
+    bounded_identity(key)
+}
+
+/// PROC_STATE.IDENTITY_KEY holds 200 characters. META fields have no length limit, so a longer
+/// key keeps its first 120 characters and a SHA-256 of the whole: two different messages never
+/// share a key, the same message always gets the same one (INV-9), and the key fits.
+pub const IDENTITY_MAX_CHARS: usize = 200;
+
+fn bounded_identity(key: String) -> String {
+    use sha2::{Digest, Sha256};
+    if key.chars().count() <= IDENTITY_MAX_CHARS {
+        return key;
+    }
+    let head: String = key.chars().take(120).collect();
+    let digest = Sha256::digest(key.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{head}#sha256:{hex}")
 }
 
 #[cfg(test)]

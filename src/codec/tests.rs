@@ -378,3 +378,14 @@ fn a_flop_without_flop_records_is_another_vendors_message_not_for_msgx() {
     assert!(m.kind.not_for_us().is_some(), "{:?}", m.kind);
     assert_eq!(m.kind.type_tag(), "FLOP-SFGS");
 }
+
+#[test]
+fn an_identity_longer_than_its_column_is_bounded_and_still_tells_messages_apart() {
+    let meta = |sndr: String| Meta { sndr, ..decode(&fixtures::flop_stnd(7, "L", "A1")).unwrap().meta };
+    let a = identity(&meta("S".repeat(300)), false);
+    let b = identity(&meta(format!("{}T", "S".repeat(299))), false);
+    assert!(a.chars().count() <= IDENTITY_MAX_CHARS && b.chars().count() <= IDENTITY_MAX_CHARS);
+    assert_ne!(a, b, "they differ past the 200th character");
+    assert_eq!(a, identity(&meta("S".repeat(300)), false), "the same message, the same key");
+    assert_eq!(identity(&meta("AODB".into()), false), "AODB|FLOP|STND|7", "short keys are unchanged");
+}

@@ -431,9 +431,9 @@ fn reused_why(id: i64) -> String {
     )
 }
 
-/// PROC_STATE.IDENTITY_KEY is `VARCHAR(200)`: a longer identity was recorded clipped.
-const IDENTITY_CHARS: usize = 200;
-
+/// Identities are bounded to PROC_STATE.IDENTITY_KEY's 200 characters now; one recorded
+/// before that was clipped to them.
 fn same_identity(now: &str, recorded: &str) -> bool {
-    now == recorded || (recorded.chars().count() >= IDENTITY_CHARS && now.starts_with(recorded))
+    now == recorded
+        || (recorded.chars().count() >= crate::codec::IDENTITY_MAX_CHARS && now.starts_with(recorded))
 }
