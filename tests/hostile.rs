@@ -275,3 +275,26 @@ fn regression_a_sender_longer_than_the_identity_column_is_still_deduplicated() {
     );
     assert_eq!(o[&ids[2]].0, "SUCCEEDED", "a sender differing past the 200th character is another message");
 }
+
+/// Own PostgreSQL keeps 32 characters of an event's flight key; the adapter clipped longer
+/// ones, so two long FLIDs sharing 32 characters would have shared one `KAFKA:schd` outbox
+/// row. Such a message is now PROTOCOL when it is decided, and the ones after it flow.
+#[test]
+fn a_flight_key_longer_than_msgx_keeps_is_protocol_and_writes_nothing() {
+    let mut st = stack_with(Services::migrated(""));
+    let long = "9".repeat(40);
+    let ids = st.s.insert_inbound(&[fixtures::flop_stnd(1, &long, "A1"), fixtures::flop_stnd(2, "K1", "B2")]);
+    st.drain();
+    let o = st.outcomes();
+    assert_eq!(
+        (o[&ids[0]].0.as_str(), o[&ids[0]].1.as_deref()),
+        ("DEAD", Some("PROTOCOL")),
+        "{:?}",
+        o[&ids[0]]
+    );
+    assert!(o[&ids[0]].2.as_deref().unwrap().contains("flight key of 40 characters"), "{:?}", o[&ids[0]]);
+    assert!(st.flight(&long).is_empty(), "nothing applied to Redis");
+    assert_eq!(o[&ids[1]].0, "SUCCEEDED");
+    let events = format!("SELECT count(*) FROM msg_event WHERE msg_id = {}", ids[0]);
+    assert_eq!(count(&mut st.s.pg(), &events), 0, "no event");
+}

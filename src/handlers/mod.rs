@@ -176,6 +176,42 @@ fn event(target: Target, key: &str, event_type: &str, version: i64, payload: ser
     }
 }
 
+/// The longest keys own PostgreSQL keeps (V001, V010): an event's flight key
+/// (`MSG_EVENT.PARTITION_KEY`), a reference key (`REF_MASTER.RKEY`), a season's name and a
+/// seasonal record's key (`SEASON_PLAN`). Clipping one would merge two flights' outbox rows or
+/// two reference entries, so a decision with a longer one is refused instead.
+pub const EVENT_KEY_MAX_CHARS: usize = 32;
+pub const REF_KEY_MAX_CHARS: usize = 64;
+pub const SEASON_MAX_CHARS: usize = 64;
+pub const SEASON_KEY_MAX_CHARS: usize = 200;
+
+/// Why `d` cannot be kept as it is — a key longer than its column — or `None`. The message is
+/// then PROTOCOL, nothing of it applied (the same rule as an event over `max-event-bytes`).
+pub fn keys_too_long(d: &Decision) -> Option<String> {
+    let long = |what: &str, key: &str, max: usize| {
+        let n = key.chars().count();
+        (n > max).then(|| {
+            format!(
+                "{what} of {n} characters ({}…) is longer than msgx keeps ({max}); nothing applied",
+                key.chars().take(16).collect::<String>()
+            )
+        })
+    };
+    let events = d.events.iter().find_map(|e| long("flight key", &e.partition_key, EVENT_KEY_MAX_CHARS));
+    let refs = d.references.iter().find_map(|r| match r {
+        RefChange::Keep { keys, .. } => keys.iter().find_map(|k| long("reference key", k, REF_KEY_MAX_CHARS)),
+        RefChange::Upsert { rkey, .. } | RefChange::Delete { rkey, .. } => {
+            long("reference key", rkey, REF_KEY_MAX_CHARS)
+        }
+        RefChange::Season { season, records, .. } => {
+            long("season name", season, SEASON_MAX_CHARS).or_else(|| {
+                records.iter().find_map(|(k, _)| long("seasonal record key", k, SEASON_KEY_MAX_CHARS))
+            })
+        }
+    });
+    events.or(refs)
+}
+
 /// `msgx decode --decide`: what msgx would do with `msg` against `view` (an empty one, or
 /// the flights read from Redis), as JSON — the flight changes and events of the decision, or
 /// why there is none and the state the message would end in. The pump's checks that need
@@ -193,6 +229,9 @@ pub fn preview(view: &View, msg: &Message, max_event_bytes: usize) -> serde_json
                 "error": format!("event of {} bytes for {} exceeds msgx.codec.max-event-bytes ({max_event_bytes}); nothing applied",
                     e.payload_json.len(), e.partition_key),
             }),
+            None if keys_too_long(&d).is_some() => {
+                json!({ "outcome": "DEAD", "class": "PROTOCOL", "error": keys_too_long(&d) })
+            }
             None => {
                 let mut v = serde_json::to_value(&d).expect("a decision serialises");
                 // The payload as JSON, not as a string holding JSON: a person reads it.
@@ -222,5 +261,32 @@ mod preview_tests {
         let big = preview(&View::default(), &msg, 10);
         assert_eq!((big["outcome"].as_str(), big["class"].as_str()), (Some("DEAD"), Some("PROTOCOL")));
         assert!(big["error"].as_str().unwrap().contains("exceeds msgx.codec.max-event-bytes (10)"), "{big}");
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn a_key_longer_than_its_column_refuses_the_decision_naming_it() {
+        let msg =
+            crate::codec::decode(&crate::fixtures::flop_body("STND", &"7".repeat(33), "<STND>212</STND>"))
+                .unwrap();
+        let d = decide(&View::default(), &msg, 1).unwrap();
+        let why = keys_too_long(&d).expect("refused");
+        assert!(
+            why.starts_with("flight key of 33 characters (7777777777777777…) is longer than msgx keeps (32)"),
+            "{why}"
+        );
+        let ok =
+            crate::codec::decode(&crate::fixtures::flop_body("STND", &"7".repeat(32), "<STND>212</STND>"))
+                .unwrap();
+        assert_eq!(keys_too_long(&decide(&View::default(), &ok, 1).unwrap()), None);
+        let refs = Decision {
+            references: vec![RefChange::Delete { rtype: "GATE".into(), rkey: "G".repeat(65) }],
+            ..Decision::default()
+        };
+        assert!(keys_too_long(&refs).unwrap().starts_with("reference key of 65 characters"));
     }
 }

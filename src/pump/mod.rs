@@ -686,15 +686,20 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
 
     /// An event payload larger than `max-event-bytes` would never be accepted by the broker:
     /// the message is refused before anything of it is applied.
+    /// So is a decision with a key longer than own PostgreSQL keeps.
     fn too_large(&self, d: &Decision) -> Option<String> {
-        d.events.iter().find(|e| e.payload_json.len() > self.max_event_bytes).map(|e| {
-            format!(
-                "event of {} bytes for {} exceeds msgx.codec.max-event-bytes ({}); nothing applied",
-                e.payload_json.len(),
-                e.partition_key,
-                self.max_event_bytes
-            )
-        })
+        d.events
+            .iter()
+            .find(|e| e.payload_json.len() > self.max_event_bytes)
+            .map(|e| {
+                format!(
+                    "event of {} bytes for {} exceeds msgx.codec.max-event-bytes ({}); nothing applied",
+                    e.payload_json.len(),
+                    e.partition_key,
+                    self.max_event_bytes
+                )
+            })
+            .or_else(|| crate::handlers::keys_too_long(d))
     }
 
     /// Unknown element names: one WARN per new TYPE-STYP/element pair per run, and a counter.

@@ -18,7 +18,7 @@ use postgres::{Client, NoTls};
 
 use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::handlers::RefChange;
+use crate::handlers::{self, RefChange};
 use crate::ports::{
     Archived, Fifo, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord, StoreResult,
 };
@@ -254,7 +254,8 @@ fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> 
     if !inserts.is_empty() {
         let msg_ids: Vec<i64> = inserts.iter().map(|(m, _)| *m).collect();
         let targets: Vec<&str> = inserts.iter().map(|(_, e)| e.target.as_str()).collect();
-        let keys: Vec<String> = inserts.iter().map(|(_, e)| clip(&e.partition_key, 32)).collect();
+        let keys: Vec<String> =
+            inserts.iter().map(|(_, e)| clip(&e.partition_key, handlers::EVENT_KEY_MAX_CHARS)).collect();
         let types: Vec<&str> = inserts.iter().map(|(_, e)| e.event_type.as_str()).collect();
         let versions: Vec<i64> = inserts.iter().map(|(_, e)| e.state_version).collect();
         let payloads: Vec<&str> = inserts.iter().map(|(_, e)| e.payload_json.as_str()).collect();
@@ -276,7 +277,7 @@ fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> 
                 *slot = (*m, e);
             }
         }
-        let keys: Vec<String> = latest.keys().map(|k| clip(k, 32)).collect();
+        let keys: Vec<String> = latest.keys().map(|k| clip(k, handlers::EVENT_KEY_MAX_CHARS)).collect();
         let types: Vec<&str> = latest.values().map(|(_, e)| e.event_type.as_str()).collect();
         let versions: Vec<i64> = latest.values().map(|(_, e)| e.state_version).collect();
         let payloads: Vec<&str> = latest.values().map(|(_, e)| e.payload_json.as_str()).collect();
@@ -316,16 +317,17 @@ fn write_references(
                     "INSERT INTO ref_master (rtype, rkey, payload_json, source, refreshed_at) VALUES ($1, $2, $3, 'AODB', $4)
                      ON CONFLICT (rtype, rkey) DO UPDATE SET payload_json = EXCLUDED.payload_json, source = 'AODB',
                          refreshed_at = EXCLUDED.refreshed_at",
-                    &[&clip(rtype, 8), &clip(rkey, 64), payload_json, &now],
+                    &[&clip(rtype, 8), &clip(rkey, handlers::REF_KEY_MAX_CHARS), payload_json, &now],
                 )?;
             }
             RefChange::Delete { rtype, rkey } => {
                 c.execute("DELETE FROM ref_master WHERE rtype = $1 AND rkey = $2", &[rtype, rkey])?;
             }
             RefChange::Season { season, airport, start, end, records } => {
-                let season = clip(season, 64);
+                let season = clip(season, handlers::SEASON_MAX_CHARS);
                 c.execute("DELETE FROM season_plan WHERE season = $1", &[&season])?;
-                let keys: Vec<String> = records.iter().map(|(k, _)| clip(k, 200)).collect();
+                let keys: Vec<String> =
+                    records.iter().map(|(k, _)| clip(k, handlers::SEASON_KEY_MAX_CHARS)).collect();
                 let docs: Vec<&str> = records.iter().map(|(_, v)| v.as_str()).collect();
                 c.execute(
                     "INSERT INTO season_plan (season, flight_key, airport, season_start, season_end, record_json, msg_id, updated_at)
