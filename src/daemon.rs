@@ -150,7 +150,7 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
                     for n in outages.recovered(now) {
                         log_notice(&n, &ctx.stats);
                     }
-                    ctx.board.set(S::NAME, None);
+                    ctx.board.set(S::NAME, stage.held());
                     if r.progressed() {
                         wiring.rings.iter().for_each(Bell::ring);
                     }

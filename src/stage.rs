@@ -39,6 +39,11 @@ pub trait Stage {
     fn round(&mut self, now: SystemTime) -> Result<Self::Round, StoreError>;
     /// Called once when the stage stops cleanly: finish what is on its way.
     fn close(&mut self) {}
+    /// Held by a condition only a person can clear (the poller's PRE-3 halt): what it waits
+    /// for and since when. Shown as a stall by `msgx status` and `status --check`.
+    fn held(&self) -> Option<(&'static str, SystemTime)> {
+        None
+    }
 }
 
 /// How a stage retries a store that is away and when it alerts (`msgx.pipeline.reconnect-*`,

@@ -53,6 +53,7 @@ pub struct Halt {
     pub why: String,
     /// The reused row, when that is the reason (else the IDs were reset).
     pub reused: Option<i64>,
+    pub since: SystemTime,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +114,10 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Stage for Poller<P, M> {
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Poller::round(self, now)
+    }
+
+    fn held(&self) -> Option<(&'static str, SystemTime)> {
+        self.halt.as_ref().map(|(h, _)| ("mailbox:PRE-3", h.since))
     }
 }
 
@@ -175,8 +180,10 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
                 }
                 (Some(why), None) => {
                     // Only the reset is looked for here; a reused row is found by the rescan.
-                    self.halt =
-                        Some((Halt { why, reused: None }, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
+                    self.halt = Some((
+                        Halt { why, reused: None, since: now },
+                        now.checked_sub(PRE3_EVERY).unwrap_or(now),
+                    ));
                 }
                 _ => {}
             }
@@ -406,7 +413,8 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let known = if ids.is_empty() { Vec::new() } else { self.intake.known(&ids)? };
         if let Some((id, why)) = self.suspect(&ids, &known)? {
-            self.halt = Some((Halt { why, reused: Some(id) }, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
+            let halt = Halt { why, reused: Some(id), since: now };
+            self.halt = Some((halt, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
             self.next_id_check = Some(now + PRE3_EVERY);
             return Ok(0);
         }

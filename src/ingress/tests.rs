@@ -427,3 +427,21 @@ fn regression_a_long_identity_recorded_clipped_is_still_the_same_message() {
     assert!(!super::same_identity("AODB|FLOP|STND|13", "AODB|FLOP|STND|12"));
     assert!(!super::same_identity("AODB|FLOP|STND|12|x", "AODB|FLOP|STND|12"), "a short key is whole");
 }
+
+#[test]
+fn pre3_a_halted_poller_reports_itself_held_for_status_and_the_health_check() {
+    let mut w = world(100);
+    for id in 1..=5 {
+        w.mailbox.insert(id, Some("<MSG/>"));
+    }
+    w.round().unwrap();
+    assert_eq!(Stage::held(&w.poller), None);
+    w.mailbox.tamper(|s| {
+        s.rows.clear();
+        s.next_id = 1;
+    });
+    w.clock.advance(Duration::from_secs(61));
+    let halted_at = w.clock.now();
+    w.round().unwrap();
+    assert_eq!(Stage::held(&w.poller), Some(("mailbox:PRE-3", halted_at)));
+}
