@@ -119,3 +119,55 @@ fn the_lines_to_alert_on_in_the_text_log() {
 fn the_lines_to_alert_on_in_the_json_log() {
     lifecycle(true);
 }
+
+/// A daemon started on a mailbox whose IDs are below its watermark (the table was recreated
+/// while msgx was down): the poller stops at once, says so, and `msgx status` and
+/// `status --check` show the poll stage held on the mailbox.
+#[test]
+fn a_pre3_halt_is_in_the_log_in_status_and_in_the_health_check() {
+    let s = Services::migrated("");
+    let mut pg = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+    common::enqueue(&mut pg, &[1, 2, 3, 4, 5], now()); // read up to 5; the fresh table's next ID is 1
+    s.pg().batch_execute("UPDATE proc_state SET state = 'SKIPPED', backfill_at = now()").unwrap();
+    let a = Instance::run(&s, "a", "");
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            a.log_text().contains("ERROR msgx::ingress] poll stopped (PRE-3): the mailbox's highest ID is none and its next ID 1, but msgx has read up to 5")
+        }),
+        "{}",
+        a.log_text()
+    );
+    let status = |args: &[&str]| {
+        let file = std::env::temp_dir().join(format!("msgx-monitoring-{}.toml", s.name));
+        std::fs::write(&file, &s.toml).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_msgx"))
+            .arg("--config")
+            .arg(&file)
+            .args(args)
+            .env("MSGX_PG_URL", &s.cfg.pg_url)
+            .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).to_string())
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || status(&["status"])
+            .1
+            .contains("stalled stage: poll on mailbox:PRE-3 for")),
+        "{}",
+        status(&["status"]).1
+    );
+    // Held for less than stalled-warning (1 min) yet: OK, with the stall in the perfdata.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let (code, line) = status(&["status", "--check"]);
+            code == Some(0)
+                && line.starts_with("MSGX OK")
+                && line.contains(" stalled=")
+                && !line.contains(" stalled=0s")
+        }),
+        "{:?}",
+        status(&["status", "--check"])
+    );
+}
