@@ -76,11 +76,6 @@ pub fn decide_sync(
         d.events.push(event(Target::KafkaSchd, &r.flid, "UPSERT", msg_id, Value::Object(payload)));
         carried.push(r.flid.clone());
     }
-    carried.sort();
-    for gone in view.window.iter().filter(|f| carried.binary_search(f).is_err()) {
-        d.flights.push(FlightChange { flid: gone.clone(), delete: true, ..Default::default() });
-        let payload = serde_json::json!({ "FLID": gone, "DELETED": true, "REASON": format!("absent from {tag} msg_id={msg_id}") });
-        d.events.push(event(Target::KafkaSchd, gone, "DELETE", msg_id, payload));
-    }
+    super::schedule::delete_absent(&mut d, view, carried, &tag, msg_id);
     Ok(d)
 }

@@ -123,14 +123,20 @@ pub fn decide(
         carried.push(flid);
     }
     if d.snapshot {
-        carried.sort();
-        for gone in view.window.iter().filter(|f| carried.binary_search(f).is_err()) {
-            d.flights.push(FlightChange { flid: gone.clone(), delete: true, ..Default::default() });
-            let payload = serde_json::json!({ "FLID": gone, "DELETED": true, "REASON": format!("absent from {tag} msg_id={msg_id}") });
-            d.events.push(event(Target::KafkaSchd, gone, "DELETE", msg_id, payload));
-        }
+        delete_absent(&mut d, view, carried, &tag, msg_id);
     }
     Ok(d)
+}
+
+/// A snapshot's deletions: every flight of its window that it does not carry goes, with a
+/// `KAFKA:schd` DELETE (SCHD DNLD/RESP and the family-B full table alike).
+pub(super) fn delete_absent(d: &mut Decision, view: &View, mut carried: Vec<String>, tag: &str, msg_id: i64) {
+    carried.sort();
+    for gone in view.window.iter().filter(|f| carried.binary_search(f).is_err()) {
+        d.flights.push(FlightChange { flid: gone.clone(), delete: true, ..Default::default() });
+        let payload = serde_json::json!({ "FLID": gone, "DELETED": true, "REASON": format!("absent from {tag} msg_id={msg_id}") });
+        d.events.push(event(Target::KafkaSchd, gone, "DELETE", msg_id, payload));
+    }
 }
 
 #[cfg(test)]

@@ -180,10 +180,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
                 }
                 (Some(why), None) => {
                     // Only the reset is looked for here; a reused row is found by the rescan.
-                    self.halt = Some((
-                        Halt { why, reused: None, since: now },
-                        now.checked_sub(PRE3_EVERY).unwrap_or(now),
-                    ));
+                    self.stop(Halt { why, reused: None, since: now });
                 }
                 _ => {}
             }
@@ -197,6 +194,13 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
             );
         }
         Ok(true)
+    }
+
+    /// Stops enqueuing; the ERROR is said at the next guard, at once (as if last said a
+    /// minute ago), then every minute.
+    fn stop(&mut self, halt: Halt) {
+        let said = halt.since.checked_sub(PRE3_EVERY).unwrap_or(halt.since);
+        self.halt = Some((halt, said));
     }
 
     /// Why the mailbox's IDs look reset below `persisted`, if they do. Both must say so: a
@@ -413,8 +417,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let known = if ids.is_empty() { Vec::new() } else { self.intake.known(&ids)? };
         if let Some((id, why)) = self.suspect(&ids, &known)? {
-            let halt = Halt { why, reused: Some(id), since: now };
-            self.halt = Some((halt, now.checked_sub(PRE3_EVERY).unwrap_or(now)));
+            self.stop(Halt { why, reused: Some(id), since: now });
             self.next_id_check = Some(now + PRE3_EVERY);
             return Ok(0);
         }
