@@ -27,6 +27,7 @@ pub mod logpipe;
 pub mod planted;
 pub mod ports;
 pub mod pump;
+pub mod secret;
 #[cfg(test)]
 mod sim;
 pub mod stage;

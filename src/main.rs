@@ -86,6 +86,16 @@ enum Command {
         #[arg(long, required = true)]
         note: String,
     },
+    /// Record that a person dealt with DEAD messages without replaying them: they leave the
+    /// dead-letter queue (and `status --check`) and are archived after `archive-after`.
+    Dismiss {
+        /// MSG_IDs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<i64>,
+        /// What was decided and why, kept with the row (e.g. "corrected copy resent as 4711").
+        #[arg(long, required = true)]
+        note: String,
+    },
     /// Move the ingress watermark (PRE-3), e.g. after the mailbox's IDs were reset. The
     /// poller reads again above it. Refused without --yes, and while PROC_STATE holds a
     /// message above it.
@@ -122,10 +132,13 @@ fn main() -> ExitCode {
         .format_timestamp_millis()
         .format(|buf, record| {
             use std::io::Write;
+            // No secret in any line, whatever a driver echoed (#21 item 3).
+            let text = record.args().to_string();
+            let text = msgx::secret::scrub(&text);
             if !msgx::logline::json() {
                 // env_logger's own shape: `[time LEVEL target] message`.
                 let ts = buf.timestamp_millis();
-                return writeln!(buf, "[{ts} {:<5} {}] {}", record.level(), record.target(), record.args());
+                return writeln!(buf, "[{ts} {:<5} {}] {text}", record.level(), record.target());
             }
             let thread = std::thread::current();
             let line = msgx::logline::render(
@@ -133,7 +146,7 @@ fn main() -> ExitCode {
                 record.level().as_str(),
                 record.target(),
                 thread.name().unwrap_or("main"),
-                &record.args().to_string(),
+                &text,
             );
             writeln!(buf, "{line}")
         })
@@ -154,6 +167,13 @@ fn run_cli() -> ExitCode {
         error!("panic thread={} {info}\n{backtrace}", thread.name().unwrap_or("?"));
         msgx::logpipe::flush();
     }));
+    // The connection strings' passwords are scrubbed from every line from here on, the
+    // environment's before the configuration is even read.
+    for name in msgx::config::CONNECTION_ENV {
+        if let Ok(v) = std::env::var(name) {
+            msgx::secret::remember_in(&v);
+        }
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::ConfigDefaults => {
@@ -180,6 +200,7 @@ fn run_cli() -> ExitCode {
                     replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, *events)
                 }
                 Command::Reconcile { ids, note } => reconcile(&cfg, ids, note),
+                Command::Dismiss { ids, note } => dismiss(&cfg, ids, note),
                 Command::ResetWatermark { to, yes } => reset_watermark(&cfg, *to, *yes),
                 Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
                     unreachable!("handled above")
@@ -306,6 +327,9 @@ fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
         ExitCode::from(exit::USAGE)
     })?;
     msgx::logline::set_json(cfg.log_json);
+    for c in cfg.connection_strings() {
+        msgx::secret::remember_in(c);
+    }
     Ok(cfg)
 }
 
@@ -511,6 +535,29 @@ fn reconcile(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
     Ok(())
 }
 
+fn dismiss(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
+    use msgx::ports::Operator;
+    if note.trim().is_empty() {
+        return Err((exit::USAGE, anyhow::anyhow!("--note must say what was decided and why")));
+    }
+    let mut pg = own_pg(cfg)?;
+    let out = pg.dismiss(ids, note.trim(), SystemClock.now()).map_err(|e| (4, e.into()))?;
+    let mut refused = 0;
+    for (id, verdict) in &out {
+        match verdict {
+            Ok(()) => println!("dismissed msg_id={id}"),
+            Err(why) => {
+                refused += 1;
+                println!("refused   msg_id={id}: {why}");
+            }
+        }
+    }
+    if refused > 0 {
+        return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not dismissed")));
+    }
+    Ok(())
+}
+
 fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
     use msgx::ports::{MailboxScan, Operator};
     if to < 0 {
@@ -596,7 +643,8 @@ fn health_check(cfg: &Config) -> ExitCode {
                 head_age: s.head.as_ref().map(|h| std::time::Duration::from_millis(h.age_ms as u64)),
                 head_msg_id: s.head.as_ref().map(|h| h.msg_id),
                 backlog: count(&["PENDING", "PROCESSING", "FAILED"]),
-                dead: count(&["DEAD"]) + dead_events as u64,
+                // The dead-letter queue: DEAD messages nobody dismissed, and DEAD events.
+                dead: (count(&["DEAD"]) - s.dead_dismissed as u64) + dead_events as u64,
                 abandoned: s.abandoned_count as u64,
                 stalled: r.stalled.first().cloned(),
                 holder: (!r.holder.free).then(|| who(&r.holder)),
@@ -645,7 +693,10 @@ fn status(cfg: &Config, json: bool) -> CmdResult {
     println!("watermark: {}", s.watermark);
     println!("messages:");
     for (state, n) in &s.states {
-        println!("  {state:<10} {n}");
+        match state.as_str() {
+            "DEAD" if s.dead_dismissed > 0 => println!("  {state:<10} {n} ({} dismissed)", s.dead_dismissed),
+            _ => println!("  {state:<10} {n}"),
+        }
     }
     match &s.head {
         None => println!("head: none (nothing unfinished)"),

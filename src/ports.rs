@@ -16,8 +16,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// How a message ends when it does not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// FAILED, attempts+1, retried at `next_attempt_at`.
-    Retry { class: ErrorClass, error: String, next_attempt_at: SystemTime },
+    /// FAILED, attempts+1, retried at `next_attempt_at`. `failing_since` is the head-deadline
+    /// anchor to record: the first failure, moved on by the time the row waited to be tried
+    /// after its backoff ran out (an outage is not failing, SPEC §4.9).
+    Retry { class: ErrorClass, error: String, next_attempt_at: SystemTime, failing_since: SystemTime },
     /// DEAD with this class (MALFORMED, PROTOCOL or EXHAUSTED).
     Dead { class: ErrorClass, error: String },
 }
@@ -91,6 +93,7 @@ pub struct Retried<'a> {
     pub class: ErrorClass,
     pub error: &'a str,
     pub next_attempt_at: SystemTime,
+    pub failing_since: SystemTime,
 }
 
 /// A DEAD outcome of a round.
@@ -123,9 +126,16 @@ impl<'a> RoundRecord<'a> {
                     r.succeeded.push(Succeeded { msg_id, tag, identity, events, references })
                 }
                 Outcome::Skipped { reason } => r.skipped.push(Skipped { msg_id, tag, reason }),
-                Outcome::Failed(Failure::Retry { class, error, next_attempt_at }) => r
-                    .retried
-                    .push(Retried { msg_id, tag, class: *class, error, next_attempt_at: *next_attempt_at }),
+                Outcome::Failed(Failure::Retry { class, error, next_attempt_at, failing_since }) => {
+                    r.retried.push(Retried {
+                        msg_id,
+                        tag,
+                        class: *class,
+                        error,
+                        next_attempt_at: *next_attempt_at,
+                        failing_since: *failing_since,
+                    })
+                }
                 Outcome::Failed(Failure::Dead { class, error }) => {
                     r.dead.push(Died { msg_id, tag, class: *class, error })
                 }
@@ -240,6 +250,15 @@ pub trait Operator {
         note: &str,
         now: SystemTime,
     ) -> StoreResult<Vec<(i64, Result<(), String>)>>;
+    /// `msgx dismiss`: a person dealt with DEAD messages without replaying them; they leave the
+    /// dead-letter queue (no longer counted by `status --check`) and may then be archived. The
+    /// note is kept with the row. One verdict per id: `Err` says why not.
+    fn dismiss(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>>;
     /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
     /// The flight keys of a seasonal plan held (SCHS), in order.
@@ -290,13 +309,22 @@ pub trait Outbound {
     fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>>;
 }
 
-/// What one archive pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Archived {
-    /// Rows copied to PROC_STATE_HST and shadowed.
-    pub archived: usize,
-    /// Candidates that no longer qualified when their transaction re-checked them (rolled back).
-    pub skipped: usize,
+/// Which terminal rows may be archived (G-PROC-HST): settled before `settled_before`; a DEAD
+/// one only once a person dismissed it (`msgx dismiss`) or once it has been DEAD since before
+/// `dead_before` (`msgx.proc-state.dead-keep`): the dead-letter queue stays replayable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchiveCut {
+    pub settled_before: SystemTime,
+    pub dead_before: SystemTime,
+}
+
+/// What archiving one candidate did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchivedAs {
+    /// A settled row (SUCCEEDED, SKIPPED, or DEAD dismissed by a person).
+    Settled,
+    /// A DEAD row nobody dealt with, archived because `dead-keep` ran out (logged as a WARN).
+    DeadUndealt,
 }
 
 /// Own PostgreSQL, housekeeping (the jobs thread). Never takes the head's place: it touches
@@ -305,11 +333,18 @@ pub trait Housekeeping {
     /// Deletes SENT events whose SENT_AT is before `sent_before`, oldest EVENT_ID first, at most
     /// `limit` (G-EVENT-RETENTION). PENDING and DEAD events are never touched.
     fn delete_sent_events(&mut self, sent_before: SystemTime, limit: usize) -> StoreResult<usize>;
-    /// Archives terminal rows whose mark is settled (written, or abandoned and reconciled by a
-    /// person, C-16) and whose UPDATED_AT is before `settled_before`,
-    /// at most `limit`; each row in its own transaction that re-checks it (G-PROC-HST).
-    fn archive(&mut self, settled_before: SystemTime, limit: usize, now: SystemTime)
-        -> StoreResult<Archived>;
+    /// Archive candidates in MSG_ID order, at most `limit`: terminal rows whose mark is settled
+    /// (written, or abandoned and reconciled by a person, C-16) within `cut`.
+    fn archive_candidates(&mut self, cut: &ArchiveCut, limit: usize) -> StoreResult<Vec<i64>>;
+    /// Copies one candidate to PROC_STATE_HST and shadows it, in one transaction that re-checks
+    /// it (G-PROC-HST); `None` when it no longer qualifies (e.g. a DEAD row replayed meanwhile):
+    /// nothing is kept. A refusal by the store is an error, never a `None`.
+    fn archive_one(
+        &mut self,
+        msg_id: i64,
+        cut: &ArchiveCut,
+        now: SystemTime,
+    ) -> StoreResult<Option<ArchivedAs>>;
 }
 
 /// The outcome of marking one mailbox row.
@@ -334,6 +369,10 @@ pub enum Raw {
     },
     /// Beyond the read's byte budget: not fetched this time (the round ends before it).
     Later,
+    /// The mailbox refused to read this row alone while it read the others of the same read:
+    /// the row is at fault, not the store (SPEC §4.9). Never returned by an adapter; the pump
+    /// makes it when it looks for the culprit of a refused read.
+    Refused(String),
 }
 
 /// The shared MySQL mailbox, the poller's side: what is visible (someone else's: DML only,

@@ -70,6 +70,7 @@ fn status_shows_the_head_and_the_counts() {
         class: ErrorClass::Unsupported,
         error: "no handler for SCHD-DNLD".into(),
         next_attempt_at: t0(),
+        failing_since: t0(),
     };
     common::record(&mut pg, &[Settle::failed(1, retry)], t0());
     let o = msgx(&s, &["status"]);

@@ -25,7 +25,9 @@ fn archived_rows_are_whole_in_proc_state_hst() {
     common::record(&mut pg, &[st], t0());
     pg.backfill_settled(&[7], t0()).unwrap();
     let now = t0() + Duration::from_secs(86_401);
-    assert_eq!(pg.archive(t0() + Duration::from_secs(1), 10, now).unwrap().archived, 1);
+    let cut = msgx::ports::ArchiveCut { settled_before: t0() + Duration::from_secs(1), dead_before: t0() };
+    assert_eq!(pg.archive_candidates(&cut, 10).unwrap(), vec![7]);
+    assert_eq!(pg.archive_one(7, &cut, now).unwrap(), Some(msgx::ports::ArchivedAs::Settled));
     let mut c = s.pg();
     let r = c
         .query_one("SELECT state, identity_key, type_tag, backfill_at IS NOT NULL, archived_at FROM proc_state_hst WHERE msg_id = 7", &[])
@@ -159,4 +161,18 @@ fn regression_a_holder_frozen_inside_a_write_does_not_block_the_takeover_for_eve
         waited <= msgx::store::pg::IDLE_IN_TRANSACTION + Duration::from_secs(3),
         "the takeover waited {waited:?}"
     );
+}
+
+/// #21 item 12: PostgreSQL ending a session that idled inside a transaction (25P03, a timeout
+/// msgx sets itself) is an outage, never a refusal charged to the round's messages.
+#[test]
+fn regression_an_idle_in_transaction_timeout_is_unavailable_not_refused() {
+    let (_pg, s) = fresh();
+    let mut c = s.pg();
+    c.batch_execute("SET idle_in_transaction_session_timeout = '200ms'; BEGIN").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let e = c.simple_query("SELECT 1").expect_err("the server ended the session");
+    assert_eq!(e.code().map(|c| c.code()), Some("25P03"), "the server's own answer: {e:?}");
+    let classified = msgx::store::pg::classify::classify(&e);
+    assert!(classified.is_unavailable(), "{classified:?} from {e:?}");
 }

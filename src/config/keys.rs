@@ -283,6 +283,12 @@ pub const KEYS: &[KeySpec] = &[
         "settled terminal rows older than this move to PROC_STATE_HST (G-PROC-HST)",
     ),
     k(
+        "msgx.proc-state.dead-keep",
+        "\"30d\"",
+        Kind::Duration { min: MS },
+        "a DEAD message nobody replayed or dismissed stays in the dead-letter queue this long (R), then is archived with a WARN",
+    ),
+    k(
         "msgx.schd.flush-period",
         "\"3s\"",
         Kind::Duration { min: MS },

@@ -27,6 +27,9 @@ pub enum ConfigError {
     D3 { key: String, value: String },
 }
 
+/// The environment overrides that carry a connection string (and so a password).
+pub const CONNECTION_ENV: [&str; 3] = ["MSGX_PG_URL", "MSGX_MYSQL_URL", "MSGX_REDIS_URL"];
+
 /// The pump, poller, dispatcher and backfill parameters (`msgx.pipeline.*` and friends).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
@@ -52,6 +55,7 @@ pub struct Pipeline {
     pub stats_interval: Duration,
     pub jobs_interval: Duration,
     pub archive_after: Duration,
+    pub dead_keep: Duration,
     pub schd_flush_period: Duration,
     pub schd_flush_limit: usize,
     pub include_day_boundary: bool,
@@ -199,6 +203,7 @@ impl Config {
             stats_interval: duration(v, "msgx.pipeline.stats-interval")?,
             jobs_interval: duration(v, "msgx.pipeline.jobs-interval")?,
             archive_after: duration(v, "msgx.proc-state.archive-after")?,
+            dead_keep: duration(v, "msgx.proc-state.dead-keep")?,
             schd_flush_period: duration(v, "msgx.schd.flush-period")?,
             schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
             include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
@@ -317,14 +322,19 @@ impl Config {
         })
     }
 
+    /// Every connection string, whose passwords are secrets (#21 item 3).
+    pub fn connection_strings(&self) -> [&str; 3] {
+        [&self.pg_url, &self.mysql_url, &self.redis_url]
+    }
+
     /// The effective settings as `key = value` lines, passwords redacted: for `msgx check`
     /// and the start-up log.
     pub fn describe(&self) -> Vec<String> {
         let p = &self.producer;
         vec![
-            format!("datasources.default.url = {}", redact_url(&self.pg_url)),
-            format!("mailbox.shared-mysql.url = {}", redact_url(&self.mysql_url)),
-            format!("redis.url = {}", redact_url(&self.redis_url)),
+            format!("datasources.default.url = {}", crate::secret::redact(&self.pg_url)),
+            format!("mailbox.shared-mysql.url = {}", crate::secret::redact(&self.mysql_url)),
+            format!("redis.url = {}", crate::secret::redact(&self.redis_url)),
             format!("kafka.bootstrap-servers = {}", self.kafka_brokers),
             format!(
                 "kafka.producers.default: acks={} enable.idempotence={} \
@@ -530,19 +540,6 @@ pub fn format_duration(d: Duration) -> String {
         }
     }
     format!("{ms}ms")
-}
-
-/// Replaces the password of a `scheme://user:password@host/…` URL with `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_string() };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &rest[at..]),
-        None => url.to_string(),
-    }
 }
 
 /// The text of `etc/msgx.toml`: every key with its default and its one-line description.

@@ -199,7 +199,7 @@ impl<O: Outbox> Delivery<O> {
         let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0);
         let first = &events[0];
         match self.policy.on_failure(attempts, None, ErrorClass::Infra, &err.to_string(), now) {
-            Failure::Retry { class, error, next_attempt_at } => {
+            Failure::Retry { class, error, next_attempt_at, .. } => {
                 self.outbox.retry(&ids, class, &error, next_attempt_at)?;
                 stats::add(&self.stats.events_failed, ids.len() as u64);
                 warn!(

@@ -47,7 +47,7 @@ use crate::ports::{
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 use lane::CommitLane;
-use rules::{head_action, HeadAction, RetryPolicy};
+use rules::{head_action, Failing, HeadAction, RetryPolicy};
 
 /// What one round of the pump did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,7 +234,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// be FAILED (it becomes the head in backoff), and before a snapshot (a round of its own).
     fn read_and_decode<'r>(&mut self, rows: &'r [ProcRow], now: SystemTime) -> StoreResult<Vec<Item<'r>>> {
         let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
-        let mut raws = self.texts.raws(&ids, self.max_message_bytes, self.batch_bytes)?;
+        let mut raws = self.read_texts(&ids)?;
         let mut items: Vec<Item<'r>> = Vec::with_capacity(rows.len());
         for row in rows {
             if matches!(raws.get(&row.msg_id), Some(Raw::Later)) {
@@ -297,6 +297,44 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         Ok(items)
     }
 
+    /// The round's texts in one read. A read the mailbox refuses is tried row by row: a row it
+    /// refuses alone while it reads others is that row's failure (`Raw::Refused`); when it
+    /// refuses every row, the store refuses the read and the stage stalls (SPEC §4.9) — a lone
+    /// unreadable head is charged as soon as another row arrives behind it.
+    fn read_texts(&mut self, ids: &[i64]) -> StoreResult<HashMap<i64, Raw>> {
+        let whole = match self.texts.raws(ids, self.max_message_bytes, self.batch_bytes) {
+            Err(e) if e.is_rejected() && ids.len() > 1 => e,
+            other => return other,
+        };
+        warn!("mailbox refused reading {} texts ({whole}); reading them one at a time", ids.len());
+        let mut out = HashMap::with_capacity(ids.len());
+        let mut refused = Vec::new();
+        let mut budget = self.batch_bytes;
+        for (k, id) in ids.iter().enumerate() {
+            match self.texts.raws(&[*id], self.max_message_bytes, budget) {
+                Ok(mut one) => {
+                    if let Some(raw) = one.remove(id) {
+                        if let Raw::Body(b) = &raw {
+                            budget = budget.saturating_sub(b.len() as u64);
+                        }
+                        out.insert(*id, raw);
+                    }
+                    if budget == 0 {
+                        out.extend(ids[k + 1..].iter().map(|i| (*i, Raw::Later)));
+                        break;
+                    }
+                }
+                Err(e) if e.is_rejected() => refused.push((*id, e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        if refused.len() == ids.len() {
+            return Err(whole);
+        }
+        out.extend(refused.into_iter().map(|(id, e)| (id, Raw::Refused(e))));
+        Ok(out)
+    }
+
     /// `processOne` steps 1–4 for one message (pure): text, META, ignore rules, body.
     fn decode<'r>(&mut self, row: &'r ProcRow, raw: Option<Raw>, now: SystemTime) -> Item<'r> {
         let mut item = Item {
@@ -308,7 +346,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let fail = |class: ErrorClass, e: &str| {
             Step::Settled(Outcome::Failed(self.policy.on_failure(
                 row.attempts,
-                row.first_failed_at,
+                Failing::of(row),
                 class,
                 e,
                 now,
@@ -327,6 +365,11 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                         self.max_message_bytes
                     ),
                 );
+                return item;
+            }
+            Some(Raw::Refused(e)) => {
+                item.step =
+                    fail(ErrorClass::Infra, &format!("the mailbox refused reading this row's text: {e}"));
                 return item;
             }
             Some(Raw::Body(b)) => b,
@@ -442,7 +485,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             overlay.extend(std::mem::take(&mut view.flights));
             window = view.window;
             let failure = |class: ErrorClass, e: &str| {
-                Outcome::Failed(self.policy.on_failure(row.attempts, row.first_failed_at, class, e, now))
+                Outcome::Failed(self.policy.on_failure(row.attempts, Failing::of(row), class, e, now))
             };
             if let Ok(Ok(d)) = &decided {
                 for w in &d.warnings {
@@ -544,7 +587,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 let error = format!("redis refused the decision: {e}");
                 settle.outcome = Outcome::Failed(self.policy.on_failure(
                     row.attempts,
-                    row.first_failed_at,
+                    Failing::of(row),
                     ErrorClass::Infra,
                     &error,
                     now,
@@ -647,7 +690,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 Err(e) if e.is_rejected() => {
                     let failure = self.policy.on_failure(
                         row.attempts,
-                        row.first_failed_at,
+                        Failing::of(row),
                         ErrorClass::Infra,
                         &format!("the outcome was refused: {e}"),
                         now,

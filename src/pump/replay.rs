@@ -21,6 +21,15 @@ pub fn verdict(state: ProcStatus, class: Option<ErrorClass>) -> Result<(), Strin
     }
 }
 
+/// Why `msgx dismiss` refused a row, from what it was: (state, already dismissed), or absent.
+pub fn dismiss_refusal(was: Option<(ProcStatus, bool)>) -> String {
+    match was {
+        None => "no such message".to_string(),
+        Some((ProcStatus::Dead, true)) => "already dismissed".to_string(),
+        Some((state, _)) => format!("state is {}; only DEAD messages are dismissed", state.as_str()),
+    }
+}
+
 /// Whether an outbox event in `state` may be replayed: only DEAD ones (the dead-letter queue).
 pub fn event_verdict(state: crate::domain::EventStatus) -> Result<(), String> {
     match state {

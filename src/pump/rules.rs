@@ -26,21 +26,24 @@ impl RetryPolicy {
         self.backoff[i].min(self.cap)
     }
 
-    /// What a failure of class `class` makes of a row that had `attempts` attempts before and
-    /// first failed at `first_failed` (if it failed before). Only failures that are the
-    /// message's own reach here — a store that is unavailable is never charged (SPEC §4.9) —
-    /// so both poison rules (attempts used up, or failing for longer than the head deadline)
-    /// are checked when a failure is recorded: a head that waits out an outage is not failing.
+    /// What a failure of class `class` makes of a row that had `attempts` attempts before and,
+    /// if it failed before, is [`Failing`]. Only failures that are the message's own reach
+    /// here — a store that is unavailable is never charged (SPEC §4.9) — so both poison rules
+    /// (attempts used up, or failing for longer than the head deadline) are checked when a
+    /// failure is recorded. The deadline counts only the time the row spent failing: the time
+    /// it waited to be tried after its backoff ran out (the stage stalled on a store, the lease
+    /// gate closed, the daemon stopped) moves the anchor on, and the moved anchor is recorded.
     pub fn on_failure(
         &self,
         attempts: u32,
-        first_failed: Option<SystemTime>,
+        failing: Option<Failing>,
         class: ErrorClass,
         error: &str,
         now: SystemTime,
     ) -> Failure {
         let attempts = attempts + 1;
-        let stuck = first_failed.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+        let since = failing.map_or(now, |f| f.anchor(now));
+        let stuck = now.duration_since(since).unwrap_or_default();
         if class.is_fatal() {
             Failure::Dead { class, error: error.to_string() }
         } else if attempts >= self.max_attempts {
@@ -48,7 +51,7 @@ impl RetryPolicy {
                 class: ErrorClass::Exhausted,
                 error: format!("{class} after {attempts} attempts: {error}"),
             }
-        } else if first_failed.is_some() && stuck >= self.head_deadline {
+        } else if failing.is_some() && stuck >= self.head_deadline {
             Failure::Dead {
                 class: ErrorClass::Exhausted,
                 error: format!(
@@ -58,8 +61,35 @@ impl RetryPolicy {
                 ),
             }
         } else {
-            Failure::Retry { class, error: error.to_string(), next_attempt_at: now + self.delay(attempts) }
+            Failure::Retry {
+                class,
+                error: error.to_string(),
+                next_attempt_at: now + self.delay(attempts),
+                failing_since: since,
+            }
         }
+    }
+}
+
+/// A row that failed before: the head-deadline anchor recorded with its last failure, and when
+/// its backoff ran out (`NEXT_ATTEMPT_AT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failing {
+    pub since: SystemTime,
+    pub due: Option<SystemTime>,
+}
+
+impl Failing {
+    /// The row's, if it failed before.
+    pub fn of(row: &ProcRow) -> Option<Failing> {
+        row.first_failed_at.map(|since| Failing { since, due: row.next_attempt_at })
+    }
+
+    /// The anchor at `now`: moved on by the time the row waited past `due` (not failing, only
+    /// not tried), never past `now`.
+    pub fn anchor(self, now: SystemTime) -> SystemTime {
+        let waited = self.due.and_then(|d| now.duration_since(d).ok()).unwrap_or_default();
+        (self.since + waited).min(now)
     }
 }
 
@@ -155,10 +185,17 @@ mod tests {
             Failure::Retry {
                 class: ErrorClass::Infra,
                 error: "db down".into(),
-                next_attempt_at: now + Duration::from_secs(1)
+                next_attempt_at: now + Duration::from_secs(1),
+                failing_since: now,
             }
         );
-        match p.on_failure(4, Some(now), ErrorClass::Unsupported, "no handler", now) {
+        match p.on_failure(
+            4,
+            Some(Failing { since: now, due: None }),
+            ErrorClass::Unsupported,
+            "no handler",
+            now,
+        ) {
             Failure::Dead { class, error } => {
                 assert_eq!(class, ErrorClass::Exhausted);
                 assert!(error.contains("UNSUPPORTED after 5 attempts"), "{error}");
@@ -211,13 +248,15 @@ mod tests {
         let p = RetryPolicy { max_attempts: 1000, ..policy() };
         let clock = FakeClock::new();
         let first = clock.now();
+        // Tried the moment each backoff ran out: every second since the first failure counts.
+        let failing = |due| Some(Failing { since: first, due: Some(due) });
         clock.advance(Duration::from_secs(599));
         assert!(matches!(
-            p.on_failure(3, Some(first), ErrorClass::Unsupported, "no handler", clock.now()),
+            p.on_failure(3, failing(clock.now()), ErrorClass::Unsupported, "no handler", clock.now()),
             Failure::Retry { .. }
         ));
         clock.advance(Duration::from_secs(1));
-        match p.on_failure(3, Some(first), ErrorClass::Unsupported, "no handler", clock.now()) {
+        match p.on_failure(3, failing(clock.now()), ErrorClass::Unsupported, "no handler", clock.now()) {
             Failure::Dead { class: ErrorClass::Exhausted, error } => {
                 assert!(error.contains("longer than head-deadline 10m"), "{error}")
             }
@@ -228,5 +267,32 @@ mod tests {
         head.first_failed_at = Some(first);
         head.next_attempt_at = Some(clock.now() + Duration::from_secs(16));
         assert!(matches!(head_action(Some(&head), clock.now(), &p), HeadAction::Wait(_)));
+    }
+
+    /// #21 item 1: a head that failed once and then waited out a 15-minute outage (its backoff
+    /// ran out a second after the failure) is not failing for 15 minutes: the second attempt is
+    /// a retry, and the moved anchor is what gets recorded.
+    #[test]
+    fn regression_an_outage_does_not_run_the_head_deadline_clock() {
+        let p = policy();
+        let clock = FakeClock::new();
+        let first = clock.now();
+        let due = first + Duration::from_secs(1);
+        clock.advance(Duration::from_secs(901));
+        let failing = Some(Failing { since: first, due: Some(due) });
+        match p.on_failure(1, failing, ErrorClass::Unsupported, "no handler", clock.now()) {
+            Failure::Retry { failing_since, .. } => {
+                assert_eq!(failing_since, first + Duration::from_secs(900), "moved on by the wait")
+            }
+            other => panic!("an outage ran the deadline clock: {other:?}"),
+        }
+        // Failing for real still ends it: ten minutes of attempts each tried when due.
+        let since = first + Duration::from_secs(900);
+        let now = clock.now() + Duration::from_secs(600);
+        let failing = Some(Failing { since, due: Some(now) });
+        assert!(matches!(
+            p.on_failure(2, failing, ErrorClass::Unsupported, "no handler", now),
+            Failure::Dead { class: ErrorClass::Exhausted, .. }
+        ));
     }
 }

@@ -362,6 +362,11 @@ fn two_hours_of_any_store_away_cost_no_message_no_attempt_and_no_order() {
             s.procs.values().filter(|p| p.row.state == ProcStatus::Dead).map(|p| p.row.msg_id).collect()
         });
         assert_eq!(dead, vec![11], "{store}: only the unsupported message, by its own failure");
+        // #21 item 1: it died of its own attempts, not of a deadline clock the outage ran.
+        let r = w.row(11);
+        let error = r.last_error.unwrap_or_default();
+        assert_eq!((r.attempts, r.error_class), (5, Some(ErrorClass::Exhausted)), "{store}: {error}");
+        assert!(error.contains("UNSUPPORTED after 5 attempts:"), "{store}: {error}");
         assert_eq!(w.flights.flight("F0").unwrap()["STND"], "S12", "{store}: applied in order");
     }
 }
@@ -866,4 +871,29 @@ fn the_budget_counts_only_the_texts_it_fetches() {
     assert_eq!(within_budget(&sizes, 1000, 30), 5);
     assert_eq!(within_budget(&sizes[..1], 1000, 0), 1, "one always fits");
     assert_eq!(within_budget(&[], 1000, 0), 0);
+}
+
+/// #21 item 5: a row the mailbox refuses to read while it reads the others is that row's
+/// failure, charged to it alone; the others go on. A read refused for every row stalls.
+#[test]
+fn regression_a_row_the_mailbox_cannot_read_is_charged_alone() {
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::flop_stnd(1, "1001", "A1")));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "1002", "B2")));
+    w.arrive(3, Some(&fixtures::flop_stnd(3, "1003", "C3")));
+    w.mailbox.tamper(|s| s.unreadable.insert(2));
+    assert_eq!(w.round().unwrap(), Round::Worked(2), "1 succeeded, 2 charged; 3 waits behind it");
+    let r = w.row(2);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Failed, Some(ErrorClass::Infra), 1));
+    assert!(r.last_error.unwrap().contains("refused reading this row's text"));
+    assert_eq!(w.state(1), ProcStatus::Succeeded);
+    w.mailbox.tamper(|s| s.unreadable.clear());
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    assert_eq!((w.state(2), w.state(3)), (ProcStatus::Succeeded, ProcStatus::Succeeded));
+    // Alone, a refused read is the store's: the stage stalls, nothing charged.
+    w.arrive(4, Some(&fixtures::flop_stnd(4, "1004", "D4")));
+    w.mailbox.tamper(|s| s.unreadable.insert(4));
+    assert!(w.round().unwrap_err().is_rejected());
+    assert_eq!((w.state(4), w.row(4).attempts), (ProcStatus::Pending, 0));
 }

@@ -177,6 +177,13 @@ fn no_charge_for_an_outage(id: i64, p: &MemProc, sim: &Sim) -> Result<(), String
         if !matches!(kind, Some(Kind::Malformed | Kind::Unsupported)) {
             return Err(format!("msg {id} ({kind:?}) is DEAD: {:?}", p.row.last_error));
         }
+        // An unsupported row fails on every attempt, and its backoffs add up to seconds: only
+        // time it spent waiting out an outage (or a clock jump) can bring it to the head
+        // deadline, and that time must not count (#21 item 1).
+        let error = p.row.last_error.as_deref().unwrap_or_default();
+        if matches!(kind, Some(Kind::Unsupported)) && error.contains("head-deadline") {
+            return Err(format!("msg {id} died of a head-deadline clock that ran while it waited: {error}"));
+        }
     }
     Ok(())
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
 use crate::error::ErrorClass;
 use crate::ports::{
-    Archived, Claim, Claimant, Failure, Fifo, Housekeeping, Intake, LeaseStore, MarkLedger, Operator, Outbox,
-    Outcome, ReplaySelection, RoundRecord, Settle,
+    ArchiveCut, ArchivedAs, Claim, Claimant, Failure, Fifo, Housekeeping, Intake, LeaseStore, MarkLedger,
+    Operator, Outbox, Outcome, ReplaySelection, RoundRecord, Settle,
 };
 
 /// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
@@ -76,7 +76,12 @@ fn event(flid: &str, n: i64) -> NewEvent {
 }
 
 fn retry(secs: u64) -> Failure {
-    Failure::Retry { class: ErrorClass::Infra, error: "db down".into(), next_attempt_at: at(secs) }
+    Failure::Retry {
+        class: ErrorClass::Infra,
+        error: "db down".into(),
+        next_attempt_at: at(secs),
+        failing_since: at(1),
+    }
 }
 
 fn state<S: OwnStore>(s: &mut S, id: i64) -> ProcStatus {
@@ -155,7 +160,17 @@ pub fn failures_count_attempts_and_anchor_the_first_failure<S: OwnStore>(mut s: 
     let r = s.row(1).unwrap().unwrap();
     assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Failed, 2, Some(ErrorClass::Infra)));
     assert_eq!(r.next_attempt_at, Some(at(20)));
-    assert_eq!(r.first_failed_at, Some(at(1)), "the deadline anchor does not move with retries");
+    assert_eq!(r.first_failed_at, Some(at(1)), "the deadline anchor is the one the rules computed");
+    // #21 item 1: an anchor the rules moved on (the row waited out an outage) is recorded.
+    let moved = Failure::Retry {
+        class: ErrorClass::Infra,
+        error: "db down".into(),
+        next_attempt_at: at(25),
+        failing_since: at(9),
+    };
+    commit(&mut s, &[Settle::failed(1, moved)], at(21)).unwrap();
+    let r = s.row(1).unwrap().unwrap();
+    assert_eq!((r.attempts, r.first_failed_at), (3, Some(at(9))), "the moved anchor is recorded");
     assert!(due(&mut s, at(100), 10).is_empty(), "FAILED owes no mark (INV-8)");
     commit(
         &mut s,
@@ -164,7 +179,7 @@ pub fn failures_count_attempts_and_anchor_the_first_failure<S: OwnStore>(mut s: 
     )
     .unwrap();
     let r = s.row(1).unwrap().unwrap();
-    assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Dead, 3, Some(ErrorClass::Exhausted)));
+    assert_eq!((r.state, r.attempts, r.error_class), (ProcStatus::Dead, 4, Some(ErrorClass::Exhausted)));
     assert_eq!(due(&mut s, at(30), 10), vec![1], "DEAD owes a mark");
 }
 
@@ -341,6 +356,19 @@ pub fn retention_never_deletes_a_schd_row_reset_by_a_new_generation<S: OwnStore>
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 2);
 }
 
+/// An archive pass as the jobs stage runs it: (archived, skipped). DEAD rows need a dismissal.
+fn archive<S: OwnStore>(
+    s: &mut S,
+    settled_before: SystemTime,
+    limit: usize,
+    now: SystemTime,
+) -> (usize, usize) {
+    let cut = ArchiveCut { settled_before, dead_before: t0() };
+    let ids = s.archive_candidates(&cut, limit).unwrap();
+    let moved = ids.iter().filter(|id| s.archive_one(**id, &cut, now).unwrap().is_some()).count();
+    (moved, ids.len() - moved)
+}
+
 pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3, 4, 5, 6]);
     commit(
@@ -357,13 +385,10 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>
     .unwrap();
     s.backfill_settled(&[1, 2, 3], at(2)).unwrap();
     s.backfill_abandon(&[4], "MISSING_ROW", at(2)).unwrap();
-    assert_eq!(
-        s.archive(at(2), 10, at(50)).unwrap(),
-        Archived::default(),
-        "UPDATED_AT must be before the cut"
-    );
-    assert_eq!(s.archive(at(3), 2, at(50)).unwrap(), Archived { archived: 2, skipped: 0 }, "bounded");
-    assert_eq!(s.archive(at(3), 10, at(50)).unwrap(), Archived { archived: 1, skipped: 0 });
+    assert_eq!(archive(&mut s, at(2), 10, at(50)), (0, 0), "UPDATED_AT must be before the cut");
+    assert_eq!(archive(&mut s, at(3), 1, at(50)), (1, 0), "bounded");
+    assert_eq!(archive(&mut s, at(3), 10, at(50)), (1, 0), "the DEAD one stays in the dead-letter queue");
+    assert_eq!(state(&mut s, 3), ProcStatus::Dead);
     let shadow = s.row(1).unwrap().unwrap();
     assert_eq!((shadow.state, shadow.identity_key.as_deref()), (ProcStatus::Archived, Some("id-1")));
     assert_eq!(holder(&mut s, "id-1"), Some(1), "INV-9 after archive");
@@ -372,20 +397,63 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>
     let ok: Vec<(i64, bool)> = verdicts.iter().map(|(id, v)| (*id, v.is_ok())).collect();
     assert_eq!(ok, [(4, true), (4, false), (1, false), (99, false)]);
     assert_eq!(verdicts[1].1, Err("already reconciled".to_string()));
-    assert_eq!(
-        s.archive(at(60), 10, at(70)).unwrap(),
-        Archived::default(),
-        "reconciled at 60: not before the cut"
-    );
-    assert_eq!(s.archive(at(61), 10, at(70)).unwrap(), Archived { archived: 1, skipped: 0 });
+    assert_eq!(archive(&mut s, at(60), 10, at(70)), (0, 0), "reconciled at 60: not before the cut");
+    assert_eq!(archive(&mut s, at(61), 10, at(70)), (1, 0));
     assert_eq!(s.row(4).unwrap().unwrap().state, ProcStatus::Archived, "reconciled: archived");
     assert_eq!(s.row(5).unwrap().unwrap().state, ProcStatus::Failed, "unfinished rows are never archived");
     let head: Vec<i64> = s.unfinished(10, &[]).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(head, vec![5, 6], "ARCHIVED never occupies the head (INV-3)");
     assert!(due(&mut s, at(100), 10).is_empty(), "nor the backfill scan");
-    let out = s.replay(&ReplaySelection::Ids(vec![3]), 10, at(60)).unwrap();
+    let out = s.replay(&ReplaySelection::Ids(vec![1]), 10, at(60)).unwrap();
     assert!(out[0].verdict.is_err(), "an archived row is not replayed");
-    assert_eq!(s.archive(at(100), 10, at(170)).unwrap(), Archived::default(), "idempotent");
+    assert_eq!(archive(&mut s, at(100), 10, at(170)), (0, 0), "idempotent");
+}
+
+/// #21 item 2: a DEAD message stays replayable in PROC_STATE past `archive-after` until a
+/// person dismisses it, or until `dead-keep` runs out (archived, reported as undealt).
+pub fn regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3]);
+    let dead = || Failure::Dead { class: ErrorClass::Exhausted, error: "poison".into() };
+    commit(&mut s, &[Settle::failed(1, dead()), Settle::failed(2, dead()), Settle::failed(3, dead())], at(1))
+        .unwrap();
+    s.backfill_settled(&[1, 2, 3], at(2)).unwrap();
+    let kept = ArchiveCut { settled_before: at(1000), dead_before: at(0) };
+    assert!(s.archive_candidates(&kept, 10).unwrap().is_empty(), "archive-after alone moves no DEAD row");
+    let verdicts = s.dismiss(&[1, 1, 9], "duplicate of a corrected resend", at(10)).unwrap();
+    assert_eq!(
+        verdicts,
+        [(1, Ok(())), (1, Err("already dismissed".to_string())), (9, Err("no such message".to_string()))]
+    );
+    assert_eq!(s.archive_candidates(&kept, 10).unwrap(), vec![1], "dismissed: archived like a settled row");
+    assert_eq!(s.archive_one(1, &kept, at(20)).unwrap(), Some(ArchivedAs::Settled));
+    let out = s.replay(&ReplaySelection::Ids(vec![2]), 10, at(30)).unwrap();
+    assert!(out[0].verdict.is_ok(), "still replayable past archive-after: {:?}", out[0].verdict);
+    let refused = s.dismiss(&[2], "x", at(31)).unwrap();
+    assert_eq!(refused[0].1, Err("state is PENDING; only DEAD messages are dismissed".to_string()));
+    let expired = ArchiveCut { settled_before: at(1000), dead_before: at(500) };
+    assert_eq!(s.archive_candidates(&expired, 10).unwrap(), vec![3], "dead-keep ran out");
+    assert_eq!(s.archive_one(3, &expired, at(600)).unwrap(), Some(ArchivedAs::DeadUndealt));
+    assert_eq!(state(&mut s, 3), ProcStatus::Archived);
+}
+
+/// #21 item 9: a candidate that changed between the listing and its transaction (a DEAD row
+/// replayed meanwhile) is re-checked, skipped, and nothing of it is kept in the history.
+pub fn an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1]);
+    commit(
+        &mut s,
+        &[Settle::failed(1, Failure::Dead { class: ErrorClass::Infra, error: "x".into() })],
+        at(1),
+    )
+    .unwrap();
+    s.backfill_settled(&[1], at(2)).unwrap();
+    let cut = ArchiveCut { settled_before: at(100), dead_before: at(100) };
+    assert_eq!(s.archive_candidates(&cut, 10).unwrap(), vec![1]);
+    assert!(s.replay(&ReplaySelection::Ids(vec![1]), 10, at(3)).unwrap()[0].verdict.is_ok());
+    assert_eq!(s.archive_one(1, &cut, at(4)).unwrap(), None, "re-checked: no longer a candidate");
+    let r = s.row(1).unwrap().unwrap();
+    assert_eq!((r.state, r.error_class), (ProcStatus::Pending, Some(ErrorClass::Infra)), "untouched");
+    assert!(s.archive_candidates(&cut, 10).unwrap().is_empty());
 }
 
 pub fn two_identical_identities_in_one_round_are_refused<S: OwnStore>(mut s: S) {
@@ -493,6 +561,8 @@ macro_rules! conformance_tests {
             retention_deletes_only_old_sent_events,
             retention_never_deletes_a_schd_row_reset_by_a_new_generation,
             archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow,
+            regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep,
+            an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept,
             two_identical_identities_in_one_round_are_refused,
             a_replayed_abandoned_row_owes_its_mark_again,
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,

@@ -55,7 +55,6 @@ const UNAVAILABLE: &[C] = &[
     C::UnknownTopicOrPartition,
     C::UnknownTopic,
     C::UnknownPartition,
-    C::AllBrokersDown,
     C::WaitCache,
     C::Retry,
     C::InProgress,
@@ -73,11 +72,19 @@ pub fn kind_of_code(code: C) -> StoreErrorKind {
     }
 }
 
+/// An error without a librdkafka code: creating or configuring the client failed (nothing a
+/// record caused, named here), or something this table does not know (rejected, as everywhere).
+pub fn kind_without_code(e: &KafkaError) -> StoreErrorKind {
+    match e {
+        KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..) => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Rejected,
+    }
+}
+
 pub fn classify(e: &KafkaError) -> StoreError {
     let kind = match e.rdkafka_error_code() {
         Some(code) => kind_of_code(code),
-        // Client creation and configuration: nothing a record caused.
-        None => StoreErrorKind::Unavailable,
+        None => kind_without_code(e),
     };
     StoreError::new("kafka", kind, e)
 }
@@ -129,5 +136,20 @@ mod tests {
         assert_eq!(classify(&e).kind, Unavailable);
         let e = KafkaError::ClientCreation("bad".into());
         assert_eq!(classify(&e).kind, Unavailable);
+    }
+
+    /// #21 item 5: an error no table knows is rejected in every store's table (SPEC §4.9).
+    #[test]
+    fn regression_an_unknown_error_without_a_code_is_rejected_as_in_every_table() {
+        assert_eq!(classify(&KafkaError::Canceled).kind, Rejected);
+        assert_eq!(classify(&KafkaError::NoMessageReceived).kind, Rejected);
+    }
+
+    #[test]
+    fn every_code_is_listed_once() {
+        let mut seen = std::collections::HashSet::new();
+        for c in UNAVAILABLE {
+            assert!(seen.insert(format!("{c:?}")), "{c:?} is listed twice");
+        }
     }
 }

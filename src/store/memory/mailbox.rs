@@ -27,6 +27,9 @@ pub struct MailboxState {
     pub processed_status: String,
     /// The next AUTO_INCREMENT value to hand out (0: one past the highest row).
     pub next_id: i64,
+    /// Rows a text read refuses (as a view whose expression fails for one row does): a read
+    /// that includes one of them is rejected whole.
+    pub unreadable: std::collections::BTreeSet<i64>,
 }
 
 impl MailboxState {
@@ -143,6 +146,12 @@ impl MailboxScan for MemMailbox {
 impl MailboxTexts for MemMailbox {
     fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
         self.0.read("mailbox", |s| {
+            if let Some(bad) = ids.iter().find(|id| s.unreadable.contains(id)) {
+                return Err(crate::error::StoreError::rejected(
+                    "mailbox",
+                    format!("ERROR 1644 (45000): cannot read row {bad}"),
+                ));
+            }
             let sizes: Vec<(i64, Option<u64>)> = ids
                 .iter()
                 .map(|id| {

@@ -12,8 +12,8 @@ use crate::error::{ErrorClass, StoreError};
 use crate::handlers::RefChange;
 use crate::planted::{self, Bug};
 use crate::ports::{
-    Archived, Claim, Claimant, Fifo, Housekeeping, Intake, LeaseHolder, LeaseStore, MarkLedger, Operator,
-    Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, RoundRecord, StoreResult,
+    ArchiveCut, ArchivedAs, Claim, Claimant, Fifo, Housekeeping, Intake, LeaseHolder, LeaseStore, MarkLedger,
+    Operator, Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, RoundRecord, StoreResult,
 };
 use crate::pump::replay;
 
@@ -32,6 +32,9 @@ pub struct MemProc {
     pub archived_at: Option<SystemTime>,
     pub backfill_reconciled_at: Option<SystemTime>,
     pub backfill_reconciled_note: Option<String>,
+    /// A DEAD message a person dismissed (`msgx dismiss`): it leaves the dead-letter queue.
+    pub dismissed_at: Option<SystemTime>,
+    pub dismissed_note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +239,8 @@ fn new_proc(r: &InboundRow, now: SystemTime) -> MemProc {
         archived_at: None,
         backfill_reconciled_at: None,
         backfill_reconciled_note: None,
+        dismissed_at: None,
+        dismissed_note: None,
     }
 }
 
@@ -413,13 +418,15 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
         p.row.last_error = Some(reason.to_string());
         terminal(p, ProcStatus::Skipped, now);
     }
-    for crate::ports::Retried { msg_id: id, tag, class, error, next_attempt_at: next } in &round.retried {
+    for crate::ports::Retried { msg_id: id, tag, class, error, next_attempt_at: next, failing_since } in
+        &round.retried
+    {
         let p = unfinished(&mut procs, *id)?;
         if let Some(t) = tag {
             p.row.type_tag = Some(t.to_string());
         }
         p.row.attempts += 1;
-        p.row.first_failed_at.get_or_insert(now);
+        p.row.first_failed_at = Some(*failing_since);
         p.row.state = ProcStatus::Failed;
         p.row.error_class = Some(*class);
         p.row.last_error = Some(error.to_string());
@@ -632,6 +639,8 @@ impl Operator for MemPg {
                             p.row.next_attempt_at = None;
                             p.row.first_failed_at = None;
                             p.updated_at = now;
+                            p.dismissed_at = None;
+                            p.dismissed_note = None;
                             if p.backfill_at.is_none() {
                                 // Not terminal any more: no mark is owed until it is (INV-8), and an
                                 // abandoned mark is owed again when it ends (C-16).
@@ -672,6 +681,33 @@ impl Operator for MemPg {
                             p.updated_at = now;
                             Ok(())
                         }
+                    };
+                    (*id, verdict)
+                })
+                .collect())
+        })
+    }
+
+    fn dismiss(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        self.0.write("postgres", |s| {
+            Ok(ids
+                .iter()
+                .map(|id| {
+                    let verdict = match s.procs.get_mut(id) {
+                        Some(p) if p.row.state == ProcStatus::Dead && p.dismissed_at.is_none() => {
+                            p.dismissed_at = Some(now);
+                            p.dismissed_note = Some(note.to_string());
+                            p.updated_at = now;
+                            Ok(())
+                        }
+                        other => Err(replay::dismiss_refusal(
+                            other.map(|p| (p.row.state, p.dismissed_at.is_some())),
+                        )),
                     };
                     (*id, verdict)
                 })
@@ -775,11 +811,16 @@ impl Outbox for MemPg {
     }
 }
 
-fn archivable(p: &MemProc, settled_before: SystemTime) -> bool {
+fn archivable(p: &MemProc, cut: &ArchiveCut) -> bool {
     // Settled: the mark written, or abandoned and reconciled by a person (C-16).
     let settled =
         p.backfill_at.is_some() || (p.backfill_abandoned_at.is_some() && p.backfill_reconciled_at.is_some());
-    p.row.state.is_terminal() && settled && p.updated_at < settled_before
+    let kept = match p.row.state {
+        ProcStatus::Succeeded | ProcStatus::Skipped => true,
+        ProcStatus::Dead => p.dismissed_at.is_some() || p.updated_at < cut.dead_before,
+        _ => false,
+    };
+    kept && settled && p.updated_at < cut.settled_before
 }
 
 impl Housekeeping for MemPg {
@@ -799,47 +840,47 @@ impl Housekeeping for MemPg {
         })
     }
 
-    fn archive(
+    fn archive_candidates(&mut self, cut: &ArchiveCut, limit: usize) -> StoreResult<Vec<i64>> {
+        self.read(|s| {
+            Ok(s.procs.values().filter(|p| archivable(p, cut)).take(limit).map(|p| p.row.msg_id).collect())
+        })
+    }
+
+    fn archive_one(
         &mut self,
-        settled_before: SystemTime,
-        limit: usize,
+        msg_id: i64,
+        cut: &ArchiveCut,
         now: SystemTime,
-    ) -> StoreResult<Archived> {
+    ) -> StoreResult<Option<ArchivedAs>> {
         self.write(|s| {
-            let ids: Vec<i64> = s
-                .procs
-                .values()
-                .filter(|p| archivable(p, settled_before))
-                .take(limit)
-                .map(|p| p.row.msg_id)
-                .collect();
-            let mut report = Archived::default();
-            for id in ids {
-                let p = s.procs.get_mut(&id).expect("listed above");
-                let mut copy = p.clone();
-                copy.archived_at = Some(now);
-                s.hst.insert(id, copy);
-                p.row = ProcRow {
-                    msg_id: id,
-                    state: ProcStatus::Archived,
-                    attempts: 0,
-                    next_attempt_at: None,
-                    error_class: None,
-                    last_error: None,
-                    identity_key: p.row.identity_key.take(),
-                    first_failed_at: None,
-                    type_tag: None,
-                };
-                p.updated_at = now;
-                p.received_at = None;
-                p.backfill_at = None;
-                p.backfill_next_at = None;
-                p.backfill_attempts = 0;
-                p.backfill_error = None;
-                p.archived_at = Some(now);
-                report.archived += 1;
-            }
-            Ok(report)
+            let Some(p) = s.procs.get_mut(&msg_id).filter(|p| archivable(p, cut)) else {
+                return Ok(None); // re-checked: no longer a candidate, nothing kept
+            };
+            let undealt = p.row.state == ProcStatus::Dead && p.dismissed_at.is_none();
+            let mut copy = p.clone();
+            copy.archived_at = Some(now);
+            s.hst.insert(msg_id, copy);
+            p.row = ProcRow {
+                msg_id,
+                state: ProcStatus::Archived,
+                attempts: 0,
+                next_attempt_at: None,
+                error_class: None,
+                last_error: None,
+                identity_key: p.row.identity_key.take(),
+                first_failed_at: None,
+                type_tag: None,
+            };
+            p.updated_at = now;
+            p.received_at = None;
+            p.backfill_at = None;
+            p.backfill_next_at = None;
+            p.backfill_attempts = 0;
+            p.backfill_error = None;
+            p.archived_at = Some(now);
+            p.dismissed_at = None;
+            p.dismissed_note = None;
+            Ok(Some(if undealt { ArchivedAs::DeadUndealt } else { ArchivedAs::Settled }))
         })
     }
 }

@@ -5,7 +5,8 @@
 //! 57P03 cannot connect now), insufficient resources (class 53: disk full, out of memory, too
 //! many connections), statement and lock timeouts (57014, 55P03), serialization failures and
 //! deadlocks (40001, 40P01: retrying the same work succeeds), a read-only server during a
-//! failover (25006), system and I/O errors (58000, 58030), and a database, schema, table or
+//! failover (25006), a session the server ended for idling inside a transaction (25P03: msgx
+//! sets `idle_in_transaction_session_timeout` itself, so a frozen round ends this way), system and I/O errors (58000, 58030), and a database, schema, table or
 //! column that is not there (3D000, 3F000, 42P01, 42703: the store is away or misconfigured,
 //! no message is at fault). Rejected: everything else the server answers — data exceptions
 //! (class 22: a value too long, an invalid byte sequence), integrity constraints (class 23),
@@ -19,8 +20,8 @@ use crate::error::{StoreError, StoreErrorKind};
 /// SQLSTATEs (or their two-character classes) that mean "the store is away".
 const UNAVAILABLE_CLASSES: &[&str] = &["08", "53", "58"];
 const UNAVAILABLE_CODES: &[&str] = &[
-    "57P01", "57P02", "57P03", "57P04", "57P05", "57014", "55P03", "40001", "40P01", "25006", "3D000",
-    "3F000", "42P01", "42703",
+    "57P01", "57P02", "57P03", "57P04", "57P05", "57014", "55P03", "40001", "40P01", "25006", "25P03",
+    "3D000", "3F000", "42P01", "42703",
 ];
 
 /// Raised by `msgx_fence` (migration V007) when a newer lease holder exists.
@@ -39,16 +40,40 @@ pub fn kind_of_sqlstate(code: &str) -> StoreErrorKind {
     }
 }
 
+/// What the driver says of an error the server did not answer: its connection is closed, its
+/// cause is an I/O error, or (the driver's kinds without a public predicate) its text is the
+/// one the driver writes for a failed connect or a timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoAnswer<'a> {
+    pub closed: bool,
+    pub io: bool,
+    pub text: &'a str,
+}
+
+/// The texts `postgres` writes for its `Connect` and `Timeout` kinds, which it exposes no
+/// predicate for: matched as prefixes, never guessed from words inside another message.
+const TRANSPORT_KINDS: &[&str] = &["error connecting to server", "timeout waiting for server"];
+
 /// The kind of an error the server did not answer: connection and I/O trouble is
-/// unavailable, a conversion the driver refused is rejected.
-pub fn kind_without_server(closed: bool, io: bool, text: &str) -> StoreErrorKind {
-    let t = text.to_ascii_lowercase();
-    let transport = ["connect", "timeout", "timed out", "communicating", "closed", "unexpected eof"];
-    if closed || io || transport.iter().any(|w| t.contains(w)) {
+/// unavailable, anything else (a conversion the driver refused, an unknown error) rejected.
+pub fn kind_without_server(e: NoAnswer<'_>) -> StoreErrorKind {
+    if e.closed || e.io || TRANSPORT_KINDS.iter().any(|k| e.text.starts_with(k)) {
         StoreErrorKind::Unavailable
     } else {
         StoreErrorKind::Rejected
     }
+}
+
+/// Whether an I/O error is anywhere in the error's chain of causes.
+fn caused_by_io(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>().is_some() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Classifies a driver error; `detail` keeps the SQLSTATE and the server's detail.
@@ -61,9 +86,9 @@ pub fn classify(e: &postgres::Error) -> StoreError {
         };
         return StoreError::new("postgres", kind_of_sqlstate(code), detail);
     }
-    let io = std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some());
     let text = e.to_string();
-    StoreError::new("postgres", kind_without_server(e.is_closed(), io, &text), text)
+    let kind = kind_without_server(NoAnswer { closed: e.is_closed(), io: caused_by_io(e), text: &text });
+    StoreError::new("postgres", kind, text)
 }
 
 #[cfg(test)]
@@ -88,6 +113,7 @@ mod tests {
             ("40001", Unavailable, "serialization failure"),
             ("40P01", Unavailable, "deadlock"),
             ("25006", Unavailable, "read-only transaction (failover)"),
+            ("25P03", Unavailable, "idle-in-transaction session timeout (msgx's own setting)"),
             ("58030", Unavailable, "I/O error"),
             ("3D000", Unavailable, "database does not exist"),
             ("42P01", Unavailable, "table does not exist"),
@@ -111,11 +137,21 @@ mod tests {
 
     #[test]
     fn errors_without_a_server_answer() {
-        assert_eq!(kind_without_server(true, false, "connection closed"), Unavailable);
-        assert_eq!(kind_without_server(false, true, "error communicating with the server"), Unavailable);
-        assert_eq!(kind_without_server(false, false, "error connecting to server: refused"), Unavailable);
-        assert_eq!(kind_without_server(false, false, "timeout waiting for server"), Unavailable);
-        assert_eq!(kind_without_server(false, false, "error serializing parameter 0"), Rejected);
-        assert_eq!(kind_without_server(false, false, "something else"), Rejected);
+        let k = |closed, io, text| kind_without_server(NoAnswer { closed, io, text });
+        assert_eq!(k(true, false, "connection closed"), Unavailable);
+        assert_eq!(k(false, true, "error communicating with the server"), Unavailable);
+        assert_eq!(k(false, false, "error connecting to server: refused"), Unavailable);
+        assert_eq!(k(false, false, "timeout waiting for server"), Unavailable);
+        assert_eq!(k(false, false, "error serializing parameter 0"), Rejected);
+        assert_eq!(k(false, false, "something else"), Rejected);
+    }
+
+    /// #21 item 5: the kind comes from what the driver says (closed, an I/O cause), not from
+    /// a word that happens to be in a message.
+    #[test]
+    fn regression_a_conversion_error_mentioning_a_timeout_is_not_an_outage() {
+        let k = |text| kind_without_server(NoAnswer { closed: false, io: false, text });
+        assert_eq!(k("error deserializing column 2: invalid value \"timeout\""), Rejected);
+        assert_eq!(k("error serializing parameter 1: closed range"), Rejected);
     }
 }

@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(8, "backfill_refused_index", "V008__backfill_refused_index.sql"),
     migration!(9, "fence_key_share", "V009__fence_key_share.sql"),
     migration!(10, "season_plan", "V010__season_plan.sql"),
+    migration!(11, "dead_letter_dismissed", "V011__dead_letter_dismissed.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,8 @@ use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target}
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, RefChange};
 use crate::ports::{
-    Archived, Fifo, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord, StoreResult,
+    ArchiveCut, ArchivedAs, Fifo, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord,
+    StoreResult,
 };
 
 /// How long the server lets one of msgx's sessions sit idle inside a transaction before it
@@ -405,22 +406,24 @@ fn record_skipped(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> R
     )
 }
 
-/// FAILED: attempts+1, class, error, the next attempt, the first failure kept.
+/// FAILED: attempts+1, class, error, the next attempt, and the head-deadline anchor the rules
+/// computed (the first failure, moved on by the time the row waited past its backoff).
 fn record_retried(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
     let ids: Vec<i64> = round.retried.iter().map(|x| x.msg_id).collect();
     let t = tags(round.retried.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let classes: Vec<&str> = round.retried.iter().map(|x| x.class.as_str()).collect();
     let errors: Vec<String> = round.retried.iter().map(|x| clip(x.error, 1000)).collect();
     let next: Vec<SystemTime> = round.retried.iter().map(|x| x.next_attempt_at).collect();
+    let since: Vec<SystemTime> = round.retried.iter().map(|x| x.failing_since).collect();
     c.execute(
         &format!(
             "UPDATE proc_state p SET state = 'FAILED', attempts = p.attempts + 1, error_class = x.c, last_error = x.e,
-                 type_tag = COALESCE(x.t, p.type_tag), next_attempt_at = x.n, updated_at = $6,
-                 first_failed_at = COALESCE(p.first_failed_at, $6)
-             FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $4::varchar[], $5::timestamptz[]) AS x(id, t, c, e, n)
+                 type_tag = COALESCE(x.t, p.type_tag), next_attempt_at = x.n, updated_at = $6, first_failed_at = x.f
+             FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $4::varchar[], $5::timestamptz[], $7::timestamptz[])
+                  AS x(id, t, c, e, n, f)
              WHERE p.msg_id = x.id AND p.state IN {UNFINISHED}"
         ),
-        &[&ids, &t, &classes, &errors, &next, &now],
+        &[&ids, &t, &classes, &errors, &next, &now, &since],
     )
 }
 
@@ -663,11 +666,12 @@ impl Outbox for Pg {
 /// PROC_STATE's columns but ARCHIVED_AT, in table order: what PROC_STATE_HST copies.
 const PROC_COLUMNS: &str = "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
      received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
-     backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note";
+     backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note, \
+     dismissed_at, dismissed_note";
 
-/// An archive candidate: terminal, mark written or abandoned-and-reconciled (C-16), settled
-/// before $2.
-const ARCHIVABLE: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+/// An archive candidate ($2 settled before, $4 DEAD since before): terminal, mark written or
+/// abandoned-and-reconciled (C-16); a DEAD row only once dismissed or past `dead-keep`.
+const ARCHIVABLE: &str = "(state IN ('SUCCEEDED', 'SKIPPED') OR (state = 'DEAD' AND (dismissed_at IS NOT NULL OR updated_at < $4))) \
      AND (backfill_at IS NOT NULL OR (backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NOT NULL)) \
      AND updated_at < $2";
 
@@ -687,61 +691,41 @@ impl Housekeeping for Pg {
         })
     }
 
-    fn archive(
+    fn archive_candidates(&mut self, cut: &ArchiveCut, limit: usize) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            // $1 is a no-op bound so that ARCHIVABLE's $2 and $4 mean the same in every statement.
+            c.query(
+                &format!("SELECT msg_id FROM proc_state WHERE {ARCHIVABLE} AND msg_id > $1 ORDER BY msg_id LIMIT $3"),
+                &[&i64::MIN, &cut.settled_before, &(limit as i64), &cut.dead_before],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn archive_one(
         &mut self,
-        settled_before: SystemTime,
-        limit: usize,
+        msg_id: i64,
+        cut: &ArchiveCut,
         now: SystemTime,
-    ) -> StoreResult<Archived> {
-        let ids: Vec<i64> = self
-            .run(|c| {
-                c.query(
-                    // $1 is a no-op bound so that ARCHIVABLE's $2 means the same in every statement.
-                    &format!("SELECT msg_id FROM proc_state WHERE {ARCHIVABLE} AND msg_id > $1 ORDER BY msg_id LIMIT $3"),
-                    &[&i64::MIN, &settled_before, &(limit as i64)],
-                )
-            })?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut report = Archived::default();
-        for id in ids {
-            let moved = self.write(|c| {
-                // Copy and shadow in one transaction, each re-checking the candidate: a DEAD row
-                // replayed to PENDING meanwhile matches neither, and nothing is kept.
-                let copied = c.execute(
-                    &format!(
-                        "INSERT INTO proc_state_hst ({PROC_COLUMNS}, archived_at)
-                         SELECT {PROC_COLUMNS}, $3 FROM proc_state WHERE msg_id = $1 AND {ARCHIVABLE}"
-                    ),
-                    &[&id, &settled_before, &now],
-                )?;
-                if copied != 1 {
-                    return Ok(Err(StoreError::rejected("postgres", "no longer archivable")));
-                }
-                let shadowed = c.execute(
-                    &format!(
-                        "UPDATE proc_state SET state = 'ARCHIVED', archived_at = $3, updated_at = $3, attempts = 0,
-                             next_attempt_at = NULL, error_class = NULL, last_error = NULL, received_at = NULL,
-                             backfill_at = NULL, backfill_next_at = NULL, backfill_attempts = 0, backfill_error = NULL,
-                             first_failed_at = NULL, type_tag = NULL
-                         WHERE msg_id = $1 AND {ARCHIVABLE}"
-                    ),
-                    &[&id, &settled_before, &now],
-                )?;
-                if shadowed != 1 {
-                    return Ok(Err(StoreError::rejected("postgres", "no longer archivable")));
-                }
-                Ok(Ok(()))
-            });
-            match moved {
-                Ok(()) => report.archived += 1,
-                // Re-checked and no longer a candidate: rolled back, skipped (G-PROC-HST).
-                Err(e) if e.is_rejected() => report.skipped += 1,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(report)
+    ) -> StoreResult<Option<ArchivedAs>> {
+        self.write(|c| {
+            // Copy and shadow in one statement on the row locked and re-checked: a DEAD row
+            // replayed to PENDING meanwhile matches nothing, and nothing is kept.
+            let row = c.query_opt(
+                &format!(
+                    "WITH old AS (SELECT {PROC_COLUMNS} FROM proc_state WHERE msg_id = $1 AND {ARCHIVABLE} FOR UPDATE),
+                          copied AS (INSERT INTO proc_state_hst ({PROC_COLUMNS}, archived_at) SELECT {PROC_COLUMNS}, $3 FROM old)
+                     UPDATE proc_state p SET state = 'ARCHIVED', archived_at = $3, updated_at = $3, attempts = 0,
+                         next_attempt_at = NULL, error_class = NULL, last_error = NULL, received_at = NULL,
+                         backfill_at = NULL, backfill_next_at = NULL, backfill_attempts = 0, backfill_error = NULL,
+                         first_failed_at = NULL, type_tag = NULL, dismissed_at = NULL, dismissed_note = NULL
+                     FROM old WHERE p.msg_id = old.msg_id
+                     RETURNING old.state = 'DEAD' AND old.dismissed_at IS NULL"
+                ),
+                &[&msg_id, &cut.settled_before, &now, &cut.dead_before],
+            )?;
+            Ok(Ok(row.map(|r| if r.get(0) { ArchivedAs::DeadUndealt } else { ArchivedAs::Settled })))
+        })
     }
 }
 

@@ -97,7 +97,7 @@ impl Operator for Pg {
                     // when the row ends (C-16: replay clears the abandonment).
                     let n = c.execute(
                         "UPDATE proc_state SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, first_failed_at = NULL,
-                         updated_at = $2,
+                         updated_at = $2, dismissed_at = NULL, dismissed_note = NULL,
                          backfill_next_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_next_at END,
                          backfill_abandoned_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_at END,
                          backfill_abandoned_reason = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_reason END,
@@ -151,6 +151,39 @@ impl Operator for Pg {
         })
     }
 
+    fn dismiss(
+        &mut self,
+        ids: &[i64],
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        let note = clip(note, 200);
+        self.write(|c| {
+            let mut out = Vec::new();
+            for id in ids {
+                let n = c.execute(
+                    "UPDATE proc_state SET dismissed_at = $2, dismissed_note = $3, updated_at = $2
+                     WHERE msg_id = $1 AND state = 'DEAD' AND dismissed_at IS NULL",
+                    &[id, &now, &note],
+                )?;
+                let verdict = if n == 1 {
+                    Ok(())
+                } else {
+                    let r = c.query_opt(
+                        "SELECT state, dismissed_at IS NOT NULL FROM proc_state WHERE msg_id = $1",
+                        &[id],
+                    )?;
+                    let was = r.map(|r| {
+                        (ProcStatus::parse(r.get::<_, &str>(0)).unwrap_or(ProcStatus::Archived), r.get(1))
+                    });
+                    Err(replay::dismiss_refusal(was))
+                };
+                out.push((*id, verdict));
+            }
+            Ok(Ok(out))
+        })
+    }
+
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
         let limit = limit as i64;
         self.write(|c| {
@@ -194,6 +227,8 @@ pub struct Status {
     /// Rows per (`TARGET`, `MSG_EVENT.STATE`).
     pub events: Vec<(String, String, i64)>,
     pub backfill_owed: i64,
+    /// DEAD messages a person dismissed (`msgx dismiss`): out of the dead-letter queue.
+    pub dead_dismissed: i64,
     /// Abandoned marks not reconciled: the true count, and the first `limit` of them.
     pub abandoned_count: i64,
     pub abandoned: Vec<Abandoned>,
@@ -276,6 +311,9 @@ impl Pg {
                     &[],
                 )?
                 .get(0);
+            let dead_dismissed: i64 = c
+                .query_one("SELECT count(*) FROM proc_state WHERE state = 'DEAD' AND dismissed_at IS NOT NULL", &[])?
+                .get(0);
             let abandoned_count: i64 = c
                 .query_one(
                     "SELECT count(*) FROM proc_state
@@ -313,7 +351,17 @@ impl Pg {
                     msg_id: r.get(5),
                 })
                 .collect();
-            Ok(Status { watermark, states, head, events, backfill_owed, abandoned_count, abandoned, seasons })
+            Ok(Status {
+                watermark,
+                states,
+                head,
+                events,
+                backfill_owed,
+                dead_dismissed,
+                abandoned_count,
+                abandoned,
+                seasons,
+            })
         })
     }
 }
