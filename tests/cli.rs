@@ -442,3 +442,67 @@ fn the_man_page_is_generated_from_the_command_line() {
     assert!(page.contains(".SH \"EXIT STATUS\"") || page.contains(".SH EXIT STATUS"), "exit codes");
     assert!(!page.contains("\\fBmsgx man\\fR"), "the man command itself is hidden");
 }
+
+/// #21 item 2: `msgx dismiss` takes a DEAD message out of the dead-letter queue (status
+/// --check stops counting it), refuses what is not DEAD, and a replay puts a dismissed row back.
+#[test]
+fn dismiss_takes_a_dead_message_out_of_the_queue_and_says_why_not() {
+    use msgx::ports::LeaseStore;
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    pg.claim(&claimant(3), std::time::Duration::from_secs(60)).unwrap();
+    common::enqueue(&mut pg, &[1, 2], common::now());
+    common::record(
+        &mut pg,
+        &[Settle::failed(1, dead(ErrorClass::Exhausted)), Settle::succeeded(2, "k2", vec![])],
+        common::now(),
+    );
+    let check = || String::from_utf8_lossy(&msgx_cfg(&s, &[], &["status", "--check"]).stdout).to_string();
+    assert!(check().contains(" 1 dead"), "{}", check());
+    let o = msgx(&s, &["dismiss", "--ids", "1,2,9", "--note", "resent corrected as 4711"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "some were refused: {out}");
+    assert!(out.contains("dismissed msg_id=1"), "{out}");
+    assert!(
+        out.contains("refused   msg_id=2: state is SUCCEEDED; only DEAD messages are dismissed"),
+        "{out}"
+    );
+    assert!(out.contains("refused   msg_id=9: no such message"), "{out}");
+    assert!(check().contains(" 0 dead"), "{}", check());
+    let o = msgx(&s, &["status"]);
+    assert!(text(&o).contains("DEAD       1 (1 dismissed)"), "{}", text(&o));
+    let mut c = s.pg();
+    let note: String =
+        c.query_one("SELECT dismissed_note FROM proc_state WHERE msg_id = 1", &[]).unwrap().get(0);
+    assert_eq!(note, "resent corrected as 4711");
+    let o = msgx(&s, &["dismiss", "--ids", "1", "--note", " "]);
+    assert_eq!(o.status.code(), Some(2), "a note is required: {}", text(&o));
+    assert_eq!(msgx(&s, &["replay", "--ids", "1"]).status.code(), Some(0));
+    let gone: Option<std::time::SystemTime> =
+        c.query_one("SELECT dismissed_at FROM proc_state WHERE msg_id = 1", &[]).unwrap().get(0);
+    assert_eq!(gone, None, "a replayed row is in the queue again if it dies again");
+}
+
+/// #21 item 3: a key=value connection string with a password, and one in a `?password=` URL,
+/// reach neither `msgx check`'s output nor any log line of a failing command.
+#[test]
+fn regression_a_key_value_or_query_password_never_reaches_any_output() {
+    let s = Services::migrated("");
+    let url = s.cfg.pg_url.clone();
+    let (hostport, db) = url.trim_start_matches("postgres://msgx@").split_once('/').unwrap();
+    let (host, port) = hostport.split_once(':').unwrap();
+    let kv = format!("host={host} port={port} user=msgx dbname={db} password=kv-never-shown");
+    let o = msgx_cfg(&s, &[("MSGX_PG_URL", &kv), ("RUST_LOG", "info")], &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("password=***"), "{out}");
+    assert!(!out.contains("kv-never-shown"), "{out}");
+    let bad =
+        format!("host=127.0.0.1 port=9 user=msgx dbname={db} password=kv-never-shown connect_timeout=2");
+    let o = msgx_cfg(&s, &[("MSGX_PG_URL", &bad)], &["status"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(!text(&o).contains("kv-never-shown"), "{}", text(&o));
+    let q = format!("{}?password=q-never-shown", s.cfg.mysql_url.replace("msgx:msgx-secret@", "msgx@"));
+    let o = msgx_cfg(&s, &[("MSGX_MYSQL_URL", &q), ("RUST_LOG", "info")], &["check"]);
+    assert!(!text(&o).contains("q-never-shown"), "{}", text(&o));
+}
