@@ -5,25 +5,56 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of "now".
+/// A reading of a monotonic clock: time since an arbitrary origin that never goes back,
+/// whatever the wall clock does (an NTP step, `date -s`). For durations that guard safety —
+/// the lease gate — never for timestamps that are stored or compared across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Mono(Duration);
+
+impl Mono {
+    pub fn from_duration(d: Duration) -> Mono {
+        Mono(d)
+    }
+
+    pub fn as_duration(self) -> Duration {
+        self.0
+    }
+
+    /// `self + d`, saturating.
+    pub fn after(self, d: Duration) -> Mono {
+        Mono(self.0.saturating_add(d))
+    }
+}
+
+/// A source of "now": the wall clock for what is stored and shown, and a monotonic one for
+/// what must not move with it.
 pub trait Clock: Send + Sync {
     fn now(&self) -> SystemTime;
+    fn mono(&self) -> Mono;
 }
 
 /// The real wall clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
+/// The monotonic origin of this process.
+static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
         SystemTime::now()
     }
+
+    fn mono(&self) -> Mono {
+        Mono(ORIGIN.get_or_init(std::time::Instant::now).elapsed())
+    }
 }
 
-/// A clock that moves only when told to. Clones share the same time.
+/// A clock that moves only when told to. Clones share the same time. Its monotonic reading
+/// moves with every step forward and stands still when the wall time is set back.
 #[derive(Debug, Clone)]
 pub struct FakeClock {
-    now: Arc<Mutex<SystemTime>>,
+    now: Arc<Mutex<(SystemTime, Duration)>>,
 }
 
 impl FakeClock {
@@ -33,16 +64,23 @@ impl FakeClock {
     }
 
     pub fn at(t: SystemTime) -> Self {
-        FakeClock { now: Arc::new(Mutex::new(t)) }
+        FakeClock { now: Arc::new(Mutex::new((t, Duration::ZERO))) }
     }
 
     pub fn advance(&self, d: Duration) {
         let mut now = self.now.lock().expect("fake clock poisoned");
-        *now += d;
+        now.0 += d;
+        now.1 += d;
     }
 
+    /// Moves the wall time to `t`: forward, the monotonic reading moves as far; backward (a
+    /// clock step), it stands still.
     pub fn set(&self, t: SystemTime) {
-        *self.now.lock().expect("fake clock poisoned") = t;
+        let mut now = self.now.lock().expect("fake clock poisoned");
+        if let Ok(d) = t.duration_since(now.0) {
+            now.1 += d;
+        }
+        now.0 = t;
     }
 }
 
@@ -54,7 +92,11 @@ impl Default for FakeClock {
 
 impl Clock for FakeClock {
     fn now(&self) -> SystemTime {
-        *self.now.lock().expect("fake clock poisoned")
+        self.now.lock().expect("fake clock poisoned").0
+    }
+
+    fn mono(&self) -> Mono {
+        Mono(self.now.lock().expect("fake clock poisoned").1)
     }
 }
 

@@ -145,7 +145,7 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
         let mut outages = Outages::new(S::NAME, ctx.outage);
         loop {
             let now = ctx.clock.now();
-            let pause = match ctx.gate.check(now).and_then(|()| stage.round(now)) {
+            let pause = match ctx.gate.check().and_then(|()| stage.round(now)) {
                 Ok(r) => {
                     for n in outages.recovered(now) {
                         log_notice(&n, &ctx.stats);
@@ -200,6 +200,7 @@ fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) 
         let epoch = ctx.gate.epoch();
         loop {
             let sent = ctx.clock.now();
+            let sent_mono = ctx.clock.mono();
             let status = serde_json::json!({
                 "stalled": ctx.board.snapshot().iter().map(|(stage, store, since)| serde_json::json!({
                     "stage": stage, "store": store, "since_ms": crate::clock::unix_millis(*since)
@@ -208,7 +209,7 @@ fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) 
             .to_string();
             match store.renew(&me, epoch, policy.duration, &status) {
                 Ok(true) => {
-                    ctx.gate.confirm(sent, policy.duration);
+                    ctx.gate.confirm(sent_mono, policy.duration);
                     for n in outages.recovered(ctx.clock.now()) {
                         log_notice(&n, &ctx.stats);
                     }
@@ -319,7 +320,7 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
         info!("stopped while standing by");
         return Ok(());
     };
-    let gate = Arc::new(LeaseGate::new(epoch, sent + cfg.lease.duration));
+    let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
     let result = serve(cfg, clock, stop, lease, &me, gate.clone());
     if !gate.is_stale() {
         // Released at once so a standby takes over without waiting for the expiry.
@@ -339,12 +340,13 @@ fn standby(
     cfg: &Config,
     clock: &dyn Clock,
     stop: &Receiver<()>,
-) -> Option<(i64, SystemTime)> {
+) -> Option<(i64, crate::clock::Mono)> {
     let mut outages = Outages::new("lease", cfg.pipeline.outage);
     let mut said: Option<SystemTime> = None;
     let stats = Stats::default();
     loop {
         let sent = clock.now();
+        let sent_mono = clock.mono();
         match lease.claim(me, cfg.lease.duration) {
             Ok(Claim::Acquired { epoch, previous }) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
@@ -357,7 +359,7 @@ fn standby(
                     ),
                     None => info!("lease acquired epoch={epoch}"),
                 }
-                return Some((epoch, sent));
+                return Some((epoch, sent_mono));
             }
             Ok(Claim::HeldBy(h)) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));

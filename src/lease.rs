@@ -4,10 +4,11 @@
 //! produce, a mark in the shared mailbox — waits behind the [`LeaseGate`]: open only while this
 //! process's lease is confirmed by the database, closed for good once a newer holder exists.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use crate::clock::unix_millis;
+use crate::clock::{unix_millis, Clock, Mono};
 use crate::error::StoreError;
 use crate::ports::Claimant;
 
@@ -35,39 +36,56 @@ impl Claimant {
 }
 
 /// Whether this process may write what the stores cannot fence. Shared by the stages; the
-/// lease thread confirms it after every renewal.
-#[derive(Debug)]
+/// lease thread confirms it after every renewal. Timed on the monotonic clock (#21 item 7): a
+/// wall clock stepped back cannot keep a cut-off instance producing past its lease.
 pub struct LeaseGate {
     epoch: i64,
-    /// Unix millis until which the last renewal holds the lease for sure.
-    valid_until: AtomicI64,
+    clock: Arc<dyn Clock>,
+    /// The monotonic millis until which the last renewal holds the lease for sure.
+    valid_until: AtomicU64,
     stale: AtomicBool,
 }
 
+impl std::fmt::Debug for LeaseGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGate").field("epoch", &self.epoch).field("stale", &self.is_stale()).finish()
+    }
+}
+
+fn millis(m: Mono) -> u64 {
+    m.as_duration().as_millis().min(u64::MAX as u128) as u64
+}
+
 impl LeaseGate {
-    /// A gate for `epoch`, open until `valid_until`.
-    pub fn new(epoch: i64, valid_until: SystemTime) -> LeaseGate {
+    /// A gate for `epoch`, open for `valid_for` from `confirmed` (the claim's send time).
+    pub fn new(epoch: i64, clock: Arc<dyn Clock>, confirmed: Mono, valid_for: Duration) -> LeaseGate {
         LeaseGate {
             epoch,
-            valid_until: AtomicI64::new(unix_millis(valid_until)),
+            clock,
+            valid_until: AtomicU64::new(millis(confirmed.after(valid_for))),
             stale: AtomicBool::new(false),
         }
     }
 
     /// A gate that is always open (tests and tools that hold no lease).
     pub fn open() -> LeaseGate {
-        LeaseGate::new(0, UNIX_EPOCH + Duration::from_secs(u32::MAX as u64 * 4))
+        LeaseGate {
+            epoch: 0,
+            clock: Arc::new(crate::clock::SystemClock),
+            valid_until: AtomicU64::new(u64::MAX),
+            stale: AtomicBool::new(false),
+        }
     }
 
     pub fn epoch(&self) -> i64 {
         self.epoch
     }
 
-    /// A renewal sent at `sent_at` succeeded: the database's expiry is at least
-    /// `sent_at + duration` (it was computed after the request left), so the lease is ours
-    /// until then whatever the database's clock says.
-    pub fn confirm(&self, sent_at: SystemTime, duration: Duration) {
-        self.valid_until.fetch_max(unix_millis(sent_at + duration), Ordering::SeqCst);
+    /// A renewal sent at `sent` succeeded: the database's expiry is at least `sent + duration`
+    /// (it was computed after the request left), so the lease is ours until then whatever the
+    /// database's clock or this machine's wall clock says.
+    pub fn confirm(&self, sent: Mono, duration: Duration) {
+        self.valid_until.fetch_max(millis(sent.after(duration)), Ordering::SeqCst);
     }
 
     /// A newer holder exists: closed for good.
@@ -81,7 +99,7 @@ impl LeaseGate {
 
     /// Ok while the lease is confirmed; unavailable (the stage waits, SPEC §4.9) while it is
     /// not confirmed but nobody newer is known; fenced once a newer holder exists.
-    pub fn check(&self, now: SystemTime) -> Result<(), StoreError> {
+    pub fn check(&self) -> Result<(), StoreError> {
         if crate::planted::on(crate::planted::Bug::GateNeverCloses) {
             return Ok(());
         }
@@ -92,13 +110,14 @@ impl LeaseGate {
             ));
         }
         let until = self.valid_until.load(Ordering::SeqCst);
-        if unix_millis(now) >= until {
+        let now = millis(self.clock.mono());
+        if now >= until {
             return Err(StoreError::unavailable(
                 "lease",
                 format!(
                     "the lease (epoch {}) is not confirmed since {}ms ago: its store is unreachable; writes wait",
                     self.epoch,
-                    unix_millis(now) - until
+                    now - until
                 ),
             ));
         }
@@ -109,36 +128,55 @@ impl LeaseGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{Clock, FakeClock};
+    use crate::clock::FakeClock;
+
+    fn gate(clock: &FakeClock, epoch: i64, d: Duration) -> LeaseGate {
+        LeaseGate::new(epoch, Arc::new(clock.clone()), clock.mono(), d)
+    }
 
     #[test]
     fn the_gate_is_open_while_renewals_confirm_it_and_closes_for_good_when_stale() {
         let clock = FakeClock::new();
         let d = Duration::from_secs(10);
-        let gate = LeaseGate::new(3, clock.now() + d);
-        assert!(gate.check(clock.now()).is_ok());
+        let gate = gate(&clock, 3, d);
+        assert!(gate.check().is_ok());
         clock.advance(Duration::from_secs(9));
-        gate.confirm(clock.now(), d);
+        gate.confirm(clock.mono(), d);
         clock.advance(Duration::from_secs(9));
-        assert!(gate.check(clock.now()).is_ok(), "renewed at 9 s: good until 19 s");
+        assert!(gate.check().is_ok(), "renewed at 9 s: good until 19 s");
         clock.advance(Duration::from_secs(1));
-        let e = gate.check(clock.now()).unwrap_err();
+        let e = gate.check().unwrap_err();
         assert!(e.is_unavailable() && e.store == "lease", "{e}");
-        gate.confirm(clock.now(), d);
-        assert!(gate.check(clock.now()).is_ok(), "a late renewal that nobody overtook opens it again");
+        gate.confirm(clock.mono(), d);
+        assert!(gate.check().is_ok(), "a late renewal that nobody overtook opens it again");
         gate.stale();
-        assert!(gate.check(clock.now()).unwrap_err().is_fenced());
-        gate.confirm(clock.now(), d);
-        assert!(gate.check(clock.now()).unwrap_err().is_fenced(), "stale is for good");
+        assert!(gate.check().unwrap_err().is_fenced());
+        gate.confirm(clock.mono(), d);
+        assert!(gate.check().unwrap_err().is_fenced(), "stale is for good");
     }
 
     #[test]
     fn an_older_confirmation_never_shortens_the_lease() {
         let clock = FakeClock::new();
         let d = Duration::from_secs(10);
-        let gate = LeaseGate::new(1, clock.now() + d);
-        gate.confirm(clock.now() - Duration::from_secs(5), d);
+        let gate = gate(&clock, 1, d);
+        gate.confirm(Mono::default(), Duration::from_secs(1));
         clock.advance(Duration::from_secs(9));
-        assert!(gate.check(clock.now()).is_ok());
+        assert!(gate.check().is_ok());
+    }
+
+    /// #21 item 7: the wall clock stepped back an hour while the lease store is unreachable:
+    /// the gate still closes when the last confirmation runs out.
+    #[test]
+    fn regression_a_wall_clock_stepped_back_does_not_keep_the_gate_open() {
+        let clock = FakeClock::new();
+        let d = Duration::from_secs(10);
+        let gate = gate(&clock, 4, d);
+        clock.advance(Duration::from_secs(5));
+        clock.set(clock.now() - Duration::from_secs(3600));
+        assert!(gate.check().is_ok(), "5 s of 10 gone");
+        clock.advance(Duration::from_secs(5));
+        let e = gate.check().unwrap_err();
+        assert!(e.is_unavailable(), "closed after 10 s of real time, the step notwithstanding: {e}");
     }
 }

@@ -104,7 +104,7 @@ impl<P: MarkLedger, M: MailboxMarks> Backfill<P, M> {
         }
         let ids: Vec<i64> = owed.iter().map(|o| o.msg_id).collect();
         // The shared mailbox cannot check the lease: a stale instance must not mark (PRE-5).
-        self.gate.check(now)?;
+        self.gate.check()?;
         let marks = match self.mailbox.mark(&ids, now) {
             Ok(marks) => marks,
             Err(e) if e.is_rejected() => {

@@ -306,7 +306,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             Err(until) => return Ok(Round::Wait(until)),
         };
         // A stale instance must not send: checked right before every produce round (PRE-5).
-        self.gate.check(now)?;
+        self.gate.check()?;
         let mut records: Vec<Record> =
             ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
         if crate::planted::on(crate::planted::Bug::DeliveryReordered) {
@@ -345,7 +345,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
                 ("flights".into(), latest.len().to_string()),
             ],
         };
-        self.gate.check(now)?;
+        self.gate.check()?;
         let result = self
             .producer
             .send(std::slice::from_ref(&record))
@@ -421,7 +421,7 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
             Ok(r) => r,
             Err(until) => return Ok(Round::Wait(until)),
         };
-        self.gate.check(now)?;
+        self.gate.check()?;
         // LAST_ATTEMPT_AT first, so a retry whose earlier insert committed but whose SENT mark
         // was lost finds that row and does not insert again.
         let ids: Vec<i64> = ready.iter().map(|e| e.event_id).collect();

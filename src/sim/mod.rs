@@ -453,7 +453,7 @@ impl Sim {
         let Life::Active(a) = &mut self.instances[k].life else { return };
         a.lease_wake = now + policy.renew_every;
         match lease.renew(&me, a.epoch, policy.duration, "{}") {
-            Ok(true) => a.gate.confirm(now, policy.duration),
+            Ok(true) => a.gate.confirm(self.clock.mono(), policy.duration),
             Ok(false) => {
                 a.gate.stale();
                 self.stop(k, "lost the lease");
@@ -484,7 +484,7 @@ impl Sim {
         let name = self.instances[k].name.clone();
         let Life::Active(a) = &mut self.instances[k].life else { return };
         // The daemon's runner: nothing runs while the lease is not confirmed.
-        let after = if let Err(e) = a.gate.check(now) {
+        let after = if let Err(e) = a.gate.check() {
             a.slots[n].wake = now + Duration::from_millis(100);
             if e.is_fenced() {
                 After::Stop("fenced at the gate".into())
@@ -533,7 +533,7 @@ impl Sim {
     /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
     fn activate(&self, epoch: i64, now: SystemTime) -> Active {
         let p = &self.cfg.pipeline;
-        let gate = Arc::new(LeaseGate::new(epoch, now + self.cfg.lease.duration));
+        let gate = Arc::new(LeaseGate::new(epoch, Arc::new(self.clock.clone()), self.clock.mono(), self.cfg.lease.duration));
         let stats = Arc::new(Stats::default());
         let guarded = |inner| Guarded { inner, epoch, lease: self.pg.clone(), audit: self.audit.clone() };
         let mut pump = Pump::new(
