@@ -181,3 +181,55 @@ fn postgresql_stopped_for_30s_costs_no_message() {
 fn the_broker_frozen_for_60s_costs_no_event() {
     ride_out("broker", Duration::from_secs(60));
 }
+
+/// #21 item 11: a store that hangs (frozen, SIGSTOP) instead of refusing is an outage from its
+/// first seconds: the stall shows in the log well before the minute's ERROR, and the messages
+/// that arrive meanwhile are processed once it thaws.
+fn a_frozen_store_is_an_outage_within_seconds(kind: &'static str) {
+    let p = Private::start(kind);
+    let stores = match kind {
+        "mysql" => Stores { mysql: Some(p.url()), ..Default::default() },
+        _ => Stores { redis: Some(p.url()), ..Default::default() },
+    };
+    let s = Services::migrated_on("", stores);
+    let store = if kind == "mysql" { "mailbox" } else { "redis" };
+    let a = Instance::run(&s, "frozen", "");
+    let mut feed_ids = 0u64;
+    let mut more = |n: u64| {
+        for _ in 0..n {
+            feed_ids += 1;
+            let i = feed_ids;
+            s.insert_inbound(&[fixtures::flop_stnd(i, &format!("F{}", i % 5), &format!("S{i}"))]);
+        }
+    };
+    more(20);
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || drained(&mut pg, 20)), "flowing before the freeze");
+    if kind == "redis" {
+        more(10); // the upstream keeps writing; the pump will need Redis for them
+    }
+    p.signal("-STOP");
+    let frozen = Instant::now();
+    // The poller asks the mailbox every poll interval, the pump Redis for the waiting rows.
+    let seen = a.wait_for_log(&format!("store unavailable store={store}"), Duration::from_secs(30));
+    let after = frozen.elapsed();
+    p.signal("-CONT");
+    assert!(seen, "{kind} frozen for 30 s and no line said so:\n{}", a.log_text());
+    println!("frozen store={kind} noticed_after={:.1}s", after.as_secs_f64());
+    assert!(after < Duration::from_secs(20), "{kind}: noticed only after {after:?}");
+    if kind == "mysql" {
+        more(10);
+    }
+    assert!(eventually(Duration::from_secs(90), || drained(&mut pg, 30)), "{kind}: drained after the thaw");
+    assert_eq!(count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'DEAD' OR attempts > 0"), 0);
+}
+
+#[test]
+fn regression_a_frozen_redis_is_an_outage_within_seconds() {
+    a_frozen_store_is_an_outage_within_seconds("redis");
+}
+
+#[test]
+fn regression_a_frozen_mailbox_is_an_outage_within_seconds() {
+    a_frozen_store_is_an_outage_within_seconds("mysql");
+}

@@ -533,7 +533,12 @@ impl Sim {
     /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
     fn activate(&self, epoch: i64, now: SystemTime) -> Active {
         let p = &self.cfg.pipeline;
-        let gate = Arc::new(LeaseGate::new(epoch, Arc::new(self.clock.clone()), self.clock.mono(), self.cfg.lease.duration));
+        let gate = Arc::new(LeaseGate::new(
+            epoch,
+            Arc::new(self.clock.clone()),
+            self.clock.mono(),
+            self.cfg.lease.duration,
+        ));
         let stats = Arc::new(Stats::default());
         let guarded = |inner| Guarded { inner, epoch, lease: self.pg.clone(), audit: self.audit.clone() };
         let mut pump = Pump::new(

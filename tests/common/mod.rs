@@ -460,6 +460,18 @@ impl Private {
         self.script(&["halt", self.kind, self.dir.to_str().unwrap()]);
     }
 
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) a single-process server (MariaDB, Redis): it
+    /// keeps its connections and accepts new ones, but answers nothing — a hang, not a refusal.
+    pub fn signal(&self, sig: &str) {
+        let pidfile = match self.kind {
+            "mysql" => self.dir.join("mysql/mysqld.pid"),
+            "redis" => self.dir.join("redis/redis.pid"),
+            other => panic!("{other} is not one process: freeze it another way"),
+        };
+        let pid = std::fs::read_to_string(&pidfile).expect("pid file").trim().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success(), "kill {sig} {pid}");
+    }
+
     /// The admin URL of the instance.
     pub fn url(&self) -> String {
         match self.kind {

@@ -175,6 +175,32 @@ redis.call('SET', ekey, epoch)
 return epoch
 "#;
 
+/// How long a Redis call may go unanswered before the store counts as unavailable (#21 item
+/// 11): a server that hangs (frozen, a paused VM) is an outage from its first seconds. The apply
+/// script of a whole round runs in milliseconds; a healthy server never comes near it.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Sends a pipeline and reads its replies, the first `skip` dropped. A reply that does not come
+/// ends it at once: redis-rs's own `Pipeline::query` goes on reading after an I/O error and
+/// waits out the read timeout once per command, so a frozen server held a round of 200
+/// flights for 400 timeouts (#21 item 11). A server error is returned after every reply was
+/// read, so the connection stays in step.
+fn query_bounded(c: &mut Connection, p: &redis::Pipeline, skip: usize) -> redis::RedisResult<Vec<Value>> {
+    c.send_packed_command(&p.get_packed_pipeline())?;
+    let mut out = Vec::with_capacity(p.len());
+    let mut refused = None;
+    for i in 0..p.len() {
+        match c.recv_response()?.extract_error() {
+            Ok(v) if i >= skip => out.push(v),
+            Ok(_) => {}
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    refused.map_or(Ok(out), Err)
+}
+
 pub struct RedisFlights {
     client: Client,
     conn: Option<Connection>,
@@ -239,8 +265,8 @@ impl RedisFlights {
             let unavailable =
                 |e: redis::RedisError| StoreError::unavailable("redis", classify::classify(&e).detail);
             let c = self.client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
-            c.set_read_timeout(Some(Duration::from_secs(10))).map_err(unavailable)?;
-            c.set_write_timeout(Some(Duration::from_secs(10))).map_err(unavailable)?;
+            c.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(unavailable)?;
+            c.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(unavailable)?;
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("connected above"))
@@ -285,7 +311,7 @@ impl FlightStore for RedisFlights {
         let mut values: Vec<Value> = self.run(|c, _| {
             let mut p = redis::pipe();
             if !forget.is_empty() {
-                p.hdel(&journal, forget).ignore();
+                p.hdel(&journal, forget);
             }
             if !need.msg_ids.is_empty() {
                 p.cmd("HMGET").arg(&journal).arg(&need.msg_ids);
@@ -297,7 +323,7 @@ impl FlightStore for RedisFlights {
             if let Some((a, b)) = need.window {
                 p.zrangebyscore(&idx, a, b);
             }
-            p.query(c)
+            query_bounded(c, &p, usize::from(!forget.is_empty()))
         })?;
         let window: Vec<String> = match need.window {
             Some(_) => {

@@ -23,6 +23,12 @@ use crate::ports::{
 };
 use zone::MailboxZone;
 
+/// How long a mailbox call may go unanswered before the mailbox counts as unavailable (#21
+/// item 11): a server that hangs is an outage from its first seconds, not after a minute. The
+/// largest read msgx makes (a round's texts within `process-batch-bytes`, a rescan chunk) takes
+/// tens of milliseconds on a healthy server.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A MySQL connection that is opened lazily and dropped after any error, so the next call
 /// starts clean (a connection in an unknown state is not worth reasoning about).
 struct Conn {
@@ -36,8 +42,8 @@ impl Conn {
             .map_err(|e| StoreError::rejected("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
         let opts: Opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(Duration::from_secs(5)))
-            .read_timeout(Some(Duration::from_secs(60)))
-            .write_timeout(Some(Duration::from_secs(60)))
+            .read_timeout(Some(RESPONSE_TIMEOUT))
+            .write_timeout(Some(RESPONSE_TIMEOUT))
             .into();
         Ok(Conn { opts, conn: None })
     }
