@@ -399,8 +399,16 @@ pub trait MailboxTexts {
 
 /// The shared mailbox, backfill's side: the processed mark.
 pub trait MailboxMarks {
-    /// Writes the processed mark where it is still empty; one outcome per id, in order.
-    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>>;
+    /// Writes the processed mark where it is still empty; one outcome per id, in order. The
+    /// shared mailbox cannot check the lease, so `still_ours` (the lease gate) is asked inside
+    /// the transaction, before the write and again before the commit: an `Err` rolls it back
+    /// and is returned (PRE-5; #21 item 10).
+    fn mark(
+        &mut self,
+        ids: &[i64],
+        at: SystemTime,
+        still_ours: &dyn Fn() -> StoreResult<()>,
+    ) -> StoreResult<Vec<Mark>>;
 }
 
 /// The shared mailbox, the compat path's side.

@@ -6,6 +6,7 @@ mod common;
 use mysql::prelude::Queryable;
 
 use common::Services;
+use msgx::ports::MailboxMarks;
 use msgx::store::conformance::mailbox::MailboxTwin;
 use msgx::store::mailbox::MysqlMailbox;
 
@@ -61,6 +62,15 @@ impl MailboxTwin for Maria {
             .unwrap()
             .expect("row");
         (marked, status)
+    }
+
+    fn refuse_marks_of(&mut self, id: i64) {
+        self.upstream
+            .query_drop(format!(
+                "CREATE TRIGGER refuse_{id} BEFORE UPDATE ON cminmsgs FOR EACH ROW \
+                 IF NEW.CMINMSGS_ID = {id} THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'marks of row {id} are refused'; END IF"
+            ))
+            .unwrap();
     }
 
     fn mark_by_someone_else(&mut self, id: i64) {
@@ -129,7 +139,7 @@ fn the_mailbox_time_zone_is_used_for_every_datetime_written_and_read() {
     let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).unwrap();
     let now = std::time::SystemTime::now();
     let id = mb.insert("<MSG/>", now).unwrap();
-    mb.mark(&[id], now).unwrap();
+    mb.mark(&[id], now, &|| Ok(())).unwrap();
     let mut my = s.mysql();
     // Minutes between what msgx wrote and UTC now: +480 for +08:00.
     let skew = |col: &str, table: &str, id_col: &str, id: i64, my: &mut mysql::Conn| -> i64 {
@@ -154,4 +164,41 @@ fn the_mailbox_time_zone_is_used_for_every_datetime_written_and_read() {
     let got = rows[0].received_at.expect("received");
     let off = now.duration_since(got).unwrap_or_else(|e| e.duration());
     assert!(off < std::time::Duration::from_secs(60), "DATE_RECEIVED read {off:?} away from now");
+}
+
+/// #21 item 10: an instance frozen inside its mark transaction (after the UPDATE, before the
+/// COMMIT) holds someone else's rows only until MariaDB ends its idle transaction
+/// (`idle_transaction_timeout`, 5 s): the new active instance's marks go through, and the frozen
+/// one, woken, commits nothing.
+#[test]
+fn regression_an_instance_frozen_inside_its_mark_transaction_releases_the_rows() {
+    let (mut m, ()) = fresh();
+    let ids: Vec<i64> = (0..200).map(|i| m.put(&format!("<m{i}/>"))).collect();
+    let url = m.s.cfg.mysql_url.clone();
+    let names = m.s.cfg.inbound.clone();
+    let woke = std::thread::scope(|scope| {
+        let frozen = scope.spawn(|| {
+            let mut mb = MysqlMailbox::connect(&url, &names).unwrap();
+            let asked = std::cell::Cell::new(0);
+            let freeze_before_commit = || {
+                asked.set(asked.get() + 1);
+                if asked.get() == 2 {
+                    std::thread::sleep(std::time::Duration::from_secs(8)); // SIGSTOP, as seen
+                }
+                Ok(())
+            };
+            mb.mark(&ids, msgx::clock::Clock::now(&msgx::clock::SystemClock), &freeze_before_commit)
+        });
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let mut other = MysqlMailbox::connect(&url, &names).unwrap();
+        let start = std::time::Instant::now();
+        let theirs = other.mark(&ids, msgx::clock::Clock::now(&msgx::clock::SystemClock), &|| Ok(()));
+        let waited = start.elapsed();
+        println!("the active instance's marks waited {waited:?} for the frozen one's locks");
+        assert!(waited < std::time::Duration::from_secs(7), "locks held past the session limit: {waited:?}");
+        assert!(theirs.unwrap().iter().all(|m| *m == msgx::ports::Mark::Written));
+        frozen.join().unwrap()
+    });
+    assert!(woke.is_err(), "the frozen instance committed after waking: {woke:?}");
+    assert!(ids.iter().all(|id| m.mark_of(*id).0), "every row marked once, by the active instance");
 }

@@ -13,7 +13,7 @@ use log::{error, info, warn};
 use crate::config::Pipeline;
 use crate::error::StoreError;
 use crate::lease::LeaseGate;
-use crate::ports::{MailboxMarks, Mark, MarkLedger};
+use crate::ports::{MailboxMarks, Mark, MarkLedger, OwedMark};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
@@ -105,25 +105,15 @@ impl<P: MarkLedger, M: MailboxMarks> Backfill<P, M> {
         let ids: Vec<i64> = owed.iter().map(|o| o.msg_id).collect();
         // The shared mailbox cannot check the lease: a stale instance must not mark (PRE-5).
         self.gate.check()?;
-        let marks = match self.mailbox.mark(&ids, now) {
-            Ok(marks) => marks,
-            Err(e) if e.is_rejected() => {
-                let next: Vec<SystemTime> =
-                    owed.iter().map(|o| now + delay(o.attempts + 1, self.base, self.cap)).collect();
-                self.ledger.backfill_retry(&ids, &e.to_string(), &next)?;
-                for o in &owed {
-                    warn!(
-                        "backfill failed msg_id={} attempts={} error={:?}",
-                        o.msg_id,
-                        o.attempts + 1,
-                        e.to_string()
-                    );
+        let (ids, marks): (Vec<i64>, Vec<Mark>) = match self.marks(&ids, now)? {
+            Marks::All(marks) => (ids, marks),
+            Marks::Some { marked, refused } => {
+                self.refused(&owed, &refused, now)?;
+                if marked.is_empty() {
+                    return Ok(Round::Failed { rescheduled: refused.len() });
                 }
-                stats::add(&self.stats.marks_failed, ids.len() as u64);
-                return Ok(Round::Failed { rescheduled: ids.len() });
+                marked.into_iter().unzip()
             }
-            // Unavailable: the stage stalls, no mark is charged an attempt (SPEC 4.9).
-            Err(e) => return Err(e),
         };
         debug_assert_eq!(marks.len(), ids.len());
         let pick = |m: Mark| -> Vec<i64> {
@@ -149,6 +139,61 @@ impl<P: MarkLedger, M: MailboxMarks> Backfill<P, M> {
         stats::add(&self.stats.marks_missing, missing.len() as u64);
         Ok(Round::Marked { written: written.len(), already: already.len(), missing: missing.len() })
     }
+
+    /// The marks of `ids` in one statement. One the mailbox refuses (a trigger, a constraint)
+    /// is looked for row by row (SPEC §4.9's culprit rule), so only the refused rows are
+    /// charged; an outage stalls the stage with nothing charged.
+    fn marks(&mut self, ids: &[i64], now: SystemTime) -> Result<Marks, StoreError> {
+        let gate = self.gate.clone();
+        let still_ours = move || gate.check();
+        let whole = match self.mailbox.mark(ids, now, &still_ours) {
+            Ok(marks) => return Ok(Marks::All(marks)),
+            Err(e) if e.is_rejected() => e,
+            Err(e) => return Err(e),
+        };
+        let mut marked = Vec::with_capacity(ids.len());
+        let mut refused = Vec::new();
+        if ids.len() > 1 {
+            warn!(
+                "mailbox refused {} marks in one statement ({whole}); marking them one at a time",
+                ids.len()
+            );
+            for id in ids {
+                match self.mailbox.mark(&[*id], now, &still_ours) {
+                    Ok(m) => marked.push((*id, m[0])),
+                    Err(e) if e.is_rejected() => refused.push((*id, e.to_string())),
+                    Err(e) => return Err(e),
+                }
+            }
+        } else {
+            refused.push((ids[0], whole.to_string()));
+        }
+        Ok(Marks::Some { marked, refused })
+    }
+
+    /// Refused marks: each retried after its own doubling backoff (G-BACKFILL-BACKOFF).
+    fn refused(
+        &mut self,
+        owed: &[OwedMark],
+        refused: &[(i64, String)],
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        for (id, error) in refused {
+            let attempts = owed.iter().find(|o| o.msg_id == *id).map_or(0, |o| o.attempts);
+            self.ledger.backfill_retry(&[*id], error, &[now + delay(attempts + 1, self.base, self.cap)])?;
+            warn!("backfill failed msg_id={id} attempts={} error={error:?}", attempts + 1);
+        }
+        stats::add(&self.stats.marks_failed, refused.len() as u64);
+        Ok(())
+    }
+}
+
+/// What marking a batch came to.
+enum Marks {
+    /// One statement marked them all.
+    All(Vec<Mark>),
+    /// The statement was refused; row by row, these were marked and these refused.
+    Some { marked: Vec<(i64, Mark)>, refused: Vec<(i64, String)> },
 }
 
 #[cfg(test)]
@@ -312,5 +357,31 @@ mod tests {
         );
         assert!(b.round(clock.now()).unwrap_err().is_fenced());
         assert_eq!(mailbox.row(1).unwrap().processed_at, None);
+    }
+
+    /// #21 item 4: a mark the mailbox refuses for one row (a trigger) holds back none of the
+    /// rows of its statement: they are marked one at a time, only the refused row backs off and
+    /// is the only one that can go OVERDUE.
+    #[test]
+    fn regression_one_refused_mark_holds_back_no_other_row_of_its_statement() {
+        let ids: Vec<i64> = (1..=5).collect();
+        let (clock, pg, mailbox, mut b) = setup(&ids);
+        let settles: Vec<Settle> =
+            ids.iter().map(|id| Settle::succeeded(*id, &format!("k{id}"), vec![])).collect();
+        pg.record(&settles, clock.now()).unwrap();
+        mailbox.tamper(|s| s.refuse_marks.insert(3));
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 4, already: 0, missing: 0 });
+        for id in [1, 2, 4, 5] {
+            assert!(mailbox.row(id).unwrap().processed_at.is_some(), "row {id} marked");
+            assert!(pg.proc(id).unwrap().backfill_at.is_some(), "row {id} settled");
+        }
+        let p = pg.proc(3).unwrap();
+        assert_eq!((p.backfill_at, p.backfill_attempts), (None, 1));
+        assert!(p.backfill_error.unwrap_or_default().contains("marks of row 3 are refused"));
+        clock.advance(Duration::from_secs(31 * 86_400));
+        b.round(clock.now()).unwrap();
+        let abandoned: Vec<i64> =
+            ids.iter().copied().filter(|id| pg.proc(*id).unwrap().backfill_abandoned_at.is_some()).collect();
+        assert_eq!(abandoned, vec![3], "only the refused row is OVERDUE");
     }
 }

@@ -623,10 +623,15 @@ impl Producer for Guarded {
 }
 
 impl MailboxMarks for Guarded {
-    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+    fn mark(
+        &mut self,
+        ids: &[i64],
+        at: SystemTime,
+        still_ours: &dyn Fn() -> StoreResult<()>,
+    ) -> StoreResult<Vec<Mark>> {
         let Inner::Mailbox(m) = &mut self.inner else { unreachable!("wired as the mailbox") };
         let before = m.inspect(|s| s.rows.values().filter(|r| r.processed_at.is_some()).count());
-        let out = m.mark(ids, at);
+        let out = m.mark(ids, at, still_ours);
         let after = m.inspect(|s| s.rows.values().filter(|r| r.processed_at.is_some()).count());
         if after != before || matches!(&out, Ok(marks) if marks.contains(&Mark::Written)) {
             self.record(format!("mailbox marks {ids:?}"));

@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use crate::ports::{MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Raw};
+use crate::ports::{MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Raw, StoreResult};
 
 /// A mailbox for the suite, with the upstream's and the mailbox owner's hands.
 pub trait MailboxTwin {
@@ -21,6 +21,8 @@ pub trait MailboxTwin {
     fn mark_of(&mut self, id: i64) -> (bool, String);
     /// Another system marks the row.
     fn mark_by_someone_else(&mut self, id: i64);
+    /// The mailbox refuses every write of a mark on this row (a trigger of its owner's).
+    fn refuse_marks_of(&mut self, id: i64);
 }
 
 impl MailboxTwin for crate::store::memory::MemMailbox {
@@ -66,6 +68,10 @@ impl MailboxTwin for crate::store::memory::MemMailbox {
     fn mark_by_someone_else(&mut self, id: i64) {
         self.mark_externally(id, super::t0());
     }
+
+    fn refuse_marks_of(&mut self, id: i64) {
+        self.tamper(|s| s.refuse_marks.insert(id));
+    }
 }
 
 fn ids<T: MailboxTwin>(s: &mut T, from: i64, to: i64, limit: usize) -> Vec<(i64, bool)> {
@@ -74,6 +80,11 @@ fn ids<T: MailboxTwin>(s: &mut T, from: i64, to: i64, limit: usize) -> Vec<(i64,
 
 fn at() -> SystemTime {
     super::t0()
+}
+
+/// A lease gate that is open.
+fn ours() -> StoreResult<()> {
+    Ok(())
 }
 
 pub fn rows_are_visible_in_id_order_and_bounded<T: MailboxTwin>(mut s: T) {
@@ -103,7 +114,7 @@ pub fn an_open_transaction_is_a_gap_until_it_commits<T: MailboxTwin>(mut s: T) {
 pub fn wanted_follows_the_mark_and_the_status_filter<T: MailboxTwin>(mut s: T) {
     let (a, b, c) = (s.put("<a/>"), s.put("<b/>"), s.put("<c/>"));
     s.set_status(b, "HOLD");
-    s.store().mark(&[c], at()).unwrap();
+    s.store().mark(&[c], at(), &ours).unwrap();
     assert_eq!(ids(&mut s, 0, i64::MAX, 10), [(a, true), (b, false), (c, false)], "still listed: not gaps");
     let unmarked: Vec<i64> = s.store().unmarked(0, i64::MAX, 10).unwrap().iter().map(|r| r.id).collect();
     assert_eq!(unmarked, [a]);
@@ -113,15 +124,42 @@ pub fn marks_only_go_from_empty_to_set<T: MailboxTwin>(mut s: T) {
     let (a, b, c) = (s.put("<a/>"), s.put("<b/>"), s.put("<c/>"));
     let missing = c + 1000;
     assert_eq!(
-        s.store().mark(&[a, b, missing], at()).unwrap(),
+        s.store().mark(&[a, b, missing], at(), &ours).unwrap(),
         [Mark::Written, Mark::Written, Mark::Missing]
     );
     assert_eq!(s.mark_of(a), (true, "PROCESSED".to_string()));
-    assert_eq!(s.store().mark(&[a], at()).unwrap(), [Mark::AlreadyMarked], "INV-7");
+    assert_eq!(s.store().mark(&[a], at(), &ours).unwrap(), [Mark::AlreadyMarked], "INV-7");
     s.mark_by_someone_else(c);
     let theirs = s.mark_of(c);
-    assert_eq!(s.store().mark(&[c], at()).unwrap(), [Mark::AlreadyMarked]);
+    assert_eq!(s.store().mark(&[c], at(), &ours).unwrap(), [Mark::AlreadyMarked]);
     assert_eq!(s.mark_of(c), theirs, "someone else's mark is left as it is");
+}
+
+/// #21 items 4 and 10: a statement the mailbox refuses for one of its rows writes none of them;
+/// a lease gate that closes inside the transaction — before the write or before the commit —
+/// rolls it back and its error comes back.
+pub fn a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing<T: MailboxTwin>(mut s: T) {
+    let (a, b) = (s.put("<a/>"), s.put("<b/>"));
+    s.refuse_marks_of(b);
+    let e = s.store().mark(&[a, b], at(), &ours).unwrap_err();
+    assert!(e.is_rejected(), "{e}");
+    assert_eq!(s.mark_of(a).0, false, "the statement is all or nothing");
+    assert_eq!(s.store().mark(&[a], at(), &ours).unwrap(), [Mark::Written], "alone it is marked");
+    let c = s.put("<c/>");
+    for closes_at in [1, 2] {
+        let asked = std::cell::Cell::new(0);
+        let gate = || {
+            asked.set(asked.get() + 1);
+            if asked.get() >= closes_at {
+                Err(crate::error::StoreError::fenced("lease", "taken over"))
+            } else {
+                Ok(())
+            }
+        };
+        let e = s.store().mark(&[c], at(), &gate).unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(s.mark_of(c).0, false, "closed at check {closes_at}: rolled back");
+    }
 }
 
 pub fn texts_keep_their_limit_and_the_round_budget<T: MailboxTwin>(mut s: T) {
@@ -161,6 +199,7 @@ macro_rules! mailbox_conformance_tests {
             an_open_transaction_is_a_gap_until_it_commits,
             wanted_follows_the_mark_and_the_status_filter,
             marks_only_go_from_empty_to_set,
+            a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing,
             texts_keep_their_limit_and_the_round_budget,
             a_submitted_message_is_an_upstream_row,
         );

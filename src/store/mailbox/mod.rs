@@ -29,6 +29,11 @@ use zone::MailboxZone;
 /// tens of milliseconds on a healthy server.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long one of msgx's mailbox sessions may wait for a lock or sit idle inside a
+/// transaction: below the lease duration's default (10 s), so a frozen instance's marks never
+/// hold the rows past a takeover.
+pub const SESSION_LIMIT: Duration = Duration::from_secs(5);
+
 /// A MySQL connection that is opened lazily and dropped after any error, so the next call
 /// starts clean (a connection in an unknown state is not worth reasoning about).
 struct Conn {
@@ -57,6 +62,17 @@ impl Conn {
             // msgx writes DATETIMEs in mailbox.time-zone itself; the session stays on UTC so
             // that nothing depends on the server's own zone.
             c.query_drop("SET time_zone = '+00:00'").map_err(unavailable)?;
+            // A frozen msgx (SIGSTOP, a paused VM) must not hold someone else's rows: lock waits
+            // and a transaction left idle end well inside the lease duration (#21 item 10).
+            // `idle_transaction_timeout` is MariaDB's (10.3+); MySQL answers 1193 and keeps
+            // only the lock-wait limit (docs/operations.md).
+            c.query_drop(format!("SET SESSION innodb_lock_wait_timeout = {}", SESSION_LIMIT.as_secs()))
+                .map_err(unavailable)?;
+            match c.query_drop(format!("SET SESSION idle_transaction_timeout = {}", SESSION_LIMIT.as_secs()))
+            {
+                Err(mysql::Error::MySqlError(e)) if e.code == 1193 => {}
+                other => other.map_err(unavailable)?,
+            }
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("connected above"))
@@ -344,10 +360,17 @@ impl MysqlMailbox {
 }
 
 impl MailboxMarks for MysqlMailbox {
-    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+    fn mark(
+        &mut self,
+        ids: &[i64],
+        at: SystemTime,
+        still_ours: &dyn Fn() -> StoreResult<()>,
+    ) -> StoreResult<Vec<Mark>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        // Short by design: lock, check the gate, write, check the gate, commit. A frozen instance
+        // holding these locks is cut off by the session's idle_transaction_timeout.
         self.run(|c, n| {
             let mut tx = c.start_transaction(mysql::TxOpts::default())?;
             // Lock the rows first so "already marked by someone else" is known for sure.
@@ -365,6 +388,10 @@ impl MailboxMarks for MysqlMailbox {
                 let marked: i64 = column(&mut r, 1, "marked")?;
                 found.push((id, marked != 0));
             }
+            if let Err(e) = still_ours() {
+                tx.rollback()?;
+                return Ok(Err(e));
+            }
             let to_write: Vec<i64> = found.iter().filter(|(_, marked)| !marked).map(|(id, _)| *id).collect();
             if !to_write.is_empty() {
                 // Only an empty mark is ever written (INV-7, C-5).
@@ -380,16 +407,22 @@ impl MailboxMarks for MysqlMailbox {
                 params.extend(to_write.iter().map(|id| Value::from(*id)));
                 tx.exec_drop(sql, params)?;
             }
+            // The marks were stamped before the write; one that woke after a takeover must not
+            // commit them.
+            if let Err(e) = still_ours() {
+                tx.rollback()?;
+                return Ok(Err(e));
+            }
             tx.commit()?;
-            Ok(ids
+            Ok(Ok(ids
                 .iter()
                 .map(|id| match found.iter().find(|(f, _)| f == id) {
                     None => Mark::Missing,
                     Some((_, true)) => Mark::AlreadyMarked,
                     Some((_, false)) => Mark::Written,
                 })
-                .collect())
-        })
+                .collect()))
+        })?
     }
 }
 

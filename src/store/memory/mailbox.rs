@@ -30,6 +30,9 @@ pub struct MailboxState {
     /// Rows a text read refuses (as a view whose expression fails for one row does): a read
     /// that includes one of them is rejected whole.
     pub unreadable: std::collections::BTreeSet<i64>,
+    /// Rows whose mark the mailbox refuses (a trigger): a statement that includes one is
+    /// rejected whole.
+    pub refuse_marks: std::collections::BTreeSet<i64>,
 }
 
 impl MailboxState {
@@ -178,8 +181,23 @@ impl MailboxTexts for MemMailbox {
 }
 
 impl MailboxMarks for MemMailbox {
-    fn mark(&mut self, ids: &[i64], at: SystemTime) -> StoreResult<Vec<Mark>> {
+    fn mark(
+        &mut self,
+        ids: &[i64],
+        at: SystemTime,
+        still_ours: &dyn Fn() -> StoreResult<()>,
+    ) -> StoreResult<Vec<Mark>> {
         self.0.write("mailbox", |s| {
+            // Asked before the write and before the commit, as the real transaction does; the
+            // twin's write is all or nothing, so both come before it.
+            still_ours()?;
+            if let Some(bad) = ids.iter().find(|id| s.refuse_marks.contains(id)) {
+                return Err(crate::error::StoreError::rejected(
+                    "mailbox",
+                    format!("ERROR 1644 (45000): marks of row {bad} are refused"),
+                ));
+            }
+            still_ours()?;
             let status = s.processed_status.clone();
             Ok(ids
                 .iter()
