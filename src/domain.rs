@@ -70,6 +70,49 @@ pub struct ProcRow {
 }
 
 /// A mailbox row the poller found (nothing is parsed at ingress).
+
+/// Why a message was SKIPPED, as `PROC_STATE.LAST_ERROR` keeps it (`kind:detail`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// An ignore rule matched its META (G-IGNORE): `ignored:<rule>`. Final.
+    Ignored(String),
+    /// Another message holds its identity (INV-9): `duplicate-of:<msg_id>`. Final.
+    DuplicateOf(i64),
+    /// A kind msgx recognises and does not process today (a request to the platform, another
+    /// platform's document): `not-for-msgx:<why>`. Replayable (`msgx replay --skipped`) once
+    /// msgx learns the kind.
+    NotForMsgx(String),
+}
+
+impl SkipReason {
+    /// The stored form.
+    pub fn render(&self) -> String {
+        match self {
+            SkipReason::Ignored(rule) => format!("ignored:{rule}"),
+            SkipReason::DuplicateOf(id) => format!("duplicate-of:{id}"),
+            SkipReason::NotForMsgx(why) => format!("not-for-msgx:{why}"),
+        }
+    }
+
+    /// The stored form read back; `None` for a text no version of msgx writes.
+    pub fn parse(s: &str) -> Option<SkipReason> {
+        let (kind, detail) = s.split_once(':')?;
+        match kind {
+            "ignored" => Some(SkipReason::Ignored(detail.to_string())),
+            "duplicate-of" => detail.parse().ok().map(SkipReason::DuplicateOf),
+            "not-for-msgx" => Some(SkipReason::NotForMsgx(detail.to_string())),
+            _ => None,
+        }
+    }
+
+    /// The SQL `LIKE` pattern of the replayable skips.
+    pub const REPLAYABLE_LIKE: &'static str = "not-for-msgx:%";
+
+    pub fn is_replayable(&self) -> bool {
+        matches!(self, SkipReason::NotForMsgx(_))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboundRow {
     pub id: i64,

@@ -73,8 +73,13 @@ enum Command {
         limit: usize,
         /// Replay DEAD outbox events (the dead-letter queue) instead; --ids and --range then
         /// name EVENT_IDs.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "skipped")]
         events: bool,
+        /// Replay SKIPPED messages of a kind msgx did not process (`not-for-msgx`: a request to
+        /// the platform, another platform's document), e.g. after an upgrade that handles it.
+        /// Ignore rules' skips and duplicates stay final.
+        #[arg(long, conflicts_with = "class")]
+        skipped: bool,
     },
     /// Record that abandoned mailbox marks were reconciled with the mailbox owner (C-16);
     /// the rows then leave the abandoned list and may be archived.
@@ -196,8 +201,13 @@ fn run_cli() -> ExitCode {
                 Command::Check => check(&cfg),
                 Command::Status { check: true, .. } => return health_check(&cfg),
                 Command::Status { json, .. } => status(&cfg, *json),
-                Command::Replay { ids, range, class, limit, events } => {
-                    replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, *events)
+                Command::Replay { ids, range, class, limit, events, skipped } => {
+                    let of = match (*events, *skipped) {
+                        (true, _) => ReplayOf::Events,
+                        (_, true) => ReplayOf::Skipped,
+                        _ => ReplayOf::Failures,
+                    };
+                    replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, of)
                 }
                 Command::Reconcile { ids, note } => reconcile(&cfg, ids, note),
                 Command::Dismiss { ids, note } => dismiss(&cfg, ids, note),
@@ -423,14 +433,23 @@ fn own_pg(cfg: &Config) -> Result<Pg, (u8, anyhow::Error)> {
     Ok(pg)
 }
 
+/// What `msgx replay` brings back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReplayOf {
+    Failures,
+    Skipped,
+    Events,
+}
+
 fn replay(
     cfg: &Config,
     ids: &[i64],
     range: Option<&str>,
     class: Option<&str>,
     limit: usize,
-    events: bool,
+    of: ReplayOf,
 ) -> CmdResult {
+    let events = of == ReplayOf::Events;
     use msgx::error::ErrorClass;
     use msgx::ports::{Operator, ReplaySelection};
     let usage = |m: String| (exit::USAGE, anyhow::anyhow!(m));
@@ -461,7 +480,11 @@ fn replay(
     if events {
         return replay_events(&mut pg, &sel, limit);
     }
-    let out = pg.replay(&sel, limit, SystemClock.now()).map_err(|e| (4, e.into()))?;
+    let out = match of {
+        ReplayOf::Skipped => pg.replay_skipped(&sel, limit, SystemClock.now()),
+        _ => pg.replay(&sel, limit, SystemClock.now()),
+    }
+    .map_err(|e| (4, e.into()))?;
     let lines = out.iter().map(|r| {
         let was = match r.was {
             Some((state, class)) => {

@@ -242,6 +242,14 @@ pub trait Operator {
     /// `msgx replay`: FAILED/DEAD rows of a replayable class back to PENDING (SPEC §4.7);
     /// at most `limit` rows are looked at.
     fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>>;
+    /// `msgx replay --skipped`: SKIPPED rows of a kind msgx did not process (`not-for-msgx`)
+    /// back to PENDING, so a kind msgx has learnt since is processed; at most `limit`.
+    fn replay_skipped(
+        &mut self,
+        sel: &ReplaySelection,
+        limit: usize,
+        now: SystemTime,
+    ) -> StoreResult<Vec<Replayed>>;
     /// Records that a person reconciled abandoned marks with the mailbox owner (C-16); the
     /// rows may then be archived. One verdict per id: `Err` says why not.
     fn reconcile(

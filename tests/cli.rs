@@ -506,3 +506,28 @@ fn regression_a_key_value_or_query_password_never_reaches_any_output() {
     let o = msgx_cfg(&s, &[("MSGX_MYSQL_URL", &q), ("RUST_LOG", "info")], &["check"]);
     assert!(!text(&o).contains("q-never-shown"), "{}", text(&o));
 }
+
+/// #21 item 6: `msgx replay --skipped` brings a not-for-msgx message back and says why not for
+/// an ignore rule's skip.
+#[test]
+fn replay_skipped_brings_back_a_kind_msgx_did_not_process() {
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    common::enqueue(&mut pg, &[1, 2], t0());
+    common::record(
+        &mut pg,
+        &[
+            Settle::skipped(1, "not-for-msgx:a request to the platform (REQE)"),
+            Settle::skipped(2, "ignored:REGN-*"),
+        ],
+        t0(),
+    );
+    let o = msgx(&s, &["replay", "--skipped", "--ids", "1,2"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("replayed msg_id=1 was=SKIPPED class=- -> PENDING"), "{out}");
+    assert!(out.contains("refused  msg_id=2 was=SKIPPED class=-: SKIPPED as ignored:REGN-*: final"), "{out}");
+    assert_eq!(pg.row(1).unwrap().unwrap().state.as_str(), "PENDING");
+    let o = msgx(&s, &["replay", "--skipped", "--class", "INFRA"]);
+    assert_eq!(o.status.code(), Some(2), "--class does not go with --skipped: {}", text(&o));
+}

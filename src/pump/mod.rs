@@ -37,7 +37,7 @@ use log::{error, info, warn};
 
 use crate::codec::{self, ignore::IgnoreRules, DecodeError, Message, MsgKind, SchdKind};
 use crate::config::Pipeline;
-use crate::domain::ProcRow;
+use crate::domain::{ProcRow, SkipReason};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, Decision, Reject, View};
 use crate::planted::{self, Bug};
@@ -285,8 +285,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 let holder = holder.filter(|_| !planted::on(Bug::IdentityUnchecked));
                 match holder.filter(|h| *h != item.row.msg_id) {
                     Some(other) => {
-                        item.step =
-                            Step::Settled(Outcome::Skipped { reason: format!("duplicate-of:{other}") })
+                        item.step = Step::Settled(Outcome::Skipped {
+                            reason: SkipReason::DuplicateOf(other).render(),
+                        })
                     }
                     None => {
                         taken.insert(identity.clone(), item.row.msg_id);
@@ -404,12 +405,13 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         item.tag = Some(MsgKind::of(&meta).type_tag());
         let Some(msg) = msg else {
             let rule = self.ignore.matching(&meta).unwrap_or("?").to_string();
-            item.step = Step::Settled(Outcome::Skipped { reason: format!("ignored:{rule}") });
+            item.step = Step::Settled(Outcome::Skipped { reason: SkipReason::Ignored(rule).render() });
             return item;
         };
         item.unknown = msg.unknown.clone();
         if let Some(why) = msg.kind.not_for_us() {
-            item.step = Step::Settled(Outcome::Skipped { reason: format!("not-for-msgx:{why}") });
+            item.step =
+                Step::Settled(Outcome::Skipped { reason: SkipReason::NotForMsgx(why.to_string()).render() });
             return item;
         }
         let identity = codec::identity(&msg.meta, self.include_day_boundary);
@@ -765,11 +767,12 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 info!("succeeded msg_id={id} type={tag} events={events}");
             }
             Outcome::Skipped { reason } => {
-                if reason.starts_with("duplicate-of:") {
-                    stats::inc(&self.stats.skipped_duplicate);
-                } else {
-                    stats::inc(&self.stats.skipped_ignored);
-                }
+                let counter = match SkipReason::parse(reason) {
+                    Some(SkipReason::DuplicateOf(_)) => &self.stats.skipped_duplicate,
+                    Some(SkipReason::NotForMsgx(_)) => &self.stats.skipped_not_for_msgx,
+                    _ => &self.stats.skipped_ignored,
+                };
+                stats::inc(counter);
                 info!("skipped msg_id={id} type={tag} reason={reason}");
             }
             Outcome::Failed(Failure::Retry { class, error, .. }) => {

@@ -21,6 +21,22 @@ pub fn verdict(state: ProcStatus, class: Option<ErrorClass>) -> Result<(), Strin
     }
 }
 
+/// Whether a SKIPPED row may be replayed (`msgx replay --skipped`): only one msgx skipped as
+/// not for it (`not-for-msgx`), never an ignore rule's or a duplicate's.
+pub fn skipped_verdict(state: ProcStatus, reason: Option<&str>) -> Result<(), String> {
+    use crate::domain::SkipReason;
+    match (state, reason.and_then(SkipReason::parse)) {
+        (ProcStatus::Skipped, Some(r)) if r.is_replayable() => Ok(()),
+        (ProcStatus::Skipped, Some(r)) => {
+            Err(format!("SKIPPED as {}: final (an ignore rule or a duplicate is not replayed)", r.render()))
+        }
+        (ProcStatus::Skipped, None) => Err("no skip reason recorded, nothing to replay".to_string()),
+        (other, _) => {
+            Err(format!("state is {}; --skipped replays only SKIPPED not-for-msgx rows", other.as_str()))
+        }
+    }
+}
+
 /// Why `msgx dismiss` refused a row, from what it was: (state, already dismissed), or absent.
 pub fn dismiss_refusal(was: Option<(ProcStatus, bool)>) -> String {
     match was {

@@ -897,3 +897,24 @@ fn regression_a_row_the_mailbox_cannot_read_is_charged_alone() {
     assert!(w.round().unwrap_err().is_rejected());
     assert_eq!((w.state(4), w.row(4).attempts), (ProcStatus::Pending, 0));
 }
+
+/// #21 items 6 and 9: each kind of skip counts on its own counter — an ignore rule's, a
+/// duplicate's and a kind not for msgx.
+#[test]
+fn regression_each_kind_of_skip_has_its_own_counter() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut w = world();
+    w.arrive(1, Some(&fixtures::platform(1, "REQE", "RQDF", "<RQDF><RQTP>FLID</RQTP></RQDF>")));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
+    w.arrive(3, Some(&fixtures::flop_stnd(2, "7", "B1")));
+    w.arrive(4, Some("<MSG><META><SNDR>A</SNDR><SEQN>4</SEQN><DTTM>1</DTTM><TYPE>REGN</TYPE><STYP>ADD</STYP></META></MSG>"));
+    while !matches!(w.round().unwrap(), Round::Idle) {}
+    let s = &w.pump.stats;
+    let got = (
+        s.skipped_not_for_msgx.load(Relaxed),
+        s.skipped_duplicate.load(Relaxed),
+        s.skipped_ignored.load(Relaxed),
+    );
+    assert_eq!(got, (1, 1, 1), "not-for-msgx, duplicate, ignored");
+    assert!(w.row(1).last_error.unwrap().starts_with("not-for-msgx:"));
+}

@@ -436,6 +436,40 @@ pub fn regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep
     assert_eq!(state(&mut s, 3), ProcStatus::Archived);
 }
 
+/// #21 item 6: a message SKIPPED as not for msgx can be replayed once msgx learns its kind; an
+/// ignore rule's skip and a duplicate stay final.
+pub fn regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3]);
+    commit(
+        &mut s,
+        &[
+            Settle::skipped(1, "not-for-msgx:a request to the platform (REQE)"),
+            Settle::skipped(2, "ignored:REGN-*"),
+            Settle::skipped(3, "duplicate-of:1"),
+        ],
+        at(1),
+    )
+    .unwrap();
+    s.backfill_settled(&[1, 2, 3], at(2)).unwrap();
+    let out = s.replay_skipped(&ReplaySelection::Ids(vec![1, 2, 3, 9]), 10, at(3)).unwrap();
+    let verdicts: Vec<(i64, bool)> = out.iter().map(|r| (r.msg_id, r.verdict.is_ok())).collect();
+    assert_eq!(verdicts, [(1, true), (2, false), (3, false), (9, false)]);
+    assert!(
+        out[1].verdict.as_ref().unwrap_err().contains("SKIPPED as ignored:REGN-*: final"),
+        "{:?}",
+        out[1]
+    );
+    let r = s.row(1).unwrap().unwrap();
+    assert_eq!((r.state, r.attempts), (ProcStatus::Pending, 0));
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("not-for-msgx:a request to the platform (REQE)"),
+        "kept for audit"
+    );
+    assert!(s.replay_skipped(&ReplaySelection::Range(1, 3), 10, at(4)).unwrap().is_empty(), "none left");
+    assert!(s.replay(&ReplaySelection::Ids(vec![2]), 10, at(4)).unwrap()[0].verdict.is_err());
+}
+
 /// #21 item 9: a candidate that changed between the listing and its transaction (a DEAD row
 /// replayed meanwhile) is re-checked, skipped, and nothing of it is kept in the history.
 pub fn an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept<S: OwnStore>(mut s: S) {
@@ -563,6 +597,7 @@ macro_rules! conformance_tests {
             archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow,
             regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep,
             an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept,
+            regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is,
             two_identical_identities_in_one_round_are_refused,
             a_replayed_abandoned_row_owes_its_mark_again,
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,

@@ -596,43 +596,26 @@ fn selected<V>(
     }
 }
 
-impl Operator for MemPg {
-    fn reset_watermark(&mut self, to: i64, _now: SystemTime) -> StoreResult<Result<i64, String>> {
+impl MemPg {
+    /// A replay: the rows `sel` names (by range or class those `listed`), each back to PENDING
+    /// when `verdict` allows it.
+    fn replay_where(
+        &mut self,
+        sel: &ReplaySelection,
+        limit: usize,
+        now: SystemTime,
+        listed: impl Fn(&MemProc) -> bool,
+        verdict: impl Fn(&MemProc) -> Result<(), String>,
+    ) -> StoreResult<Vec<Replayed>> {
         self.0.write("postgres", |s| {
-            let above: Vec<i64> = s.procs.range(to.saturating_add(1)..).map(|(id, _)| *id).collect();
-            if let Some(max) = above.last() {
-                return Ok(Err(crate::ports::watermark_refusal(to, above.len() as i64, *max)));
-            }
-            Ok(Ok(std::mem::replace(&mut s.watermark, to)))
-        })
-    }
-
-    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
-        self.read(|s| Ok(s.procs.get(&msg_id).map(|p| p.row.clone())))
-    }
-
-    fn season(&mut self, season: &str) -> StoreResult<Vec<String>> {
-        self.read(|s| {
-            Ok(s.seasons.get(season).map(|x| x.records.keys().cloned().collect()).unwrap_or_default())
-        })
-    }
-
-    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
-        self.0.write("postgres", |s| {
-            let ids = selected(
-                &s.procs,
-                sel,
-                limit,
-                |p| matches!(p.row.state, ProcStatus::Failed | ProcStatus::Dead),
-                |p| p.row.error_class,
-            );
+            let ids = selected(&s.procs, sel, limit, &listed, |p| p.row.error_class);
             Ok(ids
                 .into_iter()
                 .map(|id| match s.procs.get_mut(&id) {
                     None => Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) },
                     Some(p) => {
                         let was = (p.row.state, p.row.error_class);
-                        let verdict = replay::verdict(p.row.state, p.row.error_class);
+                        let verdict = verdict(p);
                         if verdict.is_ok() {
                             p.row.state = ProcStatus::Pending;
                             p.row.attempts = 0;
@@ -655,6 +638,48 @@ impl Operator for MemPg {
                 })
                 .collect())
         })
+    }
+}
+
+impl Operator for MemPg {
+    fn reset_watermark(&mut self, to: i64, _now: SystemTime) -> StoreResult<Result<i64, String>> {
+        self.0.write("postgres", |s| {
+            let above: Vec<i64> = s.procs.range(to.saturating_add(1)..).map(|(id, _)| *id).collect();
+            if let Some(max) = above.last() {
+                return Ok(Err(crate::ports::watermark_refusal(to, above.len() as i64, *max)));
+            }
+            Ok(Ok(std::mem::replace(&mut s.watermark, to)))
+        })
+    }
+
+    fn row(&mut self, msg_id: i64) -> StoreResult<Option<ProcRow>> {
+        self.read(|s| Ok(s.procs.get(&msg_id).map(|p| p.row.clone())))
+    }
+
+    fn season(&mut self, season: &str) -> StoreResult<Vec<String>> {
+        self.read(|s| {
+            Ok(s.seasons.get(season).map(|x| x.records.keys().cloned().collect()).unwrap_or_default())
+        })
+    }
+
+    fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
+        self.replay_where(
+            sel,
+            limit,
+            now,
+            |p| matches!(p.row.state, ProcStatus::Failed | ProcStatus::Dead),
+            |p| replay::verdict(p.row.state, p.row.error_class),
+        )
+    }
+
+    fn replay_skipped(
+        &mut self,
+        sel: &ReplaySelection,
+        limit: usize,
+        now: SystemTime,
+    ) -> StoreResult<Vec<Replayed>> {
+        let skipped = |p: &MemProc| replay::skipped_verdict(p.row.state, p.row.last_error.as_deref());
+        self.replay_where(sel, limit, now, |p| skipped(p).is_ok(), skipped)
     }
 
     fn reconcile(

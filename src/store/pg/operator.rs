@@ -47,6 +47,79 @@ fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
     }
 }
 
+/// Which rows a replay brings back: the rows it lists by range or class, the guard of its
+/// UPDATE, and the verdict for a row named by id.
+struct ReplayOf {
+    replayable: &'static str,
+    guard: &'static str,
+    verdict: fn(ProcStatus, Option<ErrorClass>, Option<&str>) -> Result<(), String>,
+}
+
+/// `msgx replay` (SPEC §4.7): FAILED/DEAD rows of a replayable class.
+const FAILURES: ReplayOf = ReplayOf {
+    replayable: "state IN ('FAILED', 'DEAD')",
+    guard:
+        "state IN ('FAILED', 'DEAD') AND error_class IN ('CODEC_ERROR', 'UNSUPPORTED', 'INFRA', 'EXHAUSTED')",
+    verdict: |state, class, _| replay::verdict(state, class),
+};
+
+/// `msgx replay --skipped`: SKIPPED rows of a kind msgx did not process (#21 item 6).
+const NOT_FOR_MSGX: ReplayOf = ReplayOf {
+    replayable: "state = 'SKIPPED' AND last_error LIKE 'not-for-msgx:%'",
+    guard: "state = 'SKIPPED' AND last_error LIKE 'not-for-msgx:%'",
+    verdict: |state, _, reason| replay::skipped_verdict(state, reason),
+};
+
+impl Pg {
+    fn replay_where(
+        &mut self,
+        sel: &ReplaySelection,
+        limit: usize,
+        now: SystemTime,
+        of: &ReplayOf,
+    ) -> StoreResult<Vec<Replayed>> {
+        let limit = limit as i64;
+        self.write(|c| {
+            let select = "SELECT msg_id, state, error_class, last_error FROM proc_state";
+            let rows = replay_rows(c, select, "msg_id", of.replayable, sel, limit)?;
+            let mut out = Vec::new();
+            for r in &rows {
+                let id: i64 = r.get(0);
+                let state = ProcStatus::parse(r.get::<_, &str>(1)).unwrap_or(ProcStatus::Archived);
+                let class = r.get::<_, Option<String>>(2).and_then(|c| ErrorClass::parse(&c));
+                let mut verdict = (of.verdict)(state, class, r.get::<_, Option<&str>>(3));
+                if verdict.is_ok() {
+                    // Class and last error stay for audit. A mark not yet written is no longer
+                    // owed while the row is unfinished (INV-8); an abandoned one is owed again
+                    // when the row ends (C-16: replay clears the abandonment).
+                    let n = c.execute(
+                        &format!(
+                            "UPDATE proc_state SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, first_failed_at = NULL,
+                             updated_at = $2, dismissed_at = NULL, dismissed_note = NULL,
+                             backfill_next_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_next_at END,
+                             backfill_abandoned_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_at END,
+                             backfill_abandoned_reason = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_reason END,
+                             backfill_attempts = CASE WHEN backfill_at IS NULL THEN 0 ELSE backfill_attempts END
+                             WHERE msg_id = $1 AND {}",
+                            of.guard
+                        ),
+                        &[&id, &now],
+                    )?;
+                    if n != 1 {
+                        verdict = Err("changed while replaying; run replay again".into());
+                    }
+                }
+                out.push(Replayed { msg_id: id, was: Some((state, class)), verdict });
+            }
+            let found: Vec<i64> = out.iter().map(|x| x.msg_id).collect();
+            for id in absent_ids(sel, &found, limit as usize) {
+                out.push(Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) });
+            }
+            Ok(Ok(out))
+        })
+    }
+}
+
 impl Operator for Pg {
     fn reset_watermark(&mut self, to: i64, now: SystemTime) -> StoreResult<Result<i64, String>> {
         self.write(|c| {
@@ -81,43 +154,16 @@ impl Operator for Pg {
     }
 
     fn replay(&mut self, sel: &ReplaySelection, limit: usize, now: SystemTime) -> StoreResult<Vec<Replayed>> {
-        let limit = limit as i64;
-        self.write(|c| {
-            let select = "SELECT msg_id, state, error_class FROM proc_state";
-            let rows = replay_rows(c, select, "msg_id", "state IN ('FAILED', 'DEAD')", sel, limit)?;
-            let mut out = Vec::new();
-            for r in &rows {
-                let id: i64 = r.get(0);
-                let state = ProcStatus::parse(r.get::<_, &str>(1)).unwrap_or(ProcStatus::Archived);
-                let class = r.get::<_, Option<String>>(2).and_then(|c| ErrorClass::parse(&c));
-                let mut verdict = replay::verdict(state, class);
-                if verdict.is_ok() {
-                    // Class and last error stay for audit. A mark not yet written is no longer
-                    // owed while the row is unfinished (INV-8); an abandoned one is owed again
-                    // when the row ends (C-16: replay clears the abandonment).
-                    let n = c.execute(
-                        "UPDATE proc_state SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, first_failed_at = NULL,
-                         updated_at = $2, dismissed_at = NULL, dismissed_note = NULL,
-                         backfill_next_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_next_at END,
-                         backfill_abandoned_at = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_at END,
-                         backfill_abandoned_reason = CASE WHEN backfill_at IS NULL THEN NULL ELSE backfill_abandoned_reason END,
-                         backfill_attempts = CASE WHEN backfill_at IS NULL THEN 0 ELSE backfill_attempts END
-                         WHERE msg_id = $1 AND state IN ('FAILED', 'DEAD')
-                           AND error_class IN ('CODEC_ERROR', 'UNSUPPORTED', 'INFRA', 'EXHAUSTED')",
-                        &[&id, &now],
-                    )?;
-                    if n != 1 {
-                        verdict = Err("changed while replaying; run replay again".into());
-                    }
-                }
-                out.push(Replayed { msg_id: id, was: Some((state, class)), verdict });
-            }
-            let found: Vec<i64> = out.iter().map(|x| x.msg_id).collect();
-            for id in absent_ids(sel, &found, limit as usize) {
-                out.push(Replayed { msg_id: id, was: None, verdict: Err("no such message".into()) });
-            }
-            Ok(Ok(out))
-        })
+        self.replay_where(sel, limit, now, &FAILURES)
+    }
+
+    fn replay_skipped(
+        &mut self,
+        sel: &ReplaySelection,
+        limit: usize,
+        now: SystemTime,
+    ) -> StoreResult<Vec<Replayed>> {
+        self.replay_where(sel, limit, now, &NOT_FOR_MSGX)
     }
 
     fn reconcile(
