@@ -146,48 +146,100 @@ pub struct Request {
 /// The largest request head (request line and headers) read before refusing.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// The most headers a request may carry.
+const MAX_HEADERS: usize = 64;
+
+/// What the head of a request says, parsed by `httparse`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub method: String,
+    pub path: String,
+    pub content_type: Option<String>,
+    pub length: Option<usize>,
+    /// `Expect: 100-continue`: the client waits for a `100 Continue` before its body.
+    pub expects_continue: bool,
+    /// Bytes the head took, terminator included.
+    pub len: usize,
+}
+
+/// Parses a complete head from `buf`; `Ok(None)` while more bytes are needed. Refuses a head
+/// over 16 KiB (431), a malformed one (400), `Content-Length` given twice with different values
+/// or not a number (400), and a chunked body (411).
+pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reject> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(reject(431, "request head larger than 16 KiB"))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(reject(431, format!("more than {MAX_HEADERS} request headers")))
+        }
+        Err(e) => return Err(reject(400, format!("malformed request head: {e}"))),
+    };
+    if len > MAX_HEAD {
+        return Err(reject(431, "request head larger than 16 KiB"));
+    }
+    let mut head = Head {
+        method: req.method.unwrap_or("").to_string(),
+        path: req.path.unwrap_or("").to_string(),
+        content_type: None,
+        length: None,
+        expects_continue: false,
+        len,
+    };
+    for h in req.headers.iter() {
+        let v = String::from_utf8_lossy(h.value).trim().to_string();
+        if h.name.eq_ignore_ascii_case("content-type") {
+            head.content_type = Some(v);
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            let n = v
+                .parse::<usize>()
+                .map_err(|_| reject(400, format!("Content-Length {v:?} is not a number")))?;
+            if head.length.is_some_and(|m| m != n) {
+                return Err(reject(400, "Content-Length given twice with different values"));
+            }
+            head.length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") && !v.eq_ignore_ascii_case("identity") {
+            return Err(reject(411, "chunked bodies are not accepted; send Content-Length"));
+        } else if h.name.eq_ignore_ascii_case("expect") {
+            if !v.eq_ignore_ascii_case("100-continue") {
+                return Err(reject(417, format!("Expect {v:?} is not understood")));
+            }
+            head.expects_continue = true;
+        }
+    }
+    Ok(Some(head))
+}
+
 /// Reads one request within `deadline`: the head, then `Content-Length` bytes of body (checked
-/// against `limit` before it is read). A client that sends too slowly gets 408; nothing it
-/// does can hold the worker past the deadline.
+/// against `limit` before it is read; a client that asked for `100 Continue` gets it only
+/// then). A client that sends too slowly gets 408; nothing it does can hold the worker past
+/// the deadline.
 pub fn read_request(stream: &mut TcpStream, deadline: Instant, limit: usize) -> Result<Request, Reject> {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(reject(431, "request head larger than 16 KiB"));
+    let head = loop {
+        if let Some(h) = parse_head(&buf)? {
+            break h;
         }
         read_some(stream, &mut buf, deadline)?;
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split_whitespace();
-    let (method, path) = (first.next().unwrap_or("").to_string(), first.next().unwrap_or("").to_string());
-    let mut content_type = None;
-    let mut length = None;
-    for line in lines {
-        let Some((k, v)) = line.split_once(':') else { continue };
-        let (k, v) = (k.trim(), v.trim());
-        if k.eq_ignore_ascii_case("content-type") {
-            content_type = Some(v.to_string());
-        } else if k.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                v.parse::<usize>()
-                    .map_err(|_| reject(400, format!("Content-Length {v:?} is not a number")))?,
-            );
-        } else if k.eq_ignore_ascii_case("transfer-encoding") && !v.eq_ignore_ascii_case("identity") {
-            return Err(reject(411, "chunked bodies are not accepted; send Content-Length"));
-        }
+    check_head(&head.method, &head.path, head.content_type.as_deref(), head.length, limit)?;
+    let want = head.length.unwrap_or(0);
+    let mut body = buf.split_off(head.len);
+    if head.expects_continue && body.len() < want {
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .map_err(|e| reject(400, format!("cannot answer 100 Continue: {e}")))?;
     }
-    check_head(&method, &path, content_type.as_deref(), length, limit)?;
-    let want = length.unwrap_or(0);
-    let mut body = buf.split_off(head_end);
     while body.len() < want {
         read_some(stream, &mut body, deadline)?;
     }
     body.truncate(want);
-    Ok(Request { method, path, content_type, body })
+    Ok(Request { method: head.method, path: head.path, content_type: head.content_type, body })
 }
 
 fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), Reject> {
@@ -220,6 +272,7 @@ fn respond(stream: &mut TcpStream, status: u16, body: &serde_json::Value) {
         411 => "Length Required",
         413 => "Payload Too Large",
         415 => "Unsupported Media Type",
+        417 => "Expectation Failed",
         431 => "Request Header Fields Too Large",
         _ => "Service Unavailable",
     };
@@ -231,6 +284,49 @@ fn respond(stream: &mut TcpStream, status: u16, body: &serde_json::Value) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
     if let Err(e) = stream.write_all(text.as_bytes()) {
         warn!("compat-http could not answer: {e}");
+    }
+}
+
+/// How long, and how much, a refused client's unread input is drained before the socket is
+/// closed: closing with unread input makes the kernel send a reset, and the client would see
+/// that instead of the status (a 413 for a large body sent at once, a 408 for a slow one).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long a new connection waits for a worker to be free before it is answered 503: a worker
+/// between two requests is taken, a busy pool is refused at once.
+const HANDOVER: Duration = Duration::from_millis(100);
+
+/// Closes a connection answered from the accept thread, dropping what has already arrived of
+/// its request (so the close is no reset), without waiting for more.
+fn drop_unread(mut stream: TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if stream.set_nonblocking(true).is_ok() {
+        let mut chunk = [0u8; 16 * 1024];
+        for _ in 0..4 {
+            if !matches!(stream.read(&mut chunk), Ok(n) if n > 0) {
+                break;
+            }
+        }
+    }
+}
+
+/// Ends a connection whose request was refused: no more writes, then what the client still
+/// sends is read and dropped for a bounded time, so it reads the answer.
+fn linger(stream: &mut TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let until = Instant::now() + LINGER;
+    let mut chunk = [0u8; 16 * 1024];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
     }
 }
 
@@ -272,6 +368,7 @@ impl<M: MailboxSubmit, P: Intake> Worker<M, P> {
                     r.status,
                     &serde_json::json!({ "status": "rejected", "error": r.message }),
                 );
+                linger(&mut stream);
                 false
             }
         }
@@ -321,7 +418,9 @@ impl CompatServer {
         M: MailboxSubmit + Send,
         P: Intake + Send,
     {
-        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(workers.len());
+        // A rendezvous: a connection goes to a worker that is idle (or free within a moment),
+        // or is answered 503 at once — never queued behind a slow client.
+        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(0);
         let stopping = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             // accept() blocks (a request is taken the moment it arrives); stop wakes it with a
@@ -353,12 +452,15 @@ impl CompatServer {
                 match accepted {
                     Ok((stream, _)) => {
                         let _ = stream.set_nodelay(true);
-                        if let Err(crossbeam_channel::TrySendError::Full(mut s)) = tx.try_send(stream) {
+                        if let Err(crossbeam_channel::SendTimeoutError::Timeout(mut s)) =
+                            tx.send_timeout(stream, HANDOVER)
+                        {
                             respond(
                                 &mut s,
                                 503,
                                 &serde_json::json!({ "status": "rejected", "error": "every compat worker is busy; try again" }),
                             );
+                            drop_unread(s);
                         }
                     }
                     Err(e) => {

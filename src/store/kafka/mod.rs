@@ -48,6 +48,25 @@ struct Acks {
     got: Vec<(usize, Result<(), KafkaError>)>,
 }
 
+/// librdkafka's log facility for a broker connection that failed or dropped.
+const BROKER_FAILURE: &str = "FAIL";
+
+/// The level msgx logs a librdkafka line at (`None`: debug). A broker that cannot be reached
+/// (`FAIL`: "Connect to … failed: Connection refused", "Disconnected") is an outage the dispatch
+/// stage reports itself, once: WARN here, so that alerting on ERROR stays quiet through a broker
+/// restart.
+fn level_of(level: RDKafkaLogLevel, fac: &str) -> Option<log::Level> {
+    match level {
+        RDKafkaLogLevel::Error if fac == BROKER_FAILURE => Some(log::Level::Warn),
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => Some(log::Level::Error),
+        RDKafkaLogLevel::Warning => Some(log::Level::Warn),
+        _ => None,
+    }
+}
+
 struct Collector {
     acks: Mutex<Acks>,
     arrived: Condvar,
@@ -55,15 +74,9 @@ struct Collector {
 
 impl ClientContext for Collector {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                error!("kafka {fac}: {msg}")
-            }
-            RDKafkaLogLevel::Warning => warn!("kafka {fac}: {msg}"),
-            _ => log::debug!("kafka {fac}: {msg}"),
+        match level_of(level, fac) {
+            Some(l) => log::log!(l, "kafka {fac}: {msg}"),
+            None => log::debug!("kafka {fac}: {msg}"),
         }
     }
 
@@ -253,5 +266,15 @@ mod tests {
         assert_eq!(get("acks"), Some("all"));
         assert_eq!(get("enable.idempotence"), Some("true"));
         assert_eq!(get("max.in.flight.requests.per.connection"), Some("1"));
+    }
+
+    /// #21 item 13: librdkafka's "Connection refused" on a broker restart is a WARN, never an
+    /// ERROR an operator is paged for; its real errors stay ERROR.
+    #[test]
+    fn regression_a_refused_broker_connection_is_a_warning() {
+        assert_eq!(level_of(RDKafkaLogLevel::Error, "FAIL"), Some(log::Level::Warn));
+        assert_eq!(level_of(RDKafkaLogLevel::Error, "TOPICERR"), Some(log::Level::Error));
+        assert_eq!(level_of(RDKafkaLogLevel::Critical, "FAIL"), Some(log::Level::Error));
+        assert_eq!(level_of(RDKafkaLogLevel::Info, "FAIL"), None);
     }
 }
