@@ -80,7 +80,7 @@ fn sample(name: &str) -> Option<String> {
     match std::fs::read_to_string(&path) {
         Ok(t) => Some(t),
         Err(e) => {
-            println!("skipped: {} is not readable ({e})", path.display());
+            common::missing(&format!("{} is not readable ({e})", path.display()));
             None
         }
     }

@@ -22,10 +22,10 @@ fn index() -> Option<String> {
     match std::fs::read_to_string(dir.join("INDEX.csv")) {
         Ok(i) => Some(i),
         Err(e) => {
-            println!(
-                "skipped: {} is not readable ({e}); the public samples are not beside the repository",
+            common::missing(&format!(
+                "{} is not readable ({e}); the public samples are not beside the repository",
                 dir.display()
-            );
+            ));
             None
         }
     }

@@ -384,4 +384,33 @@ mod tests {
             ids.iter().copied().filter(|id| pg.proc(*id).unwrap().backfill_abandoned_at.is_some()).collect();
         assert_eq!(abandoned, vec![3], "only the refused row is OVERDUE");
     }
+
+    /// #21 item 9: a `backfill-backoff-ms` that is not the default is the one used.
+    #[test]
+    fn regression_the_configured_backfill_backoff_is_used() {
+        let clock = FakeClock::new();
+        let (pg, mailbox) = (MemPg::new(), MemMailbox::new());
+        mailbox.insert(1, Some("<MSG/>"));
+        pg.arrive(&[1], clock.now());
+        let mut cfg = Config::defaults().pipeline;
+        cfg.backfill_backoff = Duration::from_secs(5);
+        let mut b = Backfill::new(
+            pg.clone(),
+            mailbox.clone(),
+            &cfg,
+            Arc::new(LeaseGate::open()),
+            Arc::new(Stats::default()),
+        );
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        mailbox.inject(Fault::Rejected, 2);
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Failed { rescheduled: 1 });
+        assert_eq!(pg.proc(1).unwrap().backfill_next_at, Some(clock.now() + Duration::from_secs(5)));
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(b.round(clock.now()).unwrap(), Round::Failed { rescheduled: 1 });
+        assert_eq!(
+            pg.proc(1).unwrap().backfill_next_at,
+            Some(clock.now() + Duration::from_secs(10)),
+            "doubling"
+        );
+    }
 }

@@ -365,3 +365,20 @@ fn a_stale_instance_produces_nothing() {
     assert!(w.round().unwrap_err().is_fenced());
     assert!(w.producer.delivered().is_empty());
 }
+
+/// #21 item 9: `msgx.schd.flush-limit` bounds one flush: the rest goes at the next period.
+#[test]
+fn regression_a_flush_claims_at_most_flush_limit_flights() {
+    let mut w = world(10);
+    w.d.settings.flush_limit = 2;
+    for f in ["A", "B", "C", "D", "E"] {
+        schd(&mut w, f, 1);
+    }
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    let arr: serde_json::Value = serde_json::from_str(&w.producer.delivered()[0].payload).unwrap();
+    assert_eq!(arr.as_array().map(Vec::len), Some(2));
+    w.clock.advance(Duration::from_secs(3));
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    w.clock.advance(Duration::from_secs(3));
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
+}
