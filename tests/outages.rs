@@ -233,3 +233,51 @@ fn regression_a_frozen_redis_is_an_outage_within_seconds() {
 fn regression_a_frozen_mailbox_is_an_outage_within_seconds() {
     a_frozen_store_is_an_outage_within_seconds("mysql");
 }
+
+/// #21 item 1 on the real stores: a head that failed once, then a 15-minute mailbox outage
+/// (on the pump's clock), is retried when the mailbox is back — not DEAD(EXHAUSTED) by a
+/// head-deadline clock the outage ran — and PostgreSQL records the anchor moved on by the wait.
+#[test]
+fn regression_a_mailbox_outage_does_not_run_the_head_deadline_clock() {
+    use msgx::clock::{Clock, FakeClock};
+    let p = Private::start("mysql");
+    let s = Services::migrated_on("", Stores { mysql: Some(p.url()), ..Default::default() });
+    let stats = std::sync::Arc::new(msgx::stats::Stats::default());
+    let (mut poller, mut pump) = (s.poller(&stats), s.pump(&stats));
+    let unsupported =
+        "<MSG><META><SNDR>A</SNDR><SEQN>1</SEQN><DTTM>1</DTTM><TYPE>ZZZZ</TYPE><STYP>Q</STYP></META></MSG>";
+    s.insert_inbound(&[unsupported.to_string()]);
+    let clock = FakeClock::new();
+    poller.round(clock.now()).unwrap();
+    pump.round(clock.now()).unwrap();
+    let mut pg = s.pg();
+    let row = |pg: &mut postgres::Client| {
+        let r = pg
+            .query_one(
+                "SELECT state, attempts, first_failed_at, last_error FROM proc_state WHERE msg_id = 1",
+                &[],
+            )
+            .unwrap();
+        (
+            r.get::<_, String>(0),
+            r.get::<_, i32>(1),
+            r.get::<_, std::time::SystemTime>(2),
+            r.get::<_, Option<String>>(3),
+        )
+    };
+    let (state, attempts, first, _) = row(&mut pg);
+    assert_eq!((state.as_str(), attempts, first), ("FAILED", 1, clock.now()));
+    p.stop();
+    for _ in 0..15 {
+        clock.advance(Duration::from_secs(60));
+        let e = pump.round(clock.now()).unwrap_err();
+        assert!(e.is_unavailable() && e.store == "mailbox", "{e}");
+    }
+    p.restart();
+    clock.advance(Duration::from_secs(1));
+    assert!(eventually(Duration::from_secs(30), || pump.round(clock.now()).is_ok()), "the mailbox is back");
+    let (state, attempts, anchor, error) = row(&mut pg);
+    assert_eq!((state.as_str(), attempts), ("FAILED", 2), "retried, not dead: {error:?}");
+    let moved = anchor.duration_since(first).unwrap();
+    assert!(moved >= Duration::from_secs(899), "the anchor moved on by the wait: {moved:?}");
+}
