@@ -69,8 +69,6 @@ pub struct ProcRow {
     pub type_tag: Option<String>,
 }
 
-/// A mailbox row the poller found (nothing is parsed at ingress).
-
 /// Why a message was SKIPPED, as `PROC_STATE.LAST_ERROR` keeps it (`kind:detail`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {
@@ -113,6 +111,7 @@ impl SkipReason {
     }
 }
 
+/// A mailbox row the poller found (nothing is parsed at ingress).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboundRow {
     pub id: i64,

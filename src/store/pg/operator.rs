@@ -47,12 +47,15 @@ fn absent_ids(sel: &ReplaySelection, found: &[i64], limit: usize) -> Vec<i64> {
     }
 }
 
+/// Whether a row (state, class, skip reason) may be replayed, and if not why.
+type Verdict = fn(ProcStatus, Option<ErrorClass>, Option<&str>) -> Result<(), String>;
+
 /// Which rows a replay brings back: the rows it lists by range or class, the guard of its
 /// UPDATE, and the verdict for a row named by id.
 struct ReplayOf {
     replayable: &'static str,
     guard: &'static str,
-    verdict: fn(ProcStatus, Option<ErrorClass>, Option<&str>) -> Result<(), String>,
+    verdict: Verdict,
 }
 
 /// `msgx replay` (SPEC §4.7): FAILED/DEAD rows of a replayable class.
