@@ -15,6 +15,9 @@
 //! the round in hand (bounded by its batch size) and returns; then the lease is released so a
 //! standby takes over at once. A stage that panics stops the whole process with exit 1.
 
+use crate::ops::http::OpsServer;
+use crate::ops::metrics::Metrics;
+use crate::ops::Ops;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
@@ -315,13 +318,21 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     migrate::verify(schema_pg.client()?)?;
     drop(schema_pg);
     let me = Claimant::this_process(clock.now());
+    let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
+    // Up from the start: a standby answers /live and says why it is not /ready.
+    let (ops_stop, ops_thread) = ops_endpoint(cfg, &ops, &clock)?;
     let mut lease = Pg::new(&cfg.pg_url)?;
-    let Some((epoch, sent)) = standby(&mut lease, &me, cfg, clock.as_ref(), &stop) else {
+    let Some((epoch, sent)) = standby(&mut lease, &me, cfg, clock.as_ref(), &stop, &ops) else {
         info!("stopped while standing by");
+        drop(ops_stop);
+        ops_thread.map(|t| t.join());
         return Ok(());
     };
     let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
-    let result = serve(cfg, clock, stop, lease, &me, gate.clone());
+    let result = serve(cfg, clock, stop, lease, &me, gate.clone(), &ops);
+    ops.standby("stopping");
+    drop(ops_stop);
+    ops_thread.map(|t| t.join());
     if !gate.is_stale() {
         // Released at once so a standby takes over without waiting for the expiry.
         match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(&me, epoch)) {
@@ -332,6 +343,36 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     result
 }
 
+/// The operations endpoint (`metrics.listen`) on its own thread, until the sender is dropped.
+/// An address it cannot bind is an ERROR, never a reason not to run: msgx goes on without it.
+#[allow(clippy::type_complexity)]
+fn ops_endpoint(
+    cfg: &Config,
+    ops: &Arc<Ops>,
+    clock: &Arc<dyn Clock>,
+) -> Result<(crossbeam_channel::Sender<()>, Option<thread::JoinHandle<()>>), DaemonError> {
+    let (tx, rx) = bounded::<()>(0);
+    let Some(addr) = cfg.metrics_listen else { return Ok((tx, None)) };
+    let server = match OpsServer::bind(addr) {
+        Ok(s) => s,
+        Err(e) => {
+            error!(
+                "metrics cannot listen on {addr} ({e}); /metrics, /live and /ready are off (metrics.listen)"
+            );
+            return Ok((tx, None));
+        }
+    };
+    let bound = server.local_addr().unwrap_or(addr);
+    let metrics = Arc::new(Metrics::new(ops.clone(), Pg::new(&cfg.pg_url)?, clock.clone()));
+    let ops = ops.clone();
+    let h = thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || server.serve(ops, metrics, rx))
+        .map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
+    info!("metrics listening on {bound} (GET /metrics, /live, /ready)");
+    Ok((tx, Some(h)))
+}
+
 /// Waits until this process holds the lease (INFO lines, never ERROR, while another instance
 /// is active). `None` when stopped first.
 fn standby(
@@ -340,6 +381,7 @@ fn standby(
     cfg: &Config,
     clock: &dyn Clock,
     stop: &Receiver<()>,
+    ops: &Ops,
 ) -> Option<(i64, crate::clock::Mono)> {
     let mut outages = Outages::new("lease", cfg.pipeline.outage);
     let mut said: Option<SystemTime> = None;
@@ -363,6 +405,12 @@ fn standby(
             }
             Ok(Claim::HeldBy(h)) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
+                ops.standby(format!(
+                    "standby: the lease is held by host={} pid={} epoch={}",
+                    h.host.as_deref().unwrap_or("?"),
+                    h.pid.unwrap_or(0),
+                    h.epoch
+                ));
                 if said.is_none_or(|t| sent.duration_since(t).unwrap_or_default() >= Duration::from_secs(60))
                 {
                     let since = h
@@ -379,7 +427,10 @@ fn standby(
                     said = Some(sent);
                 }
             }
-            Err(e) => outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats)),
+            Err(e) => {
+                ops.standby(format!("the lease cannot be claimed: {e}"));
+                outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats))
+            }
         }
         if pause_or_stop(stop, None, cfg.lease.renew_every) {
             return None;
@@ -395,6 +446,7 @@ pub fn serve(
     lease: Pg,
     me: &Claimant,
     gate: Arc<LeaseGate>,
+    ops: &Ops,
 ) -> Result<(), DaemonError> {
     let epoch = gate.epoch();
     let p = &cfg.pipeline;
@@ -402,9 +454,10 @@ pub fn serve(
         clock: clock.clone(),
         gate,
         board: StallBoard::default(),
-        stats: Arc::new(Stats::default()),
+        stats: ops.stats.clone(),
         outage: p.outage,
     };
+    ops.active(ctx.gate.clone(), ctx.board.clone());
     let stats = ctx.stats.clone();
     // The flights are this epoch's before any stage runs: a stale pump's next apply is refused.
     if let Err(e) = RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix).and_then(|mut r| r.claim(epoch)) {

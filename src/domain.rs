@@ -67,6 +67,8 @@ pub struct ProcRow {
     pub first_failed_at: Option<SystemTime>,
     /// `FLOP-STND`, `SCHD-DNLD`, … once the META was read.
     pub type_tag: Option<String>,
+    /// The mailbox's `DATE_RECEIVED` (the processing latency's start), if it had one.
+    pub received_at: Option<SystemTime>,
 }
 
 /// Why a message was SKIPPED, as `PROC_STATE.LAST_ERROR` keeps it (`kind:detail`).
@@ -202,4 +204,6 @@ pub struct MsgEvent {
     pub next_attempt_at: Option<SystemTime>,
     /// When delivery was last started (COUTMSGS stamps it before inserting).
     pub last_attempt_at: Option<SystemTime>,
+    /// When the outbox row was written: its message's SUCCEEDED (the delivery latency's start).
+    pub created_at: Option<SystemTime>,
 }

@@ -24,6 +24,7 @@ pub mod jobs;
 pub mod lease;
 pub mod logline;
 pub mod logpipe;
+pub mod ops;
 pub mod planted;
 pub mod ports;
 pub mod pump;

@@ -2,6 +2,10 @@
 //! thread that writes them in batches and flushes whenever it has caught up. A stage never
 //! waits for a write syscall per line (one per message at thousands of messages a second), and
 //! no line is ever dropped: when the channel is full, the logging thread waits.
+//!
+//! The writer writes to standard error, or to `msgx.log-file`, which it opens itself (append)
+//! and opens again on [`reopen`] (SIGHUP, after logrotate moved it away): every line before the
+//! reopen is in the old file, every line after in the new one, none lost.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -11,6 +15,10 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 enum Item {
     Line(Vec<u8>),
+    /// Write to this file from now on (opened by the sender, append mode).
+    To(std::fs::File, std::path::PathBuf),
+    /// Open the file again under its name (log rotation).
+    Reopen,
     /// Everything before this is written and flushed; then the sender is told.
     Flush(Sender<()>),
 }
@@ -35,24 +43,75 @@ impl Write for LogPipe {
     }
 }
 
+/// Where the lines go.
+struct Sink {
+    out: std::io::BufWriter<Box<dyn Write + Send>>,
+    path: Option<std::path::PathBuf>,
+}
+
+impl Sink {
+    fn to(&mut self, file: std::fs::File, path: std::path::PathBuf) {
+        let _ = self.out.flush();
+        self.out = std::io::BufWriter::with_capacity(64 * 1024, Box::new(file));
+        self.path = Some(path);
+    }
+
+    /// Opens the file again under its name; if that fails the old one is kept and says why.
+    fn reopen(&mut self) {
+        let Some(path) = self.path.clone() else { return };
+        match open(&path) {
+            Ok(f) => self.to(f, path),
+            Err(e) => {
+                let _ =
+                    writeln!(self.out, "[log] cannot reopen {} ({e}); still writing here", path.display());
+            }
+        }
+    }
+}
+
+fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().create(true).append(true).open(path)
+}
+
 fn writer(rx: Receiver<Item>) {
-    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr());
+    let mut sink =
+        Sink { out: std::io::BufWriter::with_capacity(64 * 1024, Box::new(std::io::stderr())), path: None };
     for item in rx.iter() {
         let mut next = Some(item);
         while let Some(item) = next.take() {
             match item {
                 Item::Line(l) => {
-                    let _ = out.write_all(&l);
+                    let _ = sink.out.write_all(&l);
                 }
+                Item::To(file, path) => sink.to(file, path),
+                Item::Reopen => sink.reopen(),
                 Item::Flush(done) => {
-                    let _ = out.flush();
+                    let _ = sink.out.flush();
                     let _ = done.send(());
                 }
             }
             next = rx.try_recv().ok();
         }
         // Caught up: what was logged is in the file now.
-        let _ = out.flush();
+        let _ = sink.out.flush();
+    }
+}
+
+/// From now on the lines go to `path` (created if need be, appended to). Refused when it cannot
+/// be opened, naming the file.
+pub fn to_file(path: &std::path::Path) -> std::io::Result<()> {
+    let f = open(path)?;
+    if let Some(tx) = PIPE.get() {
+        let _ = tx.send(Item::To(f, path.to_path_buf()));
+    }
+    Ok(())
+}
+
+/// Opens the log file again under its name (SIGHUP): after logrotate renamed it, the next line
+/// goes to a new file. Lines logged before are in the old one.
+pub fn reopen() {
+    if let Some(tx) = PIPE.get() {
+        let _ = tx.send(Item::Reopen);
     }
 }
 

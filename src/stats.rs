@@ -4,9 +4,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
     ($($name:ident: $doc:literal,)*) => {
-        /// Monotonic counters since start-up, shared by all stages.
+        /// Monotonic counters since start-up, shared by all stages, and the latency
+        /// histograms of `/metrics`.
         #[derive(Debug, Default)]
-        pub struct Stats { $(#[doc = $doc] pub $name: AtomicU64,)* }
+        pub struct Stats {
+            $(#[doc = $doc] pub $name: AtomicU64,)*
+            pub latency: Latencies,
+        }
 
         impl Stats {
             /// Names and docs of every counter, in log order.
@@ -32,6 +36,9 @@ counters! {
     failed: "message attempts that ended FAILED",
     dead: "messages that became DEAD",
     events_sent: "outbox events acknowledged and marked SENT",
+    sent_kafka_msg: "events SENT to KAFKA:msg",
+    sent_kafka_schd: "events SENT to KAFKA:schd (each flight of a batch counts)",
+    sent_coutmsgs: "events SENT to COUTMSGS",
     events_failed: "event delivery attempts that failed",
     events_dead: "events that became DEAD (dead-letter queue)",
     marks_written: "mailbox rows marked processed by msgx",
@@ -44,6 +51,39 @@ counters! {
     unknown_elements: "element or attribute names the tolerant reader skipped (msgx.codec.strict = false)",
     outages: "times a stage stalled on a store that was unavailable or refused it (SPEC 4.9)",
     outage_ms: "milliseconds stages spent stalled, summed over stages and outages",
+}
+
+/// Seconds from the mailbox's `DATE_RECEIVED` to SUCCEEDED (processing), and from SUCCEEDED to
+/// SENT (delivery), for `/metrics`.
+#[derive(Debug)]
+pub struct Latencies {
+    pub processing: prometheus_client::metrics::histogram::Histogram,
+    pub delivery: prometheus_client::metrics::histogram::Histogram,
+}
+
+/// Bucket bounds in seconds: from a few milliseconds (a healthy pipeline) to minutes (an
+/// outage, a backlog).
+pub const LATENCY_BUCKETS: [f64; 14] =
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+impl Default for Latencies {
+    fn default() -> Self {
+        use prometheus_client::metrics::histogram::Histogram;
+        Latencies { processing: Histogram::new(LATENCY_BUCKETS), delivery: Histogram::new(LATENCY_BUCKETS) }
+    }
+}
+
+impl Latencies {
+    /// Observes `to - from` (nothing when either is unknown or the clocks disagree).
+    pub fn observe(
+        h: &prometheus_client::metrics::histogram::Histogram,
+        from: Option<std::time::SystemTime>,
+        to: std::time::SystemTime,
+    ) {
+        if let Some(d) = from.and_then(|f| to.duration_since(f).ok()) {
+            h.observe(d.as_secs_f64());
+        }
+    }
 }
 
 pub fn inc(c: &AtomicU64) {

@@ -68,6 +68,13 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Str,
         "\"text\" (one line: time, level, target, message) or \"json\" (one object a line with the same keys, for log shippers; docs/monitoring.md)",
     ),
+    KeySpec {
+        key: "msgx.log-file",
+        default: "\"\"",
+        kind: Kind::Text,
+        env: Some("MSGX_LOG_FILE"),
+        doc: "the log file msgx writes itself and reopens on SIGHUP (log rotation); empty: standard error",
+    },
     k(
         "msgx.pipeline.poll-interval",
         "\"1s\"",
@@ -333,6 +340,12 @@ pub const KEYS: &[KeySpec] = &[
          the producer refuses records over 1000000 bytes (librdkafka's message.max.bytes), key and headers included",
     ),
     // --- the compat write path POST /cminmsgs/send ---
+    k(
+        "metrics.listen",
+        "\"127.0.0.1:9722\"",
+        Kind::Text,
+        "address of the operations endpoint (GET /metrics in the Prometheus text format, /live, /ready); empty turns it off",
+    ),
     k(
         "msgx.compat-http.enabled",
         "false",

@@ -122,6 +122,10 @@ pub struct Config {
     pub health: crate::health::Thresholds,
     /// `msgx.log-format = "json"`.
     pub log_json: bool,
+    /// `msgx.log-file`: the file msgx writes and reopens on SIGHUP; `None`: standard error.
+    pub log_file: Option<std::path::PathBuf>,
+    /// `metrics.listen`: the operations endpoint; `None`: off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub compat: CompatHttp,
     pub pg_url: String,
     pub mysql_url: String,
@@ -303,11 +307,24 @@ impl Config {
                 return Err(bad("msgx.log-format", format!("{other:?} is neither \"text\" nor \"json\"")))
             }
         };
+        let log_file =
+            Some(text(v, "msgx.log-file")?).filter(|f| !f.trim().is_empty()).map(std::path::PathBuf::from);
+        let metrics_listen = match text(v, "metrics.listen")?.trim() {
+            "" => None,
+            s => Some(s.parse().map_err(|_| {
+                bad(
+                    "metrics.listen",
+                    format!("{s:?} is not an ip:port address such as \"127.0.0.1:9722\" (empty: off)"),
+                )
+            })?),
+        };
         Ok(Config {
             pipeline,
             lease,
             health,
             log_json,
+            log_file,
+            metrics_listen,
             compat,
             pg_url: string(v, "datasources.default.url")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,

@@ -172,6 +172,15 @@ impl<O: Outbox> Delivery<O> {
         let pairs: Vec<(i64, i64)> = events.iter().map(|e| (e.event_id, e.state_version)).collect();
         self.outbox.mark_sent(&pairs, now)?;
         stats::add(&self.stats.events_sent, events.len() as u64);
+        let per_target = match target {
+            Target::KafkaMsg => &self.stats.sent_kafka_msg,
+            Target::KafkaSchd => &self.stats.sent_kafka_schd,
+            Target::Coutmsgs => &self.stats.sent_coutmsgs,
+        };
+        stats::add(per_target, events.len() as u64);
+        for e in events {
+            stats::Latencies::observe(&self.stats.latency.delivery, e.created_at, now);
+        }
         info!(
             "sent target={} events={} first_event_id={} last_event_id={}",
             target.as_str(),

@@ -137,6 +137,7 @@ fn ready_prefix_stops_at_a_row_in_backoff() {
         attempts: 0,
         next_attempt_at: next,
         last_attempt_at: None,
+        created_at: None,
     };
     let later = now + Duration::from_secs(5);
     let rows = [ev(1, Some(now)), ev(2, None), ev(3, Some(later)), ev(4, None)];
@@ -157,6 +158,7 @@ fn latest_per_flid_keeps_the_newest_generation_in_event_order() {
         attempts: 0,
         next_attempt_at: None,
         last_attempt_at: None,
+        created_at: None,
     };
     let rows = [ev(1, "A", 1), ev(2, "B", 1), ev(3, "A", 3), ev(4, "C", 1), ev(5, "A", 2)];
     let ids: Vec<i64> = latest_per_flid(&rows).iter().map(|e| e.event_id).collect();

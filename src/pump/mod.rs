@@ -661,7 +661,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         match result {
             Ok(()) => {
                 for (s, n) in &settles {
-                    self.log(by_id[&s.msg_id], s, *n);
+                    self.log(by_id[&s.msg_id], s, *n, now);
                 }
                 let n = settles.len();
                 self.done(settles.iter().map(|(s, _)| s));
@@ -685,7 +685,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             let row = by_id[&s.msg_id];
             match self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&s)), now) {
                 Ok(()) => {
-                    self.log(row, &s, n);
+                    self.log(row, &s, n, now);
                     self.done(std::iter::once(&s));
                     worked += 1;
                 }
@@ -705,7 +705,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                     // If even the failure cannot be recorded, the store refuses everything:
                     // that is no message's fault, the stage stalls.
                     self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&charged)), now)?;
-                    self.log(row, &charged, 0);
+                    self.log(row, &charged, 0, now);
                     return Ok(worked + 1);
                 }
                 Err(e) => return Err(e),
@@ -758,12 +758,13 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         }
     }
 
-    fn log(&self, row: &ProcRow, settle: &Settle, events: usize) {
+    fn log(&self, row: &ProcRow, settle: &Settle, events: usize, now: SystemTime) {
         let id = row.msg_id;
         let tag = settle.type_tag.as_deref().or(row.type_tag.as_deref()).unwrap_or("-");
         match &settle.outcome {
             Outcome::Succeeded { .. } => {
                 stats::inc(&self.stats.succeeded);
+                stats::Latencies::observe(&self.stats.latency.processing, row.received_at, now);
                 info!("succeeded msg_id={id} type={tag} events={events}");
             }
             Outcome::Skipped { reason } => {

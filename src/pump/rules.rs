@@ -164,6 +164,7 @@ mod tests {
             identity_key: None,
             first_failed_at: next.map(|t| t - Duration::from_secs(1)),
             type_tag: None,
+            received_at: None,
         }
     }
 

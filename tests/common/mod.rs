@@ -90,7 +90,7 @@ impl Services {
         let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
         let text = format!(
             "[kafka.topics]\nmsg = \"{topic}\"\nschd = \"{topic}.schd\"\n[redis]\nkey-prefix = \"{name}:\"\n\
-             [msgx.pipeline]\n{poll}{extra}"
+             [metrics]\nlisten = \"127.0.0.1:0\"\n[msgx.pipeline]\n{poll}{extra}"
         );
         let pg_url = with_db(&pg_admin, &name);
         let mysql_url = with_db(&mysql_admin, &name);

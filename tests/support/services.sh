@@ -44,6 +44,10 @@ install() {
   command -v mariadbd >/dev/null || command -v mysqld >/dev/null || need+=(mariadb-server)
   command -v mariadb >/dev/null || command -v mysql >/dev/null || need+=(mariadb-client)
   command -v redis-server >/dev/null || need+=(redis-server)
+  # Tools the tests check msgx with: promtool (the Prometheus package) parses /metrics,
+  # logrotate rotates msgx's log while messages flow.
+  command -v promtool >/dev/null || need+=(prometheus)
+  command -v logrotate >/dev/null || need+=(logrotate)
   if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]}"
     # The packages' own init scripts must not start system-wide instances.

@@ -227,6 +227,7 @@ fn new_proc(r: &InboundRow, now: SystemTime) -> MemProc {
             identity_key: None,
             first_failed_at: None,
             type_tag: None,
+            received_at: r.received_at,
         },
         updated_at: now,
         received_at: r.received_at,
@@ -386,6 +387,7 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
                     attempts: 0,
                     next_attempt_at: None,
                     last_attempt_at: None,
+                    created_at: Some(now),
                 },
                 state: EventStatus::Pending,
                 error_class: None,
@@ -895,6 +897,7 @@ impl Housekeeping for MemPg {
                 identity_key: p.row.identity_key.take(),
                 first_failed_at: None,
                 type_tag: None,
+                received_at: None,
             };
             p.updated_at = now;
             p.received_at = None;

@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(9, "fence_key_share", "V009__fence_key_share.sql"),
     migration!(10, "season_plan", "V010__season_plan.sql"),
     migration!(11, "dead_letter_dismissed", "V011__dead_letter_dismissed.sql"),
+    migration!(12, "metrics_indexes", "V012__metrics_indexes.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

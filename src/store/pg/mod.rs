@@ -9,7 +9,7 @@ pub mod lease;
 pub mod migrate;
 mod operator;
 
-pub use operator::{Abandoned, HeadInfo, Status};
+pub use operator::{Abandoned, Gauges, HeadInfo, Status};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -177,11 +177,12 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
         identity_key: r.get("identity_key"),
         first_failed_at: r.get("first_failed_at"),
         type_tag: r.get("type_tag"),
+        received_at: r.get("received_at"),
     })
 }
 
 const PROC_ROW: &str =
-    "msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key, first_failed_at, type_tag";
+    "msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key, first_failed_at, type_tag, received_at";
 
 impl Intake for Pg {
     fn enqueue(
@@ -589,7 +590,8 @@ impl Outbox for Pg {
         let epoch = self.fence.unwrap_or(-1);
         let rows = self.run(|c| {
             c.query(
-                "SELECT event_id, msg_id, partition_key, state_version, payload_json, attempts, next_attempt_at, last_attempt_at
+                "SELECT event_id, msg_id, partition_key, state_version, payload_json, attempts, next_attempt_at, last_attempt_at,
+                        created_at
                  FROM msg_event WHERE target = $1 AND state = 'PENDING'
                    AND ($3::bigint < 0 OR EXISTS (SELECT 1 FROM msgx_lease WHERE id = 1 AND epoch = $3::bigint))
                  ORDER BY event_id LIMIT $2",
@@ -608,6 +610,7 @@ impl Outbox for Pg {
                 attempts: r.get::<_, i32>(5).max(0) as u32,
                 next_attempt_at: r.get(6),
                 last_attempt_at: r.get(7),
+                created_at: r.get(8),
             })
             .collect())
     }

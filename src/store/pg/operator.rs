@@ -414,3 +414,76 @@ impl Pg {
         })
     }
 }
+
+/// What the operations endpoint reads from own PostgreSQL (`/metrics`), every few seconds at
+/// most. Ages are by the database's clock, in seconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gauges {
+    /// Unfinished rows per state (PENDING, FAILED).
+    pub queue: Vec<(String, i64)>,
+    /// DEAD messages nobody dismissed, per error class.
+    pub dead: Vec<(String, i64)>,
+    /// Per target: PENDING events and the age of the oldest; DEAD events.
+    pub outbox: Vec<(String, i64, f64)>,
+    pub dead_events: Vec<(String, i64)>,
+    /// The oldest unfinished message: since msgx enqueued it (the head), and since the mailbox
+    /// received it (the lag).
+    pub head_age: f64,
+    pub lag: f64,
+    pub marks_owed: i64,
+    pub marks_abandoned: i64,
+}
+
+impl Pg {
+    /// The gauges of `/metrics`; every query walks a partial index (V001, V012).
+    pub fn gauges(&mut self) -> StoreResult<Gauges> {
+        self.run(|c| {
+            let pairs = |rows: Vec<postgres::Row>| rows.iter().map(|r| (r.get(0), r.get(1))).collect::<Vec<_>>();
+            let queue = pairs(c.query(
+                &format!("SELECT state, count(*) FROM proc_state WHERE state IN {UNFINISHED} GROUP BY state"),
+                &[],
+            )?);
+            let dead = pairs(c.query(
+                "SELECT coalesce(error_class, '-'), count(*) FROM proc_state
+                 WHERE state = 'DEAD' AND dismissed_at IS NULL GROUP BY 1",
+                &[],
+            )?);
+            let events = c.query(
+                "SELECT target, state, count(*), coalesce(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at))::float8, 0)
+                 FROM msg_event WHERE state IN ('PENDING', 'DEAD') GROUP BY target, state",
+                &[],
+            )?;
+            let mut g = Gauges { queue, dead, ..Gauges::default() };
+            for r in &events {
+                let (target, state, n): (String, String, i64) = (r.get(0), r.get(1), r.get(2));
+                match state.as_str() {
+                    "PENDING" => g.outbox.push((target, n, r.get(3))),
+                    _ => g.dead_events.push((target, n)),
+                }
+            }
+            let ages = c.query_one(
+                &format!(
+                    "SELECT coalesce(EXTRACT(EPOCH FROM clock_timestamp() - min(enqueued_at))::float8, 0),
+                            coalesce(EXTRACT(EPOCH FROM clock_timestamp() - min(received_at))::float8, 0)
+                     FROM proc_state WHERE state IN {UNFINISHED}"
+                ),
+                &[],
+            )?;
+            (g.head_age, g.lag) = (ages.get::<_, f64>(0).max(0.0), ages.get::<_, f64>(1).max(0.0));
+            g.marks_owed = c
+                .query_one(
+                    "SELECT count(*) FROM proc_state
+                     WHERE backfill_at IS NULL AND backfill_abandoned_at IS NULL AND backfill_next_at IS NOT NULL",
+                    &[],
+                )?
+                .get(0);
+            g.marks_abandoned = c
+                .query_one(
+                    "SELECT count(*) FROM proc_state WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL",
+                    &[],
+                )?
+                .get(0);
+            Ok(g)
+        })
+    }
+}

@@ -1,0 +1,127 @@
+//! The operations endpoint of the real daemon (#22): `/metrics` scraped while messages flow and
+//! checked by an independent parser (`promtool check metrics`, from the Debian `prometheus`
+//! package), its values following what happens; `/ready` through a Redis outage; a standby.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use msgx::fixtures;
+
+/// `GET path` on the instance's operations endpoint: (status, body).
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut c = TcpStream::connect(addr).expect("connect to the operations endpoint");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    let status = out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, out.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default())
+}
+
+/// The address the instance logged it listens on.
+fn endpoint(i: &Instance) -> String {
+    assert!(i.wait_for_log("metrics listening on ", Duration::from_secs(30)), "{}", i.log_text());
+    let log = i.log_text();
+    let at = log.find("metrics listening on ").unwrap() + "metrics listening on ".len();
+    log[at..].split_whitespace().next().unwrap().to_string()
+}
+
+/// The value of one sample (`name{labels}`), if it is there.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+fn promtool(body: &str) -> (bool, String) {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; tests/support/services.sh installs it)");
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+#[test]
+fn the_metrics_follow_the_pipeline_and_ready_follows_a_redis_outage() {
+    let redis = Private::start("redis");
+    let s = Services::migrated_on("", Stores { redis: Some(redis.url()), ..Default::default() });
+    let a = Instance::run(&s, "active", "");
+    let addr = endpoint(&a);
+    assert!(a.wait_for_log("lease acquired", Duration::from_secs(30)));
+    let raws: Vec<String> =
+        (1..=20).map(|i| fixtures::flop_stnd(i, &format!("M{}", i % 4), &format!("S{i}"))).collect();
+    s.insert_inbound(&raws);
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || count(
+        &mut pg,
+        "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
+    ) == 20));
+    let (status, body) = get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    let (ok, verdict) = promtool(&body);
+    assert!(ok, "promtool check metrics: {verdict}\n{body}");
+    println!(
+        "promtool check metrics: {}",
+        if verdict.trim().is_empty() { "no problems" } else { verdict.trim() }
+    );
+    assert_eq!(sample(&body, r#"msgx_messages_total{outcome="succeeded"}"#), Some(20.0), "{body}");
+    assert_eq!(sample(&body, r#"msgx_events_sent_total{target="KAFKA:msg"}"#), Some(20.0), "{body}");
+    assert_eq!(sample(&body, "msgx_processing_latency_seconds_count"), Some(20.0), "{body}");
+    assert_eq!(sample(&body, "msgx_delivery_latency_seconds_count"), Some(20.0), "{body}");
+    assert_eq!(sample(&body, r#"msgx_store_up{store="redis"}"#), Some(1.0));
+    assert_eq!(sample(&body, "msgx_lease_held"), Some(1.0));
+    assert_eq!(sample(&body, "msgx_lease_epoch"), Some(1.0));
+    assert_eq!(sample(&body, r#"msgx_queue_messages{state="PENDING"}"#), Some(0.0));
+    assert!(!body.contains("msg_id=") && !body.contains("flid"), "no message or flight ids as labels");
+    assert_eq!(get(&addr, "/ready"), (200, "ready\n".to_string()));
+    assert_eq!(get(&addr, "/live").0, 200);
+    println!(
+        "scrape after 20 messages (trimmed):\n{}",
+        body.lines().filter(|l| !l.starts_with('#')).take(40).collect::<Vec<_>>().join("\n")
+    );
+
+    // Redis away while a message waits: the store goes down, /ready says why, and back.
+    redis.stop();
+    s.insert_inbound(&[fixtures::flop_stnd(21, "M1", "S21")]);
+    let down = eventually(Duration::from_secs(30), || get(&addr, "/ready").0 == 503);
+    let (_, why) = get(&addr, "/ready");
+    let (_, body) = get(&addr, "/metrics");
+    println!("during the outage: /ready {why:?}, {:?}", sample(&body, r#"msgx_store_up{store="redis"}"#));
+    assert!(down && why.contains("redis"), "{why}");
+    assert_eq!(sample(&body, r#"msgx_store_up{store="redis"}"#), Some(0.0), "{body}");
+    assert_eq!(sample(&body, r#"msgx_stage_stalled{stage="process",store="redis"}"#), Some(1.0), "{body}");
+    assert_eq!(get(&addr, "/live").0, 200, "live all the same");
+    redis.restart();
+    assert!(eventually(Duration::from_secs(30), || get(&addr, "/ready").0 == 200), "ready again");
+    let (_, body) = get(&addr, "/metrics");
+    assert_eq!(sample(&body, r#"msgx_store_up{store="redis"}"#), Some(1.0));
+    assert!(sample(&body, "msgx_outage_seconds_total").unwrap_or(0.0) > 0.0, "{body}");
+
+    // A standby is live, not ready, and says who holds the lease.
+    let b = Instance::run(&s, "standby", "");
+    let standby = endpoint(&b);
+    assert!(b.wait_for_log("standby: lease held by", Duration::from_secs(30)));
+    assert_eq!(get(&standby, "/live").0, 200);
+    let (status, why) = get(&standby, "/ready");
+    println!("standby /ready: {status} {why:?}");
+    assert_eq!(status, 503);
+    assert!(why.contains("standby: the lease is held by"), "{why}");
+    let (_, body) = get(&standby, "/metrics");
+    assert_eq!(sample(&body, "msgx_lease_held"), Some(0.0));
+    assert_eq!(get(&standby, "/nope").0, 404);
+    let mut c = TcpStream::connect(&standby).unwrap();
+    write!(c, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 405 "), "{out}");
+}
