@@ -43,6 +43,11 @@ getent passwd msgx | grep -q ':/usr/sbin/nologin$' || fail "no system user msgx 
 [ "$(stat -c '%a %U %G' /var/log/msgx)" = "750 msgx msgx" ] || fail "/var/log/msgx is $(stat -c '%a %U %G' /var/log/msgx)"
 dpkg-query --control-show msgx conffiles | grep -qx '/etc/msgx/msgx.toml' || fail "msgx.toml is not a conffile"
 dpkg-query --control-show msgx conffiles | grep -qx '/etc/logrotate.d/msgx' || fail "the logrotate file is not a conffile"
+if command -v logrotate >/dev/null; then
+  say "logrotate -d /etc/logrotate.d/msgx"
+  logrotate -d /etc/logrotate.d/msgx 2>&1 | grep -qi 'error' && fail "logrotate finds errors in /etc/logrotate.d/msgx"
+fi
+[ -f /usr/share/msgx/grafana/msgx-dashboard.json ] || fail "no Grafana dashboard"
 [ -f /usr/share/man/man1/msgx.1.gz ] || fail "no man page"
 zcat /usr/share/man/man1/msgx.1.gz | grep -q 'watermark' || fail "the man page does not list the commands"
 unit=$(ls /lib/systemd/system/msgx.service /usr/lib/systemd/system/msgx.service 2>/dev/null | head -1)

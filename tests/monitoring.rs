@@ -171,3 +171,68 @@ fn a_pre3_halt_is_in_the_log_in_status_and_in_the_health_check() {
         status(&["status", "--check"])
     );
 }
+
+/// #22: logrotate (the real one) renames msgx's log file while messages flow and tells msgx
+/// with SIGHUP: every lifecycle line is in one of the two files, once; msgx keeps running and
+/// keeps its lease.
+#[test]
+fn a_log_rotated_by_logrotate_while_messages_flow_loses_no_line() {
+    let s = Services::migrated("");
+    let dir = std::env::temp_dir().join(format!("msgx-rotate-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("msgx.log");
+    let a = Instance::run(&s, "rotated", &format!("[msgx]\nlog-file = \"{}\"\n", log.display()));
+    let file = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(30), || file(&log).contains("lease acquired")),
+        "{}",
+        a.log_text()
+    );
+    let conf = dir.join("logrotate.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "{} {{\n  rotate 2\n  create 0640\n  missingok\n  postrotate\n    kill -HUP {}\n  endscript\n}}\n",
+            log.display(),
+            a.pid()
+        ),
+    )
+    .unwrap();
+    let n = 300u64;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 1..=n {
+                s.insert_inbound(&[msgx::fixtures::flop_stnd(i, &format!("R{}", i % 7), &format!("S{i}"))]);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let out = std::process::Command::new("logrotate")
+            .args(["-f", "-s", dir.join("state").to_str().unwrap(), conf.to_str().unwrap()])
+            .output()
+            .expect("logrotate (tests/support/services.sh installs it)");
+        assert!(out.status.success(), "logrotate: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || count(
+        &mut pg,
+        "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
+    ) == n as i64));
+    let (old, new) = (file(&dir.join("msgx.log.1")), file(&log));
+    let ids = |text: &str| -> Vec<u64> {
+        text.lines()
+            .filter_map(|l| l.split("succeeded msg_id=").nth(1)?.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    let (before, after) = (ids(&old), ids(&new));
+    println!("rotation: {} succeeded lines in msgx.log.1, {} in msgx.log", before.len(), after.len());
+    assert!(!before.is_empty() && !after.is_empty(), "the rotation fell while messages flowed");
+    let mut all: Vec<u64> = before.iter().chain(&after).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (1..=n).collect::<Vec<_>>(), "every lifecycle line once, across the two files");
+    assert!(new.contains("signal 1 received: log file reopened"), "{new}");
+    assert!(!new.contains("stopping") && !old.contains("stopping"), "SIGHUP is not a stop");
+    let epoch: i64 = pg.query_one("SELECT epoch FROM msgx_lease WHERE id = 1", &[]).unwrap().get(0);
+    assert_eq!(epoch, 1, "the lease was kept");
+    drop(a);
+}

@@ -131,3 +131,84 @@ fn every_line_in_the_reference_is_one_the_code_writes() {
         .collect();
     assert!(stale.is_empty(), "{}", stale.join("\n"));
 }
+
+/// The `msgx_…` names in a text, with the suffixes the exposition adds to a histogram taken off.
+fn series_named(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("msgx_") {
+        let start = i + at;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_lowercase() || b[end] == b'_' || b[end].is_ascii_digit()) {
+            end += 1;
+        }
+        let name = &text[start..end];
+        let name = ["_bucket", "_sum", "_count"].iter().fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+        out.insert(name.to_string());
+        i = end;
+    }
+    out
+}
+
+/// #22: every series docs/monitoring.md and the packaged Grafana dashboard name is one
+/// `/metrics` exports, and every exported series is documented.
+#[test]
+fn the_dashboard_and_the_monitoring_page_name_only_series_msgx_exports() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exported: std::collections::BTreeSet<String> =
+        msgx::ops::metrics::SERIES.iter().map(|s| s.to_string()).collect();
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("packaging/grafana/msgx-dashboard.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    for p in dash["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            exprs.push(t["expr"].as_str().expect("expr").to_string());
+        }
+    }
+    assert!(exprs.len() >= 10, "{} queries", exprs.len());
+    let in_dashboard = series_named(&exprs.join("\n"));
+    let unknown: Vec<_> = in_dashboard.difference(&exported).collect();
+    assert!(unknown.is_empty(), "the dashboard queries series msgx does not export: {unknown:?}");
+    let page = std::fs::read_to_string(root.join("docs/monitoring.md")).unwrap();
+    let documented = series_named(&page);
+    let unknown: Vec<_> = documented.difference(&exported).collect();
+    assert!(unknown.is_empty(), "docs/monitoring.md names series msgx does not export: {unknown:?}");
+    let undocumented: Vec<_> = exported.difference(&documented).collect();
+    assert!(undocumented.is_empty(), "series missing from docs/monitoring.md: {undocumented:?}");
+}
+
+/// #22: the list the docs are checked against is what a scrape really holds.
+#[test]
+fn the_series_list_is_what_a_scrape_holds() {
+    use std::sync::Arc;
+    let ops = Arc::new(msgx::ops::Ops::new(Arc::new(msgx::stats::Stats::default())));
+    // An unreachable PostgreSQL: the store gauges are absent, and msgx_gauges_up says so.
+    let pg = msgx::store::pg::Pg::new("postgres://msgx@127.0.0.1:9/none?connect_timeout=1").unwrap();
+    let m = msgx::ops::metrics::Metrics::new(ops, pg, Arc::new(msgx::clock::FakeClock::new()));
+    let body = m.render();
+    assert!(body.contains("msgx_gauges_up 0"), "{body}");
+    let scraped = series_named(&body);
+    for s in msgx::ops::metrics::SERIES {
+        let store = matches!(
+            *s,
+            "msgx_queue_messages"
+                | "msgx_dead_messages"
+                | "msgx_dead_events"
+                | "msgx_outbox_pending"
+                | "msgx_outbox_oldest_age_seconds"
+                | "msgx_head_age_seconds"
+                | "msgx_lag_seconds"
+                | "msgx_marks_owed"
+                | "msgx_marks_abandoned"
+                | "msgx_stage_stalled"
+        );
+        assert!(store || scraped.contains(*s), "{s} is listed but not exported:\n{body}");
+    }
+    let listed: std::collections::BTreeSet<String> =
+        msgx::ops::metrics::SERIES.iter().map(|s| s.to_string()).collect();
+    let extra: Vec<_> = scraped.difference(&listed).collect();
+    assert!(extra.is_empty(), "exported but not listed in SERIES: {extra:?}");
+}
