@@ -53,6 +53,8 @@ pub enum DaemonError {
     StageFailed(String),
     #[error("this instance is stale: {0}; a newer instance holds the lease, so this one stops without writing anything more (PRE-5)")]
     Fenced(String),
+    #[error("{0}; msgx does not write on a store that forgot what it acknowledged: a person must decide (docs/operations.md)")]
+    Forgot(String),
 }
 
 impl DaemonError {
@@ -62,6 +64,7 @@ impl DaemonError {
             DaemonError::Schema(_) => 3,
             DaemonError::Store(_) => 4,
             DaemonError::StageFailed(_) | DaemonError::Fenced(_) => 1,
+            DaemonError::Forgot(_) => 6,
         }
     }
 }
@@ -102,6 +105,8 @@ pub enum Exit {
     Stopped,
     /// A newer instance holds the lease.
     Fenced(String),
+    /// A store forgot what it acknowledged (#19): stop, a person decides.
+    Forgot(String),
 }
 
 /// A thread of the daemon: its loop runs until its stop receiver disconnects.
@@ -164,6 +169,11 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
                         Next::Idle => wiring.idle,
                     }
                 }
+                Err(e) if e.kind == crate::error::StoreErrorKind::Forgot => {
+                    ctx.gate.stale();
+                    error!("stopped stage={} {e}: this instance writes nothing more", S::NAME);
+                    return Exit::Forgot(e.to_string());
+                }
                 Err(e) if e.is_fenced() => {
                     ctx.gate.stale();
                     error!("fenced stage={} {e}: a newer instance holds the lease; this one stops", S::NAME);
@@ -222,6 +232,11 @@ fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) 
                     error!("lease lost epoch={epoch}: a newer instance took it over; this one stops and writes nothing more (PRE-5)");
                     return Exit::Fenced(format!("lease epoch {epoch} taken over"));
                 }
+                Err(e) if e.stops() => {
+                    ctx.gate.stale();
+                    error!("stopped stage=lease {e}: this instance writes nothing more");
+                    return Exit::Forgot(e.to_string());
+                }
                 Err(e) => {
                     for n in outages.failed(&e, sent).0 {
                         log_notice(&n, &ctx.stats);
@@ -266,6 +281,7 @@ pub fn supervise(
             recv(exit_rx) -> msg => {
                 break Some(match msg {
                     Ok((_, Some(Exit::Fenced(why)))) => DaemonError::Fenced(why),
+                    Ok((_, Some(Exit::Forgot(why)))) => DaemonError::Forgot(why),
                     Ok((name, exit)) => {
                         error!("stage {name} ended{} before stop was requested", if exit.is_none() { " by a panic" } else { "" });
                         DaemonError::StageFailed(name.to_string())
@@ -316,13 +332,21 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     }
     let mut schema_pg = Pg::connect(&cfg.pg_url)?;
     migrate::verify(schema_pg.client()?)?;
+    let durability = schema_pg.durability()?;
+    info!("postgres durability {durability}");
+    if cfg.require_sync_standby && durability.synchronous == 0 {
+        return Err(DaemonError::Store(StoreError::rejected(
+            "postgres",
+            format!("datasources.default.require-sync-standby = true and no synchronous standby is attached ({durability})"),
+        )));
+    }
     drop(schema_pg);
     let me = Claimant::this_process(clock.now());
     let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
     // Up from the start: a standby answers /live and says why it is not /ready.
     let (ops_stop, ops_thread) = ops_endpoint(cfg, &ops, &clock)?;
     let mut lease = Pg::new(&cfg.pg_url)?;
-    let Some((epoch, sent)) = standby(&mut lease, &me, cfg, clock.as_ref(), &stop, &ops) else {
+    let Some((epoch, sent)) = standby(&mut lease, &me, cfg, clock.as_ref(), &stop, &ops)? else {
         info!("stopped while standing by");
         drop(ops_stop);
         ops_thread.map(|t| t.join());
@@ -382,7 +406,7 @@ fn standby(
     clock: &dyn Clock,
     stop: &Receiver<()>,
     ops: &Ops,
-) -> Option<(i64, crate::clock::Mono)> {
+) -> Result<Option<(i64, crate::clock::Mono)>, DaemonError> {
     let mut outages = Outages::new("lease", cfg.pipeline.outage);
     let mut said: Option<SystemTime> = None;
     let stats = Stats::default();
@@ -401,7 +425,7 @@ fn standby(
                     ),
                     None => info!("lease acquired epoch={epoch}"),
                 }
-                return Some((epoch, sent_mono));
+                return Ok(Some((epoch, sent_mono)));
             }
             Ok(Claim::HeldBy(h)) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
@@ -427,13 +451,14 @@ fn standby(
                     said = Some(sent);
                 }
             }
+            Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
             Err(e) => {
                 ops.standby(format!("the lease cannot be claimed: {e}"));
                 outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats))
             }
         }
         if pause_or_stop(stop, None, cfg.lease.renew_every) {
-            return None;
+            return Ok(None);
         }
     }
 }
@@ -443,7 +468,7 @@ pub fn serve(
     cfg: &Config,
     clock: Arc<dyn Clock>,
     stop: Receiver<()>,
-    lease: Pg,
+    mut lease: Pg,
     me: &Claimant,
     gate: Arc<LeaseGate>,
     ops: &Ops,
@@ -460,8 +485,9 @@ pub fn serve(
     ops.active(ctx.gate.clone(), ctx.board.clone());
     let stats = ctx.stats.clone();
     // The flights are this epoch's before any stage runs: a stale pump's next apply is refused.
-    if let Err(e) = RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix).and_then(|mut r| r.claim(epoch)) {
-        warn!("flights not claimed for epoch {epoch} yet ({e}); the first apply claims them");
+    if let Err(e) = claim_flights(cfg, epoch, &mut lease) {
+        ctx.gate.stale();
+        return Err(e);
     }
     let pg = || Pg::new(&cfg.pg_url).map(|pg| pg.fenced(epoch));
     let mailbox = || MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound);
@@ -545,6 +571,35 @@ pub fn serve(
     result?;
     info!("stopped");
     Ok(())
+}
+
+/// Claims the flights in Redis for `epoch`. Redis keeping a higher epoch than the one
+/// PostgreSQL just handed out means either a newer holder (PostgreSQL has it too: this instance
+/// is stale) or that PostgreSQL lost the commits that handed that epoch out (it went back in
+/// time: #19) — then msgx stops before writing anything.
+fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<(), DaemonError> {
+    let mut redis = RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix)?;
+    match redis.claim(epoch) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_fenced() => {
+            let held = redis.epoch_held().unwrap_or(epoch + 1);
+            let pg_epoch = lease.holder().map(|h| h.epoch).unwrap_or(epoch);
+            if pg_epoch < held {
+                error!(
+                    "postgres lost commits: its lease epoch is {pg_epoch} but Redis holds the flights for epoch {held}, which only PostgreSQL can have handed out"
+                );
+                Err(DaemonError::Forgot(format!(
+                    "postgres lease epoch {pg_epoch} is behind epoch {held} seen in Redis"
+                )))
+            } else {
+                Err(DaemonError::Fenced(format!("Redis holds the flights for epoch {held}")))
+            }
+        }
+        Err(e) => {
+            warn!("flights not claimed for epoch {epoch} yet ({e}); the first apply claims them");
+            Ok(())
+        }
+    }
 }
 
 /// The compat write path `POST /cminmsgs/send`, on its own thread with its workers.

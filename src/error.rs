@@ -81,6 +81,10 @@ pub enum StoreErrorKind {
     /// This instance is no longer the single writer: a newer lease holder exists (PRE-5). Every
     /// stage stops and the process exits 1; nothing more is written.
     Fenced,
+    /// The store came back having forgotten what it acknowledged (own PostgreSQL behind a WAL
+    /// position msgx saw, SPEC §4.10): every stage stops and the process exits 6; nothing more
+    /// is written until a person decides.
+    Forgot,
 }
 
 impl StoreErrorKind {
@@ -89,6 +93,7 @@ impl StoreErrorKind {
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::Rejected => "rejected",
             StoreErrorKind::Fenced => "fenced",
+            StoreErrorKind::Forgot => "forgot",
         }
     }
 }
@@ -131,6 +136,15 @@ impl StoreError {
 
     pub fn is_fenced(&self) -> bool {
         self.kind == StoreErrorKind::Fenced
+    }
+
+    pub fn forgot(store: &'static str, detail: impl fmt::Display) -> Self {
+        StoreError::new(store, StoreErrorKind::Forgot, detail)
+    }
+
+    /// Fenced or forgot: the stage must stop, never stall or retry.
+    pub fn stops(&self) -> bool {
+        matches!(self.kind, StoreErrorKind::Fenced | StoreErrorKind::Forgot)
     }
 }
 

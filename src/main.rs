@@ -409,6 +409,11 @@ fn check(cfg: &Config) -> CmdResult {
     println!("kafka producer (D3): {}", d3.join(" "));
     let mut pg = Pg::connect(&cfg.pg_url).map_err(|e| (4, e.into()))?;
     println!("postgres: reachable");
+    let d = pg.durability().map_err(|e| (4, e.into()))?;
+    println!("postgres durability: {d}");
+    if cfg.require_sync_standby && d.synchronous == 0 {
+        return Err((4, anyhow::anyhow!("postgres: datasources.default.require-sync-standby = true and no synchronous standby is attached")));
+    }
     migrate::verify(pg.client().map_err(|e| (4, e.into()))?).map_err(|e| (3, e.into()))?;
     println!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
     let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(|e| (4, e.into()))?;

@@ -154,7 +154,7 @@ impl Outages {
 
     /// A round failed on `e` (not fenced): what to log and how long to wait before the next.
     pub fn failed(&mut self, e: &StoreError, now: SystemTime) -> (Vec<Notice>, Duration) {
-        debug_assert!(!e.is_fenced(), "a fenced stage stops; it does not stall");
+        debug_assert!(!e.stops(), "a fenced stage stops; it does not stall");
         self.failures = self.failures.saturating_add(1);
         let mut notices = Vec::new();
         let stage = self.stage;

@@ -381,7 +381,13 @@ pub const KEYS: &[KeySpec] = &[
         "datasources.default.url",
         "\"postgres://msgx@127.0.0.1:5432/msgx\"",
         "MSGX_PG_URL",
-        "own PostgreSQL (PROC_STATE, MSG_EVENT, …)",
+        "own PostgreSQL (PROC_STATE, MSG_EVENT, …); a primary with replicas: every host in one URL (postgres://u@a:5432,b:5432/msgx), msgx opens read-write sessions only",
+    ),
+    k(
+        "datasources.default.require-sync-standby",
+        "false",
+        Kind::Bool,
+        "refuse to start unless own PostgreSQL has a synchronous standby attached (no commit lost on a failover)",
     ),
     // --- the shared MySQL mailbox (someone else's: DML only, C-14) ---
     e(

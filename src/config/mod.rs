@@ -128,6 +128,8 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     pub compat: CompatHttp,
     pub pg_url: String,
+    /// `datasources.default.require-sync-standby`.
+    pub require_sync_standby: bool,
     pub mysql_url: String,
     pub inbound: InboundMailbox,
     pub outbound: OutboundMailbox,
@@ -327,6 +329,7 @@ impl Config {
             metrics_listen,
             compat,
             pg_url: string(v, "datasources.default.url")?,
+            require_sync_standby: boolean(v, "datasources.default.require-sync-standby")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,
             inbound,
             outbound,

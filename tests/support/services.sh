@@ -13,6 +13,18 @@
 #                                        test that stops or restarts a store: the shared ones stay up
 #   tests/support/services.sh halt KIND DIR
 #                                        stop that private instance; its data stays in DIR
+#   tests/support/services.sh pg-primary DIR PORT
+#                                        a private PostgreSQL primary ready for streaming replicas
+#                                        (durable: fsync and synchronous_commit on)
+#   tests/support/services.sh pg-replica DIR PORT PRIMARY_PORT NAME
+#                                        a streaming replica of it (pg_basebackup -R), named NAME
+#                                        (application_name, for synchronous_standby_names)
+#   tests/support/services.sh pg-promote DIR
+#                                        promote that replica (pg_ctl promote)
+#   tests/support/services.sh redis-replica DIR PORT MASTER_PORT
+#                                        a Redis replica of a private master
+#   tests/support/services.sh sentinel DIR PORT MASTER_PORT NAME
+#                                        a Redis Sentinel monitoring that master as NAME (quorum 2)
 #
 # Environment: MSGX_SERVICES_DIR (default /tmp/msgx-services), MSGX_PG_PORT (55432),
 # MSGX_MYSQL_PORT (53306), MSGX_REDIS_PORT (56379), MSGX_KAFKA_PORT (59092).
@@ -186,6 +198,67 @@ instance() {
   esac
 }
 
+pg_as() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+# A primary for streaming replicas: durable, with WAL senders and replication slots.
+pg_primary() {
+  local dir=$1 port=$2 bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
+  mkdir -p "$dir/pg"; chown -R postgres:postgres "$dir/pg" 2>/dev/null || true
+  if [ ! -f "$dir/pg/data/PG_VERSION" ]; then
+    pg_as "$bin/initdb" -D "$dir/pg/data" -U msgx --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/pg/initdb.log" 2>&1 \
+      || die "initdb failed: $(tail -5 "$dir/pg/initdb.log")"
+  fi
+  pg_as "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -w -t 30 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/pg -c wal_level=replica -c max_wal_senders=10 -c hot_standby=on -c wal_keep_size=256MB -c max_connections=200" \
+    start >&2 || die "PostgreSQL primary did not start: $(tail -5 "$dir/pg/server.log")"
+  "$bin/psql" -h 127.0.0.1 -p "$port" -U msgx -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='msgx'" | grep -q 1 \
+    || "$bin/createdb" -h 127.0.0.1 -p "$port" -U msgx msgx
+}
+
+pg_replica() {
+  local dir=$1 port=$2 primary=$3 name=$4 bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
+  mkdir -p "$dir/pg"; chown -R postgres:postgres "$dir/pg" 2>/dev/null || true
+  if [ ! -f "$dir/pg/data/PG_VERSION" ]; then
+    pg_as "$bin/pg_basebackup" -h 127.0.0.1 -p "$primary" -U msgx -D "$dir/pg/data" -R -X stream -c fast \
+      -d "application_name=$name" >"$dir/pg/basebackup.log" 2>&1 || die "pg_basebackup failed: $(tail -5 "$dir/pg/basebackup.log")"
+  fi
+  pg_as "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -w -t 30 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/pg -c hot_standby=on -c max_connections=200" \
+    start >&2 || die "PostgreSQL replica did not start: $(tail -5 "$dir/pg/server.log")"
+}
+
+pg_promote() {
+  local dir=$1 bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
+  pg_as "$bin/pg_ctl" -D "$dir/pg/data" -w -t 30 promote >&2
+}
+
+redis_replica() {
+  local dir=$1 port=$2 master=$3
+  mkdir -p "$dir/redis"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" --save '' --appendonly yes \
+    --replicaof 127.0.0.1 "$master" --replica-announce-ip 127.0.0.1 \
+    --daemonize yes --pidfile "$dir/redis/redis.pid" --logfile "$dir/redis/server.log" >&2
+  wait_for 20 "Redis replica" port_open "$port"
+}
+
+sentinel() {
+  local dir=$1 port=$2 master=$3 name=$4
+  mkdir -p "$dir/redis"
+  cat >"$dir/redis/sentinel.conf" <<CONF
+bind 127.0.0.1
+port $port
+dir $dir/redis
+sentinel announce-ip 127.0.0.1
+sentinel monitor $name 127.0.0.1 $master 2
+sentinel down-after-milliseconds $name 2000
+sentinel failover-timeout $name 10000
+sentinel parallel-syncs $name 1
+CONF
+  redis-server "$dir/redis/sentinel.conf" --sentinel --daemonize yes --pidfile "$dir/redis/redis.pid" \
+    --logfile "$dir/redis/sentinel.log" >&2
+  wait_for 20 "Redis Sentinel" port_open "$port"
+}
+
 halt() {
   local kind=$1 dir=$2
   case "$kind" in
@@ -194,8 +267,8 @@ halt() {
       local as=(runuser -u postgres --); [ "$(id -u)" -ne 0 ] && as=()
       "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true ;;
     mysql) kill_pidfile "$dir/mysql/mysqld.pid" ;;
-    redis) kill_pidfile "$dir/redis/redis.pid" ;;
-    *) die "halt: unknown kind $kind (pg, mysql, redis)" ;;
+    redis|sentinel) kill_pidfile "$dir/redis/redis.pid" ;;
+    *) die "halt: unknown kind $kind (pg, mysql, redis, sentinel)" ;;
   esac
 }
 
@@ -212,6 +285,11 @@ case "${1:-}" in
     for p in "$PG_PORT" "$MYSQL_PORT" "$REDIS_PORT" "$KAFKA_PORT"; do port_open "$p" || exit 1; done ;;
   stop) stop ;;
   instance) [ $# -eq 4 ] || die "usage: $0 instance pg|mysql|redis DIR PORT"; instance "$2" "$3" "$4" ;;
-  halt) [ $# -eq 3 ] || die "usage: $0 halt pg|mysql|redis DIR"; halt "$2" "$3" ;;
+  halt) [ $# -eq 3 ] || die "usage: $0 halt pg|mysql|redis|sentinel DIR"; halt "$2" "$3" ;;
+  pg-primary) [ $# -eq 3 ] || die "usage: $0 pg-primary DIR PORT"; pg_primary "$2" "$3" ;;
+  pg-replica) [ $# -eq 5 ] || die "usage: $0 pg-replica DIR PORT PRIMARY_PORT NAME"; pg_replica "$2" "$3" "$4" "$5" ;;
+  pg-promote) [ $# -eq 2 ] || die "usage: $0 pg-promote DIR"; pg_promote "$2" ;;
+  redis-replica) [ $# -eq 4 ] || die "usage: $0 redis-replica DIR PORT MASTER_PORT"; redis_replica "$2" "$3" "$4" ;;
+  sentinel) [ $# -eq 5 ] || die "usage: $0 sentinel DIR PORT MASTER_PORT NAME"; sentinel "$2" "$3" "$4" "$5" ;;
   *) echo "usage: $0 install|start|env|status|stop|instance|halt" >&2; exit 2 ;;
 esac

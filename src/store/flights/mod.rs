@@ -252,6 +252,12 @@ impl RedisFlights {
         self.run(|c, _| Script::new(CLAIM).arg(&prefix).arg(epoch).invoke::<i64>(c)).map(|_| ())
     }
 
+    /// The epoch that holds the flights (the last claim or apply; 0: none yet).
+    pub fn epoch_held(&mut self) -> StoreResult<i64> {
+        let key = format!("{}lease:epoch", self.prefix);
+        self.run(|c, _| redis::cmd("GET").arg(&key).query::<Option<i64>>(c)).map(|e| e.unwrap_or(0))
+    }
+
     pub fn flight_key(&self, flid: &str) -> String {
         format!("{}flight:{flid}", self.prefix)
     }

@@ -58,15 +58,30 @@ impl LeaseStore for Pg {
 
     fn renew(&mut self, me: &Claimant, epoch: i64, duration: Duration, status: &str) -> StoreResult<bool> {
         // Not through the fence: a stale renewal must answer "stale", not fail.
-        let n = self.run(|c| {
-            c.execute(
+        // The renewal also shows where the server is (every second): the highest WAL position
+        // msgx saw acknowledged, against which a promoted replica is judged (#19).
+        let row = self.run(|c| {
+            c.query_opt(
                 "UPDATE msgx_lease SET renewed_at = clock_timestamp(),
                      expires_at = clock_timestamp() + $3 * interval '1 millisecond', status = $4
-                 WHERE id = 1 AND epoch = $1 AND holder = $2",
+                 WHERE id = 1 AND epoch = $1 AND holder = $2
+                 RETURNING pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())",
                 &[&epoch, &me.id, &(millis(duration) as f64), &status],
             )
         })?;
-        Ok(n == 1)
+        if let Some(r) = &row {
+            let (lsn, file): (String, String) = (r.get(0), r.get(1));
+            if let (Some(lsn), Some(timeline)) =
+                (super::witness::parse_lsn(&lsn), super::witness::timeline_of(&file))
+            {
+                // Within one session the position only moves on; a new session was judged on connect.
+                let _ = super::witness::witness(
+                    self.store_name(),
+                    super::witness::Sighting { system: None, timeline, lsn },
+                );
+            }
+        }
+        Ok(row.is_some())
     }
 
     fn release(&mut self, me: &Claimant, epoch: i64) -> StoreResult<()> {

@@ -8,8 +8,9 @@ pub mod classify;
 pub mod lease;
 pub mod migrate;
 mod operator;
+pub mod witness;
 
-pub use operator::{Abandoned, Gauges, HeadInfo, Status};
+pub use operator::{Abandoned, Durability, Gauges, HeadInfo, Status};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -32,6 +33,8 @@ pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
 /// A PostgreSQL connection that reconnects on the next call after it broke.
 pub struct Pg {
     config: postgres::Config,
+    /// The connection string as configured: the store's name for the failover witness.
+    store: std::sync::Arc<str>,
     client: Option<Client>,
     /// The lease epoch every write transaction is fenced with; `None` for an operator's
     /// command (replay, reconcile), which writes beside the daemon through conditional writes.
@@ -55,7 +58,10 @@ impl Pg {
             config.application_name("msgx");
         }
         config.keepalives_idle(Duration::from_secs(30));
-        Ok(Pg { config, client: None, fence: None })
+        // msgx writes: a session on a standby (a multi-host URL, a VIP that has not moved yet)
+        // is never wanted, whatever the URL says (#19).
+        config.target_session_attrs(postgres::config::TargetSessionAttrs::ReadWrite);
+        Ok(Pg { config, store: url.into(), client: None, fence: None })
     }
 
     pub fn connect(url: &str) -> Result<Pg, StoreError> {
@@ -66,7 +72,7 @@ impl Pg {
 
     /// Another connection to the same database, not connected yet, with the same fence.
     pub fn twin(&self) -> Pg {
-        Pg { config: self.config.clone(), client: None, fence: self.fence }
+        Pg { config: self.config.clone(), store: self.store.clone(), client: None, fence: self.fence }
     }
 
     /// Every write transaction of this connection checks that `epoch` still holds the lease.
@@ -97,9 +103,48 @@ impl Pg {
                 IDLE_IN_TRANSACTION.as_millis()
             ))
             .map_err(|e| StoreError::unavailable("postgres", classify::classify(&e).detail))?;
+            self.judge_server(&mut c)?;
             self.client = Some(c);
         }
         Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// A new session's server against what this process saw of the store before: a new
+    /// timeline is a failover msgx follows (WARN); a server behind a position msgx saw it
+    /// acknowledge lost commits (ERROR): msgx stops writing (fenced), never carries on (#19).
+    fn judge_server(&self, c: &mut Client) -> StoreResult<()> {
+        let Ok(now) = witness::sight(c) else { return Ok(()) }; // it cannot say: nothing to compare
+        match witness::witness(&self.store, now) {
+            witness::Verdict::Same => Ok(()),
+            witness::Verdict::Failover { from, to } => {
+                log::warn!(
+                    "postgres failover detected: timeline {from} -> {to} at {}; msgx follows the new primary",
+                    witness::lsn_text(now.lsn)
+                );
+                Ok(())
+            }
+            witness::Verdict::LostCommits { seen, now: at, other_cluster } => {
+                let what = if other_cluster {
+                    "the server is another cluster (its system identifier changed)".to_string()
+                } else {
+                    format!(
+                        "its WAL position {} (timeline {}) is behind {} that msgx saw it acknowledge",
+                        witness::lsn_text(at),
+                        now.timeline,
+                        witness::lsn_text(seen)
+                    )
+                };
+                log::error!(
+                    "postgres lost commits: {what} (an asynchronous replica promoted with a lost tail, or a restore); msgx stops writing: a person must decide (docs/operations.md)"
+                );
+                Err(StoreError::forgot("postgres", format!("lost commits: {what}")))
+            }
+        }
+    }
+
+    /// The store's name for the failover witness (its connection string).
+    pub fn store_name(&self) -> &str {
+        &self.store
     }
 
     /// Runs `f`; a failure on a broken connection drops it so the next call reconnects.

@@ -487,3 +487,39 @@ impl Pg {
         })
     }
 }
+
+/// How durable own PostgreSQL's commits are (#19): logged at start, shown by `msgx check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durability {
+    pub synchronous_commit: String,
+    pub synchronous_standby_names: String,
+    /// Standbys streaming from this server, and how many of them are synchronous now.
+    pub standbys: i64,
+    pub synchronous: i64,
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "synchronous_commit={} synchronous_standby_names={:?} standbys={} synchronous_standbys={}",
+            self.synchronous_commit, self.synchronous_standby_names, self.standbys, self.synchronous
+        )
+    }
+}
+
+impl Pg {
+    /// The server's durability settings and its attached standbys (`pg_stat_replication`; a
+    /// role without pg_monitor sees none).
+    pub fn durability(&mut self) -> StoreResult<Durability> {
+        self.run(|c| {
+            let sc: String = c.query_one("SHOW synchronous_commit", &[])?.get(0);
+            let names: String = c.query_one("SHOW synchronous_standby_names", &[])?.get(0);
+            let r = c.query_one(
+                "SELECT count(*), count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) FROM pg_stat_replication",
+                &[],
+            )?;
+            Ok(Durability { synchronous_commit: sc, synchronous_standby_names: names, standbys: r.get(0), synchronous: r.get(1) })
+        })
+    }
+}
