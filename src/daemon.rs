@@ -510,7 +510,7 @@ pub fn serve(
             Pump::new(
                 pg()?,
                 mailbox()?,
-                RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix)?.fenced(epoch),
+                RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch),
                 p,
                 stats.clone(),
             )
@@ -578,7 +578,7 @@ pub fn serve(
 /// is stale) or that PostgreSQL lost the commits that handed that epoch out (it went back in
 /// time: #19) — then msgx stops before writing anything.
 fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<(), DaemonError> {
-    let mut redis = RedisFlights::new(&cfg.redis_url, &cfg.redis_prefix)?;
+    let mut redis = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?;
     match redis.claim(epoch) {
         Ok(()) => Ok(()),
         Err(e) if e.is_fenced() => {

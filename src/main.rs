@@ -179,6 +179,9 @@ fn run_cli() -> ExitCode {
             msgx::secret::remember_in(&v);
         }
     }
+    if let Ok(p) = std::env::var("MSGX_REDIS_SENTINEL_PASSWORD") {
+        msgx::secret::remember(&p);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::ConfigDefaults => {
@@ -340,6 +343,9 @@ fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
     for c in cfg.connection_strings() {
         msgx::secret::remember_in(c);
     }
+    if let Some(p) = &cfg.redis.sentinel_password {
+        msgx::secret::remember(p);
+    }
     Ok(cfg)
 }
 
@@ -422,9 +428,17 @@ fn check(cfg: &Config) -> CmdResult {
     let mut out = MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).map_err(|e| (4, e.into()))?;
     out.check_layout().map_err(|e| (4, anyhow::anyhow!("outbound mailbox layout: {e}")))?;
     println!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
-    msgx::store::flights::RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix)
+    let mut redis = msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix)
         .map_err(|e| (4, e.into()))?;
     println!("redis: reachable");
+    let role = redis.replication().map_err(|e| (4, e.into()))?;
+    println!("redis replication: {role}");
+    if role.connected < cfg.redis.wait_replicas as i64 {
+        println!(
+            "  warning: redis.wait-replicas = {} but {} replica(s) are connected: every apply will wait and stall",
+            cfg.redis.wait_replicas, role.connected
+        );
+    }
     let producer = msgx::store::kafka::KafkaProducer::new(cfg).map_err(|e| (4, e.into()))?;
     let topics = producer
         .topics(&[&cfg.topic_msg, &cfg.topic_schd], std::time::Duration::from_secs(10))
@@ -790,7 +804,7 @@ fn decode(cfg: &Config, files: &[PathBuf], decide: bool, from_redis: bool) -> Ex
     let rules = codec::ignore::IgnoreRules::new(&cfg.pipeline.ignore_rules);
     let mut redis = None;
     if from_redis {
-        match msgx::store::flights::RedisFlights::connect(&cfg.redis_url, &cfg.redis_prefix) {
+        match msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix) {
             Ok(r) => redis = Some(r),
             Err(e) => {
                 error!("--from-redis: {e}");

@@ -202,3 +202,158 @@ fn a_lagging_asynchronous_replica_promoted_is_noticed_and_msgx_stops_writing() {
     assert_eq!(e.exit_code(), 6, "{e}");
     assert!(e.to_string().contains("lost commits"), "{e}");
 }
+
+/// A Redis master, a replica and three sentinels, each a private process on loopback.
+struct Sentinels {
+    dir: std::path::PathBuf,
+    master: u16,
+    replica: u16,
+    sentinels: Vec<u16>,
+}
+
+impl Sentinels {
+    fn start() -> Sentinels {
+        let dir = std::env::temp_dir().join(format!("msgx-sentinels-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = Sentinels {
+            dir,
+            master: free_port(),
+            replica: free_port(),
+            sentinels: vec![free_port(), free_port(), free_port()],
+        };
+        script(&["instance", "redis", s.at("m"), &s.master.to_string()]);
+        script(&["redis-replica", s.at("r"), &s.replica.to_string(), &s.master.to_string()]);
+        for (k, port) in s.sentinels.iter().enumerate() {
+            script(&[
+                "sentinel",
+                s.at(&format!("s{k}")),
+                &port.to_string(),
+                &s.master.to_string(),
+                "msgxmaster",
+            ]);
+        }
+        let mut m = Sentinels::conn(s.master);
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                let info: String = redis::cmd("INFO").arg("replication").query(&mut m).unwrap_or_default();
+                info.contains("connected_slaves:1") && info.contains("state=online")
+            }),
+            "the replica is in sync"
+        );
+        s
+    }
+
+    fn at(&self, which: &str) -> &str {
+        let d = self.dir.join(which);
+        std::fs::create_dir_all(&d).unwrap();
+        Box::leak(d.to_string_lossy().into_owned().into_boxed_str())
+    }
+
+    fn signal(&self, which: &str, sig: &str) {
+        let pid = std::fs::read_to_string(self.dir.join(which).join("redis/redis.pid")).unwrap();
+        assert!(Command::new("kill").args([sig, pid.trim()]).status().unwrap().success());
+    }
+
+    fn conn(port: u16) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{port}/").as_str()).unwrap().get_connection().unwrap()
+    }
+
+    fn master_now(&self) -> u16 {
+        let mut c = Sentinels::conn(self.sentinels[0]);
+        let (_, port): (String, u16) =
+            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("msgxmaster").query(&mut c).unwrap();
+        port
+    }
+
+    fn role(port: u16) -> String {
+        let mut c = Sentinels::conn(port);
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut c).unwrap();
+        match role.first() {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        for which in ["m", "r", "s0", "s1", "s2"] {
+            let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh"))
+                .args(["halt", "redis", self.at(which)])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// #19 (3): the Redis master frozen (SIGSTOP) for 10 s while messages flow; Sentinel promotes the
+/// replica. With `redis.wait-replicas = 1` no flight update is lost: the new master holds the
+/// stand of the last message of every flight, nothing is DEAD, and the old master, resumed, is a
+/// replica of the new one.
+#[test]
+fn a_frozen_redis_master_failed_over_by_sentinel_loses_no_flight_update() {
+    let set = Sentinels::start();
+    let s = Services::migrated("");
+    let mut cfg = s.cfg.clone();
+    cfg.redis = msgx::store::flights::RedisTarget {
+        url: "redis://127.0.0.1:1/".into(), // the host is the sentinels' to name
+        sentinels: set.sentinels.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        master: "msgxmaster".into(),
+        sentinel_password: None,
+        wait_replicas: 1,
+        wait_timeout: Duration::from_secs(1),
+    };
+    let (stop, daemon) = start_daemon(&cfg);
+    let n = 240u64;
+    let thawed = std::thread::scope(|scope| {
+        let mut thaw = None;
+        for i in 1..=n {
+            s.insert_inbound(&[fixtures::flop_stnd(i, &format!("Q{}", i % 8), &format!("S{i}"))]);
+            std::thread::sleep(Duration::from_millis(25));
+            if i == 80 {
+                set.signal("m", "-STOP");
+                thaw = Some(scope.spawn(|| {
+                    std::thread::sleep(Duration::from_secs(10));
+                    set.signal("m", "-CONT");
+                    Instant::now()
+                }));
+            }
+        }
+        thaw.unwrap().join().unwrap()
+    });
+    let mut pg = s.pg();
+    let ok = eventually(Duration::from_secs(120), || {
+        count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'") == n as i64
+    });
+    let drained = thawed.elapsed();
+    drop(stop);
+    let result = daemon.join().unwrap();
+    assert!(ok, "not drained: {:?}", msgx::store::pg::Pg::connect(&cfg.pg_url).unwrap().status(5));
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'DEAD'"), 0);
+    let now = set.master_now();
+    println!(
+        "sentinel failover: master {} -> {now}; drained {drained:?} after the old master resumed",
+        set.master
+    );
+    assert_eq!(now, set.replica, "Sentinel promoted the replica");
+    let mut m = Sentinels::conn(now);
+    let mut lost = Vec::new();
+    for f in 0..8u64 {
+        let last = (1..=n).filter(|i| i % 8 == f).max().unwrap();
+        let stand: Option<String> = redis::cmd("HGET")
+            .arg(format!("{}flight:Q{f}", cfg.redis_prefix))
+            .arg("STND")
+            .query(&mut m)
+            .unwrap();
+        if stand != Some(format!("S{last}")) {
+            lost.push((f, stand, last));
+        }
+    }
+    assert!(lost.is_empty(), "flight updates lost on the failover: {lost:?}");
+    assert!(
+        eventually(Duration::from_secs(30), || Sentinels::role(set.master) == "slave"),
+        "the old master is demoted"
+    );
+}

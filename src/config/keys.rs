@@ -29,6 +29,8 @@ pub enum Kind {
     Str,
     /// A list of non-empty strings.
     StrList,
+    /// A list of `host:port` addresses (possibly empty).
+    AddrList,
     /// A string that may be empty.
     Text,
     /// A SQL identifier of someone else's schema: letters, digits, `_`, `$`.
@@ -443,6 +445,27 @@ pub const KEYS: &[KeySpec] = &[
     // --- Redis ---
     e("redis.url", "\"redis://127.0.0.1:6379/\"", "MSGX_REDIS_URL", "Redis holding live flight state"),
     k("redis.key-prefix", "\"msgx:\"", Kind::Str, "prefix of every Redis key msgx writes"),
+    k(
+        "redis.sentinels",
+        "[]",
+        Kind::AddrList,
+        "Redis Sentinels as host:port; when set with redis.sentinel-master they name the master (redis.url's host is ignored, its user, password and db apply)",
+    ),
+    k("redis.sentinel-master", "\"\"", Kind::Text, "the master's name at the sentinels (sentinel monitor NAME …)"),
+    KeySpec {
+        key: "redis.sentinel-password",
+        default: "\"\"",
+        kind: Kind::Text,
+        env: Some("MSGX_REDIS_SENTINEL_PASSWORD"),
+        doc: "the sentinels' own password (requirepass of sentinel.conf), if any",
+    },
+    k(
+        "redis.wait-replicas",
+        "0",
+        Kind::Int { min: 0, max: 16 },
+        "after each apply and fence update, WAIT until this many replicas acknowledged it; fewer within wait-timeout is an outage (0: off)",
+    ),
+    k("redis.wait-timeout", "\"1s\"", Kind::Duration { min: MS }, "how long WAIT waits for redis.wait-replicas"),
     // --- Kafka ---
     e(
         "kafka.bootstrap-servers",

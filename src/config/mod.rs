@@ -135,6 +135,8 @@ pub struct Config {
     pub outbound: OutboundMailbox,
     pub redis_url: String,
     pub redis_prefix: String,
+    /// Where Redis is: `redis.url`, or the master the sentinels name (`redis.sentinels`).
+    pub redis: crate::store::flights::RedisTarget,
     pub kafka_brokers: String,
     pub topic_msg: String,
     pub topic_schd: String,
@@ -334,6 +336,7 @@ impl Config {
             inbound,
             outbound,
             redis_url: string(v, "redis.url")?,
+            redis: redis_target(v)?,
             redis_prefix: string(v, "redis.key-prefix")?,
             kafka_brokers: string(v, "kafka.bootstrap-servers")?,
             topic_msg: string(v, "kafka.topics.msg")?,
@@ -509,6 +512,36 @@ fn strings(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {
         .map(|x| match x.as_str() {
             Some(s) if !s.trim().is_empty() => Ok(s.to_string()),
             _ => Err(bad(key, format!("{x} is not a non-empty string"))),
+        })
+        .collect()
+}
+
+fn redis_target(v: &Values) -> Result<crate::store::flights::RedisTarget, ConfigError> {
+    let sentinels = addrs(v, "redis.sentinels")?;
+    let master = text(v, "redis.sentinel-master")?.trim().to_string();
+    if sentinels.is_empty() != master.is_empty() {
+        let key = if master.is_empty() { "redis.sentinel-master" } else { "redis.sentinels" };
+        return Err(bad(key, "redis.sentinels and redis.sentinel-master go together: set both, or neither"));
+    }
+    let password = text(v, "redis.sentinel-password")?;
+    Ok(crate::store::flights::RedisTarget {
+        url: string(v, "redis.url")?,
+        sentinels,
+        master,
+        sentinel_password: Some(password).filter(|p| !p.is_empty()),
+        wait_replicas: int(v, "redis.wait-replicas")? as u32,
+        wait_timeout: duration(v, "redis.wait-timeout")?,
+    })
+}
+
+/// A list of `host:port` addresses, each with a port number.
+fn addrs(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {
+    let (val, _) = get(v, key);
+    let arr = val.as_array().ok_or_else(|| bad(key, "expected a list of \"host:port\" strings"))?;
+    arr.iter()
+        .map(|x| match x.as_str().and_then(|s| s.rsplit_once(':').map(|(h, p)| (s, h, p))) {
+            Some((s, h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(s.to_string()),
+            _ => Err(bad(key, format!("{x} is not a host:port address such as \"10.0.0.5:26379\""))),
         })
         .collect()
 }

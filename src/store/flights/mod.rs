@@ -201,8 +201,85 @@ fn query_bounded(c: &mut Connection, p: &redis::Pipeline, skip: usize) -> redis:
     refused.map_or(Ok(out), Err)
 }
 
+/// Where Redis is (`redis.*`): one server, or the master a set of sentinels names; and how
+/// durable an apply must be before it counts (`wait-replicas`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    pub url: String,
+    /// `host:port` of each sentinel; empty: `url` is the server.
+    pub sentinels: Vec<String>,
+    pub master: String,
+    pub sentinel_password: Option<String>,
+    pub wait_replicas: u32,
+    pub wait_timeout: Duration,
+}
+
+impl RedisTarget {
+    /// One server at `url`, no replicas waited for.
+    pub fn single(url: &str) -> RedisTarget {
+        RedisTarget {
+            url: url.to_string(),
+            sentinels: Vec::new(),
+            master: String::new(),
+            sentinel_password: None,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Redis's replication as `msgx check` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replication {
+    pub role: String,
+    pub connected: i64,
+    pub min_replicas_to_write: Option<i64>,
+    pub via_sentinels: bool,
+}
+
+impl std::fmt::Display for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let min =
+            self.min_replicas_to_write.map_or("unknown (CONFIG not allowed)".to_string(), |m| m.to_string());
+        let via = if self.via_sentinels { "the master the sentinels name" } else { "redis.url" };
+        write!(f, "role={} replicas={} min-replicas-to-write={min} ({via})", self.role, self.connected)
+    }
+}
+
+/// How long a sentinel may take to connect and answer.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Asks the sentinels, in order, where the master `name` is; the first that answers wins.
+fn ask_sentinels(t: &RedisTarget) -> StoreResult<(String, u16)> {
+    let mut why = Vec::new();
+    for s in &t.sentinels {
+        let url = match &t.sentinel_password {
+            Some(p) => format!("redis://:{p}@{s}/"),
+            None => format!("redis://{s}/"),
+        };
+        let answer = Client::open(url.as_str()).and_then(|c| {
+            let mut conn = c.get_connection_with_timeout(SENTINEL_TIMEOUT)?;
+            conn.set_read_timeout(Some(SENTINEL_TIMEOUT))?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&t.master)
+                .query::<Option<(String, u16)>>(&mut conn)
+        });
+        match answer {
+            Ok(Some(addr)) => return Ok(addr),
+            Ok(None) => why.push(format!("{s}: no master named {:?}", t.master)),
+            Err(e) => why.push(format!("{s}: {e}")),
+        }
+    }
+    Err(StoreError::unavailable(
+        "redis",
+        format!("no sentinel named the master: {}", crate::secret::redact(&why.join("; "))),
+    ))
+}
+
 pub struct RedisFlights {
     client: Client,
+    target: RedisTarget,
     conn: Option<Connection>,
     prefix: String,
     apply: Script,
@@ -212,10 +289,16 @@ pub struct RedisFlights {
 
 impl RedisFlights {
     pub fn new(url: &str, prefix: &str) -> StoreResult<RedisFlights> {
-        let client =
-            Client::open(url).map_err(|e| StoreError::rejected("redis", format!("bad redis.url: {e}")))?;
+        RedisFlights::open(&RedisTarget::single(url), prefix)
+    }
+
+    /// On `target`: one server, or the master its sentinels name (resolved at every connect).
+    pub fn open(target: &RedisTarget, prefix: &str) -> StoreResult<RedisFlights> {
+        let client = Client::open(target.url.as_str())
+            .map_err(|e| StoreError::rejected("redis", format!("bad redis.url: {e}")))?;
         Ok(RedisFlights {
             client,
+            target: target.clone(),
             conn: None,
             prefix: prefix.to_string(),
             apply: Script::new(APPLY),
@@ -224,7 +307,12 @@ impl RedisFlights {
     }
 
     pub fn connect(url: &str, prefix: &str) -> StoreResult<RedisFlights> {
-        let mut r = RedisFlights::new(url, prefix)?;
+        RedisFlights::connect_to(&RedisTarget::single(url), prefix)
+    }
+
+    /// `open`, connected now.
+    pub fn connect_to(target: &RedisTarget, prefix: &str) -> StoreResult<RedisFlights> {
+        let mut r = RedisFlights::open(target, prefix)?;
         r.conn()?;
         Ok(r)
     }
@@ -233,6 +321,7 @@ impl RedisFlights {
     pub fn twin(&self) -> RedisFlights {
         RedisFlights {
             client: self.client.clone(),
+            target: self.target.clone(),
             conn: None,
             prefix: self.prefix.clone(),
             apply: Script::new(APPLY),
@@ -249,7 +338,57 @@ impl RedisFlights {
     /// Claims the flights for `epoch` (a new lease holder, before its stages start).
     pub fn claim(&mut self, epoch: i64) -> StoreResult<()> {
         let prefix = self.prefix.clone();
-        self.run(|c, _| Script::new(CLAIM).arg(&prefix).arg(epoch).invoke::<i64>(c)).map(|_| ())
+        self.run(|c, _| Script::new(CLAIM).arg(&prefix).arg(epoch).invoke::<i64>(c)).map(|_| ())?;
+        self.durable()
+    }
+
+    /// With `redis.wait-replicas`, waits until that many replicas acknowledged every write of
+    /// this connection (a marker written first makes that true of writes a retry found already
+    /// applied, too); fewer within `wait-timeout` is an outage: nothing is recorded SUCCEEDED and
+    /// the same idempotent apply is tried again (#19).
+    fn durable(&mut self) -> StoreResult<()> {
+        let want = self.target.wait_replicas;
+        if want == 0 {
+            return Ok(());
+        }
+        let marker = format!("{}wait", self.prefix);
+        let ms = self.target.wait_timeout.as_millis() as u64;
+        let got: Vec<Value> = self.run(|c, _| {
+            let mut p = redis::pipe();
+            p.cmd("INCR").arg(&marker);
+            p.cmd("WAIT").arg(want).arg(ms);
+            query_bounded(c, &p, 1)
+        })?;
+        let acked: i64 = parse(got.into_iter().next().unwrap_or(Value::Nil))?;
+        if acked < i64::from(want) {
+            self.conn = None; // re-resolve: the master may have changed
+            return Err(StoreError::unavailable(
+                "redis",
+                format!(
+                    "WAIT: {acked} of {want} replica(s) acknowledged within {ms}ms (redis.wait-replicas)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What `msgx check` says of Redis's replication: the server's role, its connected replicas,
+    /// and `min-replicas-to-write` (when `CONFIG GET` is allowed).
+    pub fn replication(&mut self) -> StoreResult<Replication> {
+        let info: String = self.run(|c, _| redis::cmd("INFO").arg("replication").query(c))?;
+        let field = |k: &str| {
+            info.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix(':')).map(|v| v.trim().to_string())
+        };
+        let min: Option<i64> = self
+            .run(|c, _| redis::cmd("CONFIG").arg("GET").arg("min-replicas-to-write").query::<Vec<String>>(c))
+            .ok()
+            .and_then(|v| v.get(1)?.parse().ok());
+        Ok(Replication {
+            role: field("role").unwrap_or_else(|| "?".into()),
+            connected: field("connected_slaves").and_then(|v| v.parse().ok()).unwrap_or(0),
+            min_replicas_to_write: min,
+            via_sentinels: !self.target.sentinels.is_empty(),
+        })
     }
 
     /// The epoch that holds the flights (the last claim or apply; 0: none yet).
@@ -266,11 +405,36 @@ impl RedisFlights {
         format!("{}{what}:{id}", self.prefix)
     }
 
+    /// The client to connect with: `redis.url`, or its user, password and db at the address
+    /// the sentinels name for the master now.
+    fn client_now(&self) -> StoreResult<Client> {
+        if self.target.sentinels.is_empty() {
+            return Ok(self.client.clone());
+        }
+        let (host, port) = ask_sentinels(&self.target)?;
+        let info = self.client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host, port));
+        Client::open(info).map_err(|e| StoreError::rejected("redis", format!("bad master address: {e}")))
+    }
+
     fn conn(&mut self) -> StoreResult<&mut Connection> {
         if self.conn.is_none() {
             let unavailable =
                 |e: redis::RedisError| StoreError::unavailable("redis", classify::classify(&e).detail);
-            let c = self.client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
+            let client = self.client_now()?;
+            let mut c = client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
+            if !self.target.sentinels.is_empty() {
+                // A sentinel's answer may be stale (a demoted master resumed): write only where
+                // the server itself says it is the master.
+                c.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(unavailable)?;
+                let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut c).map_err(unavailable)?;
+                let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
+                if !is_master {
+                    return Err(StoreError::unavailable(
+                        "redis",
+                        "the address the sentinels named is not the master (yet)",
+                    ));
+                }
+            }
             c.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(unavailable)?;
             c.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(unavailable)?;
             self.conn = Some(c);
@@ -360,6 +524,11 @@ impl FlightStore for RedisFlights {
                 flights.insert(flid.clone(), FlightState { fields, versions, deleted });
             }
         }
+        if !applied.is_empty() {
+            // Decisions an earlier attempt applied are reused, not applied again: they must be
+            // on the replicas too before their messages are recorded SUCCEEDED.
+            self.durable()?;
+        }
         Ok(Prepared { applied, flights, window })
     }
 
@@ -386,6 +555,7 @@ impl FlightStore for RedisFlights {
             }
             inv.invoke(c)
         })?;
+        self.durable()?;
         Ok(flags.into_iter().map(|f| f == 1).collect())
     }
 
