@@ -446,7 +446,15 @@ fn check(cfg: &Config) -> CmdResult {
     println!("kafka: reachable at {}", cfg.kafka_brokers);
     for t in topics {
         match t.partitions {
-            Some(n) => println!("  topic {}: exists, {n} partition(s)", t.topic),
+            Some(n) => {
+                println!(
+                    "  topic {}: exists, {n} partition(s), replication factor {}, in sync {}",
+                    t.topic, t.replication, t.in_sync
+                );
+                for w in t.warnings() {
+                    println!("  warning: topic {}: {w}", t.topic);
+                }
+            }
             None => println!(
                 "  topic {}: absent; created on first send if the broker auto-creates topics (auto.create.topics.enable), else create it",
                 t.topic

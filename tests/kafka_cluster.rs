@@ -128,3 +128,22 @@ fn a_leader_move_a_broker_down_and_retriable_errors_cost_no_event_and_no_order()
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "{key} out of order: {ids:?}");
     }
 }
+
+/// #19: `msgx check` reads each topic's partitions, replication factor and in-sync replicas
+/// from the cluster, and warns about a topic kept on one broker.
+#[test]
+fn check_reports_the_replication_of_each_topic_and_warns_below_two() {
+    let cluster = MockCluster::new(3).expect("mock cluster");
+    let s = Services::migrated("");
+    let mut cfg = s.cfg.clone();
+    cfg.kafka_brokers = cluster.bootstrap_servers();
+    cluster.create_topic(&cfg.topic_msg, 2, 3).unwrap();
+    cluster.create_topic(&cfg.topic_schd, 1, 1).unwrap();
+    let p = KafkaProducer::new(&cfg).unwrap();
+    let seen = p.topics(&[&cfg.topic_msg, &cfg.topic_schd], Duration::from_secs(10)).unwrap();
+    assert_eq!((seen[0].partitions, seen[0].replication, seen[0].in_sync), (Some(2), 3, 3));
+    assert!(seen[0].warnings().is_empty(), "{:?}", seen[0].warnings());
+    assert_eq!((seen[1].partitions, seen[1].replication), (Some(1), 1));
+    let w = seen[1].warnings();
+    assert!(w.iter().any(|w| w.contains("replication factor 1 (below 2")), "{w:?}");
+}

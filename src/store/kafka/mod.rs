@@ -127,6 +127,24 @@ pub struct TopicSeen {
     pub topic: String,
     /// Partitions, or `None` when the broker does not know the topic.
     pub partitions: Option<usize>,
+    /// The smallest replication factor and in-sync replica count over its partitions.
+    pub replication: usize,
+    pub in_sync: usize,
+}
+
+impl TopicSeen {
+    /// What an operator should fix about the topic's replication (#19): a single copy loses
+    /// records with its broker; a short ISR is a replica behind.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.partitions.is_some() && self.replication < 2 {
+            w.push(format!("replication factor {} (below 2: a broker lost is records lost; use 3 with min.insync.replicas=2)", self.replication));
+        }
+        if self.partitions.is_some() && self.in_sync < self.replication {
+            w.push(format!("only {} of {} replicas in sync", self.in_sync, self.replication));
+        }
+        w
+    }
 }
 
 impl KafkaProducer {
@@ -139,13 +157,15 @@ impl KafkaProducer {
         }
         Ok(topics
             .iter()
-            .map(|t| TopicSeen {
-                topic: t.to_string(),
-                partitions: md
-                    .topics()
-                    .iter()
-                    .find(|m| m.name() == *t && m.error().is_none())
-                    .map(|m| m.partitions().len()),
+            .map(|t| {
+                let found = md.topics().iter().find(|m| m.name() == *t && m.error().is_none());
+                let parts = found.map(|m| m.partitions()).unwrap_or_default();
+                TopicSeen {
+                    topic: t.to_string(),
+                    partitions: found.map(|m| m.partitions().len()),
+                    replication: parts.iter().map(|p| p.replicas().len()).min().unwrap_or(0),
+                    in_sync: parts.iter().map(|p| p.isr().len()).min().unwrap_or(0),
+                }
             })
             .collect())
     }
