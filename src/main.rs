@@ -303,16 +303,16 @@ The configuration (every key with its default: \fBmsgx config\-defaults\fR). Mod
 Optional environment for the systemd unit (MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL, MSGX_KAFKA_BROKERS, RUST_LOG).
 .TP
 /var/log/msgx/msgx.log
-The log file operators watch (rotated by /etc/logrotate.d/msgx).
+The log file operators watch (MSGX_LOG_FILE in the unit; rotated by /etc/logrotate.d/msgx, which sends SIGHUP).
 .SH ENVIRONMENT
-MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL and MSGX_KAFKA_BROKERS override the connection keys of the file; RUST_LOG sets the log level.
+MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL, MSGX_REDIS_SENTINEL_PASSWORD, MSGX_KAFKA_BROKERS and MSGX_LOG_FILE override their keys of the file; RUST_LOG sets the log level.
 .SH EXIT STATUS
 .TP
 0
 success
 .TP
 1
-a stage failed, or this instance was fenced by a newer one; \fBdecode\fR: a file did not decode; \fBreplay\fR, \fBreconcile\fR, \fBreset\-watermark\fR: something was refused
+a stage failed, or this instance was fenced by a newer one; \fBdecode\fR: a file did not decode; \fBreplay\fR, \fBreconcile\fR, \fBdismiss\fR, \fBreset\-watermark\fR: something was refused
 .TP
 2
 usage or configuration error (the message names the key)
@@ -322,6 +322,9 @@ schema: run \fBmsgx migrate\fR
 .TP
 4
 a store is unreachable (the message names it)
+.TP
+6
+\fBrun\fR: own PostgreSQL lost commits msgx saw it acknowledge (a lagging replica promoted, a restore); nothing more is written, a person must decide
 .TP
 0/1/2/3
 \fBstatus \-\-check\fR: OK / WARNING / CRITICAL / UNKNOWN (Nagios plugin convention)
