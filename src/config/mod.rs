@@ -358,6 +358,13 @@ impl Config {
             format!("datasources.default.url = {}", crate::secret::redact(&self.pg_url)),
             format!("mailbox.shared-mysql.url = {}", crate::secret::redact(&self.mysql_url)),
             format!("redis.url = {}", crate::secret::redact(&self.redis_url)),
+            format!(
+                "redis: sentinels={:?} sentinel-master={:?} wait-replicas={} wait-timeout={}",
+                self.redis.sentinels,
+                self.redis.master,
+                self.redis.wait_replicas,
+                format_duration(self.redis.wait_timeout)
+            ),
             format!("kafka.bootstrap-servers = {}", self.kafka_brokers),
             format!(
                 "kafka.producers.default: acks={} enable.idempotence={} \
