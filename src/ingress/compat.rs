@@ -109,7 +109,8 @@ pub fn accept<M: MailboxSubmit, P: Intake>(
         Ok(_) => true,
         Err(e) => {
             warn!(
-                "compat enqueue failed msg_id={msg_id} error={e}; the poller or the rescan will enqueue it"
+                "compat enqueue failed msg_id={msg_id} error={:?}; the poller or the rescan will enqueue it",
+                e.to_string()
             );
             false
         }
