@@ -208,6 +208,10 @@ impl Cpu {
         Cpu(self.0.iter().map(|(k, v)| (*k, v - before.0.get(k).copied().unwrap_or(0.0))).collect())
     }
 
+    fn total(&self) -> f64 {
+        self.0.values().sum()
+    }
+
     /// "total N ms (program a, postgres b, …) per 1000 messages".
     fn per_thousand(&self, n: u64) -> String {
         let k = n as f64 / 1000.0;
@@ -435,6 +439,8 @@ fn throughput(a: &Args) {
     let (mut ours, mut floors, mut ratios, mut rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut per_message = BTreeMap::new();
     let mut cpus = (Cpu::default(), Cpu::default());
+    // msgx ÷ floor of the CPU per message, per run: in total and per process group.
+    let mut cpu_ratios: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for i in 0..a.runs {
         let (m, (f, floor_cpu)) = if i % 2 == 0 {
             let m = run_msgx(a.n, &a.set);
@@ -456,6 +462,12 @@ fn throughput(a: &Args) {
         ratios.push(m.rate / f);
         rss.push(m.rss_mib);
         per_message = m.per_message;
+        cpu_ratios.entry("total").or_default().push(m.cpu.total() / floor_cpu.total().max(1e-9));
+        for (g, v) in &m.cpu.0 {
+            if let Some(f) = floor_cpu.0.get(g).filter(|f| **f > 0.0) {
+                cpu_ratios.entry(g).or_default().push(v / f);
+            }
+        }
         cpus = (m.cpu, floor_cpu);
     }
     let (a1, b1, c1) = stats(&mut ours);
@@ -469,6 +481,10 @@ fn throughput(a: &Args) {
     println!("  msgx requests per message (TCP data segments sent, last run): {}", per.join(", "));
     println!("  CPU per 1000 messages, last run: msgx  {}", cpus.0.per_thousand(a.n));
     println!("                                   floor {}", cpus.1.per_thousand(a.n));
+    for (g, v) in cpu_ratios.iter_mut() {
+        let (lo, mid, hi) = stats(v);
+        println!("  CPU per message, msgx / floor, {g:<8} min/median/max {lo:.2} / {mid:.2} / {hi:.2}");
+    }
 }
 
 // ---------------------------------------------------------------- latency
