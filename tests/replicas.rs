@@ -357,3 +357,42 @@ fn a_frozen_redis_master_failed_over_by_sentinel_loses_no_flight_update() {
         "the old master is demoted"
     );
 }
+
+/// #19 (1b): the server msgx writes to turns read-only under it (a primary demoted behind a VIP,
+/// `default_transaction_read_only` flipped): writes fail with 25006, msgx drops those sessions,
+/// waits as for an outage (nothing charged, nothing DEAD) and goes on once a writable server is
+/// there again.
+#[test]
+fn a_server_turned_read_only_is_an_outage_and_its_sessions_are_dropped() {
+    let pair = Pair::start("readonly", false);
+    let s = Services::migrated_on("", Stores { pg: Some(pair.url()), ..Default::default() });
+    let (stop, daemon) = start_daemon(&s.cfg);
+    s.insert_inbound(&(1..=20).map(|i| fixtures::flop_stnd(i, "RO", &format!("S{i}"))).collect::<Vec<_>>());
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || count(
+        &mut pg,
+        "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
+    ) == 20));
+    let mut admin = pair.admin(pair.primary);
+    admin.batch_execute("ALTER SYSTEM SET default_transaction_read_only = on").unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    s.insert_inbound(&(21..=40).map(|i| fixtures::flop_stnd(i, "RO", &format!("S{i}"))).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_secs(3));
+    let during = count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'");
+    admin.batch_execute("ALTER SYSTEM SET default_transaction_read_only = off").unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    let ok = eventually(Duration::from_secs(60), || {
+        count(&mut pg, "SELECT count(*) FROM msg_event WHERE state = 'SENT'") == 40
+    });
+    drop(stop);
+    let result = daemon.join().unwrap();
+    assert!(ok, "not drained once the server was writable again");
+    assert!(result.is_ok(), "{result:?}");
+    println!("read-only server: {during} of 40 SUCCEEDED while it was read-only; all 40 after");
+    assert_eq!(during, 20, "nothing was written while the server refused writes");
+    assert_eq!(
+        count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'DEAD' OR attempts > 0"),
+        0,
+        "nothing charged"
+    );
+}
