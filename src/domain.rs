@@ -206,4 +206,18 @@ pub struct MsgEvent {
     pub last_attempt_at: Option<SystemTime>,
     /// When the outbox row was written: its message's SUCCEEDED (the delivery latency's start).
     pub created_at: Option<SystemTime>,
+    /// Its ordinal among its message's events (`None` for rows written before V013).
+    pub ordinal: Option<i32>,
+}
+
+impl MsgEvent {
+    /// The identity a consumer deduplicates on (header `event_key`): `MSG_ID.ordinal` — the
+    /// same for the same logical event sent again, never shared by two, whatever sequence a
+    /// PostgreSQL rolled back hands out again (SPEC §4.10). Rows from before V013: `e<EVENT_ID>`.
+    pub fn key(&self) -> String {
+        match (self.msg_id, self.ordinal) {
+            (Some(m), Some(o)) => format!("{m}.{o}"),
+            _ => format!("e{}", self.event_id),
+        }
+    }
 }

@@ -145,8 +145,13 @@ impl<'a> RoundRecord<'a> {
     }
 
     /// Every event of the round with its message, in message order.
-    pub fn events(&self) -> Vec<(i64, &'a NewEvent)> {
-        self.succeeded.iter().flat_map(|s| s.events.iter().map(move |e| (s.msg_id, e))).collect()
+    /// Every event of the round with its message and its ordinal among that message's events
+    /// (the event's identity for consumers: `MSG_ID.ordinal`), in message order.
+    pub fn events(&self) -> Vec<(i64, usize, &'a NewEvent)> {
+        self.succeeded
+            .iter()
+            .flat_map(|s| s.events.iter().enumerate().map(move |(k, e)| (s.msg_id, k, e)))
+            .collect()
     }
 
     pub fn len(&self) -> usize {

@@ -352,6 +352,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
                 ("first_event_id".into(), ready[0].event_id.to_string()),
                 ("last_event_id".into(), ready[ready.len() - 1].event_id.to_string()),
                 ("flights".into(), latest.len().to_string()),
+                ("batch_key".into(), batch_key(&latest)),
             ],
         };
         self.gate.check()?;
@@ -379,8 +380,22 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
     }
 }
 
+/// A `KAFKA:schd` array's identity (header `batch_key`): what it aggregates — every flight with
+/// the generation it carries — so the same batch sent again has the same key and two different
+/// batches never share one, whatever EVENT_IDs a rolled-back PostgreSQL hands out (SPEC §4.10).
+pub fn batch_key(latest: &[&MsgEvent]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut flights: Vec<String> =
+        latest.iter().map(|e| format!("{}@{}", e.partition_key, e.state_version)).collect();
+    flights.sort();
+    let digest = Sha256::digest(flights.join("\n").as_bytes());
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("schd:{hex}")
+}
+
 fn msg_record(topic: &str, e: &MsgEvent) -> Record {
-    let mut headers = vec![("event_id".to_string(), e.event_id.to_string())];
+    let mut headers =
+        vec![("event_id".to_string(), e.event_id.to_string()), ("event_key".to_string(), e.key())];
     if let Some(m) = e.msg_id {
         headers.push(("msg_id".to_string(), m.to_string()));
     }

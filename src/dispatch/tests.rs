@@ -138,6 +138,7 @@ fn ready_prefix_stops_at_a_row_in_backoff() {
         next_attempt_at: next,
         last_attempt_at: None,
         created_at: None,
+        ordinal: None,
     };
     let later = now + Duration::from_secs(5);
     let rows = [ev(1, Some(now)), ev(2, None), ev(3, Some(later)), ev(4, None)];
@@ -159,6 +160,7 @@ fn latest_per_flid_keeps_the_newest_generation_in_event_order() {
         next_attempt_at: None,
         last_attempt_at: None,
         created_at: None,
+        ordinal: None,
     };
     let rows = [ev(1, "A", 1), ev(2, "B", 1), ev(3, "A", 3), ev(4, "C", 1), ev(5, "A", 2)];
     let ids: Vec<i64> = latest_per_flid(&rows).iter().map(|e| e.event_id).collect();
@@ -383,4 +385,40 @@ fn regression_a_flush_claims_at_most_flush_limit_flights() {
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
     w.clock.advance(Duration::from_secs(3));
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
+}
+
+/// #20 (identities that survive a rollback): a KAFKA:msg record carries `event_key` =
+/// `MSG_ID.ordinal`, the same however the EVENT_ID sequence went; a KAFKA:schd array carries
+/// `batch_key`, derived from the flights and generations it aggregates.
+#[test]
+fn records_carry_an_identity_derived_from_the_message_not_the_sequence() {
+    let mut w = world(10);
+    w.message(&[(Target::KafkaMsg, "A", 1, "{}"), (Target::KafkaMsg, "B", 1, "{}")]);
+    w.message(&[(Target::KafkaMsg, "A", 2, "{}")]);
+    w.round().unwrap();
+    let keys: Vec<String> = w
+        .producer
+        .delivered()
+        .iter()
+        .map(|r| r.headers.iter().find(|(k, _)| k == "event_key").map(|(_, v)| v.clone()).unwrap_or_default())
+        .collect();
+    assert_eq!(keys, ["1.0", "1.1", "2.0"]);
+    let e = |flid: &str, v: i64, id: i64| MsgEvent {
+        event_id: id,
+        msg_id: Some(id),
+        target: Target::KafkaSchd,
+        partition_key: flid.into(),
+        state_version: v,
+        payload_json: "{}".into(),
+        attempts: 0,
+        next_attempt_at: None,
+        last_attempt_at: None,
+        created_at: None,
+        ordinal: None,
+    };
+    let (a, b, b2) = (e("A", 1, 5), e("B", 3, 6), e("B", 4, 9));
+    assert_eq!(batch_key(&[&a, &b]), batch_key(&[&b, &a]), "the same flights and generations: the same key");
+    let again = e("A", 1, 77); // the same content under a re-issued EVENT_ID
+    assert_eq!(batch_key(&[&again, &b]), batch_key(&[&a, &b]));
+    assert_ne!(batch_key(&[&a, &b]), batch_key(&[&a, &b2]), "another generation: another batch");
 }

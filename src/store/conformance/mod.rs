@@ -470,6 +470,18 @@ pub fn regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is<S: OwnS
     assert!(s.replay(&ReplaySelection::Ids(vec![2]), 10, at(4)).unwrap()[0].verdict.is_err());
 }
 
+/// #20: an outbox row keeps its message's ordinal (the consumers' identity `MSG_ID.ordinal`); a
+/// KAFKA:schd row, the flight's, has none.
+pub fn an_event_keeps_its_ordinal_within_its_message<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2]);
+    let schd = NewEvent { target: Target::KafkaSchd.as_str().into(), ..event("F", 1) };
+    commit(&mut s, &[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 1), schd])], at(1)).unwrap();
+    commit(&mut s, &[Settle::succeeded(2, "k2", vec![event("A", 2)])], at(2)).unwrap();
+    let keys: Vec<String> = s.pending(Target::KafkaMsg, 10).unwrap().iter().map(|e| e.key()).collect();
+    assert_eq!(keys, ["1.0", "1.1", "2.0"]);
+    assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].ordinal, None);
+}
+
 /// #21 item 9: a candidate that changed between the listing and its transaction (a DEAD row
 /// replayed meanwhile) is re-checked, skipped, and nothing of it is kept in the history.
 pub fn an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept<S: OwnStore>(mut s: S) {
@@ -598,6 +610,7 @@ macro_rules! conformance_tests {
             regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep,
             an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept,
             regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is,
+            an_event_keeps_its_ordinal_within_its_message,
             two_identical_identities_in_one_round_are_refused,
             a_replayed_abandoned_row_owes_its_mark_again,
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,

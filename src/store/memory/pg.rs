@@ -372,7 +372,7 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
                 }
             }
         }
-        for e in evs.iter() {
+        for (ordinal, e) in evs.iter().enumerate() {
             let target = Target::parse(&e.target).ok_or_else(|| {
                 StoreError::rejected("postgres", format!("unknown event target {:?}", e.target))
             })?;
@@ -388,6 +388,8 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
                     next_attempt_at: None,
                     last_attempt_at: None,
                     created_at: Some(now),
+                    // As the real adapter: a KAFKA:schd row is the flight's, not one message's.
+                    ordinal: (target != Target::KafkaSchd).then_some(ordinal as i32),
                 },
                 state: EventStatus::Pending,
                 error_class: None,

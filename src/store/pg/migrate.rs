@@ -37,6 +37,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(10, "season_plan", "V010__season_plan.sql"),
     migration!(11, "dead_letter_dismissed", "V011__dead_letter_dismissed.sql"),
     migration!(12, "metrics_indexes", "V012__metrics_indexes.sql"),
+    migration!(13, "event_ordinal", "V013__event_ordinal.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -288,7 +288,7 @@ impl Intake for Pg {
 }
 
 /// An event and the message that caused it.
-type RoundEvent<'a> = (i64, &'a NewEvent);
+type RoundEvent<'a> = (i64, usize, &'a NewEvent);
 
 /// Inserts a round's events in order (WITH ORDINALITY keeps EVENT_IDs in it), each with its
 /// message id. `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation
@@ -297,28 +297,29 @@ type RoundEvent<'a> = (i64, &'a NewEvent);
 fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> Result<(), postgres::Error> {
     let schd = Target::KafkaSchd.as_str();
     let (upserts, inserts): (Vec<&RoundEvent<'_>>, Vec<&RoundEvent<'_>>) =
-        events.iter().partition(|(_, e)| e.target == schd);
+        events.iter().partition(|(_, _, e)| e.target == schd);
     if !inserts.is_empty() {
-        let msg_ids: Vec<i64> = inserts.iter().map(|(m, _)| *m).collect();
-        let targets: Vec<&str> = inserts.iter().map(|(_, e)| e.target.as_str()).collect();
+        let msg_ids: Vec<i64> = inserts.iter().map(|(m, _, _)| *m).collect();
+        let ordinals: Vec<i32> = inserts.iter().map(|(_, o, _)| *o as i32).collect();
+        let targets: Vec<&str> = inserts.iter().map(|(_, _, e)| e.target.as_str()).collect();
         let keys: Vec<String> =
-            inserts.iter().map(|(_, e)| clip(&e.partition_key, handlers::EVENT_KEY_MAX_CHARS)).collect();
-        let types: Vec<&str> = inserts.iter().map(|(_, e)| e.event_type.as_str()).collect();
-        let versions: Vec<i64> = inserts.iter().map(|(_, e)| e.state_version).collect();
-        let payloads: Vec<&str> = inserts.iter().map(|(_, e)| e.payload_json.as_str()).collect();
+            inserts.iter().map(|(_, _, e)| clip(&e.partition_key, handlers::EVENT_KEY_MAX_CHARS)).collect();
+        let types: Vec<&str> = inserts.iter().map(|(_, _, e)| e.event_type.as_str()).collect();
+        let versions: Vec<i64> = inserts.iter().map(|(_, _, e)| e.state_version).collect();
+        let payloads: Vec<&str> = inserts.iter().map(|(_, _, e)| e.payload_json.as_str()).collect();
         c.execute(
-            "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-             SELECT t, k, ty, v, p, 'PENDING', 0, $7, m
-             FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[], $6::bigint[])
-                  WITH ORDINALITY AS x(t, k, ty, v, p, m, ord)
+            "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id, ordinal)
+             SELECT t, k, ty, v, p, 'PENDING', 0, $7, m, o
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[], $6::bigint[], $8::int[])
+                  WITH ORDINALITY AS x(t, k, ty, v, p, m, o, ord)
              ORDER BY ord",
-            &[&targets, &keys, &types, &versions, &payloads, &msg_ids, &now],
+            &[&targets, &keys, &types, &versions, &payloads, &msg_ids, &now, &ordinals],
         )?;
     }
     if !upserts.is_empty() {
         // A FLID once per statement: the newest generation of the round (then the later event).
         let mut latest: BTreeMap<&str, (i64, &NewEvent)> = BTreeMap::new();
-        for (m, e) in upserts {
+        for (m, _, e) in upserts {
             let slot = latest.entry(e.partition_key.as_str()).or_insert((*m, e));
             if e.state_version >= slot.1.state_version {
                 *slot = (*m, e);
@@ -528,7 +529,7 @@ impl Fifo for Pg {
 
     fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()> {
         let events = round.events();
-        if let Some((_, e)) = events.iter().find(|(_, e)| Target::parse(&e.target).is_none()) {
+        if let Some((_, _, e)) = events.iter().find(|(_, _, e)| Target::parse(&e.target).is_none()) {
             return Err(StoreError::rejected("postgres", format!("unknown event target {:?}", e.target)));
         }
         let references: Vec<(i64, &RefChange)> =
@@ -636,7 +637,7 @@ impl Outbox for Pg {
         let rows = self.run(|c| {
             c.query(
                 "SELECT event_id, msg_id, partition_key, state_version, payload_json, attempts, next_attempt_at, last_attempt_at,
-                        created_at
+                        created_at, ordinal
                  FROM msg_event WHERE target = $1 AND state = 'PENDING'
                    AND ($3::bigint < 0 OR EXISTS (SELECT 1 FROM msgx_lease WHERE id = 1 AND epoch = $3::bigint))
                  ORDER BY event_id LIMIT $2",
@@ -656,6 +657,7 @@ impl Outbox for Pg {
                 next_attempt_at: r.get(6),
                 last_attempt_at: r.get(7),
                 created_at: r.get(8),
+                ordinal: r.get(9),
             })
             .collect())
     }
