@@ -101,6 +101,24 @@ enum Command {
         #[arg(long, required = true)]
         note: String,
     },
+    /// Deliver again, in order and with their own identities, events already SENT (within
+    /// event retention): for a broker or a consumer that lost them. Shows what it would do and
+    /// exits 2 without --yes.
+    #[command(group(clap::ArgGroup::new("from").required(true).args(["since", "from_event"])))]
+    Resend {
+        /// KAFKA:msg or KAFKA:schd.
+        #[arg(long)]
+        target: String,
+        /// Events SENT at or after this time (RFC 3339, e.g. 2026-12-01T08:00:00Z).
+        #[arg(long)]
+        since: Option<String>,
+        /// This EVENT_ID and the ones after it.
+        #[arg(long, value_name = "EVENT_ID")]
+        from_event: Option<i64>,
+        /// Do it.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Move the ingress watermark (PRE-3), e.g. after the mailbox's IDs were reset. The
     /// poller reads again above it. Refused without --yes, and while PROC_STATE holds a
     /// message above it.
@@ -214,6 +232,9 @@ fn run_cli() -> ExitCode {
                 }
                 Command::Reconcile { ids, note } => reconcile(&cfg, ids, note),
                 Command::Dismiss { ids, note } => dismiss(&cfg, ids, note),
+                Command::Resend { target, since, from_event, yes } => {
+                    resend(&cfg, target, since.as_deref(), *from_event, *yes)
+                }
                 Command::ResetWatermark { to, yes } => reset_watermark(&cfg, *to, *yes),
                 Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
                     unreachable!("handled above")
@@ -602,6 +623,43 @@ fn reconcile(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
     if refused > 0 {
         return Err((exit::FAILED, anyhow::anyhow!("{refused} message(s) not reconciled")));
     }
+    Ok(())
+}
+
+fn resend(cfg: &Config, target: &str, since: Option<&str>, from_event: Option<i64>, yes: bool) -> CmdResult {
+    use msgx::domain::Target;
+    use msgx::ports::{Operator, ResendFrom};
+    let usage = |m: String| (exit::USAGE, anyhow::anyhow!(m));
+    let target = match Target::parse(target) {
+        Some(t @ (Target::KafkaMsg | Target::KafkaSchd)) => t,
+        _ => return Err(usage(format!("--target {target:?}: KAFKA:msg or KAFKA:schd"))),
+    };
+    let from = match (since, from_event) {
+        (Some(s), _) => {
+            let t: jiff::Timestamp = s.parse().map_err(|e| {
+                usage(format!("--since {s:?} is not an RFC 3339 time such as 2026-12-01T08:00:00Z: {e}"))
+            })?;
+            let ms = t.as_millisecond().max(0) as u64;
+            ResendFrom::Since(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        }
+        (None, Some(id)) => ResendFrom::Event(id),
+        (None, None) => return Err(usage("--since or --from-event is required".into())),
+    };
+    let mut pg = own_pg(cfg)?;
+    let r = pg.resend(target, from, yes).map_err(|e| (4, e.into()))?;
+    let range = match (r.first, r.last) {
+        (Some(a), Some(b)) => format!(" (event_id {a}..={b})"),
+        _ => String::new(),
+    };
+    if !yes {
+        println!("would resend {} {} event(s){range}; run again with --yes", r.events, target.as_str());
+        return Err((exit::USAGE, anyhow::anyhow!("nothing done without --yes")));
+    }
+    println!(
+        "resending {} {} event(s){range}: back in the outbox, delivered in order with their event_key",
+        r.events,
+        target.as_str()
+    );
     Ok(())
 }
 

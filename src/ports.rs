@@ -172,6 +172,23 @@ pub enum ReplaySelection {
     Class(ErrorClass),
 }
 
+/// Where `msgx resend` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResendFrom {
+    /// This EVENT_ID and the ones after it.
+    Event(i64),
+    /// Events SENT at or after this time.
+    Since(SystemTime),
+}
+
+/// What `msgx resend` found (or did): how many events, the first and last EVENT_ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resent {
+    pub events: usize,
+    pub first: Option<i64>,
+    pub last: Option<i64>,
+}
+
 /// What replay did with one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replayed {
@@ -272,6 +289,10 @@ pub trait Operator {
         note: &str,
         now: SystemTime,
     ) -> StoreResult<Vec<(i64, Result<(), String>)>>;
+    /// `msgx resend`: SENT events of `target` from `from` on back to PENDING, so that they are
+    /// delivered again in EVENT_ID order with their own identities (a broker or a consumer that
+    /// lost them; within event retention). With `apply` false nothing changes: what it would do.
+    fn resend(&mut self, target: Target, from: ResendFrom, apply: bool) -> StoreResult<Resent>;
     /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
     /// The flight keys of a seasonal plan held (SCHS), in order.

@@ -531,3 +531,38 @@ fn replay_skipped_brings_back_a_kind_msgx_did_not_process() {
     let o = msgx(&s, &["replay", "--skipped", "--class", "INFRA"]);
     assert_eq!(o.status.code(), Some(2), "--class does not go with --skipped: {}", text(&o));
 }
+
+/// #20: `msgx resend` without --yes says what it would send again and changes nothing; with it,
+/// the SENT events are back in the outbox.
+#[test]
+fn resend_shows_what_it_would_do_and_does_it_with_yes() {
+    use msgx::ports::Outbox;
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    common::enqueue(&mut pg, &[1], t0());
+    let ev = msgx::domain::NewEvent {
+        target: "KAFKA:msg".into(),
+        partition_key: "F".into(),
+        event_type: "UPSERT".into(),
+        state_version: 1,
+        payload_json: "{}".into(),
+    };
+    common::record(&mut pg, &[Settle::succeeded(1, "k1", vec![ev])], t0());
+    let id = pg.pending(msgx::domain::Target::KafkaMsg, 1).unwrap()[0].event_id;
+    pg.mark_sent(&[(id, 1)], t0()).unwrap();
+    let o = msgx(&s, &["resend", "--target", "KAFKA:msg", "--from-event", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("would resend 1 KAFKA:msg event(s) (event_id {id}..={id})")),
+        "{}",
+        text(&o)
+    );
+    assert!(pg.pending(msgx::domain::Target::KafkaMsg, 1).unwrap().is_empty(), "nothing changed");
+    let o = msgx(&s, &["resend", "--target", "KAFKA:msg", "--since", "2000-01-01T00:00:00Z", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(pg.pending(msgx::domain::Target::KafkaMsg, 1).unwrap()[0].key(), "1.0");
+    let o = msgx(&s, &["resend", "--target", "COUTMSGS", "--from-event", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = msgx(&s, &["resend", "--target", "KAFKA:msg", "--since", "yesterday"]);
+    assert!(o.status.code() == Some(2) && text(&o).contains("RFC 3339"), "{}", text(&o));
+}

@@ -15,7 +15,7 @@ use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
 use crate::error::ErrorClass;
 use crate::ports::{
     ArchiveCut, ArchivedAs, Claim, Claimant, Failure, Fifo, Housekeeping, Intake, LeaseStore, MarkLedger,
-    Operator, Outbox, Outcome, ReplaySelection, RoundRecord, Settle,
+    Operator, Outbox, Outcome, ReplaySelection, ResendFrom, Resent, RoundRecord, Settle,
 };
 
 /// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
@@ -482,6 +482,27 @@ pub fn an_event_keeps_its_ordinal_within_its_message<S: OwnStore>(mut s: S) {
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].ordinal, None);
 }
 
+/// #20: `msgx resend` puts SENT events back in the outbox, in order, with their identities;
+/// a dry run changes nothing.
+pub fn resend_puts_sent_events_back_in_order_with_their_identities<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3]);
+    for id in 1..=3 {
+        commit(&mut s, &[Settle::succeeded(id, &format!("k{id}"), vec![event("A", id)])], at(1)).unwrap();
+    }
+    let pending = s.pending(Target::KafkaMsg, 10).unwrap();
+    let ids: Vec<i64> = pending.iter().map(|e| e.event_id).collect();
+    s.mark_sent(&[(ids[0], 1)], at(5)).unwrap();
+    s.mark_sent(&[(ids[1], 2)], at(10)).unwrap();
+    let dry = s.resend(Target::KafkaMsg, ResendFrom::Since(at(6)), false).unwrap();
+    assert_eq!(dry, Resent { events: 1, first: Some(ids[1]), last: Some(ids[1]) });
+    assert_eq!(s.pending(Target::KafkaMsg, 10).unwrap().len(), 1, "a dry run changes nothing");
+    let done = s.resend(Target::KafkaMsg, ResendFrom::Event(ids[0]), true).unwrap();
+    assert_eq!(done.events, 2);
+    let again: Vec<String> = s.pending(Target::KafkaMsg, 10).unwrap().iter().map(|e| e.key()).collect();
+    assert_eq!(again, ["1.0", "2.0", "3.0"], "in order, with their own identities");
+    assert_eq!(s.resend(Target::KafkaSchd, ResendFrom::Event(0), false).unwrap().events, 0);
+}
+
 /// #21 item 9: a candidate that changed between the listing and its transaction (a DEAD row
 /// replayed meanwhile) is re-checked, skipped, and nothing of it is kept in the history.
 pub fn an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept<S: OwnStore>(mut s: S) {
@@ -611,6 +632,7 @@ macro_rules! conformance_tests {
             an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept,
             regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is,
             an_event_keeps_its_ordinal_within_its_message,
+            resend_puts_sent_events_back_in_order_with_their_identities,
             two_identical_identities_in_one_round_are_refused,
             a_replayed_abandoned_row_owes_its_mark_again,
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,

@@ -13,7 +13,8 @@ use crate::handlers::RefChange;
 use crate::planted::{self, Bug};
 use crate::ports::{
     ArchiveCut, ArchivedAs, Claim, Claimant, Fifo, Housekeeping, Intake, LeaseHolder, LeaseStore, MarkLedger,
-    Operator, Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, RoundRecord, StoreResult,
+    Operator, Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, RoundRecord,
+    StoreResult,
 };
 use crate::pump::replay;
 
@@ -741,6 +742,32 @@ impl Operator for MemPg {
                     (*id, verdict)
                 })
                 .collect())
+        })
+    }
+
+    fn resend(&mut self, target: Target, from: ResendFrom, apply: bool) -> StoreResult<Resent> {
+        self.0.write("postgres", |s| {
+            let mut out = Resent::default();
+            for (id, e) in s.events.iter_mut() {
+                let after = match from {
+                    ResendFrom::Event(first) => *id >= first,
+                    ResendFrom::Since(t) => e.sent_at.is_some_and(|at| at >= t),
+                };
+                if e.event.target != target || e.state != EventStatus::Sent || !after {
+                    continue;
+                }
+                out.events += 1;
+                out.first.get_or_insert(*id);
+                out.last = Some(*id);
+                if apply {
+                    e.state = EventStatus::Pending;
+                    e.event.attempts = 0;
+                    e.event.next_attempt_at = None;
+                    e.event.last_attempt_at = None;
+                    e.sent_at = None;
+                }
+            }
+            Ok(out)
         })
     }
 

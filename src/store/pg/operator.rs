@@ -6,9 +6,10 @@ use std::time::SystemTime;
 use postgres::Client;
 
 use super::{clip, Pg, TERMINAL, UNFINISHED};
+use crate::domain::Target;
 use crate::domain::{EventStatus, ProcRow, ProcStatus};
 use crate::error::ErrorClass;
-use crate::ports::{Operator, ReplaySelection, Replayed, ReplayedEvent, StoreResult};
+use crate::ports::{Operator, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, StoreResult};
 use crate::pump::replay;
 
 /// The rows a replay selection names: by id whatever their state (so a refusal can say why),
@@ -230,6 +231,32 @@ impl Operator for Pg {
                 out.push((*id, verdict));
             }
             Ok(Ok(out))
+        })
+    }
+
+    fn resend(&mut self, target: Target, from: ResendFrom, apply: bool) -> StoreResult<Resent> {
+        let (event, since) = match from {
+            ResendFrom::Event(id) => (id, std::time::UNIX_EPOCH),
+            ResendFrom::Since(t) => (i64::MIN, t),
+        };
+        let which = "target = $1 AND state = 'SENT' AND event_id >= $2 AND sent_at >= $3";
+        self.write(|c| {
+            let r = if apply {
+                c.query_one(
+                    &format!(
+                        "WITH again AS (UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL,
+                             sent_at = NULL, last_attempt_at = NULL WHERE {which} RETURNING event_id)
+                         SELECT count(*), min(event_id), max(event_id) FROM again"
+                    ),
+                    &[&target.as_str(), &event, &since],
+                )?
+            } else {
+                c.query_one(
+                    &format!("SELECT count(*), min(event_id), max(event_id) FROM msg_event WHERE {which}"),
+                    &[&target.as_str(), &event, &since],
+                )?
+            };
+            Ok(Ok(Resent { events: r.get::<_, i64>(0) as usize, first: r.get(1), last: r.get(2) }))
         })
     }
 
