@@ -85,7 +85,14 @@ fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
     let payloads: Vec<_> = got.iter().map(|r| r.payload.as_str()).collect();
     assert_eq!(payloads, ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
     assert_eq!((got[0].key.as_str(), got[0].topic.as_str()), ("F1", "t.msg"));
-    assert_eq!(got[0].headers, vec![("event_id".into(), "1".into()), ("msg_id".into(), "1".into())]);
+    assert_eq!(
+        got[0].headers,
+        vec![
+            ("event_id".into(), "1".into()),
+            ("event_key".into(), "1.0".into()),
+            ("msg_id".into(), "1".into())
+        ]
+    );
     assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Sent; 3]);
     assert!(w.pg.inspect(|s| s.events.values().all(|e| e.sent_at.is_some())), "SENT_AT with SENT");
 }
