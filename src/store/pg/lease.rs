@@ -65,7 +65,7 @@ impl LeaseStore for Pg {
                 "UPDATE msgx_lease SET renewed_at = clock_timestamp(),
                      expires_at = clock_timestamp() + $3 * interval '1 millisecond', status = $4
                  WHERE id = 1 AND epoch = $1 AND holder = $2
-                 RETURNING pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())",
+                 RETURNING pg_current_wal_insert_lsn()::text, pg_walfile_name(pg_current_wal_insert_lsn())",
                 &[&epoch, &me.id, &(millis(duration) as f64), &status],
             )
         })?;
@@ -75,9 +75,12 @@ impl LeaseStore for Pg {
                 (super::witness::parse_lsn(&lsn), super::witness::timeline_of(&file))
             {
                 // Within one session the position only moves on; a new session was judged on connect.
+                let before = super::witness::seen(self.store_name());
                 let _ = super::witness::witness(
                     self.store_name(),
+                    before,
                     super::witness::Sighting { system: None, timeline, lsn },
+                    super::witness::Source::OwnWrite,
                 );
             }
         }

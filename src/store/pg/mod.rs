@@ -113,8 +113,9 @@ impl Pg {
     /// timeline is a failover msgx follows (WARN); a server behind a position msgx saw it
     /// acknowledge lost commits (ERROR): msgx stops writing (fenced), never carries on (#19).
     fn judge_server(&self, c: &mut Client) -> StoreResult<()> {
+        let before = witness::seen(&self.store);
         let Ok(now) = witness::sight(c) else { return Ok(()) }; // it cannot say: nothing to compare
-        match witness::witness(&self.store, now) {
+        match witness::witness(&self.store, before, now, witness::Source::NewSession) {
             witness::Verdict::Same => Ok(()),
             witness::Verdict::Failover { from, to } => {
                 log::warn!(
