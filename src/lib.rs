@@ -22,6 +22,7 @@ pub mod health;
 pub mod ingress;
 pub mod jobs;
 pub mod lease;
+pub mod listener;
 pub mod logline;
 pub mod logpipe;
 pub mod ops;

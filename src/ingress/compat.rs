@@ -294,10 +294,6 @@ fn respond(stream: &mut TcpStream, status: u16, body: &serde_json::Value) {
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 64 * 1024 * 1024;
 
-/// How long a new connection waits for a worker to be free before it is answered 503: a worker
-/// between two requests is taken, a busy pool is refused at once.
-const HANDOVER: Duration = Duration::from_millis(100);
-
 /// Closes a connection answered from the accept thread, dropping what has already arrived of
 /// its request (so the close is no reset), without waiting for more.
 fn drop_unread(mut stream: TcpStream) {
@@ -376,20 +372,6 @@ impl<M: MailboxSubmit, P: Intake> Worker<M, P> {
     }
 }
 
-/// Where to connect to wake a listener bound to `addr` (an unspecified address listens on
-/// loopback too).
-fn wake_address(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V4(a) if a.ip().is_unspecified() => {
-            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, a.port()))
-        }
-        SocketAddr::V6(a) if a.ip().is_unspecified() => {
-            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
-        }
-        other => other,
-    }
-}
-
 /// The listener: hands connections to a bounded pool of workers; when every worker is busy
 /// and the queue is full, answers 503 at once instead of making the client wait.
 pub struct CompatServer {
@@ -419,60 +401,25 @@ impl CompatServer {
         M: MailboxSubmit + Send,
         P: Intake + Send,
     {
-        // A rendezvous: a connection goes to a worker that is idle (or free within a moment),
-        // or is answered 503 at once — never queued behind a slow client.
-        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(0);
-        let stopping = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            // accept() blocks (a request is taken the moment it arrives); stop wakes it with a
-            // connection of its own.
-            scope.spawn(|| {
-                let _ = stop.recv();
-                stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-                if let Some(addr) = self.local_addr().map(wake_address) {
-                    let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+        crate::listener::serve(
+            "compat-http",
+            &self.listener,
+            workers,
+            stop,
+            |w, stream| {
+                if w.serve(stream) {
+                    accepted();
                 }
-            });
-            for mut w in workers {
-                let rx = rx.clone();
-                let accepted = &accepted;
-                scope.spawn(move || {
-                    for stream in rx.iter() {
-                        if w.serve(stream) {
-                            accepted();
-                        }
-                    }
-                });
-            }
-            drop(rx);
-            loop {
-                let accepted = self.listener.accept();
-                if stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                match accepted {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        if let Err(crossbeam_channel::SendTimeoutError::Timeout(mut s)) =
-                            tx.send_timeout(stream, HANDOVER)
-                        {
-                            respond(
-                                &mut s,
-                                503,
-                                &serde_json::json!({ "status": "rejected", "error": "every compat worker is busy; try again" }),
-                            );
-                            drop_unread(s);
-                        }
-                    }
-                    Err(e) => {
-                        // Out of file descriptors, say: keep serving, without spinning.
-                        warn!("compat-http accept error: {e}");
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-            drop(tx);
-        });
+            },
+            |mut s| {
+                respond(
+                    &mut s,
+                    503,
+                    &serde_json::json!({ "status": "rejected", "error": "every compat worker is busy; try again" }),
+                );
+                drop_unread(s);
+            },
+        );
     }
 }
 

@@ -8,8 +8,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use log::warn;
-
 use super::metrics::Metrics;
 use super::Ops;
 
@@ -136,44 +134,13 @@ impl OpsServer {
 
     /// Serves until `stop` disconnects.
     pub fn serve(&self, ops: Arc<Ops>, metrics: Arc<Metrics>, stop: crossbeam_channel::Receiver<()>) {
-        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(0);
-        let stopping = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                let _ = stop.recv();
-                stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-                if let Some(mut addr) = self.local_addr() {
-                    if addr.ip().is_unspecified() {
-                        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-                    }
-                    let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
-                }
-            });
-            for _ in 0..WORKERS {
-                let (rx, ops, metrics) = (rx.clone(), ops.clone(), metrics.clone());
-                scope.spawn(move || rx.iter().for_each(|s| serve_one(s, &ops, &metrics)));
-            }
-            drop(rx);
-            loop {
-                let accepted = self.listener.accept();
-                if stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                match accepted {
-                    Ok((stream, _)) => {
-                        if let Err(crossbeam_channel::SendTimeoutError::Timeout(mut s)) =
-                            tx.send_timeout(stream, Duration::from_millis(100))
-                        {
-                            write_answer(&mut s, &text(503, "busy\n"), false);
-                        }
-                    }
-                    Err(e) => {
-                        warn!("metrics accept error: {e}");
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-            drop(tx);
-        });
+        crate::listener::serve(
+            "metrics",
+            &self.listener,
+            vec![(); WORKERS],
+            &stop,
+            |_, s| serve_one(s, &ops, &metrics),
+            |mut s| write_answer(&mut s, &text(503, "busy\n"), false),
+        );
     }
 }
