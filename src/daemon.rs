@@ -170,7 +170,7 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
                     }
                 }
                 Err(e) if e.kind == crate::error::StoreErrorKind::Forgot => {
-                    ctx.gate.stale();
+                    ctx.gate.forgot();
                     error!("stopped stage={} {e}: this instance writes nothing more", S::NAME);
                     return Exit::Forgot(e.to_string());
                 }
@@ -233,7 +233,7 @@ fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) 
                     return Exit::Fenced(format!("lease epoch {epoch} taken over"));
                 }
                 Err(e) if e.stops() => {
-                    ctx.gate.stale();
+                    ctx.gate.forgot();
                     error!("stopped stage=lease {e}: this instance writes nothing more");
                     return Exit::Forgot(e.to_string());
                 }

@@ -44,6 +44,9 @@ pub struct LeaseGate {
     /// The monotonic millis until which the last renewal holds the lease for sure.
     valid_until: AtomicU64,
     stale: AtomicBool,
+    /// A store forgot what it acknowledged (#19): closed for good, and every stage that asks
+    /// says so, whichever stops first.
+    forgot: AtomicBool,
 }
 
 impl std::fmt::Debug for LeaseGate {
@@ -64,6 +67,7 @@ impl LeaseGate {
             clock,
             valid_until: AtomicU64::new(millis(confirmed.after(valid_for))),
             stale: AtomicBool::new(false),
+            forgot: AtomicBool::new(false),
         }
     }
 
@@ -74,6 +78,7 @@ impl LeaseGate {
             clock: Arc::new(crate::clock::SystemClock),
             valid_until: AtomicU64::new(u64::MAX),
             stale: AtomicBool::new(false),
+            forgot: AtomicBool::new(false),
         }
     }
 
@@ -94,7 +99,12 @@ impl LeaseGate {
     }
 
     pub fn is_stale(&self) -> bool {
-        self.stale.load(Ordering::SeqCst)
+        self.stale.load(Ordering::SeqCst) || self.forgot.load(Ordering::SeqCst)
+    }
+
+    /// A store forgot what it acknowledged: closed for good, reported as such.
+    pub fn forgot(&self) {
+        self.forgot.store(true, Ordering::SeqCst);
     }
 
     /// Ok while the lease is confirmed; unavailable (the stage waits, SPEC §4.9) while it is
@@ -102,6 +112,12 @@ impl LeaseGate {
     pub fn check(&self) -> Result<(), StoreError> {
         if crate::planted::on(crate::planted::Bug::GateNeverCloses) {
             return Ok(());
+        }
+        if self.forgot.load(Ordering::SeqCst) {
+            return Err(StoreError::forgot(
+                "lease",
+                "own PostgreSQL lost commits: this instance writes nothing more",
+            ));
         }
         if self.is_stale() {
             return Err(StoreError::fenced(
@@ -178,5 +194,17 @@ mod tests {
         clock.advance(Duration::from_secs(5));
         let e = gate.check().unwrap_err();
         assert!(e.is_unavailable(), "closed after 10 s of real time, the step notwithstanding: {e}");
+    }
+
+    /// Seen in the suite: a stage stopped on a PostgreSQL that lost commits closed the gate,
+    /// and another stage reported "fenced" first, so the process exited 1 instead of 6.
+    #[test]
+    fn regression_a_gate_closed_for_a_forgetful_store_says_so_to_every_stage() {
+        let clock = FakeClock::new();
+        let gate = gate(&clock, 2, Duration::from_secs(10));
+        gate.forgot();
+        let e = gate.check().unwrap_err();
+        assert_eq!(e.kind, crate::error::StoreErrorKind::Forgot, "{e}");
+        assert!(gate.is_stale(), "closed for good: the lease is not released either");
     }
 }
