@@ -924,7 +924,7 @@ fn decision(
         None => "an empty flight view",
         Some(r) => {
             let need = need_of(&msg);
-            let p = r.prepare(&RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window }, &[])?;
+            let p = r.prepare(&RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window }, &[], SystemClock.now())?;
             view.flights = p.flights;
             view.window = p.window;
             "the flights in Redis now"

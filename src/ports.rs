@@ -476,15 +476,58 @@ pub struct RoundNeed {
 /// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
 pub trait FlightStore {
     /// In one read: the applied journal of the round's messages, the flights they name and a
-    /// snapshot's window. Also drops the journal of messages whose outcome PostgreSQL now
-    /// holds (`forget`), in the same round trip.
-    fn prepare(&mut self, need: &RoundNeed, forget: &[i64]) -> StoreResult<Prepared>;
+    /// snapshot's window. Also tells it, in the same round trip, of the messages whose
+    /// outcome PostgreSQL now holds (`forget`, at `now`): their journal entries go once they
+    /// are older than `redis.journal-keep`.
+    fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared>;
     /// Applies the decisions in order and journals each under its MSG_ID, atomically (one
     /// script). Returns, per decision, whether it was applied: a snapshot not newer than the
-    /// plan's generation is not, and changes nothing.
+    /// plan's generation is not, and changes nothing. A store holding fewer applies than this
+    /// handle made before is refused as `forgot` (restored, emptied, failed over: #20).
     fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>>;
-    /// Drops journal entries (when the pump is idle and has some to drop).
-    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()>;
+    /// As `prepare`'s `forget`, alone (when the pump is idle and has some to tell).
+    fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()>;
+}
+
+/// Redis's own marks, as the consistency check reads them (#20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlightMarks {
+    /// The newest lease epoch that wrote there (0: none: an empty store).
+    pub epoch: i64,
+    /// The highest MSG_ID whose journal entry was dropped; `None`: never set (an empty store,
+    /// or one msgx wrote before the journal was kept).
+    pub pruned: Option<i64>,
+    /// Applies so far and the highest MSG_ID applied.
+    pub seq: i64,
+    pub applied_max: i64,
+}
+
+/// A rebuild of flights (the Redis heal, `msgx rebuild-flights`): each flight written whole —
+/// fields, versions, tombstone, plan index — with the plan's generation and the journal
+/// entries of the messages it was rebuilt from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Restore {
+    /// FLID, its state, its SODT key in the plan index (`None`: not in it).
+    pub flights: Vec<(String, FlightState, Option<i64>)>,
+    pub generation: Option<(i64, i64)>,
+    /// The rebuilt decisions' journal entries (events and references), marked done.
+    pub journal: Vec<(i64, Decision)>,
+}
+
+/// Live flight state, what the consistency check and the rebuild need (#20): never the pump's.
+pub trait FlightAudit {
+    fn audit(&mut self) -> StoreResult<FlightMarks>;
+    /// Whether each of `ids` has a journal entry.
+    fn journal_has(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>>;
+    /// Every MSG_ID with a journal entry, ascending.
+    fn journal_ids(&mut self) -> StoreResult<Vec<i64>>;
+    /// Sets `journal:pruned` (a store msgx wrote before the journal was kept: everything up to
+    /// `id` counts as dropped).
+    fn set_pruned(&mut self, id: i64) -> StoreResult<()>;
+    /// Writes `r` (each flight replaced whole); its journal entries are done at `now`.
+    fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()>;
+    /// The daily plan's generation and the message that last advanced it.
+    fn generation_of(&mut self) -> StoreResult<(i64, i64)>;
 }
 
 /// One Kafka record.

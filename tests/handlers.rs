@@ -97,7 +97,7 @@ fn the_same_snapshot_applied_twice_changes_nothing_the_second_time_on_redis() {
     let d = handlers::decide(&View::default(), &codec::decode(&raw).unwrap(), 10).unwrap();
     let mut f = st.flights();
     f.apply(&[(10, &d)]).unwrap();
-    f.forget(&[10]).unwrap();
+    f.forget(&[10], std::time::SystemTime::UNIX_EPOCH).unwrap();
     let mut tampered = d.clone();
     tampered.flights[0].set.push(("STND".into(), "999".into()));
     f.apply(&[(10, &tampered)]).unwrap();

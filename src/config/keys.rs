@@ -37,6 +37,8 @@ pub enum Kind {
     Ident,
     /// An `ip:port` socket address.
     SocketAddr,
+    /// A number in `[0, 1]`.
+    Ratio,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -292,6 +294,18 @@ pub const KEYS: &[KeySpec] = &[
         "settled terminal rows older than this move to PROC_STATE_HST (G-PROC-HST)",
     ),
     k(
+        "msgx.consistency-check.on-startup",
+        "true",
+        Kind::Bool,
+        "U25: before the stages start, compare own PostgreSQL, the mailbox marks and Redis, and heal a store that forgot (#20)",
+    ),
+    k(
+        "msgx.consistency-check.daily-sample-ratio",
+        "0.01",
+        Kind::Ratio,
+        "U25: the share of the day's SUCCEEDED messages whose flight versions the jobs thread checks in Redis once a day (0: off)",
+    ),
+    k(
         "msgx.proc-state.dead-keep",
         "\"30d\"",
         Kind::Duration { min: MS },
@@ -464,6 +478,12 @@ pub const KEYS: &[KeySpec] = &[
         "0",
         Kind::Int { min: 0, max: 16 },
         "after each apply and fence update, WAIT until this many replicas acknowledged it; fewer within wait-timeout is an outage (0: off)",
+    ),
+    k(
+        "redis.journal-keep",
+        "\"1h\"",
+        Kind::Duration { min: Duration::ZERO },
+        "an applied decision's journal entry stays this long after PostgreSQL holds its outcome: a PostgreSQL that lost commits within it is healed (#20)",
     ),
     k("redis.wait-timeout", "\"1s\"", Kind::Duration { min: MS }, "how long WAIT waits for redis.wait-replicas"),
     // --- Kafka ---

@@ -56,6 +56,12 @@ pub struct Pipeline {
     pub jobs_interval: Duration,
     pub archive_after: Duration,
     pub dead_keep: Duration,
+    /// `msgx.consistency-check.on-startup` (U25).
+    pub check_on_startup: bool,
+    /// `msgx.consistency-check.daily-sample-ratio` (U25).
+    pub check_sample_ratio: f64,
+    /// `redis.journal-keep`.
+    pub journal_keep: Duration,
     pub schd_flush_period: Duration,
     pub schd_flush_limit: usize,
     pub include_day_boundary: bool,
@@ -212,6 +218,9 @@ impl Config {
             jobs_interval: duration(v, "msgx.pipeline.jobs-interval")?,
             archive_after: duration(v, "msgx.proc-state.archive-after")?,
             dead_keep: duration(v, "msgx.proc-state.dead-keep")?,
+            check_on_startup: boolean(v, "msgx.consistency-check.on-startup")?,
+            check_sample_ratio: ratio(v, "msgx.consistency-check.daily-sample-ratio")?,
+            journal_keep: duration(v, "redis.journal-keep")?,
             schd_flush_period: duration(v, "msgx.schd.flush-period")?,
             schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
             include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
@@ -483,6 +492,16 @@ fn int(v: &Values, key: &'static str) -> Result<i64, ConfigError> {
         return Err(bad(key, format!("{n} is outside {min}..={max}")));
     }
     Ok(n)
+}
+
+fn ratio(v: &Values, key: &'static str) -> Result<f64, ConfigError> {
+    let (val, _) = get(v, key);
+    let x = val.as_float().or_else(|| val.as_integer().map(|n| n as f64));
+    match x {
+        Some(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        Some(x) => Err(bad(key, format!("{x} is outside 0..=1"))),
+        None => Err(bad(key, "expected a number between 0 and 1")),
+    }
 }
 
 fn boolean(v: &Values, key: &'static str) -> Result<bool, ConfigError> {

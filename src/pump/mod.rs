@@ -198,13 +198,13 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let mut ready = 0;
         for row in &rows {
             match head_action(Some(row), now, &self.policy) {
-                HeadAction::Wait(t) if ready == 0 => return self.quiet(Round::Wait(t)),
+                HeadAction::Wait(t) if ready == 0 => return self.quiet(Round::Wait(t), now),
                 HeadAction::Wait(_) | HeadAction::Idle => break,
                 HeadAction::Process | HeadAction::Poison(_) => ready += 1,
             }
         }
         if ready == 0 {
-            return self.quiet(Round::Idle);
+            return self.quiet(Round::Idle, now);
         }
         let rows = &rows[..ready];
         let items = self.read_and_decode(rows, now)?;
@@ -219,10 +219,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     }
 
     /// Nothing to read: the commit on its way lands first, then the journal is tidied.
-    fn quiet(&mut self, round: Round) -> Result<Round, StoreError> {
+    fn quiet(&mut self, round: Round, now: SystemTime) -> Result<Round, StoreError> {
         match self.land()? {
             Landing::Nothing => {
-                self.forget_idle()?;
+                self.forget_idle(now)?;
                 Ok(round)
             }
             Landing::Recorded => Ok(Round::Worked(0)),
@@ -441,7 +441,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let prepared = if need.msg_ids.is_empty() && self.forget.is_empty() {
             Default::default()
         } else {
-            let p = self.flights.prepare(&need, &self.forget)?;
+            let p = self.flights.prepare(&need, &self.forget, now)?;
             self.forget.clear();
             p
         };
@@ -721,9 +721,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     }
 
     /// Drops journal entries while there is nothing else to do.
-    fn forget_idle(&mut self) -> StoreResult<()> {
+    fn forget_idle(&mut self, now: SystemTime) -> StoreResult<()> {
         if !self.forget.is_empty() {
-            self.flights.forget(&self.forget)?;
+            self.flights.forget(&self.forget, now)?;
             self.forget.clear();
         }
         Ok(())

@@ -584,7 +584,7 @@ fn applying_the_same_snapshot_twice_changes_nothing_the_second_time() {
     let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
     let mut flights = w.flights.clone();
     flights.apply(&[(1, &d)]).unwrap();
-    flights.forget(&[1]).unwrap(); // as if the applied record was gone (expired, replay days later)
+    flights.forget(&[1], std::time::SystemTime::UNIX_EPOCH).unwrap(); // as if the applied record was gone (expired, replay days later)
     let mut changed = d.clone();
     changed.flights[0].set.push(("STND".into(), "999".into()));
     assert_eq!(flights.apply(&[(1, &changed)]).unwrap(), vec![false], "not newer: refused");

@@ -4,22 +4,48 @@
 
 use crate::domain::{NewEvent, Target};
 use crate::handlers::{Decision, FlightChange};
-use crate::ports::{FlightStore, RoundNeed};
+use std::time::{Duration, SystemTime};
 
-/// A flight store for the suite: a second handle on the same data whose applies carry `epoch`.
-pub trait FlightTwin: FlightStore + Sized {
+use crate::ports::{FlightAudit, FlightStore, RoundNeed};
+
+/// The suite's clock: a fixed instant, moved on by hand.
+const T0: SystemTime = SystemTime::UNIX_EPOCH;
+
+fn at(secs: u64) -> SystemTime {
+    T0 + Duration::from_secs(1_700_000_000 + secs)
+}
+
+/// A flight store for the suite: second handles on the same data.
+pub trait FlightTwin: FlightStore + FlightAudit + Sized {
+    /// Its applies carry `epoch`.
     fn fenced_twin(&self, epoch: i64) -> Self;
+    /// Journal entries stay `keep` after PostgreSQL holds their outcome.
+    fn keeping_twin(&self, keep: Duration) -> Self;
+    /// What a restart without persistence or a FLUSHALL does: everything of msgx's is gone.
+    fn lose_everything(&self);
 }
 
 impl FlightTwin for crate::store::memory::MemFlights {
     fn fenced_twin(&self, epoch: i64) -> Self {
-        self.fenced(epoch)
+        self.handle().fenced(epoch)
+    }
+    fn keeping_twin(&self, keep: Duration) -> Self {
+        self.handle().keeping(keep)
+    }
+    fn lose_everything(&self) {
+        self.replace_state(Default::default());
     }
 }
 
 impl FlightTwin for crate::store::flights::RedisFlights {
     fn fenced_twin(&self, epoch: i64) -> Self {
         self.twin().fenced(epoch)
+    }
+    fn keeping_twin(&self, keep: Duration) -> Self {
+        self.twin().keeping(keep)
+    }
+    fn lose_everything(&self) {
+        self.twin().drop_everything().expect("the prefix's keys deleted");
     }
 }
 
@@ -58,7 +84,7 @@ fn read<S: FlightTwin>(s: &mut S, flids: &[&str], msg_ids: &[i64]) -> crate::por
         flids: flids.iter().map(|f| f.to_string()).collect(),
         window: None,
     };
-    s.prepare(&need, &[]).unwrap()
+    s.prepare(&need, &[], at(0)).unwrap()
 }
 
 fn fields<S: FlightTwin>(s: &mut S, flid: &str) -> Vec<(String, String)> {
@@ -150,20 +176,20 @@ pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
         s.apply(&[(1, &decision(vec![c], 0))]).unwrap();
     }
     let need = RoundNeed { msg_ids: vec![], flids: vec![], window: Some((202601010000, 202601012359)) };
-    assert_eq!(s.prepare(&need, &[]).unwrap().window, ["A", "B"], "in SODT order");
+    assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["A", "B"], "in SODT order");
     let mut gone = change("A", &[], &[]);
     gone.delete = true;
     s.apply(&[(2, &decision(vec![gone], 0))]).unwrap();
-    assert_eq!(s.prepare(&need, &[]).unwrap().window, ["B"], "a deleted flight leaves the index");
+    assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["B"], "a deleted flight leaves the index");
 }
 
 pub fn forgotten_journal_entries_are_gone<S: FlightTwin>(mut s: S) {
     s.apply(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")]))]).unwrap();
     let need = RoundNeed { msg_ids: vec![1, 2], flids: vec![], window: None };
-    let p = s.prepare(&need, &[1]).unwrap();
+    let p = s.prepare(&need, &[1], at(0)).unwrap();
     assert_eq!(p.applied.keys().copied().collect::<Vec<_>>(), [2], "forget rides along with the read");
-    s.forget(&[2]).unwrap();
-    assert!(s.prepare(&need, &[]).unwrap().applied.is_empty());
+    s.forget(&[2], at(0)).unwrap();
+    assert!(s.prepare(&need, &[], at(0)).unwrap().applied.is_empty());
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "B".into())], "forgetting the journal keeps the flight");
 }
 
@@ -175,6 +201,61 @@ pub fn a_stale_epoch_applies_nothing<S: FlightTwin>(s: S) {
     assert!(err.is_fenced(), "{err}");
     assert_eq!(fields(&mut new, "F"), [("STND".into(), "NEW".into())]);
     assert!(read(&mut new, &[], &[2]).applied.is_empty(), "not even journalled");
+}
+
+pub fn journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept<S: FlightTwin>(s: S) {
+    let mut s = s.keeping_twin(Duration::from_secs(60));
+    s.apply(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")])), (3, &set("F", &[("STND", "C")]))])
+        .unwrap();
+    s.forget(&[1, 2], at(0)).unwrap();
+    let need = RoundNeed { msg_ids: vec![1, 2, 3], flids: vec![], window: None };
+    let kept = s.prepare(&need, &[], at(59)).unwrap();
+    assert_eq!(kept.applied.len(), 3, "within the keep window every entry stays");
+    assert_eq!(s.audit().unwrap().pruned, None, "nothing dropped yet");
+    s.forget(&[3], at(61)).unwrap();
+    let p = s.prepare(&need, &[], at(61)).unwrap();
+    assert_eq!(p.applied.keys().copied().collect::<Vec<_>>(), [3], "done 61 s ago: gone; done now: kept");
+    assert_eq!(s.audit().unwrap().pruned, Some(2), "the highest MSG_ID dropped");
+    assert_eq!(s.journal_has(&[1, 2, 3, 4]).unwrap(), [false, false, true, false]);
+}
+
+pub fn a_store_that_lost_its_applies_refuses_the_next_as_forgot<S: FlightTwin>(s: S) {
+    let mut s = s.fenced_twin(3);
+    s.apply(&[(1, &set("F", &[("STND", "A")]))]).unwrap();
+    s.apply(&[(2, &set("F", &[("STND", "B")]))]).unwrap();
+    let marks = s.audit().unwrap();
+    assert_eq!((marks.epoch, marks.applied_max), (3, 2));
+    s.lose_everything();
+    let err = s.apply(&[(3, &set("F", &[("STND", "C")]))]).unwrap_err();
+    assert_eq!(err.kind, crate::error::StoreErrorKind::Forgot, "{err}");
+    assert!(fields(&mut s, "F").is_empty(), "nothing written on a store that forgot");
+    let marks = s.audit().unwrap();
+    assert_eq!((marks.epoch, marks.pruned, marks.applied_max), (0, None, 0), "an empty store says so");
+    let mut fresh = s.fenced_twin(3);
+    fresh.apply(&[(3, &set("F", &[("STND", "C")]))]).expect("a new handle has seen no applies");
+}
+
+pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut s: S) {
+    s.apply(&[(1, &set("F", &[("STND", "OLD"), ("GATE", "G1")]))]).unwrap();
+    s.apply(&[(2, &set("X", &[("STND", "X")]))]).unwrap();
+    let mut f = crate::handlers::FlightState::default();
+    f.apply(&change("F", &[("STND", "NEW")], &[]), 5);
+    let mut gone = crate::handlers::FlightState::default();
+    gone.deleted = 6;
+    let journal = set("F", &[]);
+    let restore = crate::ports::Restore {
+        flights: vec![("F".into(), f.clone(), Some(202612011200)), ("X".into(), gone, None)],
+        generation: Some((4, 3)),
+        journal: vec![(5, journal.clone())],
+    };
+    s.restore(&restore, at(0)).unwrap();
+    let got = read(&mut s, &["F", "X"], &[5]);
+    assert_eq!(got.flights["F"], f, "the flight is exactly the rebuilt one (GATE gone)");
+    assert!(!got.flights.get("X").is_some_and(|x| x.exists()), "a rebuilt delete deletes");
+    assert_eq!(got.applied[&5].events, journal.events, "the journal entry is back");
+    assert_eq!(s.generation_of().unwrap(), (4, 3));
+    let need = RoundNeed { msg_ids: vec![], flids: vec![], window: Some((202612010000, 202612020000)) };
+    assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["F"], "the plan index follows");
 }
 
 /// Expands to one `#[test]` per case; `$make` builds a fresh, empty store and a guard.
@@ -191,6 +272,9 @@ macro_rules! flight_conformance_tests {
             a_window_reads_the_plan_index,
             forgotten_journal_entries_are_gone,
             a_stale_epoch_applies_nothing,
+            journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept,
+            a_store_that_lost_its_applies_refuses_the_next_as_forgot,
+            a_restore_writes_flights_generation_and_journal_whole,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -5,7 +5,8 @@
 //! restart), `BUSY` (a script running), `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`, `READONLY` (a
 //! replica during failover), `OOM` (maxmemory reached), `MISCONF` (cannot persist),
 //! `NOREPLICAS`, and a failed authentication (the server refuses every command). Fenced: the
-//! apply script's `MSGX_FENCED` (a newer lease holder wrote here). Rejected: everything else —
+//! apply script's `MSGX_FENCED` (a newer lease holder wrote here). Forgot: its `MSGX_FORGOT`
+//! (Redis holds fewer applies than this process made: restored, emptied, failed over). Rejected: everything else —
 //! a script error on this round's data, `WRONGTYPE`, `NOPERM` — and what the table does not
 //! know.
 
@@ -21,6 +22,9 @@ const UNAVAILABLE_CODES: &[&str] =
 pub fn kind_of(kind: ErrorKind, code: Option<&str>, text: &str) -> StoreErrorKind {
     if text.contains("MSGX_FENCED") {
         return StoreErrorKind::Fenced;
+    }
+    if text.contains("MSGX_FORGOT") {
+        return StoreErrorKind::Forgot;
     }
     if let Some(code) = code {
         if UNAVAILABLE_CODES.contains(&code) {

@@ -23,27 +23,36 @@
 pub mod classify;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, Script, Value};
 
 use crate::error::StoreError;
 use crate::handlers::{Decision, FlightState};
-use crate::ports::{FlightStore, Prepared, RoundNeed, StoreResult};
+use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
 const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
 /// How long the versions of a deleted flight are kept (its tombstone).
 const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
-/// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, n, then n × (msg_id,
-/// snapshot 1/0, flight changes, journal doc)). A flight change is
+/// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the apply count this
+/// handle last saw (-1: none yet), n, then n × (msg_id, snapshot 1/0, flight
+/// changes, journal doc)). A flight change is
 /// `[flid, delete 1/0, sodt|false, [field, value, …], [cleared field, …]]`; the journal doc (the
 /// decision's events and references) is stored as given, never decoded. Returns one 1/0 per
-/// decision: 0 for a snapshot not newer than the plan's generation, which changes nothing and
-/// is journalled as the empty decision. The rules are `FlightState::apply`'s, field by field.
+/// decision — 0 for a snapshot not newer than the plan's generation, which changes nothing and
+/// is journalled as the empty decision — then the new apply count. The rules are
+/// `FlightState::apply`'s, field by field. An apply count below the one this process saw means
+/// Redis forgot applies it acknowledged (#20): nothing is written.
 const APPLY: &str = r#"
-local prefix, epoch, tomb, jttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local prefix, epoch, tomb, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local saw, n = tonumber(ARGV[5]), tonumber(ARGV[6])
+local seqkey = prefix .. 'applied:seq'
+local seq = tonumber(redis.call('GET', seqkey) or '0')
+if saw >= 0 and seq < saw then
+  return redis.error_reply('MSGX_FORGOT redis holds ' .. seq .. ' applies, this instance made ' .. saw)
+end
 if epoch > 0 then
   local ekey = prefix .. 'lease:epoch'
   local held = tonumber(redis.call('GET', ekey) or '0')
@@ -54,8 +63,9 @@ if epoch > 0 then
 end
 local idx, genkey, jkey = prefix .. 'sodt', prefix .. 'schd:gen', prefix .. 'journal'
 local out, journal = {}, {}
+local top = tonumber(redis.call('GET', prefix .. 'applied:max') or '0')
 for i = 1, n do
-  local b = 5 + (i - 1) * 4
+  local b = 6 + (i - 1) * 4
   local m, snap, doc = tonumber(ARGV[b + 1]), ARGV[b + 2] == '1', ARGV[b + 4]
   local applied = 1
   if snap then
@@ -128,13 +138,39 @@ for i = 1, n do
   end
   journal[#journal + 1] = m
   journal[#journal + 1] = doc
+  if m > top then top = m end
   out[i] = applied
 end
 for k = 1, #journal, 1000 do
   redis.call('HSET', jkey, unpack(journal, k, math.min(k + 999, #journal)))
 end
 redis.call('EXPIRE', jkey, jttl)
+redis.call('SET', prefix .. 'applied:max', top)
+out[n + 1] = redis.call('INCR', seqkey)
 return out
+"#;
+
+/// Journal entries PostgreSQL now holds the outcome of are done (ARGV: prefix, now ms, keep ms,
+/// journal ttl, msg_id…); those done longer than the keep window go, at most 1000 a call, and
+/// `journal:pruned` keeps the highest MSG_ID ever dropped: every entry above it is still there
+/// (the evidence the consistency check and the PostgreSQL heal stand on, #20).
+const FORGET: &str = r#"
+local prefix, now, keep, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
+for i = 5, #ARGV do redis.call('ZADD', dkey, 'NX', now, ARGV[i]) end
+local old = redis.call('ZRANGEBYSCORE', dkey, '-inf', now - keep, 'LIMIT', 0, 1000)
+if #old > 0 then
+  redis.call('HDEL', jkey, unpack(old))
+  redis.call('ZREM', dkey, unpack(old))
+  local top = tonumber(redis.call('GET', pkey) or '0')
+  for _, m in ipairs(old) do
+    local v = tonumber(m)
+    if v > top then top = v end
+  end
+  redis.call('SET', pkey, top)
+end
+if redis.call('EXISTS', dkey) == 1 then redis.call('EXPIRE', dkey, jttl) end
+return #old
 "#;
 
 /// What the journal keeps of a decision: what a retry must emit again (I2). The flight
@@ -285,6 +321,10 @@ pub struct RedisFlights {
     apply: Script,
     /// The lease epoch every apply carries (0: unfenced, for tools and tests).
     epoch: i64,
+    /// How long a journal entry stays after PostgreSQL holds its outcome (`redis.journal-keep`).
+    keep: Duration,
+    /// The apply count this handle last saw (`applied:seq`); Redis holding fewer means it forgot.
+    seq: Option<i64>,
 }
 
 impl RedisFlights {
@@ -303,6 +343,8 @@ impl RedisFlights {
             prefix: prefix.to_string(),
             apply: Script::new(APPLY),
             epoch: 0,
+            keep: Duration::ZERO,
+            seq: None,
         })
     }
 
@@ -326,7 +368,16 @@ impl RedisFlights {
             prefix: self.prefix.clone(),
             apply: Script::new(APPLY),
             epoch: 0,
+            keep: self.keep,
+            seq: None,
         }
+    }
+
+    /// Journal entries stay `keep` after PostgreSQL holds their outcome (`redis.journal-keep`):
+    /// the evidence that heals a PostgreSQL that lost commits (#20).
+    pub fn keeping(mut self, keep: Duration) -> RedisFlights {
+        self.keep = keep;
+        self
     }
 
     /// Every apply carries `epoch`; Redis refuses it once a newer epoch wrote there.
@@ -466,22 +517,172 @@ impl RedisFlights {
     }
 }
 
+impl FlightAudit for RedisFlights {
+    fn audit(&mut self) -> StoreResult<FlightMarks> {
+        let keys = ["lease:epoch", "journal:pruned", "applied:seq", "applied:max"].map(|k| format!("{}{k}", self.prefix));
+        let got: Vec<Option<i64>> = self.run(|c, _| redis::cmd("MGET").arg(&keys).query(c))?;
+        let v = |k: usize| got.get(k).copied().flatten();
+        Ok(FlightMarks {
+            epoch: v(0).unwrap_or(0),
+            pruned: v(1),
+            seq: v(2).unwrap_or(0),
+            applied_max: v(3).unwrap_or(0),
+        })
+    }
+
+    fn journal_has(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>> {
+        let journal = format!("{}journal", self.prefix);
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(1000) {
+            let got: Vec<Value> = self.run(|c, _| {
+                let mut p = redis::pipe();
+                chunk.iter().for_each(|m| {
+                    p.hexists(&journal, *m);
+                });
+                query_bounded(c, &p, 0)
+            })?;
+            for v in got {
+                out.push(parse::<bool>(v)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn journal_ids(&mut self) -> StoreResult<Vec<i64>> {
+        let journal = format!("{}journal", self.prefix);
+        let keys: Vec<i64> = self.run(|c, _| redis::cmd("HKEYS").arg(&journal).query(c))?;
+        let mut keys = keys;
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
+        let key = format!("{}journal:pruned", self.prefix);
+        self.run(|c, _| redis::cmd("SET").arg(&key).arg(id).query::<()>(c))
+    }
+
+    fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
+        let idx = format!("{}sodt", self.prefix);
+        for chunk in r.flights.chunks(200) {
+            let cmds: Vec<redis::Cmd> = chunk.iter().flat_map(|(flid, f, sodt)| self.restore_flight(&idx, flid, f, *sodt)).collect();
+            self.run(|c, _| {
+                let mut p = redis::pipe();
+                p.atomic();
+                cmds.iter().for_each(|cmd| {
+                    p.add_command(cmd.clone()).ignore();
+                });
+                p.query::<()>(c)
+            })?;
+        }
+        let (jkey, dkey) = (format!("{}journal", self.prefix), format!("{}journal:done", self.prefix));
+        let top = r.journal.iter().map(|(m, _)| *m).max();
+        for chunk in r.journal.chunks(500) {
+            let mut docs = Vec::with_capacity(chunk.len());
+            for (m, d) in chunk {
+                let doc = serde_json::to_string(&Journal { events: &d.events, references: &d.references })
+                    .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
+                docs.push((*m, doc));
+            }
+            self.run(|c, _| {
+                let mut p = redis::pipe();
+                for (m, doc) in &docs {
+                    p.hset(&jkey, *m, doc).ignore();
+                    p.zadd(&dkey, *m, unix_millis(now)).ignore();
+                }
+                p.expire(&jkey, JOURNAL_TTL_SECS as i64).ignore();
+                p.expire(&dkey, JOURNAL_TTL_SECS as i64).ignore();
+                p.query::<()>(c)
+            })?;
+        }
+        let gen = format!("{}schd:gen", self.prefix);
+        let max = format!("{}applied:max", self.prefix);
+        self.run(|c, _| {
+            let mut p = redis::pipe();
+            if let Some((g, m)) = r.generation {
+                p.hset_multiple(&gen, &[("gen", g), ("msg_id", m)]).ignore();
+            }
+            if let Some(top) = top {
+                p.cmd("SET").arg(&max).arg(top).ignore();
+            }
+            p.query::<()>(c)
+        })?;
+        self.durable()
+    }
+
+    fn generation_of(&mut self) -> StoreResult<(i64, i64)> {
+        self.generation()
+    }
+}
+
+impl RedisFlights {
+    /// The commands that put one flight in place whole.
+    fn restore_flight(&self, idx: &str, flid: &str, f: &FlightState, sodt: Option<i64>) -> Vec<redis::Cmd> {
+        let (key, vkey) = (self.key("flight", flid), self.key("fver", flid));
+        let mut cmds = vec![redis::Cmd::del(&key), redis::Cmd::del(&vkey)];
+        if !f.fields.is_empty() {
+            let kv: Vec<(&String, &String)> = f.fields.iter().collect();
+            cmds.push(redis::Cmd::hset_multiple(&key, &kv));
+        }
+        let mut versions: Vec<(String, i64)> = f.versions.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        if f.deleted > 0 {
+            versions.push(("~del".into(), f.deleted));
+        }
+        if !versions.is_empty() {
+            cmds.push(redis::Cmd::hset_multiple(&vkey, &versions));
+        }
+        match sodt.filter(|_| f.exists()) {
+            Some(k) => cmds.push(redis::Cmd::zadd(idx, flid, k)),
+            None => cmds.push(redis::Cmd::zrem(idx, flid)),
+        }
+        if !f.exists() && !versions.is_empty() {
+            cmds.push(redis::Cmd::expire(&vkey, TOMBSTONE_TTL_SECS as i64));
+        }
+        cmds
+    }
+
+    /// Deletes every key under the prefix: what a FLUSHALL does to msgx (tests, drills).
+    pub fn drop_everything(&mut self) -> StoreResult<()> {
+        let pattern = format!("{}*", self.prefix);
+        let keys: Vec<String> = self.run(|c, _| redis::cmd("KEYS").arg(&pattern).query(c))?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.run(|c, _| redis::cmd("DEL").arg(&keys).query::<()>(c))
+    }
+}
+
+/// Milliseconds since the epoch (the journal's done times).
+fn unix_millis(t: SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl RedisFlights {
+    /// The FORGET script for `msg_ids` at `now`.
+    fn forget_cmd(&self, msg_ids: &[i64], now: SystemTime) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(FORGET).arg(0).arg(&self.prefix).arg(unix_millis(now));
+        cmd.arg(self.keep.as_millis() as i64).arg(JOURNAL_TTL_SECS).arg(msg_ids);
+        cmd
+    }
+}
+
 fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
     redis::from_redis_value(v).map_err(|e| StoreError::rejected("redis", format!("unexpected reply: {e}")))
 }
 
 impl FlightStore for RedisFlights {
-    fn prepare(&mut self, need: &RoundNeed, forget: &[i64]) -> StoreResult<Prepared> {
+    fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
         let journal = format!("{}journal", self.prefix);
         let flight_keys: Vec<(String, String)> =
             need.flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
         let idx = format!("{}sodt", self.prefix);
-        // One round trip: the DEL of journal entries PostgreSQL now holds, then the round's
+        // One round trip: the journal entries PostgreSQL now holds marked done, then the round's
         // journal, every flight with its versions, and a snapshot's window.
+        let forgetting = (!forget.is_empty()).then(|| self.forget_cmd(forget, now));
         let mut values: Vec<Value> = self.run(|c, _| {
             let mut p = redis::pipe();
-            if !forget.is_empty() {
-                p.hdel(&journal, forget);
+            if let Some(cmd) = &forgetting {
+                p.add_command(cmd.clone());
             }
             if !need.msg_ids.is_empty() {
                 p.cmd("HMGET").arg(&journal).arg(&need.msg_ids);
@@ -546,21 +747,23 @@ impl FlightStore for RedisFlights {
             .collect::<Result<_, _>>()
             .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
         let prefix = self.prefix.clone();
-        let epoch = self.epoch;
-        let flags: Vec<i64> = self.run(|c, script| {
+        let (epoch, saw) = (self.epoch, self.seq.unwrap_or(-1));
+        let mut flags: Vec<i64> = self.run(|c, script| {
             let mut inv = script.prepare_invoke();
-            inv.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS).arg(docs.len());
+            inv.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
+            inv.arg(saw).arg(docs.len());
             for (m, snapshot, flights, journal) in &docs {
                 inv.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(flights).arg(journal);
             }
             inv.invoke(c)
         })?;
+        self.seq = flags.pop();
         self.durable()?;
         Ok(flags.into_iter().map(|f| f == 1).collect())
     }
 
-    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()> {
-        let journal = format!("{}journal", self.prefix);
-        self.run(|c, _| redis::cmd("HDEL").arg(&journal).arg(msg_ids).query::<()>(c))
+    fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        let cmd = self.forget_cmd(msg_ids, now);
+        self.run(|c, _| cmd.query::<i64>(c)).map(|_| ())
     }
 }

@@ -2,14 +2,15 @@
 //! FlightStore conformance suite checks case by case on both.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use super::{fault_controls, Shared};
 use crate::error::StoreError;
 pub use crate::handlers::FlightState;
 use crate::handlers::{Decision, Flight};
-use crate::ports::{FlightStore, Prepared, RoundNeed, StoreResult};
+use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct FlightsState {
     /// Every flight msgx holds, with versions; a deleted flight keeps its versions (tombstone).
     pub flights: BTreeMap<String, FlightState>,
@@ -20,6 +21,42 @@ pub struct FlightsState {
     pub generation: (i64, i64),
     /// The newest lease epoch that wrote here (the fence, PRE-5).
     pub epoch: i64,
+    /// Journal entries whose outcome PostgreSQL holds, with when it was said (`journal:done`).
+    pub done: BTreeMap<i64, SystemTime>,
+    /// The highest MSG_ID whose journal entry was dropped (`journal:pruned`; `None`: never set).
+    pub pruned: Option<i64>,
+    /// Applies so far (`applied:seq`) and the highest MSG_ID applied (`applied:max`).
+    pub seq: i64,
+    pub applied_max: i64,
+}
+
+/// What one handle on the twin holds of its own, as a Redis connection of the adapter does.
+#[derive(Debug, Clone, Default)]
+pub struct Handle {
+    /// The lease epoch every apply carries.
+    fence: Option<i64>,
+    /// `redis.journal-keep`.
+    keep: Duration,
+    /// The apply count this handle last saw.
+    seq: Option<i64>,
+}
+
+/// Marks `ids` done at `now` and drops the entries done longer than `keep` (at most 1000), as
+/// the FORGET script does.
+pub fn forget_entries(s: &mut FlightsState, ids: &[i64], now: SystemTime, keep: Duration) {
+    for id in ids {
+        s.done.entry(*id).or_insert(now);
+    }
+    let cutoff = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut old: Vec<(SystemTime, i64)> =
+        s.done.iter().filter(|(_, t)| **t <= cutoff).map(|(m, t)| (*t, *m)).collect();
+    old.sort();
+    old.truncate(1000);
+    for (_, m) in old {
+        s.done.remove(&m);
+        s.applied.remove(&m);
+        s.pruned = Some(s.pruned.unwrap_or(0).max(m));
+    }
 }
 
 /// Applies one decision of message `m` as the Redis script does; false when a snapshot is not
@@ -50,8 +87,36 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     true
 }
 
+/// Applies a round as the APPLY script does: refused when the twin holds fewer applies than
+/// `saw` (it forgot) or a newer epoch holds it; otherwise the count moves on.
+fn apply_round(s: &mut FlightsState, h: &Handle, decisions: &[(i64, &Decision)]) -> StoreResult<(Vec<bool>, i64)> {
+    if let Some(saw) = h.seq {
+        if s.seq < saw {
+            return Err(StoreError::forgot(
+                "redis",
+                format!("MSGX_FORGOT redis holds {} applies, this instance made {saw}", s.seq),
+            ));
+        }
+    }
+    if let Some(e) = h.fence {
+        if s.epoch > e {
+            return Err(StoreError::fenced(
+                "redis",
+                format!("MSGX_FENCED: epoch {} holds the flights, this instance has {e}", s.epoch),
+            ));
+        }
+        s.epoch = e;
+    }
+    let flags = decisions.iter().map(|(m, d)| apply_decision(s, *m, d)).collect();
+    if let Some(top) = decisions.iter().map(|(m, _)| *m).max() {
+        s.applied_max = s.applied_max.max(top);
+    }
+    s.seq += 1;
+    Ok((flags, s.seq))
+}
+
 #[derive(Debug, Clone, Default)]
-pub struct MemFlights(pub(crate) Shared<FlightsState>, Option<i64>);
+pub struct MemFlights(pub(crate) Shared<FlightsState>, Handle);
 
 fault_controls!(MemFlights);
 
@@ -62,7 +127,18 @@ impl MemFlights {
 
     /// A handle whose applies carry the lease epoch, as the Redis adapter's do.
     pub fn fenced(&self, epoch: i64) -> MemFlights {
-        MemFlights(self.0.clone(), Some(epoch))
+        MemFlights(self.0.clone(), Handle { fence: Some(epoch), ..self.1.clone() })
+    }
+
+    /// Journal entries stay `keep` after PostgreSQL holds their outcome (`redis.journal-keep`).
+    pub fn keeping(mut self, keep: Duration) -> MemFlights {
+        self.1.keep = keep;
+        self
+    }
+
+    /// Another handle on the same twin, as a new connection: unfenced, no apply count seen.
+    pub fn handle(&self) -> MemFlights {
+        MemFlights(self.0.clone(), Handle { keep: self.1.keep, ..Handle::default() })
     }
 
     /// A flight's fields (`None` when msgx holds nothing for it).
@@ -107,12 +183,75 @@ impl MemFlights {
     }
 }
 
-impl FlightStore for MemFlights {
-    fn prepare(&mut self, need: &RoundNeed, forget: &[i64]) -> StoreResult<Prepared> {
-        // One round trip: the DELs of `forget` ride along with the reads.
+impl MemFlights {
+    /// The whole state, as a restore of an older dump would bring back (the simulator's "Redis
+    /// forgets", #20).
+    pub fn state(&self) -> FlightsState {
+        self.inspect(Clone::clone)
+    }
+
+    /// Puts `s` in place of the state: an older dump restored, or an empty store.
+    pub fn replace_state(&self, s: FlightsState) {
+        self.0.lock().state = s;
+    }
+}
+
+impl FlightAudit for MemFlights {
+    fn audit(&mut self) -> StoreResult<FlightMarks> {
         self.0.write("redis", |s| {
-            for id in forget {
-                s.applied.remove(id);
+            Ok(FlightMarks { epoch: s.epoch, pruned: s.pruned, seq: s.seq, applied_max: s.applied_max })
+        })
+    }
+
+    fn journal_has(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>> {
+        self.0.write("redis", |s| Ok(ids.iter().map(|m| s.applied.contains_key(m)).collect()))
+    }
+
+    fn journal_ids(&mut self) -> StoreResult<Vec<i64>> {
+        self.0.write("redis", |s| Ok(s.applied.keys().copied().collect()))
+    }
+
+    fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
+        self.0.write("redis", |s| {
+            s.pruned = Some(id);
+            Ok(())
+        })
+    }
+
+    fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
+        self.0.write("redis", |s| {
+            for (flid, f, sodt) in &r.flights {
+                s.flights.insert(flid.clone(), f.clone());
+                match sodt.filter(|_| f.exists()) {
+                    Some(k) => s.sodt.insert(flid.clone(), k),
+                    None => s.sodt.remove(flid),
+                };
+            }
+            if let Some(g) = r.generation {
+                s.generation = g;
+            }
+            for (m, d) in &r.journal {
+                let entry = Decision { events: d.events.clone(), references: d.references.clone(), ..Default::default() };
+                s.applied.insert(*m, entry);
+                s.done.insert(*m, now);
+                s.applied_max = s.applied_max.max(*m);
+            }
+            Ok(())
+        })
+    }
+
+    fn generation_of(&mut self) -> StoreResult<(i64, i64)> {
+        Ok(self.generation())
+    }
+}
+
+impl FlightStore for MemFlights {
+    fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
+        // One round trip: `forget` rides along with the reads.
+        let keep = self.1.keep;
+        self.0.write("redis", |s| {
+            if !forget.is_empty() {
+                forget_entries(s, forget, now, keep);
             }
             let applied =
                 need.msg_ids.iter().filter_map(|m| s.applied.get(m).map(|d| (*m, d.clone()))).collect();
@@ -136,26 +275,19 @@ impl FlightStore for MemFlights {
     }
 
     fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>> {
-        let fence = self.1;
-        self.0.write("redis", |s| {
-            if let Some(e) = fence {
-                if s.epoch > e {
-                    return Err(StoreError::fenced(
-                        "redis",
-                        format!("MSGX_FENCED: epoch {} holds the flights, this instance has {e}", s.epoch),
-                    ));
-                }
-                s.epoch = e;
-            }
-            Ok(decisions.iter().map(|(m, d)| apply_decision(s, *m, d)).collect())
-        })
+        if decisions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let h = self.1.clone();
+        let (flags, seq) = self.0.write("redis", |s| apply_round(s, &h, decisions))?;
+        self.1.seq = Some(seq);
+        Ok(flags)
     }
 
-    fn forget(&mut self, msg_ids: &[i64]) -> StoreResult<()> {
+    fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        let keep = self.1.keep;
         self.0.write("redis", |s| {
-            for id in msg_ids {
-                s.applied.remove(id);
-            }
+            forget_entries(s, msg_ids, now, keep);
             Ok(())
         })
     }
