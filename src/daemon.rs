@@ -22,12 +22,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use crossbeam_channel::{bounded, select, Receiver, Sender};
+use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 use log::{error, info, warn};
 
 use crate::backfill::Backfill;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::consistency::{self, Depth, HealError, Stores};
 use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
 use crate::error::StoreError;
 use crate::ingress::compat::{self, CompatServer};
@@ -345,26 +346,132 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
     // Up from the start: a standby answers /live and says why it is not /ready.
     let (ops_stop, ops_thread) = ops_endpoint(cfg, &ops, &clock)?;
-    let mut lease = Pg::new(&cfg.pg_url)?;
-    let Some((epoch, sent)) = standby(&mut lease, &me, cfg, clock.as_ref(), &stop, &ops)? else {
-        info!("stopped while standing by");
-        drop(ops_stop);
-        ops_thread.map(|t| t.join());
-        return Ok(());
-    };
-    let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
-    let result = serve(cfg, clock, stop, lease, &me, gate.clone(), &ops);
+    let result = lifetimes(cfg, &clock, &stop, &me, &ops);
     ops.standby("stopping");
     drop(ops_stop);
     ops_thread.map(|t| t.join());
-    if !gate.is_stale() {
-        // Released at once so a standby takes over without waiting for the expiry.
-        match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(&me, epoch)) {
-            Ok(()) => info!("lease released epoch={epoch}"),
-            Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
+    result
+}
+
+/// How many times one process heals a store that forgot before it gives up (exit 6): a store
+/// that keeps forgetting needs a person.
+const MAX_HEALS: u32 = 5;
+
+/// Stands by, takes the lease, checks the stores and serves — and again after a store forgot
+/// what it acknowledged (#20): the stages stopped, the stores are compared and healed, and they
+/// start again under a fresh epoch above every one seen.
+fn lifetimes(
+    cfg: &Config,
+    clock: &Arc<dyn Clock>,
+    stop: &Receiver<()>,
+    me: &Claimant,
+    ops: &Arc<Ops>,
+) -> Result<(), DaemonError> {
+    let mut heals = 0;
+    loop {
+        let mut lease = Pg::new(&cfg.pg_url)?;
+        let floor = epoch_seen_by_redis(cfg);
+        let Some((epoch, sent)) = standby(&mut lease, me, cfg, clock.as_ref(), stop, ops, floor)? else {
+            info!("stopped while standing by");
+            return Ok(());
+        };
+        let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
+        let checked = if cfg.pipeline.check_on_startup || heals > 0 {
+            consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats)
+        } else {
+            Ok(())
+        };
+        let result =
+            checked.and_then(|()| serve(cfg, clock.clone(), stop.clone(), lease, me, gate.clone(), ops));
+        if !gate.is_stale() || matches!(result, Err(DaemonError::Forgot(_))) {
+            // Released at once so a standby takes over without waiting for the expiry.
+            match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(me, epoch)) {
+                Ok(()) => info!("lease released epoch={epoch}"),
+                Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
+            }
+        }
+        match result {
+            Err(DaemonError::Forgot(why))
+                if heals < MAX_HEALS && stop.try_recv() != Err(TryRecvError::Disconnected) =>
+            {
+                heals += 1;
+                warn!(
+                    "a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again (heal {heals} of at most {MAX_HEALS})"
+                );
+                crate::store::pg::witness::rebase_all();
+            }
+            other => return other,
         }
     }
-    result
+}
+
+/// The newest lease epoch Redis saw (0 when it cannot say): a new epoch is taken above it.
+fn epoch_seen_by_redis(cfg: &Config) -> i64 {
+    match RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.epoch_held()) {
+        Ok(e) => e,
+        Err(e) => {
+            warn!("the lease epoch Redis saw is not known ({e}); the new epoch is PostgreSQL's alone");
+            0
+        }
+    }
+}
+
+/// The consistency check in full, then the heal of what it found, before any stage runs (U25,
+/// #20). A store that cannot be reached is left to the sentinel stage; evidence that is not
+/// enough to heal stops msgx (exit 6) with what a person must decide.
+fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) -> Result<(), DaemonError> {
+    let opened = (|| -> Result<_, StoreError> {
+        Ok((
+            Pg::new(&cfg.pg_url)?.fenced(epoch),
+            MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
+            RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(cfg.pipeline.journal_keep),
+        ))
+    })();
+    let (mut pg, mut mailbox, mut flights) = match opened {
+        Ok(s) => s,
+        Err(e) => {
+            warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
+            return Ok(());
+        }
+    };
+    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let report = match consistency::check(&mut st, Depth::Full { sample: 0.0 }) {
+        Ok(r) => r,
+        Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
+        Err(e) => {
+            warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
+            return Ok(());
+        }
+    };
+    if report.is_clean() {
+        info!(
+            "consistency: postgres (highest MSG_ID {}, epoch {}), the mailbox marks and Redis (epoch {}, journal complete above MSG_ID {}) agree",
+            report.pg_known_max,
+            report.pg_epoch,
+            report.redis.epoch,
+            report.redis.pruned.map_or("-".to_string(), |p| p.to_string())
+        );
+    } else {
+        report.log();
+        crate::stats::add(&stats.consistency_findings, report.findings.len() as u64);
+    }
+    match consistency::heal(&mut st, &report, clock.now()) {
+        Ok(_) if report.is_clean() => return Ok(()),
+        Ok(_) => crate::stats::add(&stats.heals, 1),
+        Err(HealError::Person(why)) => {
+            error!("consistency: not healed: {why}");
+            return Err(DaemonError::Forgot(why));
+        }
+        Err(HealError::Store(e)) => return Err(DaemonError::Store(e)),
+    }
+    let after = consistency::check(&mut st, Depth::Full { sample: 0.0 })?;
+    if let Some(f) = after.findings.first() {
+        after.log();
+        error!("consistency: still behind after healing; a person must decide (docs/operations.md)");
+        return Err(DaemonError::Forgot(f.line()));
+    }
+    info!("consistency: healed; the stores agree again");
+    Ok(())
 }
 
 /// The operations endpoint (`metrics.listen`) on its own thread, until the sender is dropped.
@@ -406,6 +513,7 @@ fn standby(
     clock: &dyn Clock,
     stop: &Receiver<()>,
     ops: &Ops,
+    floor: i64,
 ) -> Result<Option<(i64, crate::clock::Mono)>, DaemonError> {
     let mut outages = Outages::new("lease", cfg.pipeline.outage);
     let mut said: Option<SystemTime> = None;
@@ -413,7 +521,7 @@ fn standby(
     loop {
         let sent = clock.now();
         let sent_mono = clock.mono();
-        match lease.claim(me, cfg.lease.duration) {
+        match lease.claim_above(me, cfg.lease.duration, floor) {
             Ok(Claim::Acquired { epoch, previous }) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
                 match previous {
@@ -510,7 +618,7 @@ pub fn serve(
             Pump::new(
                 pg()?,
                 mailbox()?,
-                RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch),
+                RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch).keeping(p.journal_keep),
                 p,
                 stats.clone(),
             )
@@ -553,6 +661,17 @@ pub fn serve(
         spawn(
             Jobs::new(pg()?, p, stats.clone()),
             Wiring { bell: None, rings: vec![], idle: p.jobs_interval },
+            ctx.clone(),
+        ),
+        spawn(
+            consistency::stage::Sentinel::new(
+                pg()?,
+                mailbox()?,
+                RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(p.journal_keep),
+                p.check_sample_ratio,
+                stats.clone(),
+            ),
+            Wiring { bell: None, rings: vec![], idle: consistency::stage::EVERY },
             ctx.clone(),
         ),
         lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()),

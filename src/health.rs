@@ -35,6 +35,9 @@ pub struct Observed {
     pub stalled: Option<(String, String, Duration)>,
     /// Whether an instance holds the lease (renewed, not expired), and who.
     pub holder: Option<String>,
+    /// The consistency check's first finding (a store behind what it acknowledged, #20), or
+    /// why the check could not run (a store unreachable: said, not alarmed on).
+    pub forgotten: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,6 +111,9 @@ pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
         let l = by_age(*d, t.stalled_warning, t.stalled_critical);
         problems.push((l, format!("stage {stage} stalled on {store} for {}", human(*d))));
     }
+    if let Some(f) = &o.forgotten {
+        problems.push((Level::Critical, f.clone()));
+    }
     let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
     let mut said: Vec<&str> =
         problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();
@@ -176,6 +182,15 @@ mod tests {
         let v = assess(&Observed { holder: None, ..healthy() }, &t());
         assert_eq!(v.level, Level::Critical);
         assert!(v.line.contains("no instance holds the lease"), "{}", v.line);
+    }
+
+    #[test]
+    fn a_store_that_forgot_is_critical_until_healed() {
+        let line = "consistency: redis behind: 3 SUCCEEDED message(s) … (MSG_IDs 7, 8, 9)";
+        let v = assess(&Observed { forgotten: Some(line.into()), ..healthy() }, &t());
+        assert_eq!(v.level, Level::Critical);
+        assert!(v.line.contains("redis behind"), "{}", v.line);
+        assert_eq!(assess(&healthy(), &t()).level, Level::Ok, "healed: the finding is gone");
     }
 
     #[test]

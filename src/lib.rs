@@ -11,6 +11,7 @@ pub mod backfill;
 pub mod clock;
 pub mod codec;
 pub mod config;
+pub mod consistency;
 pub mod daemon;
 pub mod dispatch;
 pub mod domain;

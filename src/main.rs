@@ -17,6 +17,9 @@ use msgx::store::mailbox::{MysqlMailbox, MysqlOutbound};
 use msgx::store::pg::{migrate, Pg};
 
 /// Exit codes (docs/reference.md).
+#[path = "cli/consistency.rs"]
+mod consistency_cli;
+
 mod exit {
     pub const OK: u8 = 0;
     pub const FAILED: u8 = 1;
@@ -115,6 +118,28 @@ enum Command {
         /// This EVENT_ID and the ones after it.
         #[arg(long, value_name = "EVENT_ID")]
         from_event: Option<i64>,
+        /// Do it.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// The consistency sentinel by hand (U25): mailbox and marks against PROC_STATE, SUCCEEDED
+    /// messages against Redis's journal and field versions, Redis's lease epoch against
+    /// PostgreSQL's. Exit 0 clean, 1 findings, 4 a store unreachable. Read only.
+    Verify {
+        /// The share of SUCCEEDED messages decided again to compare field versions (default
+        /// msgx.consistency-check.daily-sample-ratio).
+        #[arg(long, value_name = "RATIO")]
+        sample: Option<f64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the flights in Redis from the mailbox texts of the SUCCEEDED messages, in MSG_ID
+    /// order through the same handlers (Redis only: no events). Shows what would change and
+    /// exits 2 without --yes; refused while an instance runs.
+    RebuildFlights {
+        /// Only these FLIDs (comma-separated); default every flight.
+        #[arg(long, value_delimiter = ',')]
+        flid: Vec<String>,
         /// Do it.
         #[arg(long)]
         yes: bool,
@@ -236,6 +261,8 @@ fn run_cli() -> ExitCode {
                     resend(&cfg, target, since.as_deref(), *from_event, *yes)
                 }
                 Command::ResetWatermark { to, yes } => reset_watermark(&cfg, *to, *yes),
+                Command::Verify { sample, json } => consistency_cli::verify(&cfg, *sample, *json),
+                Command::RebuildFlights { flid, yes } => consistency_cli::rebuild_flights(&cfg, flid, *yes),
                 Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
                     unreachable!("handled above")
                 }
@@ -776,6 +803,7 @@ fn health_check(cfg: &Config) -> ExitCode {
                 abandoned: s.abandoned_count as u64,
                 stalled: r.stalled.first().cloned(),
                 holder: (!r.holder.free).then(|| who(&r.holder)),
+                forgotten: consistency_cli::finding(cfg),
             };
             assess(&o, &cfg.health)
         }
@@ -924,7 +952,11 @@ fn decision(
         None => "an empty flight view",
         Some(r) => {
             let need = need_of(&msg);
-            let p = r.prepare(&RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window }, &[], SystemClock.now())?;
+            let p = r.prepare(
+                &RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window },
+                &[],
+                SystemClock.now(),
+            )?;
             view.flights = p.flights;
             view.window = p.window;
             "the flights in Redis now"

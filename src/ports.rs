@@ -489,6 +489,33 @@ pub trait FlightStore {
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()>;
 }
 
+/// Own PostgreSQL, what the consistency check reads (#20): never written through.
+pub trait StateAudit {
+    /// The highest MSG_ID `PROC_STATE` holds a row for (archived ones keep a shadow); 0: none.
+    fn known_max(&mut self) -> StoreResult<i64>;
+    /// Those of `ids` (ascending) `PROC_STATE` has no row for, ascending.
+    fn unknown(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
+    /// SUCCEEDED messages above `after` (archived ones too), ascending, at most `limit`.
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>>;
+    /// The newest `limit` SUCCEEDED messages still in `PROC_STATE`, ascending.
+    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>>;
+}
+
+/// A mailbox row msgx has or had to process: unmarked and in the status filter, or marked
+/// with msgx's processed status (`marked`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OursRow {
+    pub row: InboundRow,
+    pub marked: bool,
+}
+
+/// The shared mailbox, what the consistency check reads (#20).
+pub trait MailboxAudit {
+    /// Rows with `from <= ID <= to` msgx has or had to process (only the marked ones with
+    /// `marked_only`), in ID order, at most `limit`.
+    fn ours(&mut self, from: i64, to: i64, limit: usize, marked_only: bool) -> StoreResult<Vec<OursRow>>;
+}
+
 /// Redis's own marks, as the consistency check reads them (#20).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FlightMarks {
@@ -528,6 +555,8 @@ pub trait FlightAudit {
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()>;
     /// The daily plan's generation and the message that last advanced it.
     fn generation_of(&mut self) -> StoreResult<(i64, i64)>;
+    /// Every flight msgx holds (tombstones too), with its key in the plan index.
+    fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>>;
 }
 
 /// One Kafka record.
@@ -584,7 +613,14 @@ pub enum Claim {
 /// epoch that fences every write of a stale holder.
 pub trait LeaseStore {
     /// Takes the lease if it is free (expired or released), incrementing the epoch.
-    fn claim(&mut self, me: &Claimant, duration: std::time::Duration) -> StoreResult<Claim>;
+    fn claim(&mut self, me: &Claimant, duration: std::time::Duration) -> StoreResult<Claim> {
+        self.claim_above(me, duration, 0)
+    }
+    /// As `claim`, the new epoch above `floor` too: `max(epoch here, floor) + 1`, where `floor`
+    /// is the highest epoch another store saw — epochs stay monotonic across stores even when
+    /// PostgreSQL went back in time (#20).
+    fn claim_above(&mut self, me: &Claimant, duration: std::time::Duration, floor: i64)
+        -> StoreResult<Claim>;
     /// Extends the lease and reports `status`; false when the epoch is no longer this
     /// process's (a newer holder exists: this instance is stale).
     fn renew(

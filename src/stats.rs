@@ -51,6 +51,8 @@ counters! {
     unknown_elements: "element or attribute names the tolerant reader skipped (msgx.codec.strict = false)",
     outages: "times a stage stalled on a store that was unavailable or refused it (SPEC 4.9)",
     outage_ms: "milliseconds stages spent stalled, summed over stages and outages",
+    consistency_findings: "findings of the consistency sentinel: a store behind what it acknowledged (U25, #20)",
+    heals: "stores healed after they forgot (mailbox rows enqueued again, flights rebuilt)",
 }
 
 /// Seconds from the mailbox's `DATE_RECEIVED` to SUCCEEDED (processing), and from SUCCEEDED to

@@ -286,13 +286,7 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Duration { min: Duration::from_millis(100) },
         "how often the active instance renews the lease and a standby looks at it; at most a third of the duration",
     ),
-    // --- msgx.proc-state, msgx.schd, msgx.identity, msgx.codec ---
-    k(
-        "msgx.proc-state.archive-after",
-        "\"1d\"",
-        Kind::Duration { min: MS },
-        "settled terminal rows older than this move to PROC_STATE_HST (G-PROC-HST)",
-    ),
+    // --- msgx.consistency-check (U25) ---
     k(
         "msgx.consistency-check.on-startup",
         "true",
@@ -303,7 +297,14 @@ pub const KEYS: &[KeySpec] = &[
         "msgx.consistency-check.daily-sample-ratio",
         "0.01",
         Kind::Ratio,
-        "U25: the share of the day's SUCCEEDED messages whose flight versions the jobs thread checks in Redis once a day (0: off)",
+        "U25: the share of the day's SUCCEEDED messages whose flight versions the sentinel stage checks in Redis once a day (0: off)",
+    ),
+    // --- msgx.proc-state, msgx.schd, msgx.identity, msgx.codec ---
+    k(
+        "msgx.proc-state.archive-after",
+        "\"1d\"",
+        Kind::Duration { min: MS },
+        "settled terminal rows older than this move to PROC_STATE_HST (G-PROC-HST)",
     ),
     k(
         "msgx.proc-state.dead-keep",

@@ -111,7 +111,7 @@ impl Metrics {
                 ("result", "overdue", &s.marks_overdue),
             ]),
         );
-        let plain: [(&str, &str, &AtomicU64); 9] = [
+        let plain: [(&str, &str, &AtomicU64); 11] = [
             ("msgx_polled", "Mailbox rows seen by the poller", &s.polled),
             ("msgx_enqueued", "PROC_STATE rows created (PENDING)", &s.enqueued),
             ("msgx_rescued", "Unmarked mailbox rows the compensating rescan enqueued", &s.rescued),
@@ -121,6 +121,12 @@ impl Metrics {
             ("msgx_archived", "Terminal rows archived to PROC_STATE_HST", &s.archived),
             ("msgx_unknown_elements", "Element names the tolerant reader skipped", &s.unknown_elements),
             ("msgx_outages", "Times a stage stalled on a store (SPEC 4.9)", &s.outages),
+            (
+                "msgx_consistency_findings",
+                "Findings of the consistency sentinel: a store behind what it acknowledged",
+                &s.consistency_findings,
+            ),
+            ("msgx_heals", "Stores healed after they forgot", &s.heals),
         ];
         for (name, help, c) in plain {
             let counter = Counter::<u64>::default();
@@ -234,6 +240,8 @@ pub const SERIES: &[&str] = &[
     "msgx_unknown_elements_total",
     "msgx_outages_total",
     "msgx_outage_seconds_total",
+    "msgx_consistency_findings_total",
+    "msgx_heals_total",
     "msgx_processing_latency_seconds",
     "msgx_delivery_latency_seconds",
     "msgx_store_up",

@@ -205,8 +205,12 @@ pub fn a_stale_epoch_applies_nothing<S: FlightTwin>(s: S) {
 
 pub fn journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept<S: FlightTwin>(s: S) {
     let mut s = s.keeping_twin(Duration::from_secs(60));
-    s.apply(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")])), (3, &set("F", &[("STND", "C")]))])
-        .unwrap();
+    s.apply(&[
+        (1, &set("F", &[("STND", "A")])),
+        (2, &set("F", &[("STND", "B")])),
+        (3, &set("F", &[("STND", "C")])),
+    ])
+    .unwrap();
     s.forget(&[1, 2], at(0)).unwrap();
     let need = RoundNeed { msg_ids: vec![1, 2, 3], flids: vec![], window: None };
     let kept = s.prepare(&need, &[], at(59)).unwrap();
@@ -240,8 +244,7 @@ pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut 
     s.apply(&[(2, &set("X", &[("STND", "X")]))]).unwrap();
     let mut f = crate::handlers::FlightState::default();
     f.apply(&change("F", &[("STND", "NEW")], &[]), 5);
-    let mut gone = crate::handlers::FlightState::default();
-    gone.deleted = 6;
+    let gone = crate::handlers::FlightState { deleted: 6, ..Default::default() };
     let journal = set("F", &[]);
     let restore = crate::ports::Restore {
         flights: vec![("F".into(), f.clone(), Some(202612011200)), ("X".into(), gone, None)],

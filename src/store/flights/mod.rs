@@ -519,7 +519,8 @@ impl RedisFlights {
 
 impl FlightAudit for RedisFlights {
     fn audit(&mut self) -> StoreResult<FlightMarks> {
-        let keys = ["lease:epoch", "journal:pruned", "applied:seq", "applied:max"].map(|k| format!("{}{k}", self.prefix));
+        let keys = ["lease:epoch", "journal:pruned", "applied:seq", "applied:max"]
+            .map(|k| format!("{}{k}", self.prefix));
         let got: Vec<Option<i64>> = self.run(|c, _| redis::cmd("MGET").arg(&keys).query(c))?;
         let v = |k: usize| got.get(k).copied().flatten();
         Ok(FlightMarks {
@@ -564,7 +565,8 @@ impl FlightAudit for RedisFlights {
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
         let idx = format!("{}sodt", self.prefix);
         for chunk in r.flights.chunks(200) {
-            let cmds: Vec<redis::Cmd> = chunk.iter().flat_map(|(flid, f, sodt)| self.restore_flight(&idx, flid, f, *sodt)).collect();
+            let cmds: Vec<redis::Cmd> =
+                chunk.iter().flat_map(|(flid, f, sodt)| self.restore_flight(&idx, flid, f, *sodt)).collect();
             self.run(|c, _| {
                 let mut p = redis::pipe();
                 p.atomic();
@@ -611,6 +613,38 @@ impl FlightAudit for RedisFlights {
 
     fn generation_of(&mut self) -> StoreResult<(i64, i64)> {
         self.generation()
+    }
+
+    fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>> {
+        let mut flids = std::collections::BTreeSet::new();
+        for what in ["flight", "fver"] {
+            let pattern = format!("{}{what}:*", self.prefix);
+            let skip = pattern.len() - 1;
+            let keys: Vec<String> = self.run(|c, _| {
+                redis::Commands::scan_match::<_, String>(c, &pattern)?.collect::<Result<Vec<String>, _>>()
+            })?;
+            flids.extend(keys.into_iter().map(|k| k[skip..].to_string()));
+        }
+        let flids: Vec<String> = flids.into_iter().collect();
+        let idx = format!("{}sodt", self.prefix);
+        let mut out = Vec::with_capacity(flids.len());
+        for chunk in flids.chunks(500) {
+            let need = RoundNeed { msg_ids: Vec::new(), flids: chunk.to_vec(), window: None };
+            let got = self.prepare(&need, &[], SystemTime::UNIX_EPOCH)?.flights;
+            let scores: Vec<Option<i64>> = self.run(|c, _| {
+                let mut p = redis::pipe();
+                chunk.iter().for_each(|f| {
+                    p.zscore(&idx, f);
+                });
+                p.query(c)
+            })?;
+            for (flid, sodt) in chunk.iter().zip(scores) {
+                if let Some(f) = got.get(flid) {
+                    out.push((flid.clone(), f.clone(), sodt));
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -194,6 +194,45 @@ fn unmarked_sql(n: &InboundMailbox, from: i64, to: i64, limit: usize) -> (String
     (sql, params)
 }
 
+impl crate::ports::MailboxAudit for MysqlMailbox {
+    fn ours(
+        &mut self,
+        from: i64,
+        to: i64,
+        limit: usize,
+        marked_only: bool,
+    ) -> StoreResult<Vec<crate::ports::OursRow>> {
+        self.run(|c, n| {
+            let unmarked = if marked_only { "FALSE" } else { "TRUE" };
+            let sql = format!(
+                "SELECT {id}, {rcv}, {proc} IS NOT NULL FROM {t} WHERE {id} >= ? AND {id} <= ?
+                   AND (({unmarked} AND {proc} IS NULL AND {st} IN ({ph})) OR ({proc} IS NOT NULL AND {st} = ?))
+                 ORDER BY {id} LIMIT ?",
+                id = n.id_column,
+                rcv = n.received_column,
+                t = n.table,
+                proc = n.processed_column,
+                st = n.status_column,
+                ph = placeholders(n.status_filter.len())
+            );
+            let mut params: Vec<Value> = vec![from.into(), to.into()];
+            params.extend(n.status_filter.iter().map(|s| Value::from(s.as_str())));
+            params.push(n.processed_status.as_str().into());
+            params.push((limit as u64).into());
+            let rows: Vec<Row> = c.exec(sql, params)?;
+            rows.into_iter()
+                .map(|mut r| {
+                    let id: i64 = column(&mut r, 0, "id")?;
+                    let rcv: Value = column(&mut r, 1, "received")?;
+                    let marked: i64 = column(&mut r, 2, "marked")?;
+                    let row = InboundRow { id, received_at: from_value(rcv, &n.zone) };
+                    Ok(crate::ports::OursRow { row, marked: marked != 0 })
+                })
+                .collect()
+        })
+    }
+}
+
 impl MysqlMailbox {
     /// `EXPLAIN` of the rescan's chunk read, as (access type, key, estimated rows) per table:
     /// the proof that a chunk reads a primary-key range, not the table.

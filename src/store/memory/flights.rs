@@ -89,7 +89,11 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
 
 /// Applies a round as the APPLY script does: refused when the twin holds fewer applies than
 /// `saw` (it forgot) or a newer epoch holds it; otherwise the count moves on.
-fn apply_round(s: &mut FlightsState, h: &Handle, decisions: &[(i64, &Decision)]) -> StoreResult<(Vec<bool>, i64)> {
+fn apply_round(
+    s: &mut FlightsState,
+    h: &Handle,
+    decisions: &[(i64, &Decision)],
+) -> StoreResult<(Vec<bool>, i64)> {
     if let Some(saw) = h.seq {
         if s.seq < saw {
             return Err(StoreError::forgot(
@@ -231,7 +235,11 @@ impl FlightAudit for MemFlights {
                 s.generation = g;
             }
             for (m, d) in &r.journal {
-                let entry = Decision { events: d.events.clone(), references: d.references.clone(), ..Default::default() };
+                let entry = Decision {
+                    events: d.events.clone(),
+                    references: d.references.clone(),
+                    ..Default::default()
+                };
                 s.applied.insert(*m, entry);
                 s.done.insert(*m, now);
                 s.applied_max = s.applied_max.max(*m);
@@ -242,6 +250,12 @@ impl FlightAudit for MemFlights {
 
     fn generation_of(&mut self) -> StoreResult<(i64, i64)> {
         Ok(self.generation())
+    }
+
+    fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>> {
+        self.0.write("redis", |s| {
+            Ok(s.flights.iter().map(|(k, f)| (k.clone(), f.clone(), s.sodt.get(k).copied())).collect())
+        })
     }
 }
 

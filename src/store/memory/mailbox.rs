@@ -146,6 +146,34 @@ impl MailboxScan for MemMailbox {
     }
 }
 
+impl crate::ports::MailboxAudit for MemMailbox {
+    fn ours(
+        &mut self,
+        from: i64,
+        to: i64,
+        limit: usize,
+        marked_only: bool,
+    ) -> StoreResult<Vec<crate::ports::OursRow>> {
+        self.0.read("mailbox", |s| {
+            Ok(visible(s, from, to)
+                .filter_map(|(id, r)| {
+                    let row = InboundRow { id: *id, received_at: r.received_at };
+                    match r.processed_at {
+                        None if r.status == "VALID" && !marked_only => {
+                            Some(crate::ports::OursRow { row, marked: false })
+                        }
+                        Some(_) if r.status == s.processed_status => {
+                            Some(crate::ports::OursRow { row, marked: true })
+                        }
+                        _ => None,
+                    }
+                })
+                .take(limit)
+                .collect())
+        })
+    }
+}
+
 impl MailboxTexts for MemMailbox {
     fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
         self.0.read("mailbox", |s| {

@@ -13,7 +13,7 @@ mod kafka;
 mod mailbox;
 mod pg;
 
-pub use flights::{FlightState as MemFlightState, MemFlights};
+pub use flights::{FlightState as MemFlightState, FlightsState, MemFlights};
 pub use kafka::{MemProducer, ProducerState};
 pub use mailbox::{MailboxState, MemMailbox, MemOutbound, MemRow};
 pub use pg::{MemEvent, MemPg, MemProc, PgState};

@@ -71,7 +71,7 @@ pub struct MemLease {
     pub status: String,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PgState {
     pub procs: BTreeMap<i64, MemProc>,
     pub events: BTreeMap<i64, MemEvent>,
@@ -162,6 +162,16 @@ impl MemPg {
     pub fn arrive(&self, ids: &[i64], now: SystemTime) {
         let rows: Vec<InboundRow> = ids.iter().map(|&id| InboundRow { id, received_at: None }).collect();
         self.clone().enqueue(&rows, ids.iter().max().copied(), now).expect("enqueue");
+    }
+
+    /// The whole state, as a backup or a replica at this moment holds it (#20).
+    pub fn state(&self) -> PgState {
+        self.inspect(Clone::clone)
+    }
+
+    /// Puts `s` in place of the state: a restore, or a replica promoted with a lost tail.
+    pub fn replace_state(&self, s: PgState) {
+        self.0.lock().state = s;
     }
 
     pub fn proc(&self, msg_id: i64) -> Option<MemProc> {
@@ -956,8 +966,49 @@ fn lease_holder(l: &MemLease, now: SystemTime) -> LeaseHolder {
     }
 }
 
+impl crate::ports::StateAudit for MemPg {
+    fn known_max(&mut self) -> StoreResult<i64> {
+        self.0.read("postgres", |s| Ok(s.procs.keys().next_back().copied().unwrap_or(0)))
+    }
+
+    fn unknown(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        self.0.read("postgres", |s| Ok(ids.iter().copied().filter(|m| !s.procs.contains_key(m)).collect()))
+    }
+
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
+        self.0.read("postgres", |s| {
+            let ok = |p: &MemProc| p.row.state == ProcStatus::Succeeded;
+            let mut ids: Vec<i64> = s
+                .procs
+                .range(after + 1..)
+                .chain(s.hst.range(after + 1..))
+                .filter(|(_, p)| ok(p))
+                .map(|(m, _)| *m)
+                .collect();
+            ids.sort_unstable();
+            ids.truncate(limit);
+            Ok(ids)
+        })
+    }
+
+    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>> {
+        self.0.read("postgres", |s| {
+            let mut ids: Vec<i64> = s
+                .procs
+                .iter()
+                .rev()
+                .filter(|(_, p)| p.row.state == ProcStatus::Succeeded)
+                .take(limit)
+                .map(|(m, _)| *m)
+                .collect();
+            ids.reverse();
+            Ok(ids)
+        })
+    }
+}
+
 impl LeaseStore for MemPg {
-    fn claim(&mut self, me: &Claimant, duration: Duration) -> StoreResult<Claim> {
+    fn claim_above(&mut self, me: &Claimant, duration: Duration, floor: i64) -> StoreResult<Claim> {
         self.0.write("postgres", |s| {
             let now = s.clock.now();
             let before = lease_holder(&s.lease, now);
@@ -965,7 +1016,7 @@ impl LeaseStore for MemPg {
                 return Ok(Claim::HeldBy(before));
             }
             s.lease = MemLease {
-                epoch: s.lease.epoch + 1,
+                epoch: s.lease.epoch.max(floor) + 1,
                 holder: Some(me.id.clone()),
                 host: me.host.clone(),
                 pid: me.pid,

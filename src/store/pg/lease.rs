@@ -30,7 +30,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl LeaseStore for Pg {
-    fn claim(&mut self, me: &Claimant, duration: Duration) -> StoreResult<Claim> {
+    fn claim_above(&mut self, me: &Claimant, duration: Duration, floor: i64) -> StoreResult<Claim> {
         let pid = me.pid as i32;
         self.write(|c| {
             // FOR UPDATE: a claim waits for the holder's fenced transactions in flight (they
@@ -44,11 +44,11 @@ impl LeaseStore for Pg {
             }
             let epoch: i64 = c
                 .query_one(
-                    "UPDATE msgx_lease SET epoch = epoch + 1, holder = $1, host = $2, pid = $3,
+                    "UPDATE msgx_lease SET epoch = GREATEST(epoch, $5) + 1, holder = $1, host = $2, pid = $3,
                          acquired_at = clock_timestamp(), renewed_at = clock_timestamp(),
                          expires_at = clock_timestamp() + $4 * interval '1 millisecond', status = '{}'
                      WHERE id = 1 RETURNING epoch",
-                    &[&me.id, &me.host, &pid, &(millis(duration) as f64)],
+                    &[&me.id, &me.host, &pid, &(millis(duration) as f64), &floor],
                 )?
                 .get(0);
             let previous = before.holder.is_some().then_some(before);

@@ -4,6 +4,7 @@
 //! running instance starts with the fence (`msgx_fence(epoch)`, migration V007), so a stale
 //! instance never commits after a newer one took the lease (PRE-5).
 
+mod audit;
 pub mod classify;
 pub mod lease;
 pub mod migrate;
@@ -136,7 +137,7 @@ impl Pg {
                     )
                 };
                 log::error!(
-                    "postgres lost commits: {what} (an asynchronous replica promoted with a lost tail, or a restore); msgx stops writing: a person must decide (docs/operations.md)"
+                    "postgres lost commits: {what} (an asynchronous replica promoted with a lost tail, or a restore); msgx stops its stages, compares the stores and heals what it can prove (docs/operations.md)"
                 );
                 Err(StoreError::forgot("postgres", format!("lost commits: {what}")))
             }

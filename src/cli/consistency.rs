@@ -1,0 +1,107 @@
+//! `msgx verify` and `msgx rebuild-flights`: the consistency sentinel by hand (U25, #20).
+
+use msgx::clock::{Clock, SystemClock};
+use msgx::config::Config;
+use msgx::consistency::{self, Depth, HealError, Stores};
+use msgx::error::StoreError;
+use msgx::store::flights::RedisFlights;
+use msgx::store::mailbox::MysqlMailbox;
+use msgx::store::pg::Pg;
+
+use super::{exit, running, CmdResult};
+
+/// The three stores, connected now; a store that does not answer is exit 4.
+fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (u8, anyhow::Error)> {
+    let unreachable = |e: StoreError| (4, anyhow::Error::from(e));
+    let pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
+    let mailbox = MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+    let flights = RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix)
+        .map_err(unreachable)?
+        .keeping(cfg.pipeline.journal_keep);
+    Ok((pg, mailbox, flights))
+}
+
+/// `msgx verify [--sample RATIO] [--json]`: exit 0 clean, 1 findings, 4 a store unreachable.
+pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
+    let sample = sample.unwrap_or(cfg.pipeline.check_sample_ratio);
+    if !(0.0..=1.0).contains(&sample) {
+        return Err((exit::USAGE, anyhow::anyhow!("--sample {sample}: a ratio between 0 and 1")));
+    }
+    let (mut pg, mut mailbox, mut flights) = open(cfg)?;
+    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let r = consistency::check(&mut st, Depth::Full { sample }).map_err(|e| (4, e.into()))?;
+    if json {
+        let mut v = serde_json::to_value(&r).expect("a report serialises");
+        v["redis"] = serde_json::json!({
+            "epoch": r.redis.epoch, "journal_pruned": r.redis.pruned,
+            "applies": r.redis.seq, "applied_max": r.redis.applied_max,
+        });
+        v["clean"] = serde_json::json!(r.is_clean());
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        println!(
+            "postgres: highest MSG_ID {}, lease epoch {}; redis: epoch {}, {} applies, highest MSG_ID applied {}, journal complete above MSG_ID {}",
+            r.pg_known_max,
+            r.pg_epoch,
+            r.redis.epoch,
+            r.redis.seq,
+            r.redis.applied_max,
+            r.redis.pruned.map_or("- (not kept yet)".to_string(), |p| p.to_string())
+        );
+        println!(
+            "checked: {} SUCCEEDED message(s) against the Redis journal, {} sampled for field versions (ratio {sample})",
+            r.journal_checked, r.sampled
+        );
+        for kind in consistency::FindingKind::ALL {
+            match r.finding(kind) {
+                Some(f) => println!("FINDING {}: {}", kind.as_str(), f.line()),
+                None => println!("ok      {}", kind.as_str()),
+            }
+        }
+    }
+    match r.findings.len() {
+        0 => Ok(()),
+        n => Err((exit::FAILED, anyhow::anyhow!("{n} finding(s): a store is behind what it acknowledged"))),
+    }
+}
+
+/// `msgx rebuild-flights [--flid F…] [--yes]`: the flights rebuilt from the mailbox texts of every
+/// SUCCEEDED message held, on top of what Redis holds; without `--yes`, what would change.
+/// Refused while an instance runs: its pump writes the flights.
+pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
+    let (mut pg, mut mailbox, mut flights) = open(cfg)?;
+    let r = running(&mut pg, SystemClock.now())?;
+    if yes && !r.holder.free {
+        return Err((
+            exit::FAILED,
+            anyhow::anyhow!(
+                "an instance holds the lease ({}): stop msgx first, its pump writes the flights",
+                super::who(&r.holder)
+            ),
+        ));
+    }
+    let only = (!flids.is_empty()).then_some(flids);
+    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let (changed, messages) =
+        consistency::rebuild_flights(&mut st, only, SystemClock.now(), yes).map_err(|e| match e {
+            HealError::Store(e) => (4, e.into()),
+            HealError::Person(why) => (exit::FAILED, anyhow::anyhow!(why)),
+        })?;
+    if !yes {
+        println!(
+            "would rewrite {changed} flight(s) that differ from a rebuild of {messages} SUCCEEDED message(s); run again with --yes"
+        );
+        return Err((exit::USAGE, anyhow::anyhow!("nothing done without --yes")));
+    }
+    println!("rewrote {changed} flight(s) from {messages} SUCCEEDED message(s)");
+    Ok(())
+}
+
+/// The first finding of the cheap check, for `status --check`; `None` when clean or when a
+/// store cannot be reached (then the plugin says so without alarm).
+pub fn finding(cfg: &Config) -> Option<String> {
+    let (mut pg, mut mailbox, mut flights) = open(cfg).ok()?;
+    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let r = consistency::check(&mut st, Depth::Recent(consistency::stage::RECENT)).ok()?;
+    r.findings.first().map(|f| f.line())
+}

@@ -1,0 +1,422 @@
+//! The consistency sentinel (U25, #20): does each store still hold what it acknowledged?
+//!
+//! msgx loses nothing while a store is *away*; this module is for a store that comes back having
+//! *forgotten* — an asynchronous replica promoted with a lost tail, a restore from a backup, a
+//! Redis restarted from an older dump or emptied. Each store keeps evidence of the others:
+//!
+//! - own PostgreSQL is **behind** when the mailbox holds rows marked with msgx's processed status
+//!   above the highest MSG_ID PostgreSQL knows, when Redis's journal holds decisions for messages
+//!   PostgreSQL has no row for, or when Redis was written under a lease epoch PostgreSQL never
+//!   handed out (only PostgreSQL hands them out);
+//! - Redis is **behind** when it holds nothing of msgx's while PostgreSQL holds SUCCEEDED
+//!   messages, when a SUCCEEDED message that changes flights has no journal entry although its
+//!   entry cannot have been dropped yet (above `journal:pruned`), or when a sampled SUCCEEDED
+//!   message's fields carry an older version in Redis.
+//!
+//! [`check`] reads the evidence through narrow ports and returns a [`Report`]; [`heal`] (module
+//! `heal`) acts on it where it can be proven, else says what a person must decide. The daemon runs
+//! both before its stages start and after a stage stopped on a store that forgot; `msgx verify`
+//! runs the check by hand; the jobs thread runs the check on the newest messages every round.
+
+mod heal;
+pub mod stage;
+#[cfg(test)]
+mod tests;
+
+pub use heal::{heal, rebuild_flights, HealError, Healed};
+
+use std::time::SystemTime;
+
+use log::error;
+
+use crate::codec;
+use crate::error::StoreError;
+use crate::handlers::{self, View};
+use crate::ports::{
+    FlightAudit, FlightMarks, FlightStore, Intake, LeaseStore, MailboxAudit, MailboxTexts, Raw, RoundNeed,
+    StateAudit, StoreResult,
+};
+
+/// Own PostgreSQL as the sentinel uses it.
+pub trait PgSide: StateAudit + Intake + LeaseStore {}
+impl<T: StateAudit + Intake + LeaseStore> PgSide for T {}
+/// The shared mailbox as the sentinel uses it.
+pub trait MailboxSide: MailboxAudit + MailboxTexts {}
+impl<T: MailboxAudit + MailboxTexts> MailboxSide for T {}
+/// Redis as the sentinel uses it.
+pub trait FlightsSide: FlightAudit + FlightStore {}
+impl<T: FlightAudit + FlightStore> FlightsSide for T {}
+
+/// The three stores the sentinel compares.
+pub struct Stores<'a> {
+    pub pg: &'a mut dyn PgSide,
+    pub mailbox: &'a mut dyn MailboxSide,
+    pub flights: &'a mut dyn FlightsSide,
+}
+
+/// How many IDs a finding names (the count says the rest).
+const NAMED: usize = 10;
+/// How many rows, journal entries or messages one read of the check takes.
+const PAGE: usize = 5_000;
+/// The largest text the check reads back (as `msgx.codec.max-message-bytes` allows at most).
+const TEXT_BUDGET: u64 = 64 << 20;
+
+/// What a finding is evidence of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// Mailbox rows marked with msgx's processed status above the highest MSG_ID PostgreSQL knows.
+    MarkedUnknown,
+    /// Redis's journal holds decisions for messages PostgreSQL has no row for.
+    JournalUnknown,
+    /// Redis was written under a lease epoch above PostgreSQL's.
+    EpochAhead,
+    /// Redis holds nothing of msgx's while PostgreSQL holds SUCCEEDED messages.
+    FlightsEmpty,
+    /// SUCCEEDED messages that change flights have no journal entry (not dropped yet).
+    JournalMissing,
+    /// Sampled SUCCEEDED messages whose fields carry an older version in Redis.
+    VersionsBehind,
+}
+
+/// Which store a finding says is behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Behind {
+    Postgres,
+    Redis,
+}
+
+impl Behind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behind::Postgres => "postgres",
+            Behind::Redis => "redis",
+        }
+    }
+}
+
+impl FindingKind {
+    pub const ALL: [FindingKind; 6] = [
+        FindingKind::MarkedUnknown,
+        FindingKind::JournalUnknown,
+        FindingKind::EpochAhead,
+        FindingKind::FlightsEmpty,
+        FindingKind::JournalMissing,
+        FindingKind::VersionsBehind,
+    ];
+
+    pub fn behind(self) -> Behind {
+        match self {
+            FindingKind::MarkedUnknown | FindingKind::JournalUnknown | FindingKind::EpochAhead => {
+                Behind::Postgres
+            }
+            _ => Behind::Redis,
+        }
+    }
+
+    /// The name in `msgx verify --json` and the counter's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::MarkedUnknown => "marked-unknown",
+            FindingKind::JournalUnknown => "journal-unknown",
+            FindingKind::EpochAhead => "epoch-ahead",
+            FindingKind::FlightsEmpty => "flights-empty",
+            FindingKind::JournalMissing => "journal-missing",
+            FindingKind::VersionsBehind => "versions-behind",
+        }
+    }
+
+    fn evidence(self) -> &'static str {
+        match self {
+            FindingKind::MarkedUnknown => {
+                "mailbox row(s) marked processed by msgx above the highest MSG_ID postgres knows"
+            }
+            FindingKind::JournalUnknown => {
+                "decision(s) in the Redis journal for messages postgres has no row for"
+            }
+            FindingKind::EpochAhead => "lease epoch(s) seen in Redis that postgres never handed out",
+            FindingKind::FlightsEmpty => {
+                "SUCCEEDED message(s) in postgres while Redis holds nothing of msgx's"
+            }
+            FindingKind::JournalMissing => {
+                "SUCCEEDED message(s) that change flights without their Redis journal entry"
+            }
+            FindingKind::VersionsBehind => {
+                "sampled SUCCEEDED message(s) whose fields carry an older version in Redis"
+            }
+        }
+    }
+}
+
+/// One kind of evidence that a store forgot, with the first few IDs and how many there are.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub store: Behind,
+    pub count: usize,
+    /// The first [`NAMED`] MSG_IDs (for `epoch-ahead`: Redis's epoch, then PostgreSQL's).
+    pub ids: Vec<i64>,
+}
+
+impl Finding {
+    fn of(kind: FindingKind, ids: &[i64]) -> Option<Finding> {
+        (!ids.is_empty()).then(|| Finding {
+            kind,
+            store: kind.behind(),
+            count: ids.len(),
+            ids: ids.iter().take(NAMED).copied().collect(),
+        })
+    }
+
+    /// The ERROR line that reports it.
+    pub fn line(&self) -> String {
+        let ids: Vec<String> = self.ids.iter().map(i64::to_string).collect();
+        let more = if self.count > self.ids.len() { " …" } else { "" };
+        match self.kind {
+            FindingKind::EpochAhead => format!(
+                "consistency: {} behind: {} (Redis epoch {}, postgres epoch {})",
+                self.store.as_str(),
+                self.kind.evidence(),
+                self.ids.first().unwrap_or(&0),
+                self.ids.get(1).unwrap_or(&0)
+            ),
+            _ => format!(
+                "consistency: {} behind: {} {} (MSG_IDs {}{more})",
+                self.store.as_str(),
+                self.count,
+                self.kind.evidence(),
+                ids.join(", ")
+            ),
+        }
+    }
+}
+
+/// What the check saw: the evidence it stood on and what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    /// The highest MSG_ID own PostgreSQL knows and its lease epoch.
+    pub pg_known_max: i64,
+    pub pg_epoch: i64,
+    #[serde(skip)]
+    pub redis: FlightMarks,
+    /// SUCCEEDED messages compared with Redis's journal, and sampled for versions.
+    pub journal_checked: usize,
+    pub sampled: usize,
+    /// Redis has no `journal:pruned` yet (written by an older msgx, or new): the heal sets it.
+    pub needs_pruned_mark: bool,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    pub fn behind(&self, store: Behind) -> bool {
+        self.findings.iter().any(|f| f.store == store)
+    }
+
+    pub fn finding(&self, kind: FindingKind) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.kind == kind)
+    }
+
+    /// Every finding as an ERROR line.
+    pub fn log(&self) {
+        self.findings.iter().for_each(|f| error!("{}", f.line()));
+    }
+}
+
+/// How much the check reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Depth {
+    /// Everything the evidence covers (start-up, after a store forgot, `msgx verify`).
+    Full { sample: f64 },
+    /// The newest `n` SUCCEEDED messages only (the jobs thread, every round).
+    Recent(usize),
+}
+
+/// Compares the stores (read only) and says which one forgot what.
+pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
+    let mut r = Report {
+        pg_known_max: st.pg.known_max()?,
+        pg_epoch: st.pg.holder()?.epoch,
+        redis: st.flights.audit()?,
+        ..Default::default()
+    };
+    if r.redis.epoch > r.pg_epoch {
+        r.findings.extend(Finding::of(FindingKind::EpochAhead, &[r.redis.epoch, r.pg_epoch]).map(|mut f| {
+            f.count = 1;
+            f
+        }));
+    }
+    let marked = marked_unknown(st, r.pg_known_max)?;
+    r.findings.extend(Finding::of(FindingKind::MarkedUnknown, &marked));
+    let journal = journal_unknown(st, r.pg_known_max, depth, &r.redis)?;
+    r.findings.extend(Finding::of(FindingKind::JournalUnknown, &journal));
+    redis_side(st, depth, &mut r)?;
+    Ok(r)
+}
+
+/// Mailbox rows marked with msgx's status above what PostgreSQL knows.
+fn marked_unknown(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
+    let mut out = Vec::new();
+    let mut from = known_max + 1;
+    loop {
+        let rows = st.mailbox.ours(from, i64::MAX, PAGE, true)?;
+        out.extend(rows.iter().filter(|r| r.marked).map(|r| r.row.id));
+        match rows.last() {
+            Some(last) if rows.len() == PAGE => from = last.row.id + 1,
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// Journal entries PostgreSQL has no row for: above its highest MSG_ID (certainly unknown), and
+/// on a full check every other one it has no row for either.
+fn journal_unknown(
+    st: &mut Stores<'_>,
+    known_max: i64,
+    depth: Depth,
+    marks: &FlightMarks,
+) -> StoreResult<Vec<i64>> {
+    if let Depth::Recent(_) = depth {
+        // The highest MSG_ID Redis applied is enough evidence, without reading the journal.
+        return Ok(if marks.applied_max > known_max { vec![marks.applied_max] } else { Vec::new() });
+    }
+    let ids = st.flights.journal_ids()?;
+    let (below, above): (Vec<i64>, Vec<i64>) = ids.into_iter().partition(|m| *m <= known_max);
+    let mut out = Vec::new();
+    if matches!(depth, Depth::Full { .. }) {
+        for chunk in below.chunks(PAGE) {
+            out.extend(st.pg.unknown(chunk)?);
+        }
+    }
+    out.extend(above);
+    Ok(out)
+}
+
+/// The Redis-behind evidence: an empty store, missing journal entries, older versions.
+fn redis_side(st: &mut Stores<'_>, depth: Depth, r: &mut Report) -> StoreResult<()> {
+    let empty = r.redis.epoch == 0 && r.redis.seq == 0 && r.redis.pruned.is_none();
+    let last = st.pg.succeeded_last(1)?;
+    if empty {
+        if let Some(m) = last.first() {
+            r.findings.extend(Finding::of(FindingKind::FlightsEmpty, &[*m]));
+        } else {
+            r.needs_pruned_mark = true;
+        }
+        return Ok(());
+    }
+    let Some(pruned) = r.redis.pruned else {
+        // Written by an msgx that dropped its journal at once: no evidence to compare yet.
+        r.needs_pruned_mark = true;
+        return Ok(());
+    };
+    let succeeded = match depth {
+        Depth::Full { .. } => all_succeeded_above(st, pruned)?,
+        Depth::Recent(n) => st.pg.succeeded_last(n)?.into_iter().filter(|m| *m > pruned).collect(),
+    };
+    r.journal_checked = succeeded.len();
+    let mut unjournalled = Vec::new();
+    for chunk in succeeded.chunks(PAGE) {
+        let has = st.flights.journal_has(chunk)?;
+        unjournalled.extend(chunk.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m));
+    }
+    let missing = changing_flights(st, &unjournalled)?;
+    r.findings.extend(Finding::of(FindingKind::JournalMissing, &missing));
+    if let Depth::Full { sample } = depth {
+        let behind = sample_versions(st, sample, r)?;
+        r.findings.extend(Finding::of(FindingKind::VersionsBehind, &behind));
+    }
+    Ok(())
+}
+
+fn all_succeeded_above(st: &mut Stores<'_>, after: i64) -> StoreResult<Vec<i64>> {
+    let mut out: Vec<i64> = Vec::new();
+    loop {
+        let page = st.pg.succeeded_above(out.last().copied().unwrap_or(after), PAGE)?;
+        let done = page.len() < PAGE;
+        out.extend(page);
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+/// The texts of `ids` (ascending), read in pages; a missing text is absent.
+pub(crate) fn texts(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<(i64, Option<String>)>> {
+    let mut out = Vec::with_capacity(ids.len());
+    let mut rest = ids;
+    while !rest.is_empty() {
+        let take = rest.len().min(500);
+        let mut raws = st.mailbox.raws(&rest[..take], TEXT_BUDGET, TEXT_BUDGET)?;
+        let mut read = 0;
+        for m in &rest[..take] {
+            match raws.remove(m) {
+                Some(Raw::Later) => break,
+                Some(Raw::Body(b)) => out.push((*m, codec::text_of(&b).ok().map(str::to_string))),
+                _ => out.push((*m, None)),
+            }
+            read += 1;
+        }
+        rest = &rest[read.max(1)..];
+    }
+    Ok(out)
+}
+
+/// Those of `ids` whose message names flights or a plan window: Redis must have journalled
+/// them (a decision that changes no flight is never applied there). A text that is gone
+/// counts: nothing says it did not.
+fn changing_flights(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
+    let mut out = Vec::new();
+    for (m, text) in texts(st, ids)? {
+        let names = text.and_then(|t| codec::decode(&t).ok()).map(|msg| {
+            let n = handlers::need_of(&msg);
+            !n.flids.is_empty() || n.window.is_some()
+        });
+        if names != Some(false) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// Every `1/ratio`-th SUCCEEDED message still in PROC_STATE, decided again on the flights Redis
+/// holds now: a field it would set or clear whose version in Redis is older than the message
+/// (and no later delete) is a write Redis lost. Deciding on today's flights cannot make a
+/// message look newer than it is, so a clean store never shows a finding here.
+fn sample_versions(st: &mut Stores<'_>, ratio: f64, r: &mut Report) -> StoreResult<Vec<i64>> {
+    if ratio <= 0.0 {
+        return Ok(Vec::new());
+    }
+    let stride = ((1.0 / ratio).round() as usize).max(1);
+    let recent = st.pg.succeeded_last(200_000)?;
+    let picked: Vec<i64> = recent.iter().rev().step_by(stride).copied().collect();
+    r.sampled = picked.len();
+    let mut behind = Vec::new();
+    for (m, text) in texts(st, &picked)? {
+        let Some(msg) = text.and_then(|t| codec::decode(&t).ok()) else { continue };
+        let need = handlers::need_of(&msg);
+        let read = RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window };
+        let p = st.flights.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
+        let view = View { flights: p.flights, window: p.window };
+        let Ok(d) = handlers::decide(&view, &msg, m) else { continue };
+        let lost = d.flights.iter().any(|c| {
+            let f = view.flights.get(&c.flid);
+            let deleted = f.map_or(0, |f| f.deleted);
+            let version = |name: &String| f.and_then(|f| f.versions.get(name)).copied().unwrap_or(0);
+            deleted < m && c.set.iter().map(|(k, _)| k).chain(&c.clear).any(|k| version(k) < m)
+        });
+        if lost {
+            behind.push(m);
+        }
+    }
+    behind.sort_unstable();
+    Ok(behind)
+}
+
+/// A check that could not finish: the store that did not answer.
+pub fn unreachable(e: &StoreError) -> String {
+    format!("consistency check not done: {e}")
+}

@@ -1,0 +1,87 @@
+//! The sentinel stage: the consistency check on a schedule, on its own thread (U25, #20).
+//!
+//! Every [`EVERY`] it compares the newest messages (cheap: a few indexed reads); once a day the
+//! whole evidence with `msgx.consistency-check.daily-sample-ratio` of the messages sampled for
+//! versions. A finding stops the stage as `forgot`: every stage stops, and the daemon checks
+//! again in full and heals before they start again — never a pump writing on a store that forgot.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{check, Depth, FlightsSide, MailboxSide, PgSide, Stores};
+use crate::error::StoreError;
+use crate::stage::{Next, RoundReport, Stage};
+use crate::stats::{self, Stats};
+
+/// How often the cheap check runs: a store that forgot is found within this, plus a round.
+pub const EVERY: Duration = Duration::from_secs(15);
+/// How many of the newest SUCCEEDED messages the cheap check compares with Redis's journal.
+pub const RECENT: usize = 500;
+const DAY: Duration = Duration::from_secs(86_400);
+
+pub struct Sentinel<P, M, F> {
+    pg: P,
+    mailbox: M,
+    flights: F,
+    sample: f64,
+    next: Option<SystemTime>,
+    next_full: Option<SystemTime>,
+    stats: Arc<Stats>,
+}
+
+/// A round of the sentinel: when it runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round(pub SystemTime);
+
+impl RoundReport for Round {
+    fn next(&self) -> Next {
+        Next::At(self.0)
+    }
+
+    fn progressed(&self) -> bool {
+        false
+    }
+}
+
+impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
+    /// The daily full check first runs a day after start-up (start-up ran one).
+    pub fn new(pg: P, mailbox: M, flights: F, sample: f64, stats: Arc<Stats>) -> Self {
+        Sentinel { pg, mailbox, flights, sample, next: None, next_full: None, stats }
+    }
+
+    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        if let Some(t) = self.next.filter(|t| *t > now) {
+            return Ok(Round(t));
+        }
+        let full = *self.next_full.get_or_insert(now + DAY) <= now;
+        let depth = if full { Depth::Full { sample: self.sample } } else { Depth::Recent(RECENT) };
+        let mut st = Stores { pg: &mut self.pg, mailbox: &mut self.mailbox, flights: &mut self.flights };
+        let report = check(&mut st, depth)?;
+        if full {
+            self.next_full = Some(now + DAY);
+            log::info!(
+                "consistency: daily check: {} finding(s), {} message(s) compared with the journal, {} sampled for versions",
+                report.findings.len(),
+                report.journal_checked,
+                report.sampled
+            );
+        }
+        if let Some(first) = report.findings.first() {
+            report.log();
+            stats::add(&self.stats.consistency_findings, report.findings.len() as u64);
+            return Err(StoreError::forgot(first.store.as_str(), first.line()));
+        }
+        let next = now + EVERY;
+        self.next = Some(next);
+        Ok(Round(next))
+    }
+}
+
+impl<P: PgSide, M: MailboxSide, F: FlightsSide> Stage for Sentinel<P, M, F> {
+    type Round = Round;
+    const NAME: &'static str = "sentinel";
+
+    fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+        Sentinel::round(self, now)
+    }
+}

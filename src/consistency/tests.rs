@@ -1,0 +1,191 @@
+//! The sentinel on the twins: each way a store forgets is found, and healed to the state a
+//! pipeline that never forgot would hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::clock::{Clock, FakeClock};
+use crate::config::Config;
+use crate::domain::InboundRow;
+use crate::fixtures::flop_stnd;
+use crate::ports::{Claim, Claimant, FlightAudit, Intake, LeaseStore, MailboxMarks};
+use crate::pump::Pump;
+use crate::stage::{Next, RoundReport};
+use crate::stats::Stats;
+use crate::store::memory::{MemFlights, MemMailbox, MemPg};
+
+const KEEP: Duration = Duration::from_secs(3600);
+
+struct World {
+    clock: FakeClock,
+    pg: MemPg,
+    mailbox: MemMailbox,
+    flights: MemFlights,
+}
+
+impl World {
+    fn new(keep: Duration) -> World {
+        let w = World {
+            clock: FakeClock::new(),
+            pg: MemPg::new(),
+            mailbox: MemMailbox::new(),
+            flights: MemFlights::new().keeping(keep),
+        };
+        w.pg.set_clock(Arc::new(w.clock.clone()));
+        // A fresh install: the start-up pass sets the journal's mark.
+        let r = w.check();
+        assert!(r.is_clean() && r.needs_pruned_mark, "{r:?}");
+        w.heal(&r).unwrap();
+        w
+    }
+
+    fn check(&self) -> Report {
+        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
+        check(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl }, Depth::Full { sample: 1.0 })
+            .unwrap()
+    }
+
+    fn heal(&self, r: &Report) -> Result<Healed, HealError> {
+        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
+        heal(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl }, r, self.clock.now())
+    }
+
+    /// Messages `ids` arrive, are processed to the end and marked, as the daemon's stages do.
+    fn process(&self, ids: std::ops::RangeInclusive<i64>) {
+        for id in ids.clone() {
+            let flid = format!("F{}", id % 3);
+            self.mailbox.insert(id, Some(&flop_stnd(id as u64, &flid, &format!("S{id}"))));
+            let mut pg = self.pg.clone();
+            pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
+        }
+        self.drain();
+        let mut mb = self.mailbox.clone();
+        mb.mark(&ids.collect::<Vec<_>>(), self.clock.now(), &|| Ok(())).unwrap();
+    }
+
+    /// The pump runs until it has nothing to do.
+    fn drain(&self) {
+        let cfg = Config::defaults().pipeline;
+        let fl = self.flights.handle();
+        let mut pump = Pump::new(self.pg.clone(), self.mailbox.clone(), fl, &cfg, Arc::new(Stats::default()));
+        for _ in 0..100 {
+            let r = pump.round(self.clock.now()).unwrap();
+            if r.next() != Next::Now && !r.progressed() {
+                return;
+            }
+        }
+        panic!("the pump did not drain");
+    }
+
+    /// The outbox as (message, payload) pairs, in EVENT_ID order.
+    fn events(&self) -> Vec<(Option<i64>, String)> {
+        self.pg
+            .inspect(|s| s.events.values().map(|e| (e.event.msg_id, e.event.payload_json.clone())).collect())
+    }
+}
+
+#[test]
+fn a_pipeline_that_never_forgot_is_clean() {
+    let w = World::new(KEEP);
+    w.process(1..=9);
+    let r = w.check();
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!((r.pg_known_max, r.journal_checked, r.sampled), (9, 9, 9));
+}
+
+#[test]
+fn regression_postgres_rolled_back_is_found_and_healed_with_the_same_events() {
+    let w = World::new(KEEP);
+    w.process(1..=5);
+    let backup = w.pg.state();
+    w.process(6..=10);
+    let before = w.events();
+    w.pg.replace_state(backup);
+    let r = w.check();
+    let marked = r.finding(FindingKind::MarkedUnknown).expect("the marks outlive the rollback");
+    assert_eq!((marked.count, marked.ids.first()), (5, Some(&6)));
+    assert!(r.finding(FindingKind::JournalUnknown).is_some(), "{r:?}");
+    assert!(r.behind(Behind::Postgres) && !r.behind(Behind::Redis), "{r:?}");
+    let healed = w.heal(&r).unwrap();
+    assert_eq!((healed.enqueued, healed.marked, healed.range), (5, 5, Some((6, 10))));
+    w.drain();
+    assert_eq!(w.events(), before, "the same events, in the same order, for the same messages");
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
+#[test]
+fn regression_redis_restored_from_an_older_dump_is_found_and_rebuilt() {
+    let w = World::new(KEEP);
+    w.process(1..=5);
+    let dump = w.flights.state();
+    w.process(6..=10);
+    let before = w.flights.all();
+    w.flights.replace_state(dump);
+    let r = w.check();
+    let missing = r.finding(FindingKind::JournalMissing).expect("the journal went back too");
+    assert_eq!((missing.count, missing.ids.first()), (5, Some(&6)));
+    assert!(r.finding(FindingKind::VersionsBehind).is_some(), "the sample sees older versions: {r:?}");
+    let healed = w.heal(&r).unwrap();
+    assert_eq!(healed.from, Some(6));
+    assert_eq!(w.flights.all(), before, "every flight as it was before the restore");
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
+#[test]
+fn regression_redis_emptied_is_rebuilt_from_every_succeeded_message() {
+    let w = World::new(KEEP);
+    w.process(1..=7);
+    let before = w.flights.all();
+    w.flights.replace_state(Default::default());
+    let r = w.check();
+    assert!(r.finding(FindingKind::FlightsEmpty).is_some(), "{r:?}");
+    w.heal(&r).unwrap();
+    assert_eq!(w.flights.all(), before);
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
+#[test]
+fn a_rollback_older_than_the_journal_keeps_is_left_to_a_person() {
+    let w = World::new(Duration::ZERO);
+    w.process(1..=5);
+    let backup = w.pg.state();
+    w.process(6..=10);
+    w.drain(); // the journal entries of 6..=10 are dropped at once
+    w.pg.replace_state(backup);
+    let r = w.check();
+    assert!(r.behind(Behind::Postgres), "{r:?}");
+    match w.heal(&r) {
+        Err(HealError::Person(why)) => assert!(why.contains("MSG_ID 6") && why.contains("journal"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.pg.proc(6), None, "nothing enqueued on a guess");
+}
+
+#[test]
+fn a_text_gone_from_the_mailbox_stops_the_rebuild_with_what_to_decide() {
+    let w = World::new(KEEP);
+    w.process(1..=4);
+    w.flights.replace_state(Default::default());
+    w.mailbox.insert(2, None);
+    match w.heal(&w.check()) {
+        Err(HealError::Person(why)) => assert!(why.contains("SUCCEEDED message 2"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn regression_a_new_epoch_is_above_every_epoch_another_store_saw() {
+    let mut pg = MemPg::new();
+    let me = Claimant { id: "a:1:0".into(), host: "a".into(), pid: 1 };
+    let Claim::Acquired { epoch, .. } = pg.claim_above(&me, Duration::from_secs(10), 41).unwrap() else {
+        panic!("free")
+    };
+    assert_eq!(epoch, 42, "max(0 in postgres, 41 seen in Redis) + 1");
+    let w = World::new(KEEP);
+    w.flights.claim(7).unwrap();
+    let r = w.check();
+    assert_eq!(r.finding(FindingKind::EpochAhead).map(|f| f.ids.clone()), Some(vec![7, 0]));
+    let mut fl = w.flights.handle();
+    assert_eq!(fl.audit().unwrap().epoch, 7);
+}

@@ -1,0 +1,46 @@
+//! What the consistency check reads of own PostgreSQL (#20).
+
+use super::Pg;
+use crate::ports::{StateAudit, StoreResult};
+
+impl StateAudit for Pg {
+    fn known_max(&mut self) -> StoreResult<i64> {
+        self.run(|c| Ok(c.query_one("SELECT COALESCE(MAX(msg_id), 0)::bigint FROM proc_state", &[])?.get(0)))
+    }
+
+    fn unknown(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT id FROM unnest($1::bigint[]) AS u(id)
+                 WHERE NOT EXISTS (SELECT 1 FROM proc_state p WHERE p.msg_id = u.id) ORDER BY id",
+                &[&ids],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT msg_id FROM (
+                     SELECT msg_id FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
+                     UNION ALL
+                     SELECT msg_id FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
+                 ) s ORDER BY msg_id LIMIT $2",
+                &[&after, &(limit as i64)],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT msg_id FROM (SELECT msg_id FROM proc_state WHERE state = 'SUCCEEDED'
+                     ORDER BY msg_id DESC LIMIT $1) s ORDER BY msg_id",
+                &[&(limit as i64)],
+            )
+        })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
