@@ -383,7 +383,12 @@ fn lifetimes(
         };
         let result =
             checked.and_then(|()| serve(cfg, clock.clone(), stop.clone(), lease, me, gate.clone(), ops));
-        if !gate.is_stale() || matches!(result, Err(DaemonError::Forgot(_))) {
+        let forgot = matches!(result, Err(DaemonError::Forgot(_)));
+        if forgot {
+            // The server as it is now is the baseline: it is compared and healed next.
+            crate::store::pg::witness::rebase_all();
+        }
+        if !gate.is_stale() || forgot {
             // Released at once so a standby takes over without waiting for the expiry.
             match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(me, epoch)) {
                 Ok(()) => info!("lease released epoch={epoch}"),
@@ -398,7 +403,6 @@ fn lifetimes(
                 warn!(
                     "a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again (heal {heals} of at most {MAX_HEALS})"
                 );
-                crate::store::pg::witness::rebase_all();
             }
             other => return other,
         }
@@ -462,6 +466,8 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
             error!("consistency: not healed: {why}");
             return Err(DaemonError::Forgot(why));
         }
+        // A store that went away meanwhile: stop, and compare again from the start.
+        Err(HealError::Store(e)) if e.is_unavailable() => return Err(DaemonError::Forgot(e.to_string())),
         Err(HealError::Store(e)) => return Err(DaemonError::Store(e)),
     }
     let after = consistency::check(&mut st, Depth::Full { sample: 0.0 })?;

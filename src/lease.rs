@@ -116,7 +116,7 @@ impl LeaseGate {
         if self.forgot.load(Ordering::SeqCst) {
             return Err(StoreError::forgot(
                 "lease",
-                "own PostgreSQL lost commits: this instance writes nothing more",
+                "a store forgot what it acknowledged: every stage stops before it writes again",
             ));
         }
         if self.is_stale() {

@@ -372,7 +372,7 @@ schema: run \fBmsgx migrate\fR
 a store is unreachable (the message names it)
 .TP
 6
-\fBrun\fR: own PostgreSQL lost commits msgx saw it acknowledge (a lagging replica promoted, a restore); nothing more is written, a person must decide
+\fBrun\fR: a store forgot what it acknowledged and the evidence is not enough to heal it (or it forgot again and again); nothing more is written, a person must decide
 .TP
 0/1/2/3
 \fBstatus \-\-check\fR: OK / WARNING / CRITICAL / UNKNOWN (Nagios plugin convention)

@@ -181,6 +181,12 @@ impl Finding {
                 self.ids.first().unwrap_or(&0),
                 self.ids.get(1).unwrap_or(&0)
             ),
+            FindingKind::FlightsEmpty => format!(
+                "consistency: {} behind: {} (the newest: MSG_ID {})",
+                self.store.as_str(),
+                self.kind.evidence(),
+                self.ids.first().unwrap_or(&0)
+            ),
             _ => format!(
                 "consistency: {} behind: {} {} (MSG_IDs {}{more})",
                 self.store.as_str(),

@@ -570,3 +570,74 @@ impl Drop for Instance {
         let _ = self.child.wait();
     }
 }
+
+/// Reads partition 0 of `topic` until `want` distinct `event_key`s (duplicates read too).
+pub fn consume_event_keys(brokers: &str, topic: &str, want: usize, deadline: Duration) -> Vec<Consumed> {
+    consume_until(brokers, topic, deadline, |got| {
+        got.iter().filter_map(|r| r.header("event_key")).collect::<std::collections::BTreeSet<_>>().len()
+            >= want
+    })
+}
+
+/// What a pipeline that never forgot would hold (#20): every mailbox message replayed in MSG_ID
+/// order through the pure handlers on the in-memory twin — FLID → fields.
+pub fn reference_flights(s: &Services) -> std::collections::BTreeMap<String, msgx::handlers::Flight> {
+    use msgx::ports::{FlightStore, RoundNeed};
+    let mut my = s.mysql();
+    let rows: Vec<(i64, String)> =
+        my.query("SELECT CMINMSGS_ID, CMINMSGS_CLOB_MSG FROM cminmsgs ORDER BY CMINMSGS_ID").unwrap();
+    let mut twin = msgx::store::memory::MemFlights::new();
+    for (id, raw) in rows {
+        let Ok(msg) = msgx::codec::decode(&raw) else { continue };
+        let need = msgx::handlers::need_of(&msg);
+        let read = RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window };
+        let p = twin.prepare(&read, &[], std::time::UNIX_EPOCH).unwrap();
+        let view = msgx::handlers::View { flights: p.flights, window: p.window };
+        if let Ok(d) = msgx::handlers::decide(&view, &msg, id) {
+            twin.apply(&[(id, &d)]).unwrap();
+        }
+    }
+    twin.all()
+}
+
+/// The flights Redis holds for `s` — FLID → fields.
+pub fn redis_flights(s: &Services) -> std::collections::BTreeMap<String, msgx::handlers::Flight> {
+    use msgx::ports::FlightAudit;
+    let mut r = msgx::store::flights::RedisFlights::connect_to(&s.cfg.redis, &s.cfg.redis_prefix).unwrap();
+    r.all_flights()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, f, _)| f.exists())
+        .map(|(k, f, _)| (k, f.fields))
+        .collect()
+}
+
+/// The topic as a consumer that drops duplicates by `event_key` sees it (docs/events.md): no
+/// identity on two different records, and per flight the messages in MSG_ID order. Returns the
+/// distinct records.
+pub fn deduplicated(records: &[Consumed]) -> Vec<&Consumed> {
+    let mut seen: std::collections::BTreeMap<String, &Consumed> = Default::default();
+    let mut out = Vec::new();
+    for r in records {
+        let key = r.header("event_key").expect("every record carries event_key").to_string();
+        match seen.get(&key) {
+            Some(first) => assert_eq!(
+                (first.payload.clone(), first.header("msg_id")),
+                (r.payload.clone(), r.header("msg_id")),
+                "event_key {key} carried by two different records"
+            ),
+            None => {
+                seen.insert(key, r);
+                out.push(r);
+            }
+        }
+    }
+    let mut per_flight: std::collections::BTreeMap<&str, Vec<i64>> = Default::default();
+    for r in &out {
+        per_flight.entry(r.key.as_str()).or_default().push(r.header("msg_id").unwrap().parse().unwrap());
+    }
+    for (flight, ids) in per_flight {
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{flight} out of MSG_ID order: {ids:?}");
+    }
+    out
+}

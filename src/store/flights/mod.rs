@@ -564,7 +564,7 @@ impl FlightAudit for RedisFlights {
 
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
         let idx = format!("{}sodt", self.prefix);
-        for chunk in r.flights.chunks(200) {
+        for chunk in r.flights.chunks(200).filter(|c| !c.is_empty()) {
             let cmds: Vec<redis::Cmd> =
                 chunk.iter().flat_map(|(flid, f, sodt)| self.restore_flight(&idx, flid, f, *sodt)).collect();
             self.run(|c, _| {
@@ -598,6 +598,9 @@ impl FlightAudit for RedisFlights {
         }
         let gen = format!("{}schd:gen", self.prefix);
         let max = format!("{}applied:max", self.prefix);
+        if r.generation.is_none() && top.is_none() {
+            return self.durable();
+        }
         self.run(|c, _| {
             let mut p = redis::pipe();
             if let Some((g, m)) = r.generation {
