@@ -379,10 +379,13 @@ fn lifetimes(
         let checked = if cfg.pipeline.check_on_startup || heals > 0 {
             consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats)
         } else {
-            Ok(())
+            Ok(None)
         };
-        let result =
-            checked.and_then(|()| serve(cfg, clock.clone(), stop.clone(), lease, me, gate.clone(), ops));
+        let result = checked.and_then(|seen| {
+            let seen = seen.or_else(|| redis_applies(cfg));
+            let tenure = Tenure { lease, gate: gate.clone(), redis_applies: seen };
+            serve(cfg, clock.clone(), stop.clone(), me, tenure, ops)
+        });
         let forgot = matches!(result, Err(DaemonError::Forgot(_)));
         if forgot {
             // The server as it is now is the baseline: it is compared and healed next.
@@ -409,6 +412,12 @@ fn lifetimes(
     }
 }
 
+/// How many applies Redis holds now (`None` when it cannot say).
+fn redis_applies(cfg: &Config) -> Option<i64> {
+    use crate::ports::FlightAudit;
+    RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.audit()).ok().map(|m| m.seq)
+}
+
 /// The newest lease epoch Redis saw (0 when it cannot say): a new epoch is taken above it.
 fn epoch_seen_by_redis(cfg: &Config) -> i64 {
     match RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.epoch_held()) {
@@ -423,7 +432,14 @@ fn epoch_seen_by_redis(cfg: &Config) -> i64 {
 /// The consistency check in full, then the heal of what it found, before any stage runs (U25,
 /// #20). A store that cannot be reached is left to the sentinel stage; evidence that is not
 /// enough to heal stops msgx (exit 6) with what a person must decide.
-fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) -> Result<(), DaemonError> {
+/// `Some`: how many applies Redis holds once the stores agree — the pump's Redis handle starts
+/// from it, so a Redis that forgets before the first apply is caught there too.
+fn consistency_pass(
+    cfg: &Config,
+    clock: &dyn Clock,
+    epoch: i64,
+    stats: &Stats,
+) -> Result<Option<i64>, DaemonError> {
     let opened = (|| -> Result<_, StoreError> {
         Ok((
             Pg::new(&cfg.pg_url)?.fenced(epoch),
@@ -435,7 +451,7 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
         Ok(s) => s,
         Err(e) => {
             warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
-            return Ok(());
+            return Ok(None);
         }
     };
     let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
@@ -444,7 +460,7 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
         Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
         Err(e) => {
             warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
-            return Ok(());
+            return Ok(None);
         }
     };
     if report.is_clean() {
@@ -460,7 +476,7 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
         crate::stats::add(&stats.consistency_findings, report.findings.len() as u64);
     }
     match consistency::heal(&mut st, &report, clock.now()) {
-        Ok(_) if report.is_clean() => return Ok(()),
+        Ok(_) if report.is_clean() => return Ok(Some(report.redis.seq)),
         Ok(_) => crate::stats::add(&stats.heals, 1),
         Err(HealError::Person(why)) => {
             error!("consistency: not healed: {why}");
@@ -477,7 +493,7 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
         return Err(DaemonError::Forgot(f.line()));
     }
     info!("consistency: healed; the stores agree again");
-    Ok(())
+    Ok(Some(after.redis.seq))
 }
 
 /// The operations endpoint (`metrics.listen`) on its own thread, until the sender is dropped.
@@ -577,16 +593,24 @@ fn standby(
     }
 }
 
+/// What one holding of the lease starts from: the lease session, its gate, and how many applies
+/// Redis held when the stores were last found to agree (`None`: not known).
+pub struct Tenure {
+    pub lease: Pg,
+    pub gate: Arc<LeaseGate>,
+    pub redis_applies: Option<i64>,
+}
+
 /// The active instance: every stage on its own thread, fenced by `gate`'s epoch, until stop.
 pub fn serve(
     cfg: &Config,
     clock: Arc<dyn Clock>,
     stop: Receiver<()>,
-    mut lease: Pg,
     me: &Claimant,
-    gate: Arc<LeaseGate>,
+    tenure: Tenure,
     ops: &Ops,
 ) -> Result<(), DaemonError> {
+    let Tenure { mut lease, gate, redis_applies } = tenure;
     let epoch = gate.epoch();
     let p = &cfg.pipeline;
     let ctx = Context {
@@ -624,7 +648,14 @@ pub fn serve(
             Pump::new(
                 pg()?,
                 mailbox()?,
-                RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch).keeping(p.journal_keep),
+                {
+                    let r = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch);
+                    let r = r.keeping(p.journal_keep);
+                    match redis_applies {
+                        Some(seq) => r.expecting(seq),
+                        None => r,
+                    }
+                },
                 p,
                 stats.clone(),
             )

@@ -211,13 +211,23 @@ pub struct MsgEvent {
 }
 
 impl MsgEvent {
-    /// The identity a consumer deduplicates on (header `event_key`): `MSG_ID.ordinal` — the
-    /// same for the same logical event sent again, never shared by two, whatever sequence a
-    /// PostgreSQL rolled back hands out again (SPEC §4.10). Rows from before V013: `e<EVENT_ID>`.
+    /// The identity a consumer deduplicates on (header `event_key`): `MSG_ID.ordinal.digest` —
+    /// the message, the event's place among its events, and the first 8 hex digits of the
+    /// SHA-256 of its payload. The same logical event sent again carries the same key; two
+    /// different events never share one — not even when a message had to be decided again after
+    /// every store that held its decision forgot it (SPEC §4.10, #20) — whatever sequence a
+    /// PostgreSQL rolled back hands out again. Rows from before V013: `e<EVENT_ID>`.
     pub fn key(&self) -> String {
         match (self.msg_id, self.ordinal) {
-            (Some(m), Some(o)) => format!("{m}.{o}"),
+            (Some(m), Some(o)) => format!("{m}.{o}.{}", payload_digest(&self.payload_json)),
             _ => format!("e{}", self.event_id),
         }
     }
+}
+
+/// The first 8 hex digits of the SHA-256 of `payload`: the part of `event_key` that tells two
+/// different decisions of one message apart.
+pub fn payload_digest(payload: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(payload.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
 }

@@ -21,6 +21,8 @@ pub enum Bug {
     DeliveryReordered,
     /// An unavailable broker is charged to the event (SPEC §4.9).
     OutageCharged,
+    /// The consistency pass finds a store that forgot and heals nothing (#20).
+    HealSkipped,
 }
 
 #[cfg(test)]

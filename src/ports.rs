@@ -499,6 +499,9 @@ pub trait StateAudit {
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>>;
     /// The newest `limit` SUCCEEDED messages still in `PROC_STATE`, ascending.
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>>;
+    /// The outbox events of `ids` as their messages made them, in their order (a `KAFKA:schd`
+    /// row, upserted per flight, belongs to the newest message only).
+    fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>>;
 }
 
 /// A mailbox row msgx has or had to process: unmarked and in the status filter, or marked

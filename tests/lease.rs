@@ -149,15 +149,20 @@ fn killing_the_lease_session_keeps_the_lease_and_nobody_takes_over() {
     let feeder = feed(&s, 1, 200, Duration::from_millis(50));
     let mut pg = s.pg();
     // An idle_session_timeout, a DBA, a NAT timeout: the session that renews the lease ends.
-    let killed: i64 = pg
-        .query_one(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE datname = current_database() AND application_name = 'msgx-a' AND query LIKE '%msgx_lease%'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert!(killed >= 1, "the lease keeper's session was found and ended");
+    // The keeper renews once its stages started (after the start-up consistency pass).
+    let killed = eventually(Duration::from_secs(20), || {
+        let n: i64 = pg
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name = 'msgx-a'
+                   AND query LIKE '%UPDATE msgx_lease SET renewed_at%'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        n >= 1
+    });
+    assert!(killed, "the lease keeper's session was found and ended");
     std::thread::sleep(Duration::from_secs(15)); // longer than the lease
     assert_eq!(epoch(&s), 1, "the lease is a row, not a session: it was renewed on a new connection");
     feeder.join().unwrap();

@@ -52,6 +52,9 @@ pub struct Healed {
 /// Heals what `report` found, PostgreSQL first (the rebuild reads its SUCCEEDED messages).
 pub fn heal(st: &mut Stores<'_>, report: &Report, now: SystemTime) -> Result<Healed, HealError> {
     let mut healed = Healed::default();
+    if crate::planted::on(crate::planted::Bug::HealSkipped) {
+        return Ok(healed);
+    }
     if report.behind(Behind::Postgres) {
         heal_postgres(st, report, now, &mut healed)?;
     }
@@ -169,19 +172,24 @@ fn rebuild(
     loop {
         let ids = st.pg.succeeded_above(after, 2_000)?;
         let Some(last) = ids.last().copied() else { break };
-        // Only a missing entry is written: one that is there is the decision as it was made.
+        // Only a missing entry is written, with the events its message made then (the outbox):
+        // deciding it again on today's flights could say less.
         let has = st.flights.journal_has(&ids)?;
-        let missing: std::collections::HashSet<i64> = ids
+        let missing: Vec<i64> = ids
             .iter()
             .zip(has)
             .filter(|(m, h)| !h && pruned.is_some_and(|p| **m > p))
             .map(|(m, _)| *m)
             .collect();
+        let mut made: BTreeMap<i64, Vec<crate::domain::NewEvent>> = BTreeMap::new();
+        for (m, e) in st.pg.events_of(&missing)? {
+            made.entry(m).or_default().push(e);
+        }
         for (m, text) in texts(st, &ids)? {
-            if let Some(d) = redecide(&mut scratch, m, text, from)? {
-                if missing.contains(&m) {
-                    journal.push((m, d));
-                }
+            let names = redecide(&mut scratch, m, text, from)?;
+            if missing.contains(&m) && (names || made.contains_key(&m)) {
+                let events = made.remove(&m).unwrap_or_default();
+                journal.push((m, Decision { events, ..Default::default() }));
             }
             messages += 1;
         }
@@ -203,14 +211,9 @@ fn rebuild(
     Ok((changed.len(), messages))
 }
 
-/// Decides message `m` again on the scratch flights and applies it there; its decision when it
-/// changes flights.
-fn redecide(
-    scratch: &mut MemFlights,
-    m: i64,
-    text: Option<String>,
-    from: i64,
-) -> Result<Option<Decision>, HealError> {
+/// Decides message `m` again on the scratch flights and applies it there; whether it names
+/// flights (its journal entry is then owed, even when every change of it is superseded by now).
+fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -> Result<bool, HealError> {
     let Some(text) = text else {
         return Err(HealError::Person(format!(
             "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
@@ -220,23 +223,20 @@ fn redecide(
         Ok(msg) => msg,
         Err(e) => {
             warn!("rebuild: SUCCEEDED message {m} no longer decodes ({e}); left out");
-            return Ok(None);
+            return Ok(false);
         }
     };
     let need = handlers::need_of(&msg);
-    let p = scratch.prepare(
-        &RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window },
-        &[],
-        SystemTime::UNIX_EPOCH,
-    )?;
+    let names = !need.flids.is_empty() || need.window.is_some();
+    let read = RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window };
+    let p = scratch.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
     let Ok(d) = handlers::decide(&View { flights: p.flights, window: p.window }, &msg, m) else {
-        return Ok(None);
+        return Ok(names);
     };
-    if d.flights.is_empty() && !d.snapshot {
-        return Ok(None);
+    if !d.flights.is_empty() || d.snapshot {
+        scratch.apply(&[(m, &d)])?;
     }
-    scratch.apply(&[(m, &d)])?;
-    Ok(Some(d))
+    Ok(names)
 }
 
 /// `msgx rebuild-flights`: every flight (or those of `only`) rebuilt from every SUCCEEDED message

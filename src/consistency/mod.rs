@@ -305,12 +305,14 @@ fn journal_unknown(
 /// The Redis-behind evidence: an empty store, missing journal entries, older versions.
 fn redis_side(st: &mut Stores<'_>, depth: Depth, r: &mut Report) -> StoreResult<()> {
     let empty = r.redis.epoch == 0 && r.redis.seq == 0 && r.redis.pruned.is_none();
-    let last = st.pg.succeeded_last(1)?;
     if empty {
-        if let Some(m) = last.first() {
-            r.findings.extend(Finding::of(FindingKind::FlightsEmpty, &[*m]));
-        } else {
-            r.needs_pruned_mark = true;
+        // Evidence, not absence: a SUCCEEDED message whose text names flights.
+        let recent = st.pg.succeeded_last(50)?;
+        let named =
+            texts(st, &recent)?.into_iter().rev().find(|(_, t)| names_flights(t.as_deref()) == Some(true));
+        match named {
+            Some((m, _)) => r.findings.extend(Finding::of(FindingKind::FlightsEmpty, &[m])),
+            None => r.needs_pruned_mark = true,
         }
         return Ok(());
     }
@@ -377,15 +379,18 @@ pub(crate) fn texts(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<(i64, O
 fn changing_flights(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
     let mut out = Vec::new();
     for (m, text) in texts(st, ids)? {
-        let names = text.and_then(|t| codec::decode(&t).ok()).map(|msg| {
-            let n = handlers::need_of(&msg);
-            !n.flids.is_empty() || n.window.is_some()
-        });
-        if names != Some(false) {
+        if names_flights(text.as_deref()) != Some(false) {
             out.push(m);
         }
     }
     Ok(out)
+}
+
+/// Whether a message text names flights or a plan window; `None`: no text, or not decodable.
+fn names_flights(text: Option<&str>) -> Option<bool> {
+    let msg = codec::decode(text?).ok()?;
+    let n = handlers::need_of(&msg);
+    Some(!n.flids.is_empty() || n.window.is_some())
 }
 
 /// Every `1/ratio`-th SUCCEEDED message still in PROC_STATE, decided again on the flights Redis

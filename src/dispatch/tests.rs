@@ -89,7 +89,7 @@ fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
         got[0].headers,
         vec![
             ("event_id".into(), "1".into()),
-            ("event_key".into(), "1.0".into()),
+            ("event_key".into(), format!("1.0.{}", crate::domain::payload_digest("{\"n\":1}"))),
             ("msg_id".into(), "1".into())
         ]
     );
@@ -395,8 +395,28 @@ fn regression_a_flush_claims_at_most_flush_limit_flights() {
 }
 
 /// #20 (identities that survive a rollback): a KAFKA:msg record carries `event_key` =
-/// `MSG_ID.ordinal`, the same however the EVENT_ID sequence went; a KAFKA:schd array carries
+/// `MSG_ID.ordinal.digest`, the same however the EVENT_ID sequence went; a KAFKA:schd array carries
 /// `batch_key`, derived from the flights and generations it aggregates.
+#[test]
+fn regression_a_message_decided_again_differently_carries_another_event_key() {
+    let e = |payload: &str| MsgEvent {
+        event_id: 9,
+        msg_id: Some(3),
+        target: Target::KafkaMsg,
+        partition_key: "F0".into(),
+        state_version: 3,
+        payload_json: payload.into(),
+        attempts: 0,
+        next_attempt_at: None,
+        last_attempt_at: None,
+        created_at: None,
+        ordinal: Some(0),
+    };
+    let first = e(r#"{"created":true,"msg_id":3}"#);
+    assert_eq!(first.key(), e(r#"{"created":true,"msg_id":3}"#).key(), "the same event: the same key");
+    assert_ne!(first.key(), e(r#"{"msg_id":3}"#).key(), "found by the simulator, seed 153");
+}
+
 #[test]
 fn records_carry_an_identity_derived_from_the_message_not_the_sequence() {
     let mut w = world(10);
@@ -409,7 +429,8 @@ fn records_carry_an_identity_derived_from_the_message_not_the_sequence() {
         .iter()
         .map(|r| r.headers.iter().find(|(k, _)| k == "event_key").map(|(_, v)| v.clone()).unwrap_or_default())
         .collect();
-    assert_eq!(keys, ["1.0", "1.1", "2.0"]);
+    let d = crate::domain::payload_digest("{}");
+    assert_eq!(keys, [format!("1.0.{d}"), format!("1.1.{d}"), format!("2.0.{d}")]);
     let e = |flid: &str, v: i64, id: i64| MsgEvent {
         event_id: id,
         msg_id: Some(id),

@@ -40,7 +40,9 @@ use crate::ports::{
 use crate::pump::{self, lane, Pump};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::Stats;
-use crate::store::memory::{Fault, MemFlights, MemMailbox, MemOutbound, MemPg, MemProducer};
+use crate::store::memory::{
+    Fault, FlightsState, MemFlights, MemMailbox, MemOutbound, MemPg, MemProducer, PgState,
+};
 pub use check::Checker;
 use rng::Rng;
 use upstream::Upstream;
@@ -67,7 +69,8 @@ const DISPATCH: usize = 2;
 const OUTBOUND: usize = 3;
 const BACKFILL: usize = 4;
 const JOBS: usize = 5;
-const NAMES: [&str; 6] = ["poll", "process", "dispatch", "outbound", "backfill", "jobs"];
+const SENTINEL: usize = 6;
+const NAMES: [&str; 7] = ["poll", "process", "dispatch", "outbound", "backfill", "jobs", "sentinel"];
 
 struct Slot {
     stage: Box<dyn Run>,
@@ -77,6 +80,8 @@ struct Slot {
 struct Active {
     epoch: i64,
     gate: Arc<LeaseGate>,
+    /// The lease keeper's session (made at activation: it saw the server as it was then).
+    lease: MemPg,
     slots: Vec<Slot>,
     lease_wake: SystemTime,
 }
@@ -144,6 +149,14 @@ pub struct Sim {
     pub step: u64,
     /// Whether this seed's pumps commit on a deferred lane.
     lanes: bool,
+    /// Dumps of own PostgreSQL and Redis taken along the way, which a store that forgets goes
+    /// back to (#20): (step, PostgreSQL, Redis).
+    backups: std::collections::VecDeque<(u64, PgState, FlightsState)>,
+    /// A store forgot and no consistency pass has healed it yet: the checks that compare two
+    /// stores step by step wait for the heal.
+    pub forgotten: bool,
+    /// How many times own PostgreSQL went back (its EVENT_IDs are handed out again after).
+    pub pg_rollbacks: u64,
 }
 
 impl Sim {
@@ -183,6 +196,9 @@ impl Sim {
             log: Vec::new(),
             step: 0,
             lanes,
+            backups: Default::default(),
+            forgotten: false,
+            pg_rollbacks: 0,
         };
         sim.spawn_standby(Duration::ZERO);
         sim
@@ -201,6 +217,12 @@ impl Sim {
     pub fn step(&mut self) {
         self.step += 1;
         self.timers();
+        if self.step % 25 == 0 {
+            self.backups.push_back((self.step, self.pg.state(), self.flights.state()));
+            if self.backups.len() > 4 {
+                self.backups.pop_front();
+            }
+        }
         match self.rng.below(1000) {
             0..=79 => {
                 let line = self.upstream.write(&mut self.rng, &self.mailbox, self.clock.now());
@@ -215,6 +237,7 @@ impl Sim {
                     self.spawn_standby(Duration::ZERO);
                 }
             }
+            117..=118 => self.forget(),
             _ => self.run_something(),
         }
     }
@@ -242,7 +265,7 @@ impl Sim {
     /// the pipeline is drained or `max_steps` have passed.
     pub fn drain(&mut self, checker: &mut Checker, max_steps: u64) -> Result<(), String> {
         for _ in 0..max_steps {
-            if check::drained(self) {
+            if check::drained(self) && !self.still_forgotten() {
                 return Ok(());
             }
             self.step += 1;
@@ -253,6 +276,25 @@ impl Sim {
         match check::what_remains(self) {
             left if left.is_empty() => Ok(()),
             left => Err(format!("did not drain in {max_steps} steps: {left}")),
+        }
+    }
+
+    /// Whether a store that forgot still differs from the others (read only): the drain goes on
+    /// until the sentinel found it and a consistency pass healed it. A forget that lost nothing
+    /// is over at once.
+    fn still_forgotten(&mut self) -> bool {
+        use crate::consistency::{check, Depth, Stores};
+        if !self.forgotten {
+            return false;
+        }
+        let (mut pg, mut mb, mut fl) = (self.pg.session(), self.mailbox.clone(), self.flights.handle());
+        let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        match check(&mut st, Depth::Full { sample: 1.0 }) {
+            Ok(r) if r.is_clean() => {
+                self.forgotten = false;
+                false
+            }
+            _ => true,
         }
     }
 
@@ -426,11 +468,70 @@ impl Sim {
         }
     }
 
+    /// A store goes back to a dump taken a few steps ago (#20): own PostgreSQL (a replica
+    /// promoted with a lost tail, a restore), Redis (an older dump loaded), or both.
+    fn forget(&mut self) {
+        if self.backups.is_empty() {
+            return;
+        }
+        let k = self.rng.below(self.backups.len() as u64) as usize;
+        let (at, pg, flights) = self.backups[k].clone();
+        let before = self.flights.inspect(|f| f.seq);
+        let what = match self.rng.below(3) {
+            0 => {
+                self.pg.roll_back_to(pg);
+                self.pg_rollbacks += 1;
+                "postgres"
+            }
+            1 => {
+                self.flights.replace_state(flights);
+                "redis"
+            }
+            _ => {
+                self.pg.roll_back_to(pg);
+                self.pg_rollbacks += 1;
+                self.flights.replace_state(flights);
+                "postgres and redis"
+            }
+        };
+        self.forgotten = true;
+        let seq = self.flights.inspect(|f| f.seq);
+        self.say(format!("{what} forgot: back to the dump of step {at} (redis applies {before} -> {seq})"));
+    }
+
+    /// The daemon's consistency pass before the stages start (`daemon::consistency_pass`):
+    /// `Err` when it cannot heal (the process exits 6).
+    fn consistency_pass(&mut self, epoch: i64) -> Result<i64, String> {
+        use crate::consistency::{check, heal, Depth, Stores};
+        let keep = self.cfg.pipeline.journal_keep;
+        let (mut pg, mut mb, mut fl) =
+            (self.pg.session().fenced(epoch), self.mailbox.clone(), self.flights.handle().keeping(keep));
+        let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        let report = check(&mut st, Depth::Full { sample: 1.0 }).map_err(|e| e.to_string())?;
+        if !report.is_clean() {
+            let found: Vec<&str> = report.findings.iter().map(|f| f.kind.as_str()).collect();
+            self.say(format!("consistency: {found:?}"));
+        }
+        let healed = heal(&mut st, &report, self.clock.now()).map_err(|e| e.to_string())?;
+        if !report.is_clean() {
+            self.say(format!("healed: {healed:?}; findings {:?}", report.findings));
+        }
+        let after = check(&mut st, Depth::Full { sample: 1.0 }).map_err(|e| e.to_string())?;
+        match after.findings.first() {
+            None => {
+                self.forgotten = false;
+                Ok(after.redis.seq)
+            }
+            Some(f) => Err(format!("still behind after healing: {}", f.line())),
+        }
+    }
+
     fn try_claim(&mut self, k: usize) {
         let now = self.clock.now();
         let me = self.instances[k].me.clone();
         let renew = self.cfg.lease.renew_every;
-        match self.pg.clone().claim(&me, self.cfg.lease.duration) {
+        let floor = self.flights.inspect(|f| f.epoch);
+        match self.pg.session().claim_above(&me, self.cfg.lease.duration, floor) {
             Ok(Claim::Acquired { epoch, .. }) => {
                 if let Err(e) = self.flights.claim(epoch) {
                     self.say(format!(
@@ -438,7 +539,19 @@ impl Sim {
                         self.instances[k].name
                     ));
                 }
-                let active = self.activate(epoch, now);
+                let seen = match self.consistency_pass(epoch) {
+                    Ok(seq) => seq,
+                    Err(e) => {
+                        self.say(format!("{} consistency pass: {e}", self.instances[k].name));
+                        if e.contains("unavailable") {
+                            self.instances[k].life = Life::Standby { wake: now + renew };
+                        } else {
+                            self.stop(k, &format!("not healed (exit 6): {e}"));
+                        }
+                        return;
+                    }
+                };
+                let active = self.activate(epoch, now, seen);
                 self.instances[k].life = Life::Active(Box::new(active));
                 self.say(format!("{} acquired the lease, epoch {epoch}", self.instances[k].name));
             }
@@ -449,14 +562,18 @@ impl Sim {
     fn renew(&mut self, k: usize) {
         let now = self.clock.now();
         let (me, policy) = (self.instances[k].me.clone(), self.cfg.lease);
-        let mut lease = self.pg.clone();
         let Life::Active(a) = &mut self.instances[k].life else { return };
+        let mut lease = a.lease.clone();
         a.lease_wake = now + policy.renew_every;
         match lease.renew(&me, a.epoch, policy.duration, "{}") {
             Ok(true) => a.gate.confirm(self.clock.mono(), policy.duration),
             Ok(false) => {
                 a.gate.stale();
                 self.stop(k, "lost the lease");
+            }
+            Err(e) if e.stops() => {
+                a.gate.forgot();
+                self.stop(k, &format!("lease keeper: {e}"));
             }
             Err(_) => {}
         }
@@ -479,14 +596,18 @@ impl Sim {
             Quiet,
         }
         let now = self.clock.now();
-        let idle = if n == JOBS { self.cfg.pipeline.jobs_interval } else { self.cfg.pipeline.poll_interval };
+        let idle = match n {
+            JOBS => self.cfg.pipeline.jobs_interval,
+            SENTINEL => crate::consistency::stage::EVERY,
+            _ => self.cfg.pipeline.poll_interval,
+        };
         let backoff = self.cfg.pipeline.outage.backoff;
         let name = self.instances[k].name.clone();
         let Life::Active(a) = &mut self.instances[k].life else { return };
         // The daemon's runner: nothing runs while the lease is not confirmed.
         let after = if let Err(e) = a.gate.check() {
             a.slots[n].wake = now + Duration::from_millis(100);
-            if e.is_fenced() {
+            if e.stops() {
                 After::Stop("fenced at the gate".into())
             } else {
                 After::Quiet
@@ -517,6 +638,10 @@ impl Sim {
                     a.gate.stale();
                     After::Stop(format!("{} fenced: {e}", NAMES[n]))
                 }
+                Err(e) if e.stops() => {
+                    a.gate.forgot();
+                    After::Stop(format!("{} forgot: {e}", NAMES[n]))
+                }
                 Err(e) => {
                     a.slots[n].wake = now + backoff;
                     After::Say(format!("{name} {} error: {e}", NAMES[n]))
@@ -531,7 +656,7 @@ impl Sim {
     }
 
     /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
-    fn activate(&self, epoch: i64, now: SystemTime) -> Active {
+    fn activate(&self, epoch: i64, now: SystemTime, seen: i64) -> Active {
         let p = &self.cfg.pipeline;
         let gate = Arc::new(LeaseGate::new(
             epoch,
@@ -544,7 +669,7 @@ impl Sim {
         let mut pump = Pump::new(
             self.pg.fenced(epoch),
             self.mailbox.clone(),
-            self.flights.fenced(epoch),
+            self.flights.handle().keeping(p.journal_keep).expecting(seen).fenced(epoch),
             p,
             stats.clone(),
         );
@@ -577,11 +702,19 @@ impl Sim {
                 gate.clone(),
                 stats.clone(),
             )),
-            Box::new(Jobs::new(self.pg.fenced(epoch), p, stats)),
+            Box::new(Jobs::new(self.pg.fenced(epoch), p, stats.clone())),
+            Box::new(crate::consistency::stage::Sentinel::new(
+                self.pg.fenced(epoch),
+                self.mailbox.clone(),
+                self.flights.handle().keeping(p.journal_keep),
+                p.check_sample_ratio,
+                stats,
+            )),
         ];
         Active {
             epoch,
             gate,
+            lease: self.pg.session(),
             slots: stages.into_iter().map(|stage| Slot { stage, wake: now }).collect(),
             lease_wake: now + self.cfg.lease.renew_every,
         }

@@ -88,3 +88,8 @@ planted_bug!(finds_an_ignored_journal, Bug::JournalIgnored, ["I2", "Redis differ
 planted_bug!(finds_a_gate_that_never_closes, Bug::GateNeverCloses, ["PRE-5"]);
 planted_bug!(finds_a_delivery_out_of_order, Bug::DeliveryReordered, ["delivered first after"]);
 planted_bug!(finds_an_outage_charged_to_an_event, Bug::OutageCharged, ["outage costs no event"]);
+planted_bug!(
+    finds_a_store_that_forgot_left_unhealed,
+    Bug::HealSkipped,
+    ["I2", "never enqueued", "Redis differs", "delivered events", "did not drain"]
+);

@@ -251,7 +251,9 @@ pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut 
         generation: Some((4, 3)),
         journal: vec![(5, journal.clone())],
     };
+    let before = s.audit().unwrap().seq;
     s.restore(&restore, at(0)).unwrap();
+    assert_eq!(s.audit().unwrap().seq, before + 1, "a restore counts as a write a rollback can lose");
     let got = read(&mut s, &["F", "X"], &[5]);
     assert_eq!(got.flights["F"], f, "the flight is exactly the rebuilt one (GATE gone)");
     assert!(!got.flights.get("X").is_some_and(|x| x.exists()), "a rebuilt delete deletes");

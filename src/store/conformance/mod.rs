@@ -477,8 +477,13 @@ pub fn an_event_keeps_its_ordinal_within_its_message<S: OwnStore>(mut s: S) {
     let schd = NewEvent { target: Target::KafkaSchd.as_str().into(), ..event("F", 1) };
     commit(&mut s, &[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 1), schd])], at(1)).unwrap();
     commit(&mut s, &[Settle::succeeded(2, "k2", vec![event("A", 2)])], at(2)).unwrap();
-    let keys: Vec<String> = s.pending(Target::KafkaMsg, 10).unwrap().iter().map(|e| e.key()).collect();
-    assert_eq!(keys, ["1.0", "1.1", "2.0"]);
+    let keys: Vec<String> = s
+        .pending(Target::KafkaMsg, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.key().rsplit_once('.').map(|(k, _)| k.to_string()).unwrap_or_default())
+        .collect();
+    assert_eq!(keys, ["1.0", "1.1", "2.0"], "MSG_ID.ordinal, then the payload's digest");
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].ordinal, None);
 }
 
@@ -499,7 +504,8 @@ pub fn resend_puts_sent_events_back_in_order_with_their_identities<S: OwnStore>(
     let done = s.resend(Target::KafkaMsg, ResendFrom::Event(ids[0]), true).unwrap();
     assert_eq!(done.events, 2);
     let again: Vec<String> = s.pending(Target::KafkaMsg, 10).unwrap().iter().map(|e| e.key()).collect();
-    assert_eq!(again, ["1.0", "2.0", "3.0"], "in order, with their own identities");
+    let before: Vec<String> = pending.iter().map(|e| e.key()).collect();
+    assert_eq!(again, before, "in order, with their own identities");
     assert_eq!(s.resend(Target::KafkaSchd, ResendFrom::Event(0), false).unwrap().events, 0);
 }
 

@@ -373,6 +373,13 @@ impl RedisFlights {
         }
     }
 
+    /// This handle saw `seq` applies (what the consistency pass read before the stages
+    /// started): a Redis holding fewer at its first apply forgot them in between (#20).
+    pub fn expecting(mut self, seq: i64) -> RedisFlights {
+        self.seq = Some(seq);
+        self
+    }
+
     /// Journal entries stay `keep` after PostgreSQL holds their outcome (`redis.journal-keep`):
     /// the evidence that heals a PostgreSQL that lost commits (#20).
     pub fn keeping(mut self, keep: Duration) -> RedisFlights {
@@ -598,11 +605,11 @@ impl FlightAudit for RedisFlights {
         }
         let gen = format!("{}schd:gen", self.prefix);
         let max = format!("{}applied:max", self.prefix);
-        if r.generation.is_none() && top.is_none() {
-            return self.durable();
-        }
+        let seq = format!("{}applied:seq", self.prefix);
         self.run(|c, _| {
             let mut p = redis::pipe();
+            // A restore is a write a later rollback can lose, as an apply is.
+            p.cmd("INCR").arg(&seq).ignore();
             if let Some((g, m)) = r.generation {
                 p.hset_multiple(&gen, &[("gen", g), ("msg_id", m)]).ignore();
             }

@@ -140,6 +140,13 @@ impl MemFlights {
         self
     }
 
+    /// This handle saw `seq` applies (what the consistency pass read): a store holding fewer
+    /// at its first apply forgot them.
+    pub fn expecting(mut self, seq: i64) -> MemFlights {
+        self.1.seq = Some(seq);
+        self
+    }
+
     /// Another handle on the same twin, as a new connection: unfenced, no apply count seen.
     pub fn handle(&self) -> MemFlights {
         MemFlights(self.0.clone(), Handle { keep: self.1.keep, ..Handle::default() })
@@ -244,6 +251,8 @@ impl FlightAudit for MemFlights {
                 s.done.insert(*m, now);
                 s.applied_max = s.applied_max.max(*m);
             }
+            // A restore is a write a later rollback can lose, as an apply is.
+            s.seq += 1;
             Ok(())
         })
     }

@@ -89,6 +89,8 @@ pub struct PgState {
     pub refuse_outcome_of: Option<i64>,
     /// The database's clock (lease expiry).
     pub clock: Arc<dyn Clock>,
+    /// Bumped by a rollback ([`MemPg::roll_back_to`]).
+    pub timeline: u64,
 }
 
 impl Default for PgState {
@@ -104,6 +106,7 @@ impl Default for PgState {
             lease: MemLease::default(),
             refuse_outcome_of: None,
             clock: Arc::new(FakeClock::new()),
+            timeline: 0,
         }
     }
 }
@@ -117,7 +120,7 @@ impl std::fmt::Debug for dyn Clock {
 /// `PROC_STATE`, `MSG_EVENT` and the watermark, in memory. A handle made with
 /// [`MemPg::fenced`] writes only while the lease's epoch is its own (PRE-5).
 #[derive(Debug, Clone, Default)]
-pub struct MemPg(pub(crate) Shared<PgState>, Option<i64>);
+pub struct MemPg(pub(crate) Shared<PgState>, Option<i64>, u64);
 
 fault_controls!(MemPg);
 
@@ -129,7 +132,23 @@ impl MemPg {
     /// A handle on the same state whose every write checks the lease epoch, as the PostgreSQL
     /// adapter's guard does.
     pub fn fenced(&self, epoch: i64) -> MemPg {
-        MemPg(self.0.clone(), Some(epoch))
+        MemPg(self.0.clone(), Some(epoch), self.0.lock().state.timeline)
+    }
+
+    /// A handle as a new process's session is: judged against nothing it saw before, so it
+    /// works on the server as it is now (after a rollback, too).
+    pub fn session(&self) -> MemPg {
+        MemPg(self.0.clone(), None, self.0.lock().state.timeline)
+    }
+
+    /// What a replica promoted with a lost tail, or a restore, does: the state goes back to `s`
+    /// on a new timeline, and every handle made before answers `forgot` (as the failover
+    /// witness makes every session of a process that saw the lost commits do, #19).
+    pub fn roll_back_to(&self, mut s: PgState) {
+        let mut cell = self.0.lock();
+        s.timeline = cell.state.timeline.max(s.timeline) + 1;
+        s.clock = cell.state.clock.clone();
+        cell.state = s;
     }
 
     /// The database's clock (for the lease's expiry).
@@ -181,7 +200,7 @@ impl MemPg {
     /// A write through the fence: refused once a newer lease holder exists.
     fn write<R>(&self, f: impl FnOnce(&mut PgState) -> StoreResult<R>) -> StoreResult<R> {
         let fence = self.1;
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             if let Some(epoch) = fence {
                 if s.lease.epoch != epoch {
                     return Err(StoreError::fenced(
@@ -198,8 +217,32 @@ impl MemPg {
     }
 
     fn read<R>(&self, f: impl FnOnce(&PgState) -> StoreResult<R>) -> StoreResult<R> {
-        self.0.read("postgres", f)
+        let seen = self.2;
+        self.0.read("postgres", |s| {
+            lost_commits(s, seen)?;
+            f(s)
+        })
     }
+
+    /// A write that is not fenced (the lease itself, an operator's command).
+    fn session_write<R>(&self, f: impl FnOnce(&mut PgState) -> StoreResult<R>) -> StoreResult<R> {
+        let seen = self.2;
+        self.0.write("postgres", |s| {
+            lost_commits(s, seen)?;
+            f(s)
+        })
+    }
+}
+
+/// The witness: a handle made before a rollback finds the server behind what it saw.
+fn lost_commits(s: &PgState, seen: u64) -> StoreResult<()> {
+    if seen < s.timeline {
+        return Err(StoreError::forgot(
+            "postgres",
+            format!("lost commits: the server is on timeline {} behind what this process saw", s.timeline),
+        ));
+    }
+    Ok(())
 }
 
 fn terminal(p: &mut MemProc, state: ProcStatus, now: SystemTime) {
@@ -622,7 +665,7 @@ impl MemPg {
         listed: impl Fn(&MemProc) -> bool,
         verdict: impl Fn(&MemProc) -> Result<(), String>,
     ) -> StoreResult<Vec<Replayed>> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             let ids = selected(&s.procs, sel, limit, &listed, |p| p.row.error_class);
             Ok(ids
                 .into_iter()
@@ -658,7 +701,7 @@ impl MemPg {
 
 impl Operator for MemPg {
     fn reset_watermark(&mut self, to: i64, _now: SystemTime) -> StoreResult<Result<i64, String>> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             let above: Vec<i64> = s.procs.range(to.saturating_add(1)..).map(|(id, _)| *id).collect();
             if let Some(max) = above.last() {
                 return Ok(Err(crate::ports::watermark_refusal(to, above.len() as i64, *max)));
@@ -703,7 +746,7 @@ impl Operator for MemPg {
         note: &str,
         now: SystemTime,
     ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             Ok(ids
                 .iter()
                 .map(|id| {
@@ -734,7 +777,7 @@ impl Operator for MemPg {
         note: &str,
         now: SystemTime,
     ) -> StoreResult<Vec<(i64, Result<(), String>)>> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             Ok(ids
                 .iter()
                 .map(|id| {
@@ -756,7 +799,7 @@ impl Operator for MemPg {
     }
 
     fn resend(&mut self, target: Target, from: ResendFrom, apply: bool) -> StoreResult<Resent> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             let mut out = Resent::default();
             for (id, e) in s.events.iter_mut() {
                 let after = match from {
@@ -782,7 +825,7 @@ impl Operator for MemPg {
     }
 
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             let ids = selected(&s.events, sel, limit, |e| e.state == EventStatus::Dead, |e| e.error_class);
             Ok(ids
                 .into_iter()
@@ -968,15 +1011,15 @@ fn lease_holder(l: &MemLease, now: SystemTime) -> LeaseHolder {
 
 impl crate::ports::StateAudit for MemPg {
     fn known_max(&mut self) -> StoreResult<i64> {
-        self.0.read("postgres", |s| Ok(s.procs.keys().next_back().copied().unwrap_or(0)))
+        self.read(|s| Ok(s.procs.keys().next_back().copied().unwrap_or(0)))
     }
 
     fn unknown(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
-        self.0.read("postgres", |s| Ok(ids.iter().copied().filter(|m| !s.procs.contains_key(m)).collect()))
+        self.read(|s| Ok(ids.iter().copied().filter(|m| !s.procs.contains_key(m)).collect()))
     }
 
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
-        self.0.read("postgres", |s| {
+        self.read(|s| {
             let ok = |p: &MemProc| p.row.state == ProcStatus::Succeeded;
             let mut ids: Vec<i64> = s
                 .procs
@@ -992,7 +1035,7 @@ impl crate::ports::StateAudit for MemPg {
     }
 
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>> {
-        self.0.read("postgres", |s| {
+        self.read(|s| {
             let mut ids: Vec<i64> = s
                 .procs
                 .iter()
@@ -1005,11 +1048,38 @@ impl crate::ports::StateAudit for MemPg {
             Ok(ids)
         })
     }
+
+    fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
+        self.read(|s| Ok(MemPg::outbox_of(s, ids)))
+    }
+}
+
+impl MemPg {
+    /// As `StateAudit::events_of` (the twin keeps no event type: every one is an upsert).
+    fn outbox_of(s: &PgState, ids: &[i64]) -> Vec<(i64, crate::domain::NewEvent)> {
+        let mut out: Vec<(i64, Option<i32>, i64, crate::domain::NewEvent)> = s
+            .events
+            .values()
+            .filter_map(|e| {
+                let m = e.event.msg_id.filter(|m| ids.contains(m))?;
+                let ev = crate::domain::NewEvent {
+                    target: e.event.target.as_str().to_string(),
+                    partition_key: e.event.partition_key.clone(),
+                    event_type: "UPSERT".into(),
+                    state_version: e.event.state_version,
+                    payload_json: e.event.payload_json.clone(),
+                };
+                Some((m, e.event.ordinal, e.event.event_id, ev))
+            })
+            .collect();
+        out.sort_by_key(|(m, o, id, _)| (*m, o.unwrap_or(i32::MAX), *id));
+        out.into_iter().map(|(m, _, _, e)| (m, e)).collect()
+    }
 }
 
 impl LeaseStore for MemPg {
     fn claim_above(&mut self, me: &Claimant, duration: Duration, floor: i64) -> StoreResult<Claim> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             let now = s.clock.now();
             let before = lease_holder(&s.lease, now);
             if !before.free && before.holder.as_deref() != Some(me.id.as_str()) {
@@ -1030,7 +1100,7 @@ impl LeaseStore for MemPg {
     }
 
     fn renew(&mut self, me: &Claimant, epoch: i64, duration: Duration, status: &str) -> StoreResult<bool> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             if s.lease.epoch != epoch || s.lease.holder.as_deref() != Some(me.id.as_str()) {
                 return Ok(false);
             }
@@ -1041,7 +1111,7 @@ impl LeaseStore for MemPg {
     }
 
     fn release(&mut self, me: &Claimant, epoch: i64) -> StoreResult<()> {
-        self.0.write("postgres", |s| {
+        self.session_write(|s| {
             if s.lease.epoch == epoch && s.lease.holder.as_deref() == Some(me.id.as_str()) {
                 s.lease.holder = None;
                 s.lease.expires_at = Some(s.clock.now());
@@ -1052,7 +1122,7 @@ impl LeaseStore for MemPg {
     }
 
     fn holder(&mut self) -> StoreResult<LeaseHolder> {
-        self.0.read("postgres", |s| Ok(lease_holder(&s.lease, s.clock.now())))
+        self.read(|s| Ok(lease_holder(&s.lease, s.clock.now())))
     }
 }
 

@@ -1,6 +1,7 @@
 //! What the consistency check reads of own PostgreSQL (#20).
 
 use super::Pg;
+use crate::domain::NewEvent;
 use crate::ports::{StateAudit, StoreResult};
 
 impl StateAudit for Pg {
@@ -42,5 +43,28 @@ impl StateAudit for Pg {
             )
         })?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT msg_id, target, partition_key, event_type, state_version, payload_json FROM msg_event
+                 WHERE msg_id = ANY($1) ORDER BY msg_id, ordinal NULLS LAST, event_id",
+                &[&ids],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let e = NewEvent {
+                    target: r.get(1),
+                    partition_key: r.get(2),
+                    event_type: r.get(3),
+                    state_version: r.get(4),
+                    payload_json: r.get(5),
+                };
+                (r.get(0), e)
+            })
+            .collect())
     }
 }
