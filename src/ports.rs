@@ -499,6 +499,9 @@ pub trait StateAudit {
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>>;
     /// The newest `limit` SUCCEEDED messages still in `PROC_STATE`, ascending.
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>>;
+    /// When own PostgreSQL last changed a message (the newest `PROC_STATE.UPDATED_AT`): the
+    /// moment a restored database stands at.
+    fn newest_write(&mut self) -> StoreResult<Option<SystemTime>>;
     /// The outbox events of `ids` as their messages made them, in their order (a `KAFKA:schd`
     /// row, upserted per flight, belongs to the newest message only).
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>>;
@@ -510,6 +513,8 @@ pub trait StateAudit {
 pub struct OursRow {
     pub row: InboundRow,
     pub marked: bool,
+    /// When it was marked (the processed column), if it was.
+    pub marked_at: Option<SystemTime>,
 }
 
 /// The shared mailbox, what the consistency check reads (#20).

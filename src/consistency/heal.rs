@@ -108,7 +108,10 @@ fn heal_postgres(
     }
     // Journal entries below the highest known MSG_ID whose row is gone too (a late row).
     let lost_below: Vec<i64> = st.flights.journal_ids()?.into_iter().filter(|m| *m <= known).collect();
-    let lost_below = st.pg.unknown(&lost_below)?;
+    let mut lost_below = st.pg.unknown(&lost_below)?;
+    lost_below.extend(super::late_forgotten(st, known)?);
+    lost_below.sort_unstable();
+    lost_below.dedup();
     rows.extend(lost_below.iter().map(|id| InboundRow { id: *id, received_at: None }));
     rows.sort_by_key(|r| r.id);
     rows.dedup_by_key(|r| r.id);

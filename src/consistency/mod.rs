@@ -264,9 +264,32 @@ pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
     Ok(r)
 }
 
-/// Mailbox rows marked with msgx's status above what PostgreSQL knows.
+/// How far below the highest MSG_ID PostgreSQL knows a forgotten late row (PRE-2) is looked for.
+const LATE_ROWS: i64 = 1_000;
+/// A mark this much older than PostgreSQL's newest write still counts as made after it (the
+/// clocks of the hosts msgx ran on).
+const MARK_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Late rows (PRE-2) PostgreSQL forgot: below the highest MSG_ID it knows, marked with msgx's
+/// status since the moment it stands at, and without a row. With Redis's journal gone too,
+/// this is the only evidence of them.
+pub(crate) fn late_forgotten(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
+    let Some(since) = st.pg.newest_write()?.and_then(|t| t.checked_sub(MARK_SLACK)) else {
+        return Ok(Vec::new());
+    };
+    let rows = st.mailbox.ours((known_max - LATE_ROWS).max(1), known_max, LATE_ROWS as usize, true)?;
+    let ids: Vec<i64> =
+        rows.iter().filter(|r| r.marked_at.is_some_and(|t| t >= since)).map(|r| r.row.id).collect();
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    st.pg.unknown(&ids)
+}
+
+/// Mailbox rows marked with msgx's status that PostgreSQL forgot: above the highest MSG_ID it
+/// knows, and late rows below it.
 fn marked_unknown(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
-    let mut out = Vec::new();
+    let mut out = late_forgotten(st, known_max)?;
     let mut from = known_max + 1;
     loop {
         let rows = st.mailbox.ours(from, i64::MAX, PAGE, true)?;

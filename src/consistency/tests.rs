@@ -189,3 +189,23 @@ fn regression_a_new_epoch_is_above_every_epoch_another_store_saw() {
     let mut fl = w.flights.handle();
     assert_eq!(fl.audit().unwrap().epoch, 7);
 }
+
+#[test]
+fn regression_a_late_row_both_stores_forgot_is_found_by_its_mark() {
+    let w = World::new(KEEP);
+    w.process(1..=3);
+    w.process(5..=6);
+    let (pg, flights) = (w.pg.state(), w.flights.state());
+    w.clock.advance(Duration::from_secs(1));
+    w.process(4..=4); // committed late (PRE-2): processed after 5 and 6
+    w.pg.replace_state(pg);
+    w.flights.replace_state(flights);
+    let r = w.check();
+    let f = r.finding(FindingKind::MarkedUnknown).expect("found by the simulator, seed 637");
+    assert_eq!(f.ids, [4]);
+    let healed = w.heal(&r).unwrap();
+    assert_eq!(healed.range, Some((4, 4)));
+    w.drain();
+    assert_eq!(w.pg.proc(4).map(|p| p.row.state), Some(crate::domain::ProcStatus::Succeeded));
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}

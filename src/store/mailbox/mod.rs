@@ -205,7 +205,7 @@ impl crate::ports::MailboxAudit for MysqlMailbox {
         self.run(|c, n| {
             let unmarked = if marked_only { "FALSE" } else { "TRUE" };
             let sql = format!(
-                "SELECT {id}, {rcv}, {proc} IS NOT NULL FROM {t} WHERE {id} >= ? AND {id} <= ?
+                "SELECT {id}, {rcv}, {proc} FROM {t} WHERE {id} >= ? AND {id} <= ?
                    AND (({unmarked} AND {proc} IS NULL AND {st} IN ({ph})) OR ({proc} IS NOT NULL AND {st} = ?))
                  ORDER BY {id} LIMIT ?",
                 id = n.id_column,
@@ -224,9 +224,10 @@ impl crate::ports::MailboxAudit for MysqlMailbox {
                 .map(|mut r| {
                     let id: i64 = column(&mut r, 0, "id")?;
                     let rcv: Value = column(&mut r, 1, "received")?;
-                    let marked: i64 = column(&mut r, 2, "marked")?;
+                    let marked: Value = column(&mut r, 2, "marked")?;
                     let row = InboundRow { id, received_at: from_value(rcv, &n.zone) };
-                    Ok(crate::ports::OursRow { row, marked: marked != 0 })
+                    let marked_at = from_value(marked.clone(), &n.zone);
+                    Ok(crate::ports::OursRow { row, marked: marked != Value::NULL, marked_at })
                 })
                 .collect()
         })

@@ -160,10 +160,10 @@ impl crate::ports::MailboxAudit for MemMailbox {
                     let row = InboundRow { id: *id, received_at: r.received_at };
                     match r.processed_at {
                         None if r.status == "VALID" && !marked_only => {
-                            Some(crate::ports::OursRow { row, marked: false })
+                            Some(crate::ports::OursRow { row, marked: false, marked_at: None })
                         }
-                        Some(_) if r.status == s.processed_status => {
-                            Some(crate::ports::OursRow { row, marked: true })
+                        Some(t) if r.status == s.processed_status => {
+                            Some(crate::ports::OursRow { row, marked: true, marked_at: Some(t) })
                         }
                         _ => None,
                     }

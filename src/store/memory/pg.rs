@@ -1049,6 +1049,10 @@ impl crate::ports::StateAudit for MemPg {
         })
     }
 
+    fn newest_write(&mut self) -> StoreResult<Option<SystemTime>> {
+        self.read(|s| Ok(s.procs.values().map(|p| p.updated_at).max()))
+    }
+
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
         self.read(|s| Ok(MemPg::outbox_of(s, ids)))
     }

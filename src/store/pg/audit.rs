@@ -45,6 +45,10 @@ impl StateAudit for Pg {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    fn newest_write(&mut self) -> StoreResult<Option<std::time::SystemTime>> {
+        self.run(|c| Ok(c.query_one("SELECT max(updated_at) FROM proc_state", &[])?.get(0)))
+    }
+
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>> {
         let rows = self.run(|c| {
             c.query(
