@@ -382,8 +382,8 @@ fn lifetimes(
             Ok(None)
         };
         let result = checked.and_then(|seen| {
-            let seen = seen.or_else(|| redis_applies(cfg));
-            let tenure = Tenure { lease, gate: gate.clone(), redis_applies: seen };
+            let seen = seen.or_else(|| redis_token(cfg));
+            let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen };
             serve(cfg, clock.clone(), stop.clone(), me, tenure, ops)
         });
         let forgot = matches!(result, Err(DaemonError::Forgot(_)));
@@ -412,10 +412,10 @@ fn lifetimes(
     }
 }
 
-/// How many applies Redis holds now (`None` when it cannot say).
-fn redis_applies(cfg: &Config) -> Option<i64> {
+/// The token of Redis's last write now (`None` when it cannot say).
+fn redis_token(cfg: &Config) -> Option<String> {
     use crate::ports::FlightAudit;
-    RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.audit()).ok().map(|m| m.seq)
+    RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.audit()).ok().and_then(|m| m.token)
 }
 
 /// The newest lease epoch Redis saw (0 when it cannot say): a new epoch is taken above it.
@@ -432,14 +432,14 @@ fn epoch_seen_by_redis(cfg: &Config) -> i64 {
 /// The consistency check in full, then the heal of what it found, before any stage runs (U25,
 /// #20). A store that cannot be reached is left to the sentinel stage; evidence that is not
 /// enough to heal stops msgx (exit 6) with what a person must decide.
-/// `Some`: how many applies Redis holds once the stores agree — the pump's Redis handle starts
-/// from it, so a Redis that forgets before the first apply is caught there too.
+/// `Some`: the token of Redis's last write once the stores agree — the pump's Redis handle
+/// starts from it, so a Redis that forgets before the first apply is caught there too.
 fn consistency_pass(
     cfg: &Config,
     clock: &dyn Clock,
     epoch: i64,
     stats: &Stats,
-) -> Result<Option<i64>, DaemonError> {
+) -> Result<Option<String>, DaemonError> {
     let opened = (|| -> Result<_, StoreError> {
         Ok((
             Pg::new(&cfg.pg_url)?.fenced(epoch),
@@ -476,7 +476,7 @@ fn consistency_pass(
         crate::stats::add(&stats.consistency_findings, report.findings.len() as u64);
     }
     match consistency::heal(&mut st, &report, clock.now()) {
-        Ok(_) if report.is_clean() => return Ok(Some(report.redis.seq)),
+        Ok(_) if report.is_clean() => return Ok(report.redis.token.clone()),
         Ok(_) => crate::stats::add(&stats.heals, 1),
         Err(HealError::Person(why)) => {
             error!("consistency: not healed: {why}");
@@ -493,7 +493,7 @@ fn consistency_pass(
         return Err(DaemonError::Forgot(f.line()));
     }
     info!("consistency: healed; the stores agree again");
-    Ok(Some(after.redis.seq))
+    Ok(after.redis.token)
 }
 
 /// The operations endpoint (`metrics.listen`) on its own thread, until the sender is dropped.
@@ -598,7 +598,7 @@ fn standby(
 pub struct Tenure {
     pub lease: Pg,
     pub gate: Arc<LeaseGate>,
-    pub redis_applies: Option<i64>,
+    pub redis_token: Option<String>,
 }
 
 /// The active instance: every stage on its own thread, fenced by `gate`'s epoch, until stop.
@@ -610,7 +610,7 @@ pub fn serve(
     tenure: Tenure,
     ops: &Ops,
 ) -> Result<(), DaemonError> {
-    let Tenure { mut lease, gate, redis_applies } = tenure;
+    let Tenure { mut lease, gate, redis_token } = tenure;
     let epoch = gate.epoch();
     let p = &cfg.pipeline;
     let ctx = Context {
@@ -651,10 +651,7 @@ pub fn serve(
                 {
                     let r = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch);
                     let r = r.keeping(p.journal_keep);
-                    match redis_applies {
-                        Some(seq) => r.expecting(seq),
-                        None => r,
-                    }
+                    r.expecting(redis_token)
                 },
                 p,
                 stats.clone(),

@@ -499,6 +499,8 @@ pub trait StateAudit {
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>>;
     /// The newest `limit` SUCCEEDED messages still in `PROC_STATE`, ascending.
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>>;
+    /// The newest SUCCEEDED message (archived ones too) whose type tag is one of `tags`.
+    fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>>;
     /// When own PostgreSQL last changed a message (the newest `PROC_STATE.UPDATED_AT`): the
     /// moment a restored database stands at.
     fn newest_write(&mut self) -> StoreResult<Option<SystemTime>>;
@@ -525,7 +527,7 @@ pub trait MailboxAudit {
 }
 
 /// Redis's own marks, as the consistency check reads them (#20).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FlightMarks {
     /// The newest lease epoch that wrote there (0: none: an empty store).
     pub epoch: i64,
@@ -535,6 +537,8 @@ pub struct FlightMarks {
     /// Applies so far and the highest MSG_ID applied.
     pub seq: i64,
     pub applied_max: i64,
+    /// The token of the last write (`applied:token`): which history Redis holds.
+    pub token: Option<String>,
 }
 
 /// A rebuild of flights (the Redis heal, `msgx rebuild-flights`): each flight written whole —

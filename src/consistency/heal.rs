@@ -63,7 +63,7 @@ pub fn heal(st: &mut Stores<'_>, report: &Report, now: SystemTime) -> Result<Hea
         let from = if empty {
             0
         } else {
-            [FindingKind::JournalMissing, FindingKind::VersionsBehind]
+            [FindingKind::JournalMissing, FindingKind::VersionsBehind, FindingKind::GenerationBehind]
                 .iter()
                 .filter_map(|k| report.finding(*k).and_then(|f| f.ids.first().copied()))
                 .min()

@@ -77,6 +77,9 @@ pub enum FindingKind {
     JournalMissing,
     /// Sampled SUCCEEDED messages whose fields carry an older version in Redis.
     VersionsBehind,
+    /// The daily plan's generation in Redis was advanced by an older snapshot than the newest
+    /// one PostgreSQL holds SUCCEEDED.
+    GenerationBehind,
 }
 
 /// Which store a finding says is behind.
@@ -97,13 +100,14 @@ impl Behind {
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 6] = [
+    pub const ALL: [FindingKind; 7] = [
         FindingKind::MarkedUnknown,
         FindingKind::JournalUnknown,
         FindingKind::EpochAhead,
         FindingKind::FlightsEmpty,
         FindingKind::JournalMissing,
         FindingKind::VersionsBehind,
+        FindingKind::GenerationBehind,
     ];
 
     pub fn behind(self) -> Behind {
@@ -124,20 +128,24 @@ impl FindingKind {
             FindingKind::FlightsEmpty => "flights-empty",
             FindingKind::JournalMissing => "journal-missing",
             FindingKind::VersionsBehind => "versions-behind",
+            FindingKind::GenerationBehind => "generation-behind",
         }
     }
 
     fn evidence(self) -> &'static str {
         match self {
             FindingKind::MarkedUnknown => {
-                "mailbox row(s) marked processed by msgx above the highest MSG_ID postgres knows"
+                "mailbox row(s) marked processed by msgx that postgres has no row for"
             }
             FindingKind::JournalUnknown => {
                 "decision(s) in the Redis journal for messages postgres has no row for"
             }
             FindingKind::EpochAhead => "lease epoch(s) seen in Redis that postgres never handed out",
             FindingKind::FlightsEmpty => {
-                "SUCCEEDED message(s) in postgres while Redis holds nothing of msgx's"
+                "Redis holds nothing of msgx's while postgres holds SUCCEEDED messages"
+            }
+            FindingKind::GenerationBehind => {
+                "the daily plan's generation was advanced by an older snapshot than the newest SUCCEEDED one"
             }
             FindingKind::JournalMissing => {
                 "SUCCEEDED message(s) that change flights without their Redis journal entry"
@@ -176,6 +184,13 @@ impl Finding {
         match self.kind {
             FindingKind::EpochAhead => format!(
                 "consistency: {} behind: {} (Redis epoch {}, postgres epoch {})",
+                self.store.as_str(),
+                self.kind.evidence(),
+                self.ids.first().unwrap_or(&0),
+                self.ids.get(1).unwrap_or(&0)
+            ),
+            FindingKind::GenerationBehind => format!(
+                "consistency: {} behind: {} (snapshot MSG_ID {} SUCCEEDED, the generation's is {})",
                 self.store.as_str(),
                 self.kind.evidence(),
                 self.ids.first().unwrap_or(&0),
@@ -356,11 +371,30 @@ fn redis_side(st: &mut Stores<'_>, depth: Depth, r: &mut Report) -> StoreResult<
     }
     let missing = changing_flights(st, &unjournalled)?;
     r.findings.extend(Finding::of(FindingKind::JournalMissing, &missing));
+    let tags = snapshot_tags();
+    if let Some(snapshot) = st.pg.newest_succeeded_of(&tags)? {
+        let (_, advanced_by) = st.flights.generation_of()?;
+        if advanced_by < snapshot {
+            let mut f = Finding::of(FindingKind::GenerationBehind, &[snapshot, advanced_by]);
+            f.iter_mut().for_each(|f| f.count = 1);
+            r.findings.extend(f);
+        }
+    }
     if let Depth::Full { sample } = depth {
         let behind = sample_versions(st, sample, r)?;
         r.findings.extend(Finding::of(FindingKind::VersionsBehind, &behind));
     }
     Ok(())
+}
+
+/// The type tags of the messages that are complete snapshots of the daily plan's window (their
+/// decisions advance the generation): SCHD DNLD and RESP, DFOE DFDL.
+fn snapshot_tags() -> Vec<String> {
+    use crate::codec::{DfoeKind, MsgKind, SchdKind};
+    [MsgKind::Schd(SchdKind::Dnld), MsgKind::Schd(SchdKind::Resp), MsgKind::Dfoe(DfoeKind::Sync)]
+        .iter()
+        .map(MsgKind::type_tag)
+        .collect()
 }
 
 fn all_succeeded_above(st: &mut Stores<'_>, after: i64) -> StoreResult<Vec<i64>> {
@@ -436,8 +470,12 @@ fn sample_versions(st: &mut Stores<'_>, ratio: f64, r: &mut Report) -> StoreResu
         let p = st.flights.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
         let view = View { flights: p.flights, window: p.window };
         let Ok(d) = handlers::decide(&view, &msg, m) else { continue };
+        // A snapshot names its window, not its flights: read those it writes.
+        let flids: Vec<String> = d.flights.iter().map(|c| c.flid.clone()).collect();
+        let written = RoundNeed { msg_ids: Vec::new(), flids, window: None };
+        let held = st.flights.prepare(&written, &[], SystemTime::UNIX_EPOCH)?.flights;
         let lost = d.flights.iter().any(|c| {
-            let f = view.flights.get(&c.flid);
+            let f = held.get(&c.flid);
             let deleted = f.map_or(0, |f| f.deleted);
             let version = |name: &String| f.and_then(|f| f.versions.get(name)).copied().unwrap_or(0);
             deleted < m && c.set.iter().map(|(k, _)| k).chain(&c.clear).any(|k| version(k) < m)

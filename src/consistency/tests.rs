@@ -64,6 +64,19 @@ impl World {
         mb.mark(&ids.collect::<Vec<_>>(), self.clock.now(), &|| Ok(())).unwrap();
     }
 
+    /// A daily-plan snapshot (SCHD DNLD) arrives as message `id` and is processed and marked.
+    fn snapshot(&self, id: i64) {
+        let body = "<FLTR><FLID>A</FLID><FLNO>MUA</FLNO><SODT>05MAR260900</SODT><STND>2A</STND></FLTR>";
+        let raw =
+            crate::fixtures::other(id as u64, "SCHD", "DNLD", &format!("<SCHD><RECS>1</RECS>{body}</SCHD>"));
+        self.mailbox.insert(id, Some(&raw));
+        let mut pg = self.pg.clone();
+        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
+        self.drain();
+        let mut mb = self.mailbox.clone();
+        mb.mark(&[id], self.clock.now(), &|| Ok(())).unwrap();
+    }
+
     /// The pump runs until it has nothing to do.
     fn drain(&self) {
         let cfg = Config::defaults().pipeline;
@@ -207,5 +220,24 @@ fn regression_a_late_row_both_stores_forgot_is_found_by_its_mark() {
     assert_eq!(healed.range, Some((4, 4)));
     w.drain();
     assert_eq!(w.pg.proc(4).map(|p| p.row.state), Some(crate::domain::ProcStatus::Succeeded));
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
+#[test]
+fn a_generation_advanced_by_an_older_snapshot_is_redis_behind() {
+    let w = World::new(KEEP);
+    w.process(1..=2);
+    w.snapshot(3);
+    assert!(w.check().is_clean(), "{:?}", w.check());
+    let before = w.flights.all();
+    let mut older = w.flights.state();
+    older.generation = (0, 0); // a dump from before the snapshot, its journal kept
+    w.flights.replace_state(older);
+    let r = w.check();
+    let f = r.finding(FindingKind::GenerationBehind).expect("the plan went back");
+    assert_eq!(f.ids, [3, 0]);
+    w.heal(&r).unwrap();
+    assert_eq!(w.flights.generation().1, 3, "advanced again by the snapshot");
+    assert_eq!(w.flights.all(), before);
     assert!(w.check().is_clean(), "{:?}", w.check());
 }

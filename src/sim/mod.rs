@@ -501,7 +501,7 @@ impl Sim {
 
     /// The daemon's consistency pass before the stages start (`daemon::consistency_pass`):
     /// `Err` when it cannot heal (the process exits 6).
-    fn consistency_pass(&mut self, epoch: i64) -> Result<i64, String> {
+    fn consistency_pass(&mut self, epoch: i64) -> Result<Option<String>, String> {
         use crate::consistency::{check, heal, Depth, Stores};
         let keep = self.cfg.pipeline.journal_keep;
         let (mut pg, mut mb, mut fl) =
@@ -520,7 +520,7 @@ impl Sim {
         match after.findings.first() {
             None => {
                 self.forgotten = false;
-                Ok(after.redis.seq)
+                Ok(after.redis.token)
             }
             Some(f) => Err(format!("still behind after healing: {}", f.line())),
         }
@@ -540,7 +540,7 @@ impl Sim {
                     ));
                 }
                 let seen = match self.consistency_pass(epoch) {
-                    Ok(seq) => seq,
+                    Ok(token) => token,
                     Err(e) => {
                         self.say(format!("{} consistency pass: {e}", self.instances[k].name));
                         if e.contains("unavailable") {
@@ -656,7 +656,7 @@ impl Sim {
     }
 
     /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
-    fn activate(&self, epoch: i64, now: SystemTime, seen: i64) -> Active {
+    fn activate(&self, epoch: i64, now: SystemTime, seen: Option<String>) -> Active {
         let p = &self.cfg.pipeline;
         let gate = Arc::new(LeaseGate::new(
             epoch,

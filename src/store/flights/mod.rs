@@ -37,21 +37,27 @@ const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
 const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
 /// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the apply count this
-/// handle last saw (-1: none yet), n, then n × (msg_id, snapshot 1/0, flight
+/// handle accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the
+/// token of this write, n, then n × (msg_id, snapshot 1/0, flight
 /// changes, journal doc)). A flight change is
 /// `[flid, delete 1/0, sodt|false, [field, value, …], [cleared field, …]]`; the journal doc (the
 /// decision's events and references) is stored as given, never decoded. Returns one 1/0 per
 /// decision — 0 for a snapshot not newer than the plan's generation, which changes nothing and
 /// is journalled as the empty decision — then the new apply count. The rules are
-/// `FlightState::apply`'s, field by field. An apply count below the one this process saw means
-/// Redis forgot applies it acknowledged (#20): nothing is written.
+/// `FlightState::apply`'s, field by field. A current token this handle did not write means Redis
+/// went back to another history (#20): nothing is written.
 const APPLY: &str = r#"
 local prefix, epoch, tomb, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local saw, n = tonumber(ARGV[5]), tonumber(ARGV[6])
-local seqkey = prefix .. 'applied:seq'
-local seq = tonumber(redis.call('GET', seqkey) or '0')
-if saw >= 0 and seq < saw then
-  return redis.error_reply('MSGX_FORGOT redis holds ' .. seq .. ' applies, this instance made ' .. saw)
+local saw, token, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local seqkey, tkey = prefix .. 'applied:seq', prefix .. 'applied:token'
+if saw ~= '' then
+  local cur, ok = redis.call('GET', tkey), false
+  for t in string.gmatch(saw, '[^,]+') do
+    if t == cur then ok = true end
+  end
+  if not ok then
+    return redis.error_reply('MSGX_FORGOT redis holds another history than this instance wrote (' .. (redis.call('GET', seqkey) or '0') .. ' applies)')
+  end
 end
 if epoch > 0 then
   local ekey = prefix .. 'lease:epoch'
@@ -65,7 +71,7 @@ local idx, genkey, jkey = prefix .. 'sodt', prefix .. 'schd:gen', prefix .. 'jou
 local out, journal = {}, {}
 local top = tonumber(redis.call('GET', prefix .. 'applied:max') or '0')
 for i = 1, n do
-  local b = 6 + (i - 1) * 4
+  local b = 7 + (i - 1) * 4
   local m, snap, doc = tonumber(ARGV[b + 1]), ARGV[b + 2] == '1', ARGV[b + 4]
   local applied = 1
   if snap then
@@ -146,6 +152,7 @@ for k = 1, #journal, 1000 do
 end
 redis.call('EXPIRE', jkey, jttl)
 redis.call('SET', prefix .. 'applied:max', top)
+redis.call('SET', tkey, token)
 out[n + 1] = redis.call('INCR', seqkey)
 return out
 "#;
@@ -323,8 +330,8 @@ pub struct RedisFlights {
     epoch: i64,
     /// How long a journal entry stays after PostgreSQL holds its outcome (`redis.journal-keep`).
     keep: Duration,
-    /// The apply count this handle last saw (`applied:seq`); Redis holding fewer means it forgot.
-    seq: Option<i64>,
+    /// The `applied:token`s this handle accepts as Redis's current one (#20).
+    seen: crate::store::Tokens,
 }
 
 impl RedisFlights {
@@ -344,7 +351,7 @@ impl RedisFlights {
             apply: Script::new(APPLY),
             epoch: 0,
             keep: Duration::ZERO,
-            seq: None,
+            seen: Default::default(),
         })
     }
 
@@ -369,14 +376,14 @@ impl RedisFlights {
             apply: Script::new(APPLY),
             epoch: 0,
             keep: self.keep,
-            seq: None,
+            seen: Default::default(),
         }
     }
 
-    /// This handle saw `seq` applies (what the consistency pass read before the stages
-    /// started): a Redis holding fewer at its first apply forgot them in between (#20).
-    pub fn expecting(mut self, seq: i64) -> RedisFlights {
-        self.seq = Some(seq);
+    /// This handle saw Redis at `token` (what the consistency pass read before the stages
+    /// started): another one at its first apply means Redis went back in between (#20).
+    pub fn expecting(mut self, token: Option<String>) -> RedisFlights {
+        self.seen = crate::store::Tokens::of(token);
         self
     }
 
@@ -526,15 +533,16 @@ impl RedisFlights {
 
 impl FlightAudit for RedisFlights {
     fn audit(&mut self) -> StoreResult<FlightMarks> {
-        let keys = ["lease:epoch", "journal:pruned", "applied:seq", "applied:max"]
+        let keys = ["lease:epoch", "journal:pruned", "applied:seq", "applied:max", "applied:token"]
             .map(|k| format!("{}{k}", self.prefix));
-        let got: Vec<Option<i64>> = self.run(|c, _| redis::cmd("MGET").arg(&keys).query(c))?;
-        let v = |k: usize| got.get(k).copied().flatten();
+        let got: Vec<Option<String>> = self.run(|c, _| redis::cmd("MGET").arg(&keys).query(c))?;
+        let v = |k: usize| got.get(k).cloned().flatten().and_then(|x| x.parse::<i64>().ok());
         Ok(FlightMarks {
             epoch: v(0).unwrap_or(0),
             pruned: v(1),
             seq: v(2).unwrap_or(0),
             applied_max: v(3).unwrap_or(0),
+            token: got.get(4).cloned().flatten(),
         })
     }
 
@@ -606,10 +614,12 @@ impl FlightAudit for RedisFlights {
         let gen = format!("{}schd:gen", self.prefix);
         let max = format!("{}applied:max", self.prefix);
         let seq = format!("{}applied:seq", self.prefix);
+        let tkey = format!("{}applied:token", self.prefix);
         self.run(|c, _| {
             let mut p = redis::pipe();
             // A restore is a write a later rollback can lose, as an apply is.
             p.cmd("INCR").arg(&seq).ignore();
+            p.cmd("SET").arg(&tkey).arg(crate::store::write_token()).ignore();
             if let Some((g, m)) = r.generation {
                 p.hset_multiple(&gen, &[("gen", g), ("msg_id", m)]).ignore();
             }
@@ -791,17 +801,24 @@ impl FlightStore for RedisFlights {
             .collect::<Result<_, _>>()
             .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
         let prefix = self.prefix.clone();
-        let (epoch, saw) = (self.epoch, self.seq.unwrap_or(-1));
-        let mut flags: Vec<i64> = self.run(|c, script| {
+        let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
+        let result: StoreResult<Vec<i64>> = self.run(|c, script| {
             let mut inv = script.prepare_invoke();
             inv.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
-            inv.arg(saw).arg(docs.len());
+            inv.arg(&saw).arg(&token).arg(docs.len());
             for (m, snapshot, flights, journal) in &docs {
                 inv.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(flights).arg(journal);
             }
             inv.invoke(c)
-        })?;
-        self.seq = flags.pop();
+        });
+        // Refused: nothing written. Unavailable: it may have been, or not.
+        match &result {
+            Ok(_) => self.seen.after(token, true),
+            Err(e) if e.is_unavailable() => self.seen.after(token, false),
+            Err(_) => {}
+        }
+        let mut flags = result?;
+        flags.pop(); // the apply count
         self.durable()?;
         Ok(flags.into_iter().map(|f| f == 1).collect())
     }

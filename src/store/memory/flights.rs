@@ -28,6 +28,8 @@ pub struct FlightsState {
     /// Applies so far (`applied:seq`) and the highest MSG_ID applied (`applied:max`).
     pub seq: i64,
     pub applied_max: i64,
+    /// The token of the last write (`applied:token`).
+    pub token: Option<String>,
 }
 
 /// What one handle on the twin holds of its own, as a Redis connection of the adapter does.
@@ -37,8 +39,8 @@ pub struct Handle {
     fence: Option<i64>,
     /// `redis.journal-keep`.
     keep: Duration,
-    /// The apply count this handle last saw.
-    seq: Option<i64>,
+    /// The tokens this handle accepts as the current one.
+    seen: crate::store::Tokens,
 }
 
 /// Marks `ids` done at `now` and drops the entries done longer than `keep` (at most 1000), as
@@ -87,20 +89,19 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     true
 }
 
-/// Applies a round as the APPLY script does: refused when the twin holds fewer applies than
-/// `saw` (it forgot) or a newer epoch holds it; otherwise the count moves on.
+/// Applies a round as the APPLY script does: refused when the twin holds another history than
+/// this handle wrote (it forgot) or a newer epoch holds it; otherwise `token` is the current one.
 fn apply_round(
     s: &mut FlightsState,
     h: &Handle,
+    token: &str,
     decisions: &[(i64, &Decision)],
-) -> StoreResult<(Vec<bool>, i64)> {
-    if let Some(saw) = h.seq {
-        if s.seq < saw {
-            return Err(StoreError::forgot(
-                "redis",
-                format!("MSGX_FORGOT redis holds {} applies, this instance made {saw}", s.seq),
-            ));
-        }
+) -> StoreResult<Vec<bool>> {
+    if !h.seen.accepts(s.token.as_deref()) {
+        return Err(StoreError::forgot(
+            "redis",
+            format!("MSGX_FORGOT redis holds another history than this instance wrote ({} applies)", s.seq),
+        ));
     }
     if let Some(e) = h.fence {
         if s.epoch > e {
@@ -116,7 +117,8 @@ fn apply_round(
         s.applied_max = s.applied_max.max(top);
     }
     s.seq += 1;
-    Ok((flags, s.seq))
+    s.token = Some(token.to_string());
+    Ok(flags)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -140,10 +142,10 @@ impl MemFlights {
         self
     }
 
-    /// This handle saw `seq` applies (what the consistency pass read): a store holding fewer
-    /// at its first apply forgot them.
-    pub fn expecting(mut self, seq: i64) -> MemFlights {
-        self.1.seq = Some(seq);
+    /// This handle saw the store at `token` (what the consistency pass read): another one at
+    /// its first apply means it went back in between.
+    pub fn expecting(mut self, token: Option<String>) -> MemFlights {
+        self.1.seen = crate::store::Tokens::of(token);
         self
     }
 
@@ -210,7 +212,13 @@ impl MemFlights {
 impl FlightAudit for MemFlights {
     fn audit(&mut self) -> StoreResult<FlightMarks> {
         self.0.write("redis", |s| {
-            Ok(FlightMarks { epoch: s.epoch, pruned: s.pruned, seq: s.seq, applied_max: s.applied_max })
+            Ok(FlightMarks {
+                epoch: s.epoch,
+                pruned: s.pruned,
+                seq: s.seq,
+                applied_max: s.applied_max,
+                token: s.token.clone(),
+            })
         })
     }
 
@@ -253,6 +261,7 @@ impl FlightAudit for MemFlights {
             }
             // A restore is a write a later rollback can lose, as an apply is.
             s.seq += 1;
+            s.token = Some(crate::store::write_token());
             Ok(())
         })
     }
@@ -301,10 +310,14 @@ impl FlightStore for MemFlights {
         if decisions.is_empty() {
             return Ok(Vec::new());
         }
-        let h = self.1.clone();
-        let (flags, seq) = self.0.write("redis", |s| apply_round(s, &h, decisions))?;
-        self.1.seq = Some(seq);
-        Ok(flags)
+        let (h, token) = (self.1.clone(), crate::store::write_token());
+        let result = self.0.write("redis", |s| apply_round(s, &h, &token, decisions));
+        match &result {
+            Ok(_) => self.1.seen.after(token, true),
+            Err(e) if e.is_unavailable() => self.1.seen.after(token, false),
+            Err(_) => {}
+        }
+        result
     }
 
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()> {
@@ -319,4 +332,43 @@ impl FlightStore for MemFlights {
 #[cfg(test)]
 mod conformance {
     crate::flight_conformance_tests!((super::MemFlights::new(), ()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handlers::FlightChange;
+
+    fn set(flid: &str, v: &str) -> Decision {
+        let c =
+            FlightChange { flid: flid.into(), set: vec![("STND".into(), v.into())], ..Default::default() };
+        Decision { flights: vec![c], ..Default::default() }
+    }
+
+    #[test]
+    fn regression_another_history_with_the_same_count_of_applies_is_forgot() {
+        let root = MemFlights::new();
+        let mut a = root.handle();
+        a.apply(&[(1, &set("F", "A"))]).unwrap();
+        let one = root.state();
+        a.apply(&[(2, &set("F", "B"))]).unwrap();
+        let two = root.state();
+        root.replace_state(one);
+        let mut b = root.handle();
+        b.apply(&[(3, &set("F", "C"))]).unwrap(); // two applies again, another history
+        assert_eq!(root.state().seq, two.seq);
+        root.replace_state(two);
+        let err = b.apply(&[(4, &set("F", "D"))]).unwrap_err();
+        assert_eq!(err.kind, crate::error::StoreErrorKind::Forgot, "found by the simulator, seed 804");
+    }
+
+    #[test]
+    fn an_apply_whose_answer_was_lost_is_no_forgetting() {
+        let root = MemFlights::new();
+        let mut a = root.handle();
+        a.apply(&[(1, &set("F", "A"))]).unwrap();
+        root.inject(crate::store::memory::Fault::Lost, 1);
+        assert!(a.apply(&[(2, &set("F", "B"))]).unwrap_err().is_unavailable());
+        a.apply(&[(3, &set("F", "C"))]).expect("the lost answer's write is this handle's own");
+    }
 }

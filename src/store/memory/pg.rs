@@ -1049,6 +1049,18 @@ impl crate::ports::StateAudit for MemPg {
         })
     }
 
+    fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>> {
+        self.read(|s| {
+            Ok(s.procs
+                .values()
+                .chain(s.hst.values())
+                .filter(|p| p.row.state == ProcStatus::Succeeded)
+                .filter(|p| p.row.type_tag.as_ref().is_some_and(|t| tags.contains(t)))
+                .map(|p| p.row.msg_id)
+                .max())
+        })
+    }
+
     fn newest_write(&mut self) -> StoreResult<Option<SystemTime>> {
         self.read(|s| Ok(s.procs.values().map(|p| p.updated_at).max()))
     }

@@ -45,6 +45,18 @@ impl StateAudit for Pg {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>> {
+        self.run(|c| {
+            Ok(c.query_one(
+                "SELECT GREATEST(
+                     (SELECT max(msg_id) FROM proc_state WHERE state = 'SUCCEEDED' AND type_tag = ANY($1)),
+                     (SELECT max(msg_id) FROM proc_state_hst WHERE state = 'SUCCEEDED' AND type_tag = ANY($1)))",
+                &[&tags],
+            )?
+            .get(0))
+        })
+    }
+
     fn newest_write(&mut self) -> StoreResult<Option<std::time::SystemTime>> {
         self.run(|c| Ok(c.query_one("SELECT max(updated_at) FROM proc_state", &[])?.get(0)))
     }
