@@ -121,23 +121,6 @@ fn settles_to_the_reference(s: &Services, n: u64) {
     );
 }
 
-fn verify(s: &Services) -> (Option<i32>, String) {
-    let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("verify.toml");
-    std::fs::write(&config, &s.toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_msgx"))
-        .args(["--config", config.to_str().unwrap(), "verify"])
-        .env("MSGX_PG_URL", &s.cfg.pg_url)
-        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
-        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
-        .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.code(), text)
-}
-
 /// #20 (2): Redis restored from a dump saved a few seconds earlier, while messages flow.
 #[test]
 fn redis_restored_from_an_older_dump_is_noticed_and_rebuilt() {

@@ -230,6 +230,67 @@ fn a_lagging_asynchronous_replica_promoted_is_noticed_and_healed() {
     );
 }
 
+/// #20 (1b): the same lost tail found at start-up: msgx stopped while the lagging replica is
+/// promoted; `msgx verify` names the rows PostgreSQL forgot (exit 1), msgx started again heals
+/// them before its stages run, and `msgx verify` is clean afterwards (exit 0).
+#[test]
+fn a_lost_tail_found_at_start_up_is_healed_before_the_stages_run() {
+    let pair = Pair::start("async-stopped", false);
+    let s = Services::migrated_on("", Stores { pg: Some(pair.url()), ..Default::default() });
+    let db = s.cfg.pg_url.rsplit('/').next().unwrap().to_string();
+    let raw = |i: u64| fixtures::flop_stnd(i, &format!("M{}", i % 5), &format!("S{i}"));
+    let (stop, daemon) = start_daemon(&s.cfg);
+    s.insert_inbound(&(1..=40).map(raw).collect::<Vec<_>>());
+    let mut pg = s.pg();
+    let sent = |pg: &mut postgres::Client, n: i64| {
+        eventually(Duration::from_secs(60), || {
+            count(pg, "SELECT count(*) FROM msg_event WHERE state = 'SENT'") == n
+        })
+    };
+    assert!(sent(&mut pg, 40));
+    drop(pg);
+    script(&["halt", "pg", pair.at("r")]);
+    s.insert_inbound(&(41..=100).map(raw).collect::<Vec<_>>());
+    let primary_url = format!("host=127.0.0.1 port={} user=msgx dbname={db}", pair.primary);
+    let mut primary = postgres::Client::connect(&primary_url, postgres::NoTls).unwrap();
+    assert!(eventually(Duration::from_secs(60), || count(
+        &mut primary,
+        "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL"
+    ) == 100));
+    drop(primary);
+    drop(stop);
+    assert!(daemon.join().unwrap().is_ok());
+    script(&["halt", "pg", pair.at("p")]);
+    script(&["pg-replica", pair.at("r"), &pair.replica.to_string(), &pair.primary.to_string(), "replica1"]);
+    script(&["pg-promote", pair.at("r")]);
+    let replica_url = format!("postgres://msgx@127.0.0.1:{}/{db}", pair.replica);
+    let (code, before) = verify_on(&s, &replica_url);
+    assert_eq!(code, Some(1), "{before}");
+    assert!(before.contains("FINDING marked-unknown"), "{before}");
+    let mut cfg = s.cfg.clone();
+    cfg.pg_url = replica_url.clone();
+    let started = Instant::now();
+    let (stop, daemon) = start_daemon(&cfg);
+    let mut pg = postgres::Client::connect(&replica_url, postgres::NoTls).unwrap();
+    assert!(eventually(Duration::from_secs(60), || count(
+        &mut pg,
+        "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'"
+    ) == 100));
+    let took = started.elapsed();
+    let events = count(&mut pg, "SELECT count(*) FROM msg_event");
+    assert!(sent(&mut pg, events));
+    assert_eq!(count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'DEAD'"), 0);
+    assert_eq!(redis_flights(&s), reference_flights(&s), "Redis per field equals a replay of the mailbox");
+    let got = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), 100, Duration::from_secs(60));
+    assert_eq!(deduplicated(&got).len(), 100);
+    drop(stop);
+    assert!(daemon.join().unwrap().is_ok());
+    let (code, after) = verify_on(&s, &replica_url);
+    assert_eq!(code, Some(0), "{after}");
+    println!("lost tail found at start-up: every message SUCCEEDED {took:?} after msgx started");
+    println!("msgx verify before:\n{before}\nmsgx verify after:\n{after}");
+}
+
 /// A Redis master, a replica and three sentinels, each a private process on loopback.
 struct Sentinels {
     dir: std::path::PathBuf,

@@ -318,7 +318,7 @@ pub fn at_the_end(sim: &Sim) -> Result<(), String> {
             .copied()
             .filter(|id| final_row(s, *id).is_some_and(|p| p.row.state == ProcStatus::Succeeded))
             .collect();
-        model_matches(sim, &succeeded)
+        model_matches(sim, s, &succeeded)
     })
 }
 
@@ -348,7 +348,7 @@ fn outcomes(sim: &Sim, s: &PgState) -> Result<(), String> {
     Ok(())
 }
 
-fn model_matches(sim: &Sim, succeeded: &[i64]) -> Result<(), String> {
+fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String> {
     let mut model: BTreeMap<String, FlightState> = BTreeMap::new();
     let mut expected: BTreeMap<i64, Vec<String>> = BTreeMap::new();
     for id in succeeded {
@@ -390,9 +390,22 @@ fn model_matches(sim: &Sim, succeeded: &[i64]) -> Result<(), String> {
         }
     }
     for m in got.keys() {
-        if !expected.contains_key(m) {
+        if !expected.contains_key(m) && !duplicate_after_a_rollback(sim, s, *m) {
             return Err(format!("msg {m} has delivered events but is not SUCCEEDED"));
         }
     }
     Ok(())
+}
+
+/// The one case where a message that delivered events ends SKIPPED, documented in
+/// docs/operations.md ("A store that forgets"): own PostgreSQL forgot both it and a late row
+/// (PRE-2) of the same identity that became visible meanwhile; processed again in MSG_ID order,
+/// the late row wins the identity this time. Consumers saw the message's events under the other
+/// MSG_ID (other `event_key`s), never one identity on two different events.
+fn duplicate_after_a_rollback(sim: &Sim, s: &PgState, m: i64) -> bool {
+    sim.pg_rollbacks > 0
+        && final_row(s, m).is_some_and(|p| {
+            p.row.state == ProcStatus::Skipped
+                && p.row.last_error.as_deref().is_some_and(|e| e.starts_with("duplicate-of:"))
+        })
 }

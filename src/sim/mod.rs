@@ -294,7 +294,12 @@ impl Sim {
                 self.forgotten = false;
                 false
             }
-            _ => true,
+            other => {
+                if std::env::var("SIM_DEBUG").is_ok() {
+                    eprintln!("still forgotten at step {}: {other:?}", self.step);
+                }
+                true
+            }
         }
     }
 

@@ -641,3 +641,26 @@ pub fn deduplicated(records: &[Consumed]) -> Vec<&Consumed> {
     }
     out
 }
+
+/// `msgx verify` (the real binary) on `s`'s stores: its exit code and output.
+pub fn verify(s: &Services) -> (Option<i32>, String) {
+    verify_on(s, &s.cfg.pg_url)
+}
+
+/// `msgx verify` with own PostgreSQL at `pg_url`.
+pub fn verify_on(s: &Services, pg_url: &str) -> (Option<i32>, String) {
+    let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("verify.toml");
+    std::fs::write(&config, &s.toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .args(["--config", config.to_str().unwrap(), "verify"])
+        .env("MSGX_PG_URL", pg_url)
+        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
+        .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}

@@ -193,6 +193,11 @@ pub fn forgotten_journal_entries_are_gone<S: FlightTwin>(mut s: S) {
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "B".into())], "forgetting the journal keeps the flight");
 }
 
+pub fn a_read_that_asks_for_nothing_gets_nothing<S: FlightTwin>(mut s: S) {
+    let p = s.prepare(&RoundNeed::default(), &[], at(0)).expect("not an error (found by msgx verify)");
+    assert_eq!(p, Default::default());
+}
+
 pub fn a_stale_epoch_applies_nothing<S: FlightTwin>(s: S) {
     let mut new = s.fenced_twin(2);
     let mut stale = s.fenced_twin(1);
@@ -277,6 +282,7 @@ macro_rules! flight_conformance_tests {
             a_window_reads_the_plan_index,
             forgotten_journal_entries_are_gone,
             a_stale_epoch_applies_nothing,
+            a_read_that_asks_for_nothing_gets_nothing,
             journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept,
             a_store_that_lost_its_applies_refuses_the_next_as_forgot,
             a_restore_writes_flights_generation_and_journal_whole,

@@ -726,6 +726,9 @@ fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
 
 impl FlightStore for RedisFlights {
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
+        if need.msg_ids.is_empty() && need.flids.is_empty() && need.window.is_none() && forget.is_empty() {
+            return Ok(Prepared::default()); // nothing to ask: an empty pipeline is refused
+        }
         let journal = format!("{}journal", self.prefix);
         let flight_keys: Vec<(String, String)> =
             need.flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
