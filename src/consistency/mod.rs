@@ -258,11 +258,19 @@ pub enum Depth {
 }
 
 /// Compares the stores (read only) and says which one forgot what.
+///
+/// The stores are read in the order that makes a race with a running pipeline impossible to
+/// mistake for forgetting: a store is read *after* the one it writes after — PostgreSQL hands out
+/// an epoch and enqueues a row before Redis sees them, Redis applies before PostgreSQL records
+/// SUCCEEDED, PostgreSQL records it before the mailbox is marked — so evidence read from the later
+/// store is always confirmed against a fresh read of the earlier one (`unknown`), and a journal
+/// entry dropped meanwhile is told by a fresh `journal:pruned` (#20, found by the suite).
 pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
+    let redis = st.flights.audit()?;
     let mut r = Report {
         pg_known_max: st.pg.known_max()?,
         pg_epoch: st.pg.holder()?.epoch,
-        redis: st.flights.audit()?,
+        redis,
         ..Default::default()
     };
     if r.redis.epoch > r.pg_epoch {
@@ -277,6 +285,15 @@ pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
     r.findings.extend(Finding::of(FindingKind::JournalUnknown, &journal));
     redis_side(st, depth, &mut r)?;
     Ok(r)
+}
+
+/// Those of `ids` PostgreSQL has no row for, read now, in pages.
+fn unknown_now(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
+    let mut out = Vec::new();
+    for chunk in ids.chunks(PAGE) {
+        out.extend(st.pg.unknown(chunk)?);
+    }
+    Ok(out)
 }
 
 /// How far below the highest MSG_ID PostgreSQL knows a forgotten late row (PRE-2) is looked for.
@@ -305,39 +322,36 @@ pub(crate) fn late_forgotten(st: &mut Stores<'_>, known_max: i64) -> StoreResult
 /// knows, and late rows below it.
 fn marked_unknown(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
     let mut out = late_forgotten(st, known_max)?;
+    let mut above = Vec::new();
     let mut from = known_max + 1;
     loop {
         let rows = st.mailbox.ours(from, i64::MAX, PAGE, true)?;
-        out.extend(rows.iter().filter(|r| r.marked).map(|r| r.row.id));
+        above.extend(rows.iter().filter(|r| r.marked).map(|r| r.row.id));
         match rows.last() {
             Some(last) if rows.len() == PAGE => from = last.row.id + 1,
-            _ => return Ok(out),
+            _ => break,
         }
     }
+    // Marked after `known_max` was read: PostgreSQL recorded them before; it says so now.
+    out.extend(unknown_now(st, &above)?);
+    out.sort_unstable();
+    Ok(out)
 }
 
-/// Journal entries PostgreSQL has no row for: above its highest MSG_ID (certainly unknown), and
-/// on a full check every other one it has no row for either.
+/// Journal entries PostgreSQL has no row for, confirmed by a read after the journal's. The
+/// newest-messages check looks at the highest MSG_ID applied only.
 fn journal_unknown(
     st: &mut Stores<'_>,
     known_max: i64,
     depth: Depth,
     marks: &FlightMarks,
 ) -> StoreResult<Vec<i64>> {
-    if let Depth::Recent(_) = depth {
-        // The highest MSG_ID Redis applied is enough evidence, without reading the journal.
-        return Ok(if marks.applied_max > known_max { vec![marks.applied_max] } else { Vec::new() });
-    }
-    let ids = st.flights.journal_ids()?;
-    let (below, above): (Vec<i64>, Vec<i64>) = ids.into_iter().partition(|m| *m <= known_max);
-    let mut out = Vec::new();
-    if matches!(depth, Depth::Full { .. }) {
-        for chunk in below.chunks(PAGE) {
-            out.extend(st.pg.unknown(chunk)?);
-        }
-    }
-    out.extend(above);
-    Ok(out)
+    let ids = match depth {
+        Depth::Recent(_) if marks.applied_max > known_max => vec![marks.applied_max],
+        Depth::Recent(_) => return Ok(Vec::new()),
+        Depth::Full { .. } => st.flights.journal_ids()?,
+    };
+    unknown_now(st, &ids)
 }
 
 /// The Redis-behind evidence: an empty store, missing journal entries, older versions.
@@ -369,6 +383,9 @@ fn redis_side(st: &mut Stores<'_>, depth: Depth, r: &mut Report) -> StoreResult<
         let has = st.flights.journal_has(chunk)?;
         unjournalled.extend(chunk.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m));
     }
+    // An entry dropped after its keep window while the check ran is not missing.
+    let pruned_now = st.flights.audit()?.pruned.unwrap_or(pruned);
+    unjournalled.retain(|m| *m > pruned_now);
     let missing = changing_flights(st, &unjournalled)?;
     r.findings.extend(Finding::of(FindingKind::JournalMissing, &missing));
     let tags = snapshot_tags();
