@@ -241,3 +241,87 @@ fn a_generation_advanced_by_an_older_snapshot_is_redis_behind() {
     assert_eq!(w.flights.all(), before);
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
+
+/// Own PostgreSQL as a check that raced a running pipeline saw it: its highest MSG_ID read
+/// before the newest rows were enqueued, processed and marked.
+struct ReadEarly(MemPg, i64);
+
+impl crate::ports::StateAudit for ReadEarly {
+    fn known_max(&mut self) -> crate::ports::StoreResult<i64> {
+        Ok(self.1)
+    }
+    fn unknown(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.unknown(ids)
+    }
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.succeeded_above(after, limit)
+    }
+    fn succeeded_last(&mut self, limit: usize) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.succeeded_last(limit)
+    }
+    fn newest_succeeded_of(&mut self, tags: &[String]) -> crate::ports::StoreResult<Option<i64>> {
+        self.0.newest_succeeded_of(tags)
+    }
+    fn newest_write(&mut self) -> crate::ports::StoreResult<Option<std::time::SystemTime>> {
+        self.0.newest_write()
+    }
+    fn events_of(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
+        self.0.events_of(ids)
+    }
+}
+
+impl Intake for ReadEarly {
+    fn enqueue(
+        &mut self,
+        rows: &[InboundRow],
+        watermark: Option<i64>,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.enqueue(rows, watermark, now)
+    }
+    fn known(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.known(ids)
+    }
+    fn marked_by_us(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.marked_by_us(ids)
+    }
+    fn identities(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<(i64, String)>> {
+        self.0.identities(ids)
+    }
+    fn watermark(&mut self) -> crate::ports::StoreResult<i64> {
+        self.0.watermark()
+    }
+}
+
+impl LeaseStore for ReadEarly {
+    fn claim_above(&mut self, me: &Claimant, d: Duration, floor: i64) -> crate::ports::StoreResult<Claim> {
+        self.0.claim_above(me, d, floor)
+    }
+    fn renew(
+        &mut self,
+        me: &Claimant,
+        epoch: i64,
+        d: Duration,
+        status: &str,
+    ) -> crate::ports::StoreResult<bool> {
+        self.0.renew(me, epoch, d, status)
+    }
+    fn release(&mut self, me: &Claimant, epoch: i64) -> crate::ports::StoreResult<()> {
+        self.0.release(me, epoch)
+    }
+    fn holder(&mut self) -> crate::ports::StoreResult<crate::ports::LeaseHolder> {
+        self.0.holder()
+    }
+}
+
+#[test]
+fn regression_a_check_that_raced_a_running_pipeline_finds_nothing() {
+    let w = World::new(KEEP);
+    w.process(1..=10);
+    let mut pg = ReadEarly(w.pg.clone(), 4); // read before 5..=10 were enqueued
+    let (mut mb, mut fl) = (w.mailbox.clone(), w.flights.handle());
+    for depth in [Depth::Full { sample: 1.0 }, Depth::Recent(500)] {
+        let r = check(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl }, depth).unwrap();
+        assert!(r.is_clean(), "found by the suite: the sentinel stopped a healthy instance: {r:?}");
+    }
+}
