@@ -1,6 +1,8 @@
 //! The running daemon. [`run`] waits as a hot standby while another instance holds the lease
 //! (PRE-5), then [`serve`]s: one OS thread per stage (poll, process, dispatch, outbound,
-//! backfill, jobs, and the lease keeper), joined by bounded crossbeam channels, supervised.
+//! backfill, jobs, sentinel, and the lease keeper), joined by bounded crossbeam channels,
+//! supervised. Before the stages start, and again after a store forgot what it acknowledged,
+//! the stores are compared and healed (`consistency`, #20).
 //!
 //! PostgreSQL holds the truth; the channels are doorbells (capacity 1, a full bell is already
 //! ringing) so that a stage reacts at once instead of at its next poll. Each stage still polls

@@ -10,9 +10,13 @@
 //! - `{prefix}schd:gen` — hash `gen` (the plan's generation) and `msg_id` (the snapshot that
 //!   last advanced it);
 //! - `{prefix}journal` — hash, MSG_ID → the events and references of the decision applied for
-//!   that message, until PostgreSQL holds its outcome, so a retry after "Redis applied,
-//!   PostgreSQL failed" writes the same events (I2); the whole hash expires a week after the
-//!   last apply;
+//!   that message, so a retry after "Redis applied, PostgreSQL failed" writes the same events
+//!   (I2), kept `redis.journal-keep` after PostgreSQL holds the outcome; the whole hash expires
+//!   a week after the last apply;
+//! - `{prefix}journal:done`, `{prefix}journal:pruned` — when PostgreSQL held each journalled
+//!   outcome, and the highest MSG_ID whose entry was dropped `redis.journal-keep` later (#20);
+//! - `{prefix}applied:seq`, `applied:max`, `applied:token` — writes so far, the highest MSG_ID
+//!   applied, and the token of the last write, by which a Redis that went back is told (#20);
 //! - `{prefix}lease:epoch` — the newest lease epoch that wrote here (the fence, PRE-5).
 //!
 //! A round's decisions are applied by ONE Lua script: flights, versions, index, generation and
