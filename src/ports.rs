@@ -501,7 +501,7 @@ pub trait StateAudit {
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>>;
     /// The newest SUCCEEDED message (archived ones too) whose type tag is one of `tags`.
     fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>>;
-    /// When own PostgreSQL last changed a message (the newest `PROC_STATE.UPDATED_AT`): the
+    /// When own PostgreSQL last changed one of its newest 1 000 messages (`UPDATED_AT`): the
     /// moment a restored database stands at.
     fn newest_write(&mut self) -> StoreResult<Option<SystemTime>>;
     /// The outbox events of `ids` as their messages made them, in their order (a `KAFKA:schd`

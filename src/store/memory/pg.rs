@@ -1062,7 +1062,7 @@ impl crate::ports::StateAudit for MemPg {
     }
 
     fn newest_write(&mut self) -> StoreResult<Option<SystemTime>> {
-        self.read(|s| Ok(s.procs.values().map(|p| p.updated_at).max()))
+        self.read(|s| Ok(s.procs.values().rev().take(1000).map(|p| p.updated_at).max()))
     }
 
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
