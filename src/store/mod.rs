@@ -38,13 +38,29 @@ impl Tokens {
         self.0.is_empty() || current.is_some_and(|c| self.0.iter().any(|t| t == c))
     }
 
-    /// After a write of `token`: `Ok` it is the current one; an unknown outcome keeps both.
+    /// After a write of `token`: `Ok` it is the current one; an unknown outcome keeps both —
+    /// or, when nothing was seen before, still accepts any.
     pub fn after(&mut self, token: String, known: bool) {
         if known {
             self.0 = vec![token];
-        } else {
+        } else if !self.0.is_empty() {
             self.0.truncate(1);
             self.0.push(token);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tokens;
+
+    #[test]
+    fn regression_a_lost_answer_before_anything_was_seen_still_accepts_any_token() {
+        let mut t = Tokens::default();
+        t.after("mine".into(), false);
+        assert!(t.accepts(Some("theirs")), "the write may not have landed: what was there stands");
+        t.after("mine".into(), true);
+        t.after("next".into(), false);
+        assert!(t.accepts(Some("mine")) && t.accepts(Some("next")) && !t.accepts(Some("theirs")));
     }
 }
