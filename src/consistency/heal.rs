@@ -230,7 +230,7 @@ fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -
         }
     };
     let need = handlers::need_of(&msg);
-    let names = !need.flids.is_empty() || need.window.is_some();
+    let names = need.names_flights();
     let read = RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window };
     let p = scratch.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
     let Ok(d) = handlers::decide(&View { flights: p.flights, window: p.window }, &msg, m) else {

@@ -177,39 +177,34 @@ impl Finding {
         })
     }
 
+    /// One piece of evidence made of two values (an epoch and another, a snapshot and the one
+    /// that advanced the generation).
+    fn pair(kind: FindingKind, a: i64, b: i64) -> Finding {
+        Finding { kind, store: kind.behind(), count: 1, ids: vec![a, b] }
+    }
+
     /// The ERROR line that reports it.
     pub fn line(&self) -> String {
-        let ids: Vec<String> = self.ids.iter().map(i64::to_string).collect();
-        let more = if self.count > self.ids.len() { " …" } else { "" };
-        match self.kind {
-            FindingKind::EpochAhead => format!(
-                "consistency: {} behind: {} (Redis epoch {}, postgres epoch {})",
-                self.store.as_str(),
-                self.kind.evidence(),
-                self.ids.first().unwrap_or(&0),
-                self.ids.get(1).unwrap_or(&0)
-            ),
-            FindingKind::GenerationBehind => format!(
-                "consistency: {} behind: {} (snapshot MSG_ID {} SUCCEEDED, the generation's is {})",
-                self.store.as_str(),
-                self.kind.evidence(),
-                self.ids.first().unwrap_or(&0),
-                self.ids.get(1).unwrap_or(&0)
-            ),
-            FindingKind::FlightsEmpty => format!(
-                "consistency: {} behind: {} (the newest: MSG_ID {})",
-                self.store.as_str(),
-                self.kind.evidence(),
-                self.ids.first().unwrap_or(&0)
-            ),
-            _ => format!(
-                "consistency: {} behind: {} {} (MSG_IDs {}{more})",
-                self.store.as_str(),
-                self.count,
-                self.kind.evidence(),
-                ids.join(", ")
-            ),
-        }
+        let at = |k: usize| self.ids.get(k).copied().unwrap_or(0);
+        let what = match self.kind {
+            FindingKind::EpochAhead => format!("(Redis epoch {}, postgres epoch {})", at(0), at(1)),
+            FindingKind::GenerationBehind => {
+                format!("(snapshot MSG_ID {} SUCCEEDED, the generation's is {})", at(0), at(1))
+            }
+            FindingKind::FlightsEmpty => format!("(the newest: MSG_ID {})", at(0)),
+            _ => {
+                let ids: Vec<String> = self.ids.iter().map(i64::to_string).collect();
+                let more = if self.count > self.ids.len() { " …" } else { "" };
+                return format!(
+                    "consistency: {} behind: {} {} (MSG_IDs {}{more})",
+                    self.store.as_str(),
+                    self.count,
+                    self.kind.evidence(),
+                    ids.join(", ")
+                );
+            }
+        };
+        format!("consistency: {} behind: {} {what}", self.store.as_str(), self.kind.evidence())
     }
 }
 
@@ -274,10 +269,7 @@ pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
         ..Default::default()
     };
     if r.redis.epoch > r.pg_epoch {
-        r.findings.extend(Finding::of(FindingKind::EpochAhead, &[r.redis.epoch, r.pg_epoch]).map(|mut f| {
-            f.count = 1;
-            f
-        }));
+        r.findings.push(Finding::pair(FindingKind::EpochAhead, r.redis.epoch, r.pg_epoch));
     }
     let marked = marked_unknown(st, r.pg_known_max)?;
     r.findings.extend(Finding::of(FindingKind::MarkedUnknown, &marked));
@@ -312,10 +304,7 @@ pub(crate) fn late_forgotten(st: &mut Stores<'_>, known_max: i64) -> StoreResult
     let rows = st.mailbox.ours((known_max - LATE_ROWS).max(1), known_max, LATE_ROWS as usize, true)?;
     let ids: Vec<i64> =
         rows.iter().filter(|r| r.marked_at.is_some_and(|t| t >= since)).map(|r| r.row.id).collect();
-    if ids.is_empty() {
-        return Ok(ids);
-    }
-    st.pg.unknown(&ids)
+    unknown_now(st, &ids)
 }
 
 /// Mailbox rows marked with msgx's status that PostgreSQL forgot: above the highest MSG_ID it
@@ -398,9 +387,7 @@ fn redis_side(st: &mut Stores<'_>, depth: Depth, r: &mut Report) -> StoreResult<
     if let Some(snapshot) = newest {
         let (_, advanced_by) = st.flights.generation_of()?;
         if advanced_by < snapshot {
-            let mut f = Finding::of(FindingKind::GenerationBehind, &[snapshot, advanced_by]);
-            f.iter_mut().for_each(|f| f.count = 1);
-            r.findings.extend(f);
+            r.findings.push(Finding::pair(FindingKind::GenerationBehind, snapshot, advanced_by));
         }
     }
     if let Depth::Full { sample } = depth {
@@ -469,8 +456,7 @@ fn changing_flights(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
 /// Whether a message text names flights or a plan window; `None`: no text, or not decodable.
 fn names_flights(text: Option<&str>) -> Option<bool> {
     let msg = codec::decode(text?).ok()?;
-    let n = handlers::need_of(&msg);
-    Some(!n.flids.is_empty() || n.window.is_some())
+    Some(handlers::need_of(&msg).names_flights())
 }
 
 /// Every `1/ratio`-th SUCCEEDED message still in PROC_STATE, decided again on the flights Redis
@@ -493,10 +479,12 @@ fn sample_versions(st: &mut Stores<'_>, ratio: f64, r: &mut Report) -> StoreResu
         let p = st.flights.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
         let view = View { flights: p.flights, window: p.window };
         let Ok(d) = handlers::decide(&view, &msg, m) else { continue };
-        // A snapshot names its window, not its flights: read those it writes.
-        let flids: Vec<String> = d.flights.iter().map(|c| c.flid.clone()).collect();
+        // A snapshot names its window, not its flights: read those it writes that were not read.
+        let mut held = view.flights;
+        let flids: Vec<String> =
+            d.flights.iter().map(|c| c.flid.clone()).filter(|f| !held.contains_key(f)).collect();
         let written = RoundNeed { msg_ids: Vec::new(), flids, window: None };
-        let held = st.flights.prepare(&written, &[], SystemTime::UNIX_EPOCH)?.flights;
+        held.extend(st.flights.prepare(&written, &[], SystemTime::UNIX_EPOCH)?.flights);
         let lost = d.flights.iter().any(|c| {
             let f = held.get(&c.flid);
             let deleted = f.map_or(0, |f| f.deleted);

@@ -43,6 +43,13 @@ pub struct Need {
     pub window: Option<(i64, i64)>,
 }
 
+impl Need {
+    /// The message names flights or a plan window: its decision goes through Redis.
+    pub fn names_flights(&self) -> bool {
+        !self.flids.is_empty() || self.window.is_some()
+    }
+}
+
 /// A change to one flight's live state.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FlightChange {

@@ -40,14 +40,13 @@ const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
 /// How long the versions of a deleted flight are kept (its tombstone).
 const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
-/// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the apply count this
-/// handle accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the
-/// token of this write, n, then n × (msg_id, snapshot 1/0, flight
-/// changes, journal doc)). A flight change is
+/// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle
+/// accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the token
+/// of this write, n, then n × (msg_id, snapshot 1/0, flight changes, journal doc)). A flight change is
 /// `[flid, delete 1/0, sodt|false, [field, value, …], [cleared field, …]]`; the journal doc (the
 /// decision's events and references) is stored as given, never decoded. Returns one 1/0 per
 /// decision — 0 for a snapshot not newer than the plan's generation, which changes nothing and
-/// is journalled as the empty decision — then the new apply count. The rules are
+/// is journalled as the empty decision. The rules are
 /// `FlightState::apply`'s, field by field. A current token this handle did not write means Redis
 /// went back to another history (#20): nothing is written.
 const APPLY: &str = r#"
@@ -157,7 +156,7 @@ end
 redis.call('EXPIRE', jkey, jttl)
 redis.call('SET', prefix .. 'applied:max', top)
 redis.call('SET', tkey, token)
-out[n + 1] = redis.call('INCR', seqkey)
+redis.call('INCR', seqkey)
 return out
 "#;
 
@@ -824,8 +823,7 @@ impl FlightStore for RedisFlights {
             Err(e) if e.is_unavailable() => self.seen.after(token, false),
             Err(_) => {}
         }
-        let mut flags = result?;
-        flags.pop(); // the apply count
+        let flags = result?;
         self.durable()?;
         Ok(flags.into_iter().map(|f| f == 1).collect())
     }
