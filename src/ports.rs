@@ -117,6 +117,10 @@ pub struct RoundRecord<'a> {
 
 impl<'a> RoundRecord<'a> {
     pub fn of(settles: &'a [Settle]) -> RoundRecord<'a> {
+        RoundRecord::of_each(settles)
+    }
+
+    pub fn of_each(settles: impl IntoIterator<Item = &'a Settle>) -> RoundRecord<'a> {
         let mut r = RoundRecord::default();
         for s in settles {
             let tag = s.type_tag.as_deref();

@@ -139,6 +139,16 @@ pub fn head_action(head: Option<&ProcRow>, now: SystemTime, policy: &RetryPolicy
     }
 }
 
+/// The pump's policy from its configuration.
+pub fn retry_policy(cfg: &crate::config::Pipeline) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: cfg.max_attempts,
+        backoff: cfg.backoff.clone(),
+        cap: cfg.backoff_cap,
+        head_deadline: cfg.head_deadline,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,9 +6,11 @@ use super::*;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::domain::{InboundRow, ProcStatus};
+use crate::error::ErrorClass;
 use crate::fixtures;
 use crate::ports::Intake;
 use crate::store::memory::{Fault, MemFlights, MemMailbox, MemPg};
+use crate::{codec, handlers};
 
 struct World {
     clock: FakeClock,

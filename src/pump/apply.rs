@@ -1,0 +1,92 @@
+//! Step 4 of a round: Redis first (I2) — every new decision in one script, journalled per
+//! message. A refused apply is retried one decision at a time; the decision Redis refuses is
+//! charged to its message and the round ends there.
+
+use std::time::SystemTime;
+
+use log::info;
+
+use super::plan::{succeeded, Planned, Step};
+use super::rules::Failing;
+use super::Pump;
+use crate::error::{ErrorClass, StoreError};
+use crate::handlers::Decision;
+use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, StoreResult};
+
+impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
+    /// Settles every `Apply` step of the round.
+    pub(super) fn apply(&mut self, plan: &mut Vec<Planned>, now: SystemTime) -> StoreResult<()> {
+        let batch: Vec<(i64, &Decision)> = plan
+            .iter()
+            .filter_map(|p| match &p.step {
+                Step::Apply { decision, .. } => Some((p.row.msg_id, decision)),
+                _ => None,
+            })
+            .collect();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let (flags, refused) = self.apply_batch(&batch)?;
+        let mut taken = flags.into_iter();
+        for k in 0..plan.len() {
+            let p = &mut plan[k];
+            if !matches!(p.step, Step::Apply { .. }) {
+                continue;
+            }
+            let Step::Apply { identity, decision } = p.take_step() else { unreachable!() };
+            match taken.next() {
+                Some(changed) => p.settle(succeeded(identity, self.as_applied(p, decision, changed))),
+                None => {
+                    let e = refused.as_ref().map(|e| e.to_string()).unwrap_or_default();
+                    let error = format!("redis refused the decision: {e}");
+                    let row = p.row;
+                    let failure = self.policy.on_failure(
+                        row.attempts,
+                        Failing::of(row),
+                        ErrorClass::Infra,
+                        &error,
+                        now,
+                    );
+                    p.settle(Outcome::Failed(failure));
+                    plan.truncate(k + 1);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch in one script; refused, one decision at a time up to the one Redis refuses.
+    /// Returns whether each applied decision changed anything, and the refusal if one was.
+    fn apply_batch(&mut self, batch: &[(i64, &Decision)]) -> StoreResult<(Vec<bool>, Option<StoreError>)> {
+        let first = match self.flights.apply(batch) {
+            Ok(flags) => return Ok((flags, None)),
+            Err(e) if e.is_rejected() => e,
+            Err(e) => return Err(e),
+        };
+        let mut flags = Vec::new();
+        if batch.len() > 1 {
+            for one in batch {
+                match self.flights.apply(std::slice::from_ref(one)) {
+                    Ok(f) => flags.extend(f),
+                    Err(e) if e.is_rejected() => return Ok((flags, Some(e))),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok((flags, Some(first)))
+    }
+
+    /// A snapshot Redis refused as not newer than the plan changed nothing, so it says nothing
+    /// either (its journal holds the empty decision).
+    fn as_applied(&self, p: &Planned, decision: Decision, changed: bool) -> Decision {
+        if changed {
+            return decision;
+        }
+        info!(
+            "snapshot msg_id={} is not newer than the daily plan's generation; nothing changed, nothing published",
+            p.row.msg_id
+        );
+        Decision::default()
+    }
+}

@@ -1,0 +1,116 @@
+//! Step 5 of a round: every outcome in one transaction, on the lane or in place. A refused
+//! commit is retried one message at a time, and only the message whose outcome PostgreSQL
+//! refuses is charged.
+
+use std::time::SystemTime;
+
+use log::warn;
+
+use super::lane::{Committing, Entry};
+use super::plan::Planned;
+use super::rules::Failing;
+use super::{Pump, Round};
+use crate::error::{ErrorClass, StoreError};
+use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, RoundRecord, Settle, StoreResult};
+
+/// What waiting for the lane found.
+pub(super) enum Landing {
+    Nothing,
+    /// The round is recorded.
+    Recorded,
+    /// The round was refused and recorded message by message up to the cause (this many).
+    Refused(usize),
+}
+
+impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
+    pub(super) fn commit(&mut self, plan: Vec<Planned>, now: SystemTime) -> Result<Round, StoreError> {
+        if plan.is_empty() {
+            return Ok(Round::Idle);
+        }
+        // A round that ends backing off commits in place: the next round must see that head.
+        let backing_off = plan.last().is_some_and(Planned::backs_off);
+        let entries: Vec<Entry> =
+            plan.into_iter().map(|p| Entry { row: p.row.clone(), settle: p.into_settle() }).collect();
+        let round = Committing { entries, now };
+        let n = round.entries.len();
+        if let Some(lane) = self.lane.as_mut().filter(|_| !backing_off) {
+            lane.start(round);
+            return Ok(Round::Worked(n));
+        }
+        let result = self.fifo.commit(&round.record(), now);
+        Ok(Round::Worked(self.landed(round, result)?))
+    }
+
+    /// Waits for the round on the lane, if any, and logs it.
+    pub(super) fn land(&mut self) -> StoreResult<Landing> {
+        let Some((round, result)) = self.lane.as_mut().and_then(|l| l.finish()) else {
+            return Ok(Landing::Nothing);
+        };
+        let refused = matches!(&result, Err(e) if e.is_rejected());
+        let n = self.landed(round, result)?;
+        Ok(if refused { Landing::Refused(n) } else { Landing::Recorded })
+    }
+
+    /// A round's commit result: logged when recorded, found out message by message when
+    /// refused; the number of messages recorded.
+    fn landed(&mut self, round: Committing, result: StoreResult<()>) -> StoreResult<usize> {
+        match result {
+            Ok(()) => {
+                for e in &round.entries {
+                    self.log(&e.row, &e.settle, round.now);
+                }
+                self.done(round.entries.iter().map(|e| &e.settle));
+                Ok(round.entries.len())
+            }
+            Err(e) if e.is_rejected() => self.commit_one_by_one(round, e),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn commit_one_by_one(&mut self, round: Committing, round_error: StoreError) -> StoreResult<usize> {
+        let n = round.entries.len();
+        warn!("round commit refused ({round_error}); committing its {n} messages one at a time to find the cause");
+        let now = round.now;
+        for (worked, Entry { row, settle }) in round.entries.into_iter().enumerate() {
+            match self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&settle)), now) {
+                Ok(()) => {
+                    self.log(&row, &settle, now);
+                    self.done(std::iter::once(&settle));
+                }
+                Err(e) if e.is_rejected() => {
+                    let error = format!("the outcome was refused: {e}");
+                    let failure = self.policy.on_failure(
+                        row.attempts,
+                        Failing::of(&row),
+                        ErrorClass::Infra,
+                        &error,
+                        now,
+                    );
+                    let charged = Settle { outcome: Outcome::Failed(failure), ..settle };
+                    // If even the failure cannot be recorded, the store refuses everything:
+                    // that is no message's fault, the stage stalls.
+                    self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&charged)), now)?;
+                    self.log(&row, &charged, now);
+                    return Ok(worked + 1);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    /// PostgreSQL holds these outcomes: their journal entries can go at the next Redis read.
+    fn done<'s>(&mut self, settles: impl Iterator<Item = &'s Settle>) {
+        self.forget
+            .extend(settles.filter(|s| matches!(s.outcome, Outcome::Succeeded { .. })).map(|s| s.msg_id));
+    }
+
+    /// Drops journal entries while there is nothing else to do.
+    pub(super) fn forget_idle(&mut self, now: SystemTime) -> StoreResult<()> {
+        if !self.forget.is_empty() {
+            self.flights.forget(&self.forget, now)?;
+            self.forget.clear();
+        }
+        Ok(())
+    }
+}

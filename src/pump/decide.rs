@@ -1,0 +1,148 @@
+//! Step 3 of a round: the flights the round names in one Redis read, then each message
+//! decided in MSG_ID order against an overlay of the decisions before it (pure handlers).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use log::warn;
+
+use super::plan::{pure, succeeded, Planned, Step};
+use super::rules::Failing;
+use super::Pump;
+use crate::codec::Message;
+use crate::error::ErrorClass;
+use crate::handlers::{self, Decision, FlightState, Reject, View};
+use crate::planted::{self, Bug};
+use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, Prepared, RoundNeed, StoreResult};
+
+/// What the round decides against: Redis's flights with the round's decisions laid over them.
+struct Overlay {
+    flights: BTreeMap<String, FlightState>,
+    window: Vec<String>,
+}
+
+impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
+    /// Rewrites every `Decide` step: a decision an earlier attempt applied is reused from the
+    /// journal (I2); a new one that changes flights becomes `Apply`, any other is settled.
+    /// The round ends after the first message that will be FAILED.
+    pub(super) fn decide(&mut self, plan: &mut Vec<Planned>, now: SystemTime) -> StoreResult<()> {
+        let prepared = self.prepare(plan, now)?;
+        let mut applied_before = prepared.applied;
+        if planted::on(Bug::JournalIgnored) {
+            applied_before.clear();
+        }
+        let mut overlay = Overlay { flights: prepared.flights, window: prepared.window };
+        for k in 0..plan.len() {
+            let p = &mut plan[k];
+            self.report_unknown(p.tag.as_deref(), &p.unknown);
+            if let Step::Decide { .. } = p.step {
+                let Step::Decide { msg, identity } = p.take_step() else { unreachable!() };
+                p.step = match applied_before.remove(&p.row.msg_id) {
+                    Some(d) => Step::Settled(succeeded(identity, d)),
+                    None => self.decide_one(p, &msg, identity, &mut overlay, now),
+                };
+            }
+            if p.backs_off() {
+                plan.truncate(k + 1);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The Redis read for the round (and the journal entries PostgreSQL now makes redundant).
+    fn prepare(&mut self, plan: &[Planned], now: SystemTime) -> StoreResult<Prepared> {
+        let mut need = RoundNeed::default();
+        for p in plan {
+            if let Step::Decide { msg, .. } = &p.step {
+                need.msg_ids.push(p.row.msg_id);
+                let n = handlers::need_of(msg);
+                need.flids.extend(n.flids);
+                need.window = need.window.or(n.window);
+            }
+        }
+        need.flids.sort();
+        need.flids.dedup();
+        if need.msg_ids.is_empty() && self.forget.is_empty() {
+            return Ok(Prepared::default());
+        }
+        let prepared = self.flights.prepare(&need, &self.forget, now)?;
+        self.forget.clear();
+        Ok(prepared)
+    }
+
+    /// One message decided against the overlay, which then carries its changes.
+    fn decide_one(
+        &self,
+        p: &Planned,
+        msg: &Message,
+        identity: String,
+        overlay: &mut Overlay,
+        now: SystemTime,
+    ) -> Step {
+        let row = p.row;
+        // The view borrows the overlay's flights by moving them in and back out: a round
+        // decides against them without copying a flight per message.
+        let mut view = View { flights: Default::default(), window: std::mem::take(&mut overlay.window) };
+        for f in handlers::need_of(msg).flids {
+            if let Some(s) = overlay.flights.remove(&f) {
+                view.flights.insert(f, s);
+            }
+        }
+        let decided = pure(|| handlers::decide(&view, msg, row.msg_id));
+        // One insert per flight (BTreeMap::append would rebuild the whole overlay).
+        overlay.flights.extend(std::mem::take(&mut view.flights));
+        overlay.window = view.window;
+        let failed = |class: ErrorClass, e: &str| {
+            Step::Settled(Outcome::Failed(self.policy.on_failure(
+                row.attempts,
+                Failing::of(row),
+                class,
+                e,
+                now,
+            )))
+        };
+        let d = match decided {
+            Ok(Ok(d)) => d,
+            Ok(Err(Reject::Unsupported(e))) => {
+                return failed(ErrorClass::Unsupported, &format!("no handler for {e}"))
+            }
+            Ok(Err(Reject::Protocol(e))) => return failed(ErrorClass::Protocol, &e),
+            Err(panic) => return failed(ErrorClass::Infra, &panic),
+        };
+        for w in &d.warnings {
+            warn!("tolerated msg_id={} type={}: {w}", row.msg_id, p.tag.as_deref().unwrap_or("-"));
+        }
+        if let Some(why) = self.too_large(&d) {
+            return failed(ErrorClass::Protocol, &why);
+        }
+        for c in &d.flights {
+            overlay.flights.entry(c.flid.clone()).or_default().apply(c, row.msg_id);
+        }
+        // A decision that changes no flight has nothing for Redis and needs no journal: it
+        // depends on its message alone (reference data, a seasonal plan), so a retry decides
+        // it the same. Its outcome is final now.
+        if d.flights.is_empty() && !d.snapshot {
+            return Step::Settled(succeeded(identity, d));
+        }
+        Step::Apply { identity, decision: d }
+    }
+
+    /// An event payload larger than `max-event-bytes` would never be accepted by the broker:
+    /// the message is refused before anything of it is applied.
+    /// So is a decision with a key longer than own PostgreSQL keeps.
+    fn too_large(&self, d: &Decision) -> Option<String> {
+        d.events
+            .iter()
+            .find(|e| e.payload_json.len() > self.max_event_bytes)
+            .map(|e| {
+                format!(
+                    "event of {} bytes for {} exceeds msgx.codec.max-event-bytes ({}); nothing applied",
+                    e.payload_json.len(),
+                    e.partition_key,
+                    self.max_event_bytes
+                )
+            })
+            .or_else(|| handlers::keys_too_long(d))
+    }
+}
