@@ -20,6 +20,7 @@
 use crate::ops::http::OpsServer;
 use crate::ops::metrics::Metrics;
 use crate::ops::Ops;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
@@ -39,8 +40,9 @@ use crate::jobs::Jobs;
 use crate::lease::{LeaseGate, LeasePolicy};
 use crate::ports::{Claim, Claimant, LeaseStore};
 use crate::pump::{self, Pump};
-use crate::stage::{human, Next, Notice, OutagePolicy, Outages, RoundReport, Stage, StallBoard};
-use crate::stats::{self, Stats};
+use crate::stage::runner::{log_notice, Halt, Runner, Turn};
+use crate::stage::{human, OutagePolicy, Outages, Stage, StageId, StallBoard};
+use crate::stats::Stats;
 use crate::store::flights::RedisFlights;
 use crate::store::kafka::KafkaProducer;
 use crate::store::mailbox::{MysqlMailbox, MysqlOutbound};
@@ -141,61 +143,22 @@ pub struct Wiring {
     pub idle: Duration,
 }
 
-fn log_notice(n: &Notice, stats: &Stats) {
-    match n {
-        Notice::Started { .. } => stats::inc(&stats.outages),
-        Notice::Ended { down_for, .. } => stats::add(&stats.outage_ms, down_for.as_millis() as u64),
-        Notice::StillDown { .. } => {}
-    }
-    log::log!(n.level(), "{n}");
-}
-
-/// A stage's thread: gate, round, pause, until stop; outages stall it (SPEC §4.9).
+/// A stage's thread: the runner's turns, pauses between them, until stop (SPEC §4.9).
 pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Context) -> Thread {
-    Thread::new(S::NAME, move |stop| {
-        let mut outages = Outages::new(S::NAME, ctx.outage);
+    Thread::new(S::ID.name(), move |stop| {
+        let mut runner = Runner::new(S::ID, ctx.outage, wiring.idle);
         loop {
             let now = ctx.clock.now();
-            let pause = match ctx.gate.check().and_then(|()| stage.round(now)) {
-                Ok(r) => {
-                    for n in outages.recovered(now) {
-                        log_notice(&n, &ctx.stats);
-                    }
-                    ctx.board.set(S::NAME, stage.held());
-                    if r.progressed() {
+            let pause = match runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, now) {
+                Turn::Again { wake, ring } => {
+                    if ring {
                         wiring.rings.iter().for_each(Bell::ring);
                     }
-                    match r.next() {
-                        Next::Now => Duration::ZERO,
-                        // Capped, so work made by another process (a replay) is noticed.
-                        Next::At(t) => t.duration_since(ctx.clock.now()).unwrap_or_default().min(wiring.idle),
-                        Next::Idle => wiring.idle,
-                    }
+                    wake.duration_since(ctx.clock.now()).unwrap_or_default()
                 }
-                Err(e) if e.kind == crate::error::StoreErrorKind::Forgot => {
-                    ctx.gate.forgot();
-                    error!("stopped stage={} {e}: this instance writes nothing more", S::NAME);
-                    return Exit::Forgot(e.to_string());
-                }
-                Err(e) if e.is_fenced() => {
-                    ctx.gate.stale();
-                    error!("fenced stage={} {e}: a newer instance holds the lease; this one stops", S::NAME);
-                    return Exit::Fenced(e.to_string());
-                }
-                // The lease not confirmed: the lease keeper reports its store's outage once;
-                // the stages only wait for it.
-                Err(e) if e.store == "lease" => {
-                    ctx.board.set(S::NAME, Some(("lease", now)));
-                    ctx.outage.retry_in(1)
-                }
-                Err(e) => {
-                    let (notices, wait) = outages.failed(&e, now);
-                    for n in &notices {
-                        log_notice(n, &ctx.stats);
-                    }
-                    ctx.board.set(S::NAME, outages.stalled_on());
-                    wait
-                }
+                Turn::Stalled { wake, .. } => wake.duration_since(ctx.clock.now()).unwrap_or_default(),
+                Turn::Stop(Halt::Forgot(why)) => return Exit::Forgot(why),
+                Turn::Stop(Halt::Fenced(why)) => return Exit::Fenced(why),
             };
             if pause_or_stop(&stop, wiring.bell.as_ref(), pause) {
                 stage.close();
@@ -631,21 +594,23 @@ pub fn serve(
     }
     let pg = || Pg::new(&cfg.pg_url).map(|pg| pg.fenced(epoch));
     let mailbox = || MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound);
-    let (to_process, process_bell) = bell();
-    let (to_dispatch, dispatch_bell) = bell();
-    let (to_outbound, outbound_bell) = bell();
-    let (to_backfill, backfill_bell) = bell();
-    let wire = |bell: Option<Receiver<()>>, rings: Vec<Bell>| Wiring { bell, rings, idle: p.poll_interval };
+    // The doorbells, as the topology says (`StageId::rings`).
+    let (mut doors, mut bells): (BTreeMap<StageId, Bell>, BTreeMap<StageId, Receiver<()>>) =
+        (BTreeMap::new(), BTreeMap::new());
+    for id in StageId::ALL.into_iter().filter(|s| s.has_bell()) {
+        let (door, bell) = bell();
+        doors.insert(id, door);
+        bells.insert(id, bell);
+    }
+    let rings = |id: StageId| -> Vec<Bell> { id.rings().iter().map(|r| doors[r].clone()).collect() };
+    let to_process = doors[&StageId::Process].clone();
     let recorded = {
-        let rings = [to_dispatch.clone(), to_outbound.clone(), to_backfill.clone()];
+        let rings = rings(StageId::Process);
         move || rings.iter().for_each(Bell::ring)
     };
+    let mut wire = |id: StageId| Wiring { bell: bells.remove(&id), rings: rings(id), idle: id.idle(p) };
     let mut threads = vec![
-        spawn(
-            Poller::new(pg()?, mailbox()?, p, stats.clone()),
-            wire(None, vec![to_process.clone()]),
-            ctx.clone(),
-        ),
+        spawn(Poller::new(pg()?, mailbox()?, p, stats.clone()), wire(StageId::Poll), ctx.clone()),
         spawn(
             Pump::new(
                 pg()?,
@@ -662,7 +627,7 @@ pub fn serve(
                 pump::lane::Behind::spawn(pg()?, recorded)
                     .map_err(|e| DaemonError::StageFailed(format!("process-commit: {e}")))?,
             ),
-            wire(Some(process_bell), vec![to_dispatch, to_outbound, to_backfill]),
+            wire(StageId::Process),
             ctx.clone(),
         ),
         spawn(
@@ -674,7 +639,7 @@ pub fn serve(
                 ctx.gate.clone(),
                 stats.clone(),
             ),
-            wire(Some(dispatch_bell), vec![]),
+            wire(StageId::Dispatch),
             ctx.clone(),
         ),
         spawn(
@@ -686,19 +651,15 @@ pub fn serve(
                 ctx.gate.clone(),
                 stats.clone(),
             ),
-            wire(Some(outbound_bell), vec![]),
+            wire(StageId::Outbound),
             ctx.clone(),
         ),
         spawn(
             Backfill::new(pg()?, mailbox()?, p, ctx.gate.clone(), stats.clone()),
-            wire(Some(backfill_bell), vec![]),
+            wire(StageId::Backfill),
             ctx.clone(),
         ),
-        spawn(
-            Jobs::new(pg()?, p, stats.clone()),
-            Wiring { bell: None, rings: vec![], idle: p.jobs_interval },
-            ctx.clone(),
-        ),
+        spawn(Jobs::new(pg()?, p, stats.clone()), wire(StageId::Jobs), ctx.clone()),
         spawn(
             consistency::stage::Sentinel::new(
                 pg()?,
@@ -707,7 +668,7 @@ pub fn serve(
                 p.check_sample_ratio,
                 stats.clone(),
             ),
-            Wiring { bell: None, rings: vec![], idle: consistency::stage::EVERY },
+            wire(StageId::Sentinel),
             ctx.clone(),
         ),
         lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()),

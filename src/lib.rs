@@ -27,7 +27,7 @@ pub mod listener;
 pub mod logline;
 pub mod logpipe;
 pub mod ops;
-pub mod planted;
+mod planted;
 pub mod ports;
 pub mod pump;
 pub mod secret;

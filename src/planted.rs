@@ -1,9 +1,12 @@
 //! Bugs planted on purpose, so that a test can prove the simulator finds each kind (issue #14).
 //! A bug is a switch a test turns on for its own thread; outside test builds every switch is a
-//! constant `false`, so release code carries none of them.
+//! constant `false`. No stage and no lease code asks one (#24): the simulator plants them in
+//! port wrappers (`sim::mischief`) and in its own consistency pass; only the in-memory twins
+//! of own PostgreSQL and the mailbox ask theirs, where the store itself would misbehave.
 
 /// One planted bug per invariant the simulator checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
 pub enum Bug {
     /// The pump passes over a FAILED head backing off and processes the rows behind it (INV-3).
     HeadOvertaken,

@@ -12,7 +12,7 @@ use log::{error, info, warn};
 
 use crate::config::Pipeline;
 use crate::error::StoreError;
-use crate::lease::LeaseGate;
+use crate::lease::Gate;
 use crate::ports::{MailboxMarks, Mark, MarkLedger, OwedMark};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
@@ -58,13 +58,13 @@ pub struct Backfill<P, M> {
     cap: Duration,
     overdue: Duration,
     batch: usize,
-    gate: Arc<LeaseGate>,
+    gate: Arc<dyn Gate>,
     stats: Arc<Stats>,
 }
 
 impl<P: MarkLedger, M: MailboxMarks> Stage for Backfill<P, M> {
     type Round = Round;
-    const NAME: &'static str = "backfill";
+    const ID: crate::stage::StageId = crate::stage::StageId::Backfill;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Backfill::round(self, now)
@@ -72,7 +72,7 @@ impl<P: MarkLedger, M: MailboxMarks> Stage for Backfill<P, M> {
 }
 
 impl<P: MarkLedger, M: MailboxMarks> Backfill<P, M> {
-    pub fn new(ledger: P, mailbox: M, cfg: &Pipeline, gate: Arc<LeaseGate>, stats: Arc<Stats>) -> Self {
+    pub fn new(ledger: P, mailbox: M, cfg: &Pipeline, gate: Arc<dyn Gate>, stats: Arc<Stats>) -> Self {
         Backfill {
             ledger,
             mailbox,
@@ -201,6 +201,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::config::Config;
+    use crate::lease::LeaseGate;
     use crate::ports::Settle;
     use crate::store::memory::{Fault, MemMailbox, MemPg};
 

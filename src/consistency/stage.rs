@@ -79,7 +79,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
 
 impl<P: PgSide, M: MailboxSide, F: FlightsSide> Stage for Sentinel<P, M, F> {
     type Round = Round;
-    const NAME: &'static str = "sentinel";
+    const ID: crate::stage::StageId = crate::stage::StageId::Sentinel;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Sentinel::round(self, now)

@@ -24,7 +24,7 @@ use log::{error, info, warn};
 
 use crate::domain::{MsgEvent, Target};
 use crate::error::{ErrorClass, StoreError};
-use crate::lease::LeaseGate;
+use crate::lease::Gate;
 use crate::ports::{Failure, Outbound, Outbox, Producer, Record};
 use crate::pump::rules::RetryPolicy;
 use crate::stage::{Next, RoundReport, Stage};
@@ -200,10 +200,7 @@ impl<O: Outbox> Delivery<O> {
         err: &StoreError,
         now: SystemTime,
     ) -> Result<(), StoreError> {
-        debug_assert!(
-            err.is_rejected() || crate::planted::on(crate::planted::Bug::OutageCharged),
-            "only a refusal is charged (SPEC 4.9)"
-        );
+        debug_assert!(err.is_rejected(), "only a refusal is charged (SPEC 4.9)");
         let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
         let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0);
         let first = &events[0];
@@ -249,7 +246,7 @@ impl<O: Outbox> Delivery<O> {
         self.sent(target, &ready[..acked], now)?;
         match results.into_iter().nth(acked) {
             None => Ok(Round::Sent { sent: acked, failed: false }),
-            Some(Err(e)) if e.is_rejected() || crate::planted::on(crate::planted::Bug::OutageCharged) => {
+            Some(Err(e)) if e.is_rejected() => {
                 // The first unacknowledged event becomes the head in backoff; the ones behind
                 // it stay PENDING untouched and go after it, in order.
                 self.refused(target, &ready[acked..acked + 1], &e, now)?;
@@ -266,14 +263,14 @@ pub struct Dispatcher<O, K> {
     delivery: Delivery<O>,
     producer: K,
     settings: Settings,
-    gate: Arc<LeaseGate>,
+    gate: Arc<dyn Gate>,
     /// When the next schd flush may run; `None`: as soon as something is due.
     next_flush: Option<SystemTime>,
 }
 
 impl<O: Outbox, K: Producer> Stage for Dispatcher<O, K> {
     type Round = Round;
-    const NAME: &'static str = "dispatch";
+    const ID: crate::stage::StageId = crate::stage::StageId::Dispatch;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Dispatcher::round(self, now)
@@ -286,7 +283,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         producer: K,
         policy: RetryPolicy,
         settings: Settings,
-        gate: Arc<LeaseGate>,
+        gate: Arc<dyn Gate>,
         stats: Arc<Stats>,
     ) -> Self {
         Dispatcher {
@@ -316,11 +313,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         };
         // A stale instance must not send: checked right before every produce round (PRE-5).
         self.gate.check()?;
-        let mut records: Vec<Record> =
-            ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
-        if crate::planted::on(crate::planted::Bug::DeliveryReordered) {
-            records.reverse();
-        }
+        let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
         let results = self.producer.send(&records);
         self.delivery.settle(Target::KafkaMsg, ready, results, now)
     }
@@ -412,12 +405,12 @@ pub struct OutboundDispatcher<O, B> {
     delivery: Delivery<O>,
     outbound: B,
     batch: usize,
-    gate: Arc<LeaseGate>,
+    gate: Arc<dyn Gate>,
 }
 
 impl<O: Outbox, B: Outbound> Stage for OutboundDispatcher<O, B> {
     type Round = Round;
-    const NAME: &'static str = "outbound";
+    const ID: crate::stage::StageId = crate::stage::StageId::Outbound;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         OutboundDispatcher::round(self, now)
@@ -430,7 +423,7 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
         outbound: B,
         policy: RetryPolicy,
         batch: usize,
-        gate: Arc<LeaseGate>,
+        gate: Arc<dyn Gate>,
         stats: Arc<Stats>,
     ) -> Self {
         OutboundDispatcher { delivery: Delivery { outbox, policy, stats }, outbound, batch, gate }

@@ -6,6 +6,7 @@ use super::*;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::domain::{EventStatus, NewEvent};
+use crate::lease::LeaseGate;
 use crate::ports::{Operator, Settle};
 use crate::store::memory::{Fault, MemOutbound, MemPg, MemProducer};
 

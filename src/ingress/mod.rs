@@ -110,7 +110,7 @@ pub struct Poller<P, M> {
 
 impl<P: Intake, M: MailboxScan + MailboxTexts> Stage for Poller<P, M> {
     type Round = Round;
-    const NAME: &'static str = "poll";
+    const ID: crate::stage::StageId = crate::stage::StageId::Poll;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Poller::round(self, now)

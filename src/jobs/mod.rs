@@ -51,7 +51,7 @@ pub struct Jobs<H> {
 
 impl<H: Housekeeping> Stage for Jobs<H> {
     type Round = Round;
-    const NAME: &'static str = "jobs";
+    const ID: crate::stage::StageId = crate::stage::StageId::Jobs;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Jobs::round(self, now)

@@ -12,7 +12,6 @@ use super::Pump;
 use crate::codec::Message;
 use crate::error::ErrorClass;
 use crate::handlers::{self, Decision, FlightState, Reject, View};
-use crate::planted::{self, Bug};
 use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, Prepared, RoundNeed, StoreResult};
 
 /// What the round decides against: Redis's flights with the round's decisions laid over them.
@@ -28,9 +27,6 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     pub(super) fn decide(&mut self, plan: &mut Vec<Planned>, now: SystemTime) -> StoreResult<()> {
         let prepared = self.prepare(plan, now)?;
         let mut applied_before = prepared.applied;
-        if planted::on(Bug::JournalIgnored) {
-            applied_before.clear();
-        }
         let mut overlay = Overlay { flights: prepared.flights, window: prepared.window };
         for k in 0..plan.len() {
             let p = &mut plan[k];

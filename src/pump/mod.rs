@@ -45,7 +45,6 @@ use std::time::SystemTime;
 use crate::codec::ignore::IgnoreRules;
 use crate::config::Pipeline;
 use crate::error::StoreError;
-use crate::planted::{self, Bug};
 use crate::ports::{Fifo, FlightStore, MailboxTexts};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::Stats;
@@ -101,7 +100,7 @@ pub struct Pump<P, M, F> {
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
     type Round = Round;
-    const NAME: &'static str = "process";
+    const ID: crate::stage::StageId = crate::stage::StageId::Process;
 
     fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         Pump::round(self, now)
@@ -154,10 +153,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
 
     fn try_round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         let committing = self.lane.as_ref().map(Lane::committing).unwrap_or_default();
-        let mut rows = self.fifo.unfinished(self.batch, committing)?;
-        if planted::on(Bug::HeadOvertaken) {
-            rows.retain(|r| !matches!(head_action(Some(r), now, &self.policy), HeadAction::Wait(_)));
-        }
+        let rows = self.fifo.unfinished(self.batch, committing)?;
         // The ready prefix: the head and the rows behind it up to the first one backing off.
         let mut ready = 0;
         for row in &rows {

@@ -16,6 +16,7 @@
 //! runs it again, step for step. `SIM_SEEDS=n` runs n seeds.
 
 mod check;
+mod mischief;
 mod rng;
 #[cfg(test)]
 mod tests;
@@ -33,53 +34,39 @@ use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
 use crate::error::StoreError;
 use crate::ingress::Poller;
 use crate::jobs::Jobs;
-use crate::lease::LeaseGate;
+use crate::lease::{Gate, LeaseGate};
+use crate::planted::{self, Bug};
 use crate::ports::{
     Claim, Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult,
 };
 use crate::pump::{self, lane, Pump};
-use crate::stage::{Next, RoundReport, Stage};
+use crate::stage::runner::{Halt, Runner, Runs, Turn};
+use crate::stage::{StageId, StallBoard};
 use crate::stats::Stats;
 use crate::store::memory::{
     Fault, FlightsState, MemFlights, MemMailbox, MemOutbound, MemPg, MemProducer, PgState,
 };
 pub use check::Checker;
+use mischief::Mischief;
 use rng::Rng;
 use upstream::Upstream;
 
-/// A stage as the simulator drives it.
-trait Run {
-    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError>;
-    fn close(&mut self);
-}
-
-impl<S: Stage> Run for S {
-    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError> {
-        self.round(now).map(|r| (r.next(), r.progressed()))
-    }
-
-    fn close(&mut self) {
-        Stage::close(self)
-    }
-}
-
-const POLL: usize = 0;
-const PROCESS: usize = 1;
-const DISPATCH: usize = 2;
-const OUTBOUND: usize = 3;
-const BACKFILL: usize = 4;
-const JOBS: usize = 5;
-const SENTINEL: usize = 6;
-const NAMES: [&str; 7] = ["poll", "process", "dispatch", "outbound", "backfill", "jobs", "sentinel"];
-
+/// A stage of an active instance, with the daemon's runner (`stage::runner`) around it.
 struct Slot {
-    stage: Box<dyn Run>,
+    id: StageId,
+    stage: Box<dyn Runs>,
+    runner: Runner,
     wake: SystemTime,
 }
 
 struct Active {
     epoch: i64,
     gate: Arc<LeaseGate>,
+    /// The gate the stages and their runners ask (where a planted bug may keep it open).
+    stage_gate: Arc<dyn Gate>,
+    board: StallBoard,
+    /// The runners' counters (outages); the stages count into their own.
+    stats: Arc<Stats>,
     /// The lease keeper's session (made at activation: it saw the server as it was then).
     lease: MemPg,
     slots: Vec<Slot>,
@@ -517,7 +504,12 @@ impl Sim {
             let found: Vec<&str> = report.findings.iter().map(|f| f.kind.as_str()).collect();
             self.say(format!("consistency: {found:?}"));
         }
-        let healed = heal(&mut st, &report, self.clock.now()).map_err(|e| e.to_string())?;
+        // The planted bug: a pass that finds a store that forgot and heals nothing.
+        let healed = if planted::on(Bug::HealSkipped) {
+            Default::default()
+        } else {
+            heal(&mut st, &report, self.clock.now()).map_err(|e| e.to_string())?
+        };
         if !report.is_clean() {
             self.say(format!("healed: {healed:?}; findings {:?}", report.findings));
         }
@@ -594,69 +586,30 @@ impl Sim {
         self.spawn_standby(Duration::from_secs(1));
     }
 
+    /// One turn of the daemon's runner for slot `n` of instance `k`.
     fn run_stage(&mut self, k: usize, n: usize) {
-        enum After {
-            Say(String),
-            Stop(String),
-            Quiet,
-        }
         let now = self.clock.now();
-        let idle = match n {
-            JOBS => self.cfg.pipeline.jobs_interval,
-            SENTINEL => crate::consistency::stage::EVERY,
-            _ => self.cfg.pipeline.poll_interval,
-        };
-        let backoff = self.cfg.pipeline.outage.backoff;
         let name = self.instances[k].name.clone();
         let Life::Active(a) = &mut self.instances[k].life else { return };
-        // The daemon's runner: nothing runs while the lease is not confirmed.
-        let after = if let Err(e) = a.gate.check() {
-            a.slots[n].wake = now + Duration::from_millis(100);
-            if e.stops() {
-                After::Stop("fenced at the gate".into())
-            } else {
-                After::Quiet
+        let slot = &mut a.slots[n];
+        let stage = slot.id.name();
+        let turn = slot.runner.turn(slot.stage.as_mut(), &*a.stage_gate, &a.board, &a.stats, now);
+        match turn {
+            Turn::Again { wake, ring } => {
+                slot.wake = wake;
+                if ring {
+                    let rings = slot.id.rings();
+                    a.slots.iter_mut().filter(|s| rings.contains(&s.id)).for_each(|s| s.wake = now);
+                }
+                let wait = wake.duration_since(now).unwrap_or_default();
+                self.say(format!("{name} {stage} wait {wait:?}"));
             }
-        } else {
-            match a.slots[n].stage.run(now) {
-                Ok((next, progressed)) => {
-                    a.slots[n].wake = match next {
-                        Next::Now => now,
-                        Next::At(t) => t.min(now + idle),
-                        Next::Idle => now + idle,
-                    };
-                    if progressed {
-                        let rings: &[usize] = match n {
-                            POLL => &[PROCESS],
-                            PROCESS => &[DISPATCH, OUTBOUND, BACKFILL],
-                            _ => &[],
-                        };
-                        rings.iter().for_each(|r| a.slots[*r].wake = now);
-                    }
-                    let next = match next {
-                        Next::At(t) => format!("wait {:?}", t.duration_since(now).unwrap_or_default()),
-                        other => format!("{other:?}"),
-                    };
-                    After::Say(format!("{name} {} {next}", NAMES[n]))
-                }
-                Err(e) if e.is_fenced() => {
-                    a.gate.stale();
-                    After::Stop(format!("{} fenced: {e}", NAMES[n]))
-                }
-                Err(e) if e.stops() => {
-                    a.gate.forgot();
-                    After::Stop(format!("{} forgot: {e}", NAMES[n]))
-                }
-                Err(e) => {
-                    a.slots[n].wake = now + backoff;
-                    After::Say(format!("{name} {} error: {e}", NAMES[n]))
-                }
+            Turn::Stalled { wake, error } => {
+                slot.wake = wake;
+                self.say(format!("{name} {stage} error: {error}"));
             }
-        };
-        match after {
-            After::Say(line) => self.say(line),
-            After::Stop(why) => self.stop(k, &why),
-            After::Quiet => {}
+            Turn::Stop(Halt::Fenced(e)) => self.stop(k, &format!("{stage} fenced: {e}")),
+            Turn::Stop(Halt::Forgot(e)) => self.stop(k, &format!("{stage} forgot: {e}")),
         }
     }
 
@@ -672,24 +625,25 @@ impl Sim {
         let stats = Arc::new(Stats::default());
         let guarded = |inner| Guarded { inner, epoch, lease: self.pg.clone(), audit: self.audit.clone() };
         let mut pump = Pump::new(
-            self.pg.fenced(epoch),
+            Mischief::fifo(self.pg.fenced(epoch), &self.clock, pump::retry_policy(p)),
             self.mailbox.clone(),
-            self.flights.handle().keeping(p.journal_keep).expecting(seen).fenced(epoch),
+            Mischief::new(self.flights.handle().keeping(p.journal_keep).expecting(seen).fenced(epoch)),
             p,
             stats.clone(),
         );
+        let stage_gate: Arc<dyn Gate> = Arc::new(Mischief::new(gate.clone()));
         if self.lanes {
             pump = pump.with_lane(lane::Deferred::new(self.pg.fenced(epoch)));
         }
-        let stages: Vec<Box<dyn Run>> = vec![
+        let stages: Vec<Box<dyn Runs>> = vec![
             Box::new(Poller::new(self.pg.fenced(epoch), self.mailbox.clone(), p, stats.clone())),
             Box::new(pump),
             Box::new(Dispatcher::new(
                 self.pg.fenced(epoch),
-                guarded(Inner::Kafka(self.kafka.clone())),
+                Mischief::new(guarded(Inner::Kafka(self.kafka.clone()))),
                 pump::retry_policy(p),
                 dispatch::Settings::from_config(&self.cfg),
-                gate.clone(),
+                stage_gate.clone(),
                 stats.clone(),
             )),
             Box::new(OutboundDispatcher::new(
@@ -697,14 +651,14 @@ impl Sim {
                 guarded(Inner::Outbound(self.outbound.clone())),
                 pump::retry_policy(p),
                 p.dispatch_batch,
-                gate.clone(),
+                stage_gate.clone(),
                 stats.clone(),
             )),
             Box::new(Backfill::new(
                 self.pg.fenced(epoch),
                 guarded(Inner::Mailbox(self.mailbox.clone())),
                 p,
-                gate.clone(),
+                stage_gate.clone(),
                 stats.clone(),
             )),
             Box::new(Jobs::new(self.pg.fenced(epoch), p, stats.clone())),
@@ -719,8 +673,20 @@ impl Sim {
         Active {
             epoch,
             gate,
+            stage_gate,
             lease: self.pg.session(),
-            slots: stages.into_iter().map(|stage| Slot { stage, wake: now }).collect(),
+            board: StallBoard::default(),
+            stats: Arc::new(Stats::default()),
+            slots: StageId::ALL
+                .into_iter()
+                .zip(stages)
+                .map(|(id, stage)| Slot {
+                    id,
+                    stage,
+                    runner: Runner::new(id, p.outage, id.idle(p)),
+                    wake: now,
+                })
+                .collect(),
             lease_wake: now + self.cfg.lease.renew_every,
         }
     }

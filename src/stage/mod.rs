@@ -10,6 +10,70 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{StoreError, StoreErrorKind};
 
+pub mod runner;
+
+/// The stages of an active instance, in the order the daemon starts them. Upstream first: a
+/// stage that makes work rings the doorbells of [`StageId::rings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StageId {
+    Poll,
+    Process,
+    Dispatch,
+    Outbound,
+    Backfill,
+    Jobs,
+    Sentinel,
+}
+
+impl StageId {
+    pub const ALL: [StageId; 7] = [
+        StageId::Poll,
+        StageId::Process,
+        StageId::Dispatch,
+        StageId::Outbound,
+        StageId::Backfill,
+        StageId::Jobs,
+        StageId::Sentinel,
+    ];
+
+    /// The name in log lines (`stage=process`), `stage=…`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StageId::Poll => "poll",
+            StageId::Process => "process",
+            StageId::Dispatch => "dispatch",
+            StageId::Outbound => "outbound",
+            StageId::Backfill => "backfill",
+            StageId::Jobs => "jobs",
+            StageId::Sentinel => "sentinel",
+        }
+    }
+
+    /// The stages that have work when this one made progress: new PENDING rows for the pump,
+    /// new outcomes (events, intents, marks) for the three behind it.
+    pub fn rings(self) -> &'static [StageId] {
+        match self {
+            StageId::Poll => &[StageId::Process],
+            StageId::Process => &[StageId::Dispatch, StageId::Outbound, StageId::Backfill],
+            _ => &[],
+        }
+    }
+
+    /// Whether a doorbell wakes it (the jobs and the sentinel keep their own interval).
+    pub fn has_bell(self) -> bool {
+        StageId::ALL.iter().any(|s| s.rings().contains(&self))
+    }
+
+    /// How long it sleeps when it has nothing to do.
+    pub fn idle(self, cfg: &crate::config::Pipeline) -> Duration {
+        match self {
+            StageId::Jobs => cfg.jobs_interval,
+            StageId::Sentinel => crate::consistency::stage::EVERY,
+            _ => cfg.poll_interval,
+        }
+    }
+}
+
 /// When a stage wants its next round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -34,8 +98,8 @@ pub trait RoundReport: fmt::Debug {
 /// the process, rejected (nothing to charge it to) stalls it with an ERROR.
 pub trait Stage {
     type Round: RoundReport;
-    /// The stage's name in log lines (`stage=process`).
-    const NAME: &'static str;
+    /// Which stage it is (its name in log lines: `stage=process`).
+    const ID: StageId;
     fn round(&mut self, now: SystemTime) -> Result<Self::Round, StoreError>;
     /// Called once when the stage stops cleanly: finish what is on its way.
     fn close(&mut self) {}

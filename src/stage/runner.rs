@@ -1,0 +1,136 @@
+//! The one loop every stage runs, as a pure step ([`Runner::turn`]): the lease gate, a round
+//! at `now`, and what comes of it — when the next round runs, whether the stages downstream
+//! have work, which outage to report, when the stage stops. The daemon's stage threads call it
+//! around real rounds and real sleeps; the simulator calls it from its scheduler on the fake
+//! clock, so both run the same backoff, alerts and lease branch.
+
+use std::time::{Duration, SystemTime};
+
+use log::error;
+
+use super::{Next, Notice, OutagePolicy, Outages, RoundReport, Stage, StageId, StallBoard};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::lease::Gate;
+use crate::stats::{self, Stats};
+
+/// A stage as the runner drives it (object-safe, so a list of different stages can be run).
+pub trait Runs {
+    /// One round: when the stage wants the next one, and whether it made work downstream.
+    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError>;
+    /// Held by a condition only a person can clear (see [`Stage::held`]).
+    fn held(&self) -> Option<(&'static str, SystemTime)>;
+    fn close(&mut self);
+}
+
+impl<S: Stage> Runs for S {
+    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError> {
+        self.round(now).map(|r| (r.next(), r.progressed()))
+    }
+
+    fn held(&self) -> Option<(&'static str, SystemTime)> {
+        Stage::held(self)
+    }
+
+    fn close(&mut self) {
+        Stage::close(self)
+    }
+}
+
+/// Why a stage stopped on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Halt {
+    /// A newer instance holds the lease (PRE-5): exit 1.
+    Fenced(String),
+    /// A store forgot what it acknowledged (#19, #20): the stores are compared again.
+    Forgot(String),
+}
+
+/// What the runner decided after one turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// The next round runs at `wake`, or earlier when a doorbell rings; `ring`: the stages
+    /// downstream have something new.
+    Again { wake: SystemTime, ring: bool },
+    /// The round could not run or failed on a store that is away or refused it: the stage
+    /// waits until `wake` (nothing is charged to a message).
+    Stalled { wake: SystemTime, error: StoreError },
+    /// The stage stops, and with it every stage of the instance.
+    Stop(Halt),
+}
+
+/// One stage's runner state: its outages.
+pub struct Runner {
+    stage: StageId,
+    outages: Outages,
+    idle: Duration,
+    policy: OutagePolicy,
+}
+
+impl Runner {
+    pub fn new(stage: StageId, policy: OutagePolicy, idle: Duration) -> Runner {
+        Runner { stage, outages: Outages::new(stage.name(), policy), idle, policy }
+    }
+
+    /// One turn at `now`: nothing runs while the lease is not confirmed; a round that fails on
+    /// a store that is away stalls the stage with the outage rules (SPEC §4.9); fenced and
+    /// forgot stop it.
+    pub fn turn(
+        &mut self,
+        stage: &mut dyn Runs,
+        gate: &dyn Gate,
+        board: &StallBoard,
+        stats: &Stats,
+        now: SystemTime,
+    ) -> Turn {
+        let name = self.stage.name();
+        match gate.check().and_then(|()| stage.run(now)) {
+            Ok((next, progressed)) => {
+                for n in self.outages.recovered(now) {
+                    log_notice(&n, stats);
+                }
+                board.set(name, stage.held());
+                let wake = match next {
+                    Next::Now => now,
+                    // Capped, so work made by another process (a replay) is noticed.
+                    Next::At(t) => t.min(now + self.idle),
+                    Next::Idle => now + self.idle,
+                };
+                Turn::Again { wake, ring: progressed }
+            }
+            Err(e) if e.kind == StoreErrorKind::Forgot => {
+                gate.forgot();
+                error!("stopped stage={name} {e}: this instance writes nothing more");
+                Turn::Stop(Halt::Forgot(e.to_string()))
+            }
+            Err(e) if e.is_fenced() => {
+                gate.stale();
+                error!("fenced stage={name} {e}: a newer instance holds the lease; this one stops");
+                Turn::Stop(Halt::Fenced(e.to_string()))
+            }
+            // The lease not confirmed: the lease keeper reports its store's outage once; the
+            // stages only wait for it.
+            Err(e) if e.store == "lease" => {
+                board.set(name, Some(("lease", now)));
+                Turn::Stalled { wake: now + self.policy.retry_in(1), error: e }
+            }
+            Err(e) => {
+                let (notices, wait) = self.outages.failed(&e, now);
+                for n in &notices {
+                    log_notice(n, stats);
+                }
+                board.set(name, self.outages.stalled_on());
+                Turn::Stalled { wake: now + wait, error: e }
+            }
+        }
+    }
+}
+
+/// An outage line, and its counters.
+pub fn log_notice(n: &Notice, stats: &Stats) {
+    match n {
+        Notice::Started { .. } => stats::inc(&stats.outages),
+        Notice::Ended { down_for, .. } => stats::add(&stats.outage_ms, down_for.as_millis() as u64),
+        Notice::StillDown { .. } => {}
+    }
+    log::log!(n.level(), "{n}");
+}
