@@ -84,6 +84,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             return decision;
         }
         info!(
+            target: super::LOG,
             "snapshot msg_id={} is not newer than the daily plan's generation; nothing changed, nothing published",
             p.row.msg_id
         );

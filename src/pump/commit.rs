@@ -69,7 +69,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
 
     fn commit_one_by_one(&mut self, round: Committing, round_error: StoreError) -> StoreResult<usize> {
         let n = round.entries.len();
-        warn!("round commit refused ({round_error}); committing its {n} messages one at a time to find the cause");
+        warn!(target: super::LOG, "round commit refused ({round_error}); committing its {n} messages one at a time to find the cause");
         let now = round.now;
         for (worked, Entry { row, settle }) in round.entries.into_iter().enumerate() {
             match self.fifo.commit(&RoundRecord::of(std::slice::from_ref(&settle)), now) {

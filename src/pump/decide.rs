@@ -107,7 +107,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Err(panic) => return failed(ErrorClass::Infra, &panic),
         };
         for w in &d.warnings {
-            warn!("tolerated msg_id={} type={}: {w}", row.msg_id, p.tag.as_deref().unwrap_or("-"));
+            warn!(target: super::LOG, "tolerated msg_id={} type={}: {w}", row.msg_id, p.tag.as_deref().unwrap_or("-"));
         }
         if let Some(why) = self.too_large(&d) {
             return failed(ErrorClass::Protocol, &why);

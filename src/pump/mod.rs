@@ -38,6 +38,9 @@ pub mod rules;
 
 pub use rules::retry_policy;
 
+/// The log target of every pump line, whichever file says it (operators filter on it).
+const LOG: &str = "msgx::pump";
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -108,7 +111,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
 
     fn close(&mut self) {
         if let Err(e) = self.land() {
-            log::warn!("stage=process the last round's commit did not land ({e}); it is read again at the next start");
+            log::warn!(target: LOG, "stage=process the last round's commit did not land ({e}); it is read again at the next start");
         }
     }
 }

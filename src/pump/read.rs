@@ -97,7 +97,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Err(e) if e.is_rejected() && ids.len() > 1 => e,
             other => return other,
         };
-        warn!("mailbox refused reading {} texts ({whole}); reading them one at a time", ids.len());
+        warn!(target: super::LOG, "mailbox refused reading {} texts ({whole}); reading them one at a time", ids.len());
         let mut out = HashMap::with_capacity(ids.len());
         let mut refused = Vec::new();
         let mut budget = self.batch_bytes;

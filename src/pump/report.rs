@@ -18,7 +18,7 @@ impl<P, M, F> Pump<P, M, F> {
         for name in unknown {
             stats::inc(&self.stats.unknown_elements);
             if self.unknown_seen.insert(format!("{tag}/{name}")) {
-                warn!("unknown element type={tag} element={name}: skipped, the known fields are applied (msgx.codec.strict = false)");
+                warn!(target: super::LOG, "unknown element type={tag} element={name}: skipped, the known fields are applied (msgx.codec.strict = false)");
             }
         }
     }
@@ -31,7 +31,7 @@ impl<P, M, F> Pump<P, M, F> {
             Outcome::Succeeded { events, .. } => {
                 stats::inc(&self.stats.succeeded);
                 stats::Latencies::observe(&self.stats.latency.processing, row.received_at, now);
-                info!("succeeded msg_id={id} type={tag} events={}", events.len());
+                info!(target: super::LOG, "succeeded msg_id={id} type={tag} events={}", events.len());
             }
             Outcome::Skipped { reason } => {
                 let counter = match SkipReason::parse(reason) {
@@ -40,11 +40,12 @@ impl<P, M, F> Pump<P, M, F> {
                     _ => &self.stats.skipped_ignored,
                 };
                 stats::inc(counter);
-                info!("skipped msg_id={id} type={tag} reason={reason}");
+                info!(target: super::LOG, "skipped msg_id={id} type={tag} reason={reason}");
             }
             Outcome::Failed(Failure::Retry { class, error, .. }) => {
                 stats::inc(&self.stats.failed);
                 warn!(
+                    target: super::LOG,
                     "failed msg_id={id} type={tag} class={class} attempts={} error={error:?}",
                     row.attempts + 1
                 );
@@ -53,11 +54,12 @@ impl<P, M, F> Pump<P, M, F> {
                 stats::inc(&self.stats.dead);
                 if error.starts_with("poison:") || *class == ErrorClass::Exhausted {
                     error!(
+                        target: super::LOG,
                         "poison msg_id={id} type={tag} class={class} attempts={} error={error:?}",
                         row.attempts + 1
                     );
                 } else {
-                    error!("dead msg_id={id} type={tag} class={class} error={error:?}");
+                    error!(target: super::LOG, "dead msg_id={id} type={tag} class={class} error={error:?}");
                 }
             }
         }

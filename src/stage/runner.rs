@@ -13,6 +13,9 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::lease::Gate;
 use crate::stats::{self, Stats};
 
+/// The target of the runner's lines: the daemon's, as they always were (operators filter on it).
+const LOG: &str = "msgx::daemon";
+
 /// A stage as the runner drives it (object-safe, so a list of different stages can be run).
 pub trait Runs {
     /// One round: when the stage wants the next one, and whether it made work downstream.
@@ -99,12 +102,12 @@ impl Runner {
             }
             Err(e) if e.kind == StoreErrorKind::Forgot => {
                 gate.forgot();
-                error!("stopped stage={name} {e}: this instance writes nothing more");
+                error!(target: LOG, "stopped stage={name} {e}: this instance writes nothing more");
                 Turn::Stop(Halt::Forgot(e.to_string()))
             }
             Err(e) if e.is_fenced() => {
                 gate.stale();
-                error!("fenced stage={name} {e}: a newer instance holds the lease; this one stops");
+                error!(target: LOG, "fenced stage={name} {e}: a newer instance holds the lease; this one stops");
                 Turn::Stop(Halt::Fenced(e.to_string()))
             }
             // The lease not confirmed: the lease keeper reports its store's outage once; the
@@ -132,5 +135,5 @@ pub fn log_notice(n: &Notice, stats: &Stats) {
         Notice::Ended { down_for, .. } => stats::add(&stats.outage_ms, down_for.as_millis() as u64),
         Notice::StillDown { .. } => {}
     }
-    log::log!(n.level(), "{n}");
+    log::log!(target: LOG, n.level(), "{n}");
 }
