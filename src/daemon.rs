@@ -63,13 +63,14 @@ pub enum DaemonError {
 }
 
 impl DaemonError {
-    /// The process exit code (docs/reference.md).
-    pub fn exit_code(&self) -> i32 {
+    /// How the process ends (docs/reference.md).
+    pub fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
         match self {
-            DaemonError::Schema(_) => 3,
-            DaemonError::Store(_) => 4,
-            DaemonError::StageFailed(_) | DaemonError::Fenced(_) => 1,
-            DaemonError::Forgot(_) => 6,
+            DaemonError::Schema(_) => Exit::Schema,
+            DaemonError::Store(_) => Exit::Unreachable,
+            DaemonError::StageFailed(_) | DaemonError::Fenced(_) => Exit::Failed,
+            DaemonError::Forgot(_) => Exit::Forgot,
         }
     }
 }
@@ -779,7 +780,7 @@ mod tests {
         ];
         let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
         assert!(matches!(&err, DaemonError::Fenced(w) if w.contains("epoch 3")), "{err}");
-        assert_eq!(err.exit_code(), 1);
+        assert_eq!(err.exit(), crate::exit::Exit::Failed);
         assert!(other.load(Ordering::SeqCst));
     }
 
@@ -793,7 +794,7 @@ mod tests {
         ];
         let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
         assert!(matches!(&err, DaemonError::StageFailed(n) if n == "broken"), "{err}");
-        assert_eq!(err.exit_code(), 1);
+        assert_eq!(err.exit(), crate::exit::Exit::Failed);
         assert!(other.load(Ordering::SeqCst), "the steady thread was stopped and joined");
     }
 }

@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod dispatch;
 pub mod domain;
 pub mod error;
+pub mod exit;
 #[doc(hidden)]
 pub mod fixtures;
 pub mod handlers;

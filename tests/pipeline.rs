@@ -138,7 +138,7 @@ fn the_daemon_refuses_an_unmigrated_schema() {
     let (_stop, daemon) = start_daemon(&s.cfg);
     let err = daemon.join().unwrap().expect_err("pending migrations must refuse");
     assert!(err.to_string().contains("msgx migrate"), "{err}");
-    assert_eq!(err.exit_code(), 3);
+    assert_eq!(err.exit(), msgx::exit::Exit::Schema);
 }
 
 #[test]
@@ -158,5 +158,5 @@ fn a_daemon_whose_lease_was_taken_over_stops_with_exit_1() {
     .unwrap();
     let err = daemon.join().unwrap().expect_err("a stale instance must stop");
     assert!(matches!(err, msgx::daemon::DaemonError::Fenced(_)), "{err}");
-    assert_eq!(err.exit_code(), 1);
+    assert_eq!(err.exit(), msgx::exit::Exit::Failed);
 }

@@ -8,11 +8,13 @@ use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;
 
-use super::{exit, running, CmdResult};
+use msgx::exit::Exit;
+
+use super::{running, unreachable, CmdResult};
 
 /// The three stores, connected now; a store that does not answer is exit 4.
-fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (u8, anyhow::Error)> {
-    let unreachable = |e: StoreError| (4, anyhow::Error::from(e));
+fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow::Error)> {
+    let unreachable = |e: StoreError| (Exit::Unreachable, anyhow::Error::from(e));
     let pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
     let mailbox = MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
     let flights = RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix)
@@ -25,11 +27,11 @@ fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (u8, anyhow::E
 pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
     let sample = sample.unwrap_or(cfg.pipeline.check_sample_ratio);
     if !(0.0..=1.0).contains(&sample) {
-        return Err((exit::USAGE, anyhow::anyhow!("--sample {sample}: a ratio between 0 and 1")));
+        return Err((Exit::Usage, anyhow::anyhow!("--sample {sample}: a ratio between 0 and 1")));
     }
     let (mut pg, mut mailbox, mut flights) = open(cfg)?;
     let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
-    let r = consistency::check(&mut st, Depth::Full { sample }).map_err(|e| (4, e.into()))?;
+    let r = consistency::check(&mut st, Depth::Full { sample }).map_err(unreachable)?;
     if json {
         let mut v = serde_json::to_value(&r).expect("a report serialises");
         v["redis"] = serde_json::json!({
@@ -61,7 +63,7 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
     }
     match r.findings.len() {
         0 => Ok(()),
-        n => Err((exit::FAILED, anyhow::anyhow!("{n} finding(s): a store is behind what it acknowledged"))),
+        n => Err((Exit::Failed, anyhow::anyhow!("{n} finding(s): a store is behind what it acknowledged"))),
     }
 }
 
@@ -73,7 +75,7 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     let r = running(&mut pg, SystemClock.now())?;
     if yes && !r.holder.free {
         return Err((
-            exit::FAILED,
+            Exit::Failed,
             anyhow::anyhow!(
                 "an instance holds the lease ({}): stop msgx first, its pump writes the flights",
                 super::who(&r.holder)
@@ -84,14 +86,14 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
     let (changed, messages) =
         consistency::rebuild_flights(&mut st, only, SystemClock.now(), yes).map_err(|e| match e {
-            HealError::Store(e) => (4, e.into()),
-            HealError::Person(why) => (exit::FAILED, anyhow::anyhow!(why)),
+            HealError::Store(e) => unreachable(e),
+            HealError::Person(why) => (Exit::Failed, anyhow::anyhow!(why)),
         })?;
     if !yes {
         println!(
             "would rewrite {changed} flight(s) that differ from a rebuild of {messages} SUCCEEDED message(s); run again with --yes"
         );
-        return Err((exit::USAGE, anyhow::anyhow!("nothing done without --yes")));
+        return Err((Exit::Usage, anyhow::anyhow!("nothing done without --yes")));
     }
     println!("rewrote {changed} flight(s) from {messages} SUCCEEDED message(s)");
     Ok(())

@@ -1,0 +1,71 @@
+//! `msgx check`: configuration, D3 and every store, read-only; stops at the first broken store.
+
+use super::*;
+
+pub(super) fn check(cfg: &Config) -> CmdResult {
+    println!("configuration: ok");
+    for line in cfg.describe() {
+        println!("  {line}");
+    }
+    let d3: Vec<String> = producer_settings(cfg)
+        .into_iter()
+        .filter(|(k, _)| ["acks", "enable.idempotence", "max.in.flight.requests.per.connection"].contains(k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!("kafka producer (D3): {}", d3.join(" "));
+    let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
+    println!("postgres: reachable");
+    let d = pg.durability().map_err(unreachable)?;
+    println!("postgres durability: {d}");
+    if cfg.require_sync_standby && d.synchronous == 0 {
+        return Err((Exit::Unreachable, anyhow::anyhow!("postgres: datasources.default.require-sync-standby = true and no synchronous standby is attached")));
+    }
+    migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
+    println!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
+    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+    mb.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("mailbox layout: {e}")))?;
+    println!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
+    let mut out = MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).map_err(unreachable)?;
+    out.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("outbound mailbox layout: {e}")))?;
+    println!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
+    let mut redis =
+        msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix).map_err(unreachable)?;
+    println!("redis: reachable");
+    let role = redis.replication().map_err(unreachable)?;
+    println!("redis replication: {role}");
+    if role.connected < cfg.redis.wait_replicas as i64 {
+        println!(
+            "  warning: redis.wait-replicas = {} but {} replica(s) are connected: every apply will wait and stall",
+            cfg.redis.wait_replicas, role.connected
+        );
+    }
+    let producer = msgx::store::kafka::KafkaProducer::new(cfg).map_err(unreachable)?;
+    let topics = producer
+        .topics(&[&cfg.topic_msg, &cfg.topic_schd], std::time::Duration::from_secs(10))
+        .map_err(|e| (Exit::Unreachable, anyhow::anyhow!("kafka at {}: {e}", cfg.kafka_brokers)))?;
+    println!("kafka: reachable at {}", cfg.kafka_brokers);
+    for t in topics {
+        match t.partitions {
+            Some(n) => {
+                println!(
+                    "  topic {}: exists, {n} partition(s), replication factor {}, in sync {}",
+                    t.topic, t.replication, t.in_sync
+                );
+                for w in t.warnings() {
+                    println!("  warning: topic {}: {w}", t.topic);
+                }
+            }
+            None => println!(
+                "  topic {}: absent; created on first send if the broker auto-creates topics (auto.create.topics.enable), else create it",
+                t.topic
+            ),
+        }
+    }
+    let r = running(&mut pg, SystemClock.now())?;
+    if r.holder.free {
+        println!("lease: free (no instance running)");
+    } else {
+        println!("lease: held by {}", who(&r.holder));
+    }
+    Ok(())
+}

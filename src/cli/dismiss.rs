@@ -1,0 +1,26 @@
+//! `msgx dismiss`: DEAD messages a person dealt with leave the dead-letter queue.
+
+use super::*;
+
+pub(super) fn dismiss(cfg: &Config, ids: &[i64], note: &str) -> CmdResult {
+    use msgx::ports::Operator;
+    if note.trim().is_empty() {
+        return Err((Exit::Usage, anyhow::anyhow!("--note must say what was decided and why")));
+    }
+    let mut pg = own_pg(cfg)?;
+    let out = pg.dismiss(ids, note.trim(), SystemClock.now()).map_err(unreachable)?;
+    let mut refused = 0;
+    for (id, verdict) in &out {
+        match verdict {
+            Ok(()) => println!("dismissed msg_id={id}"),
+            Err(why) => {
+                refused += 1;
+                println!("refused   msg_id={id}: {why}");
+            }
+        }
+    }
+    if refused > 0 {
+        return Err((Exit::Failed, anyhow::anyhow!("{refused} message(s) not dismissed")));
+    }
+    Ok(())
+}

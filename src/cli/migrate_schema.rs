@@ -1,0 +1,19 @@
+//! `msgx migrate`: pending own-PostgreSQL migrations applied.
+
+use super::*;
+
+pub(super) fn migrate_cmd(cfg: &Config) -> CmdResult {
+    let err = |e: migrate::SchemaError| {
+        let code = if matches!(e, migrate::SchemaError::Store(_)) { Exit::Unreachable } else { Exit::Schema };
+        (code, anyhow::Error::from(e))
+    };
+    let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
+    let applied = migrate::migrate(pg.client().map_err(unreachable)?).map_err(err)?;
+    if applied.is_empty() {
+        println!("schema up to date (V{:03})", migrate::MIGRATIONS.len());
+    }
+    for (v, name) in applied {
+        println!("applied V{v:03} {name}");
+    }
+    Ok(())
+}

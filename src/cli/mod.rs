@@ -1,0 +1,301 @@
+//! The `msgx` subcommands: the command line (clap), one file per subcommand, and what they
+//! share — the configuration, own PostgreSQL with its schema checked, the lease holder. Each
+//! subcommand is `fn(cfg, args) -> CmdResult`; the exit codes are [`msgx::exit::Exit`].
+
+mod check;
+mod consistency;
+mod decode;
+mod dismiss;
+mod man;
+mod migrate_schema;
+mod reconcile;
+mod replay;
+mod resend;
+mod reset_watermark;
+mod run;
+mod status;
+
+pub(crate) use std::path::{Path, PathBuf};
+pub(crate) use std::process::ExitCode;
+pub(crate) use std::sync::Arc;
+
+pub(crate) use clap::{Parser, Subcommand};
+pub(crate) use log::{error, info};
+
+pub(crate) use msgx::clock::{Clock, SystemClock};
+pub(crate) use msgx::codec;
+pub(crate) use msgx::config::{self, Config};
+pub(crate) use msgx::daemon;
+pub(crate) use msgx::exit::Exit;
+pub(crate) use msgx::store::kafka::producer_settings;
+pub(crate) use msgx::store::mailbox::{MysqlMailbox, MysqlOutbound};
+pub(crate) use msgx::store::pg::{migrate, Pg};
+
+/// Runs the subcommand `cli` names; its exit code.
+pub fn main(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::ConfigDefaults => {
+            print!("{}", config::render_default_file());
+            Exit::Ok.into()
+        }
+        Command::Man => man::man(),
+        Command::Decode { ref files, decide, from_redis } => match load_config(cli.config.as_deref()) {
+            Ok(cfg) => decode::decode(&cfg, files, decide, from_redis),
+            Err(code) => code,
+        },
+        ref cmd => {
+            let cfg = match load_config(cli.config.as_deref()) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let result = match cmd {
+                Command::Run => run::run(&cfg),
+                Command::Migrate => migrate_schema::migrate_cmd(&cfg),
+                Command::Check => check::check(&cfg),
+                Command::Status { check: true, .. } => return status::health_check(&cfg),
+                Command::Status { json, .. } => status::status(&cfg, *json),
+                Command::Replay { ids, range, class, limit, events, skipped } => {
+                    let of = match (*events, *skipped) {
+                        (true, _) => replay::ReplayOf::Events,
+                        (_, true) => replay::ReplayOf::Skipped,
+                        _ => replay::ReplayOf::Failures,
+                    };
+                    replay::replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, of)
+                }
+                Command::Reconcile { ids, note } => reconcile::reconcile(&cfg, ids, note),
+                Command::Dismiss { ids, note } => dismiss::dismiss(&cfg, ids, note),
+                Command::Resend { target, since, from_event, yes } => {
+                    resend::resend(&cfg, target, since.as_deref(), *from_event, *yes)
+                }
+                Command::ResetWatermark { to, yes } => reset_watermark::reset_watermark(&cfg, *to, *yes),
+                Command::Verify { sample, json } => consistency::verify(&cfg, *sample, *json),
+                Command::RebuildFlights { flid, yes } => consistency::rebuild_flights(&cfg, flid, *yes),
+                Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
+                    unreachable!("handled above")
+                }
+            };
+            match result {
+                Ok(()) => Exit::Ok.into(),
+                Err((code, e)) => {
+                    error!("{e:#}");
+                    code.into()
+                }
+            }
+        }
+    }
+}
+
+const DEFAULT_CONFIG: &str = "/etc/msgx/msgx.toml";
+
+#[derive(Parser)]
+#[command(name = "msgx", version, about = "Upstream message-processing middleware for airport operations")]
+pub struct Cli {
+    /// Configuration file (TOML). Without it, /etc/msgx/msgx.toml if present, else defaults.
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (poll, process, dispatch, backfill) until SIGTERM/SIGINT.
+    Run,
+    /// Apply pending migrations to own PostgreSQL.
+    Migrate,
+    /// Check configuration, D3, every store (own PostgreSQL and schema, both mailbox layouts,
+    /// Redis, the broker and its topics) and the lease holder; read-only.
+    Check,
+    /// Show the lease holder, stalled stages, backlog, FIFO head and its age, outbox, abandoned
+    /// marks and seasonal plans.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// One line in the Nagios plugin convention, thresholds from `msgx.health.*`: exit 0
+        /// OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+        #[arg(long, conflicts_with = "json")]
+        check: bool,
+    },
+    /// Bring FAILED/DEAD messages of a replayable class (CODEC_ERROR, UNSUPPORTED, INFRA,
+    /// EXHAUSTED) back to PENDING. MALFORMED and PROTOCOL are never replayed.
+    #[command(group(clap::ArgGroup::new("selection").required(true).args(["ids", "range", "class"])))]
+    Replay {
+        /// MSG_IDs, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        ids: Vec<i64>,
+        /// An inclusive MSG_ID range, FROM-TO.
+        #[arg(long, value_name = "FROM-TO")]
+        range: Option<String>,
+        /// Every FAILED/DEAD message of this error class.
+        #[arg(long)]
+        class: Option<String>,
+        /// At most this many messages are looked at.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        /// Replay DEAD outbox events (the dead-letter queue) instead; --ids and --range then
+        /// name EVENT_IDs.
+        #[arg(long, conflicts_with = "skipped")]
+        events: bool,
+        /// Replay SKIPPED messages of a kind msgx did not process (`not-for-msgx`: a request to
+        /// the platform, another platform's document), e.g. after an upgrade that handles it.
+        /// Ignore rules' skips and duplicates stay final.
+        #[arg(long, conflicts_with = "class")]
+        skipped: bool,
+    },
+    /// Record that abandoned mailbox marks were reconciled with the mailbox owner (C-16);
+    /// the rows then leave the abandoned list and may be archived.
+    Reconcile {
+        /// MSG_IDs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<i64>,
+        /// What was found and agreed, kept with the row (e.g. "purged by the mailbox owner").
+        #[arg(long, required = true)]
+        note: String,
+    },
+    /// Record that a person dealt with DEAD messages without replaying them: they leave the
+    /// dead-letter queue (and `status --check`) and are archived after `archive-after`.
+    Dismiss {
+        /// MSG_IDs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<i64>,
+        /// What was decided and why, kept with the row (e.g. "corrected copy resent as 4711").
+        #[arg(long, required = true)]
+        note: String,
+    },
+    /// Deliver again, in order and with their own identities, events already SENT (within
+    /// event retention): for a broker or a consumer that lost them. Shows what it would do and
+    /// exits 2 without --yes.
+    #[command(group(clap::ArgGroup::new("from").required(true).args(["since", "from_event"])))]
+    Resend {
+        /// KAFKA:msg or KAFKA:schd.
+        #[arg(long)]
+        target: String,
+        /// Events SENT at or after this time (RFC 3339, e.g. 2026-12-01T08:00:00Z).
+        #[arg(long)]
+        since: Option<String>,
+        /// This EVENT_ID and the ones after it.
+        #[arg(long, value_name = "EVENT_ID")]
+        from_event: Option<i64>,
+        /// Do it.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// The consistency sentinel by hand (U25): mailbox and marks against PROC_STATE, SUCCEEDED
+    /// messages against Redis's journal and field versions, Redis's lease epoch against
+    /// PostgreSQL's. Exit 0 clean, 1 findings, 4 a store unreachable. Read only.
+    Verify {
+        /// The share of SUCCEEDED messages decided again to compare field versions (default
+        /// msgx.consistency-check.daily-sample-ratio).
+        #[arg(long, value_name = "RATIO")]
+        sample: Option<f64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the flights in Redis from the mailbox texts of the SUCCEEDED messages, in MSG_ID
+    /// order through the same handlers (Redis only: no events). Shows what would change and
+    /// exits 2 without --yes; refused while an instance runs.
+    RebuildFlights {
+        /// Only these FLIDs (comma-separated); default every flight.
+        #[arg(long, value_delimiter = ',')]
+        flid: Vec<String>,
+        /// Do it.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Move the ingress watermark (PRE-3), e.g. after the mailbox's IDs were reset. The
+    /// poller reads again above it. Refused without --yes, and while PROC_STATE holds a
+    /// message above it.
+    ResetWatermark {
+        /// The new watermark: the poller reads IDs above it.
+        #[arg(long, value_name = "N")]
+        to: i64,
+        /// Do it (without: show what would change and refuse).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
+    Decode {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Also show the decision: the flight changes and events msgx would emit, against an
+        /// empty flight view. Writes nothing anywhere.
+        #[arg(long)]
+        decide: bool,
+        /// With --decide: against the flights as Redis holds them now (read-only).
+        #[arg(long, requires = "decide")]
+        from_redis: bool,
+    },
+    /// Print the default configuration file (every key, its default and a comment).
+    ConfigDefaults,
+    /// Print the man page (roff), generated from this command line; the packages ship it.
+    #[command(hide = true)]
+    Man,
+}
+
+type CmdResult = Result<(), (Exit, anyhow::Error)>;
+
+/// A store the command needs did not answer or refused it: exit 4, the error names it.
+fn unreachable(e: impl Into<anyhow::Error>) -> (Exit, anyhow::Error) {
+    (Exit::Unreachable, e.into())
+}
+
+fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
+    let result = match path {
+        Some(p) => Config::load(p),
+        None if Path::new(DEFAULT_CONFIG).exists() => Config::load(Path::new(DEFAULT_CONFIG)),
+        None => Config::from_toml_str("", |k| std::env::var(k).ok()),
+    };
+    let cfg = result.map_err(|e| {
+        error!("configuration refused: {e}");
+        ExitCode::from(Exit::Usage)
+    })?;
+    msgx::logline::set_json(cfg.log_json);
+    for c in cfg.connection_strings() {
+        msgx::secret::remember_in(c);
+    }
+    if let Some(p) = &cfg.redis.sentinel_password {
+        msgx::secret::remember(p);
+    }
+    Ok(cfg)
+}
+
+/// Connects to own PostgreSQL and checks its schema, as every command but `migrate` must.
+fn own_pg(cfg: &Config) -> Result<Pg, (Exit, anyhow::Error)> {
+    let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
+    migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
+    Ok(pg)
+}
+
+/// What `status` shows beyond own PostgreSQL's tables: the lease and the stalled stages the
+/// holder reported with its last renewal.
+struct Running {
+    holder: msgx::ports::LeaseHolder,
+    /// (stage, store, stalled for)
+    stalled: Vec<(String, String, std::time::Duration)>,
+}
+
+fn running(pg: &mut Pg, now: std::time::SystemTime) -> Result<Running, (Exit, anyhow::Error)> {
+    use msgx::ports::LeaseStore;
+    let holder = pg.holder().map_err(unreachable)?;
+    let mut stalled = Vec::new();
+    if !holder.free {
+        let v: serde_json::Value = serde_json::from_str(&holder.status).unwrap_or_default();
+        for s in v["stalled"].as_array().into_iter().flatten() {
+            let since =
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(s["since_ms"].as_u64().unwrap_or(0));
+            let d = now.duration_since(since).unwrap_or_default();
+            stalled.push((
+                s["stage"].as_str().unwrap_or("?").to_string(),
+                s["store"].as_str().unwrap_or("?").to_string(),
+                d,
+            ));
+        }
+    }
+    stalled.sort_by_key(|s| std::cmp::Reverse(s.2));
+    Ok(Running { holder, stalled })
+}
+
+fn who(h: &msgx::ports::LeaseHolder) -> String {
+    format!("host={} pid={} epoch={}", h.host.as_deref().unwrap_or("?"), h.pid.unwrap_or(0), h.epoch)
+}

@@ -1,0 +1,40 @@
+//! `msgx run`: the daemon until SIGTERM/SIGINT; SIGHUP reopens the log file.
+
+use super::*;
+
+pub(super) fn run(cfg: &Config) -> CmdResult {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    if let Some(path) = &cfg.log_file {
+        msgx::logpipe::to_file(path).map_err(|e| {
+            (Exit::Usage, anyhow::anyhow!("msgx.log-file: cannot open {} for appending: {e}", path.display()))
+        })?;
+    }
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| (Exit::Failed, anyhow::anyhow!("cannot install signal handlers: {e}")))?;
+    let handle = signals.handle();
+    let reopens = cfg.log_file.is_some();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                // SIGHUP is log rotation, not a stop (SPEC §7).
+                if sig == SIGHUP {
+                    if reopens {
+                        msgx::logpipe::reopen();
+                        info!("signal {sig} received: log file reopened");
+                    } else {
+                        info!("signal {sig} received: no msgx.log-file to reopen; going on");
+                    }
+                    continue;
+                }
+                info!("signal {sig} received: stopping");
+                break;
+            }
+            drop(stop_tx);
+        })
+        .map_err(|e| (Exit::Failed, e.into()))?;
+    let result = daemon::run(cfg, Arc::new(SystemClock), stop_rx);
+    handle.close();
+    result.map_err(|e| (e.exit(), e.into()))
+}

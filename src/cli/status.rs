@@ -1,0 +1,119 @@
+//! `msgx status [--json]` and `msgx status --check` (the Nagios plugin convention).
+
+use super::*;
+
+/// `status --check`: exits with the plugin's code, never through `CmdResult`.
+pub(super) fn health_check(cfg: &Config) -> ExitCode {
+    use msgx::health::{assess, unknown, Observed};
+    let now = SystemClock.now();
+    let verdict = match own_pg(cfg).and_then(|mut pg| {
+        let s = pg.status(0).map_err(unreachable)?;
+        Ok((running(&mut pg, now)?, s))
+    }) {
+        Err((_, e)) => unknown(&format!("{e:#}")),
+        Ok((r, s)) => {
+            let count = |states: &[&str]| -> u64 {
+                s.states.iter().filter(|(st, _)| states.contains(&st.as_str())).map(|(_, n)| *n as u64).sum()
+            };
+            let dead_events: i64 = s.events.iter().filter(|(_, st, _)| st == "DEAD").map(|(_, _, n)| n).sum();
+            let o = Observed {
+                head_age: s.head.as_ref().map(|h| std::time::Duration::from_millis(h.age_ms as u64)),
+                head_msg_id: s.head.as_ref().map(|h| h.msg_id),
+                backlog: count(&["PENDING", "PROCESSING", "FAILED"]),
+                // The dead-letter queue: DEAD messages nobody dismissed, and DEAD events.
+                dead: (count(&["DEAD"]) - s.dead_dismissed as u64) + dead_events as u64,
+                abandoned: s.abandoned_count as u64,
+                stalled: r.stalled.first().cloned(),
+                holder: (!r.holder.free).then(|| who(&r.holder)),
+                forgotten: super::consistency::finding(cfg),
+            };
+            assess(&o, &cfg.health)
+        }
+    };
+    println!("{}", verdict.line);
+    ExitCode::from(verdict.level as u8)
+}
+
+pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
+    let mut pg = own_pg(cfg)?;
+    let s = pg.status(100).map_err(unreachable)?;
+    let r = running(&mut pg, SystemClock.now())?;
+    if json {
+        let mut v = serde_json::to_value(&s).expect("status serialises");
+        v["lease"] = serde_json::json!({
+            "held": !r.holder.free,
+            "host": r.holder.host, "pid": r.holder.pid, "epoch": r.holder.epoch,
+            "since_ms": r.holder.since.map(msgx::clock::unix_millis),
+            "renewed_at_ms": r.holder.renewed_at.map(msgx::clock::unix_millis),
+        });
+        v["stalled"] = r
+            .stalled
+            .iter()
+            .map(|(stage, store, d)| serde_json::json!({"stage": stage, "store": store, "for_ms": d.as_millis() as u64}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
+        return Ok(());
+    }
+    match (&r.holder.free, &r.holder.since) {
+        (false, since) => println!(
+            "lease: held by {} since {}",
+            who(&r.holder),
+            since.map_or("?".into(), |t| msgx::clock::CivilTime::from_system(t).to_rfc3339())
+        ),
+        (true, _) => println!("lease: free (no instance running; last epoch {})", r.holder.epoch),
+    }
+    if r.stalled.is_empty() {
+        println!("stalled stages: none");
+    }
+    for (stage, store, d) in &r.stalled {
+        println!("stalled stage: {stage} on {store} for {}", msgx::stage::human(*d));
+    }
+    println!("watermark: {}", s.watermark);
+    println!("messages:");
+    for (state, n) in &s.states {
+        match state.as_str() {
+            "DEAD" if s.dead_dismissed > 0 => println!("  {state:<10} {n} ({} dismissed)", s.dead_dismissed),
+            _ => println!("  {state:<10} {n}"),
+        }
+    }
+    match &s.head {
+        None => println!("head: none (nothing unfinished)"),
+        Some(h) => println!(
+            "head: msg_id={} state={} attempts={} age={} class={} error={:?}",
+            h.msg_id,
+            h.state,
+            h.attempts,
+            msgx::stage::human(std::time::Duration::from_millis(h.age_ms as u64)),
+            h.error_class.as_deref().unwrap_or("-"),
+            h.last_error.as_deref().unwrap_or("-")
+        ),
+    }
+    println!("outbox:");
+    for (target, state, n) in &s.events {
+        println!("  {target:<11} {state:<8} {n}");
+    }
+    println!("backfill owed: {}", s.backfill_owed);
+    println!("backfill abandoned, awaiting reconciliation: {}", s.abandoned_count);
+    for a in &s.abandoned {
+        println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
+    }
+    if s.abandoned_count > s.abandoned.len() as i64 {
+        println!(
+            "  … and {} more (msgx status --json lists the first 100)",
+            s.abandoned_count - s.abandoned.len() as i64
+        );
+    }
+    println!("seasonal plans held: {}", s.seasons.len());
+    for x in &s.seasons {
+        println!(
+            "  {} airport={} {}..{} flights={} from msg_id={}",
+            x.season,
+            x.airport.as_deref().unwrap_or("-"),
+            x.start.as_deref().unwrap_or("?"),
+            x.end.as_deref().unwrap_or("?"),
+            x.flights,
+            x.msg_id
+        );
+    }
+    Ok(())
+}
