@@ -95,7 +95,7 @@ pub struct InboundMailbox {
     pub status_filter: Vec<String>,
     pub processed_status: String,
     /// `mailbox.time-zone`: the zone of the DATETIMEs msgx writes and reads.
-    pub zone: crate::store::mailbox::zone::MailboxZone,
+    pub zone: crate::clock::zone::MailboxZone,
 }
 
 /// Names in the shared outbound mailbox (`mailbox.outbound.*`).
@@ -106,7 +106,7 @@ pub struct OutboundMailbox {
     pub body_column: String,
     pub inserted_column: String,
     pub routing_column: String,
-    pub zone: crate::store::mailbox::zone::MailboxZone,
+    pub zone: crate::clock::zone::MailboxZone,
 }
 
 /// The Kafka producer settings. Only D3's values get past [`Config::from_map`].
@@ -194,143 +194,10 @@ impl Config {
     }
 
     fn from_map(v: &Values) -> Result<Config, ConfigError> {
-        let pipeline = Pipeline {
-            poll_interval: duration(v, "msgx.pipeline.poll-interval")?,
-            poll_batch: int(v, "msgx.pipeline.poll-batch")? as usize,
-            rescan_interval: duration(v, "msgx.pipeline.rescan-interval")?,
-            rescan_chunk: int(v, "msgx.pipeline.rescan-chunk")? as usize,
-            rescan_pause: duration(v, "msgx.pipeline.rescan-pause")?,
-            max_attempts: int(v, "msgx.pipeline.max-attempts")? as u32,
-            backoff: millis_list(v, "msgx.pipeline.backoff-ms")?,
-            backoff_cap: millis(v, "msgx.pipeline.backoff-cap-ms")?,
-            head_deadline: duration(v, "msgx.pipeline.head-deadline")?,
-            max_commit_delay: duration(v, "msgx.pipeline.max-commit-delay")?,
-            commit_grace: duration(v, "msgx.pipeline.commit-grace")?,
-            process_batch: int(v, "msgx.pipeline.process-batch")? as usize,
-            process_batch_bytes: int(v, "msgx.pipeline.process-batch-bytes")? as u64,
-            dispatch_batch: int(v, "msgx.pipeline.dispatch-batch")? as usize,
-            backfill_batch: int(v, "msgx.pipeline.backfill-batch")? as usize,
-            backfill_backoff: millis(v, "msgx.pipeline.backfill-backoff-ms")?,
-            backfill_backoff_cap: millis(v, "msgx.pipeline.backfill-backoff-cap-ms")?,
-            overdue_backfill: duration(v, "msgx.pipeline.overdue-backfill")?,
-            event_retention: duration(v, "msgx.pipeline.event-retention")?,
-            stats_interval: duration(v, "msgx.pipeline.stats-interval")?,
-            jobs_interval: duration(v, "msgx.pipeline.jobs-interval")?,
-            archive_after: duration(v, "msgx.proc-state.archive-after")?,
-            dead_keep: duration(v, "msgx.proc-state.dead-keep")?,
-            check_on_startup: boolean(v, "msgx.consistency-check.on-startup")?,
-            check_sample_ratio: ratio(v, "msgx.consistency-check.daily-sample-ratio")?,
-            journal_keep: duration(v, "redis.journal-keep")?,
-            schd_flush_period: duration(v, "msgx.schd.flush-period")?,
-            schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
-            include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
-            ignore_rules: ignore_rules(v, "msgx.codec.ignore-rules")?,
-            outage: crate::stage::OutagePolicy {
-                backoff: millis(v, "msgx.pipeline.reconnect-backoff-ms")?,
-                cap: millis(v, "msgx.pipeline.reconnect-backoff-cap-ms")?,
-                alert_after: duration(v, "msgx.pipeline.outage-alert-after")?,
-                alert_every: duration(v, "msgx.pipeline.outage-alert-every")?,
-            },
-            strict_codec: boolean(v, "msgx.codec.strict")?,
-            max_message_bytes: int(v, "msgx.codec.max-message-bytes")? as u64,
-            max_event_bytes: int(v, "msgx.codec.max-event-bytes")? as usize,
-        };
-        if pipeline.outage.backoff > pipeline.outage.cap {
-            return Err(bad(
-                "msgx.pipeline.reconnect-backoff-ms",
-                "must not exceed msgx.pipeline.reconnect-backoff-cap-ms",
-            ));
-        }
-        if pipeline.backfill_backoff > pipeline.backfill_backoff_cap {
-            return Err(bad(
-                "msgx.pipeline.backfill-backoff-ms",
-                "must not exceed msgx.pipeline.backfill-backoff-cap-ms",
-            ));
-        }
-        let zone = crate::store::mailbox::zone::MailboxZone::parse(&string(v, "mailbox.time-zone")?)
-            .map_err(|e| bad("mailbox.time-zone", e))?;
-        let inbound = InboundMailbox {
-            table: string(v, "mailbox.inbound.table")?,
-            id_column: string(v, "mailbox.inbound.id-column")?,
-            body_column: string(v, "mailbox.inbound.body-column")?,
-            received_column: string(v, "mailbox.inbound.received-column")?,
-            processed_column: string(v, "mailbox.inbound.processed-column")?,
-            status_column: string(v, "mailbox.inbound.status-column")?,
-            status_filter: strings(v, "mailbox.inbound.status-filter")?,
-            processed_status: string(v, "mailbox.inbound.processed-status")?,
-            zone: zone.clone(),
-        };
-        let outbound = OutboundMailbox {
-            table: string(v, "mailbox.outbound.table")?,
-            id_column: string(v, "mailbox.outbound.id-column")?,
-            body_column: string(v, "mailbox.outbound.body-column")?,
-            inserted_column: string(v, "mailbox.outbound.inserted-column")?,
-            routing_column: string(v, "mailbox.outbound.routing-column")?,
-            zone,
-        };
-        let producer = Producer {
-            acks: string(v, "kafka.producers.default.acks")?,
-            enable_idempotence: boolean(v, "kafka.producers.default.enable-idempotence")?,
-            max_in_flight: int(v, "kafka.producers.default.max-in-flight-requests-per-connection")?,
-            message_timeout: millis(v, "kafka.producers.default.message-timeout-ms")?,
-            linger_ms: int(v, "kafka.producers.default.linger-ms")?,
-            debug: text(v, "kafka.producers.default.debug")?,
-        };
-        // D3 is a contract, not a tuning knob: anything else is refused, never "adjusted".
-        if producer.acks != "all" {
-            return Err(d3("kafka.producers.default.acks", &format!("{:?}", producer.acks)));
-        }
-        if !producer.enable_idempotence {
-            return Err(d3("kafka.producers.default.enable-idempotence", "false"));
-        }
-        if producer.max_in_flight != 1 {
-            return Err(d3(
-                "kafka.producers.default.max-in-flight-requests-per-connection",
-                &producer.max_in_flight.to_string(),
-            ));
-        }
-        let compat = CompatHttp {
-            enabled: boolean(v, "msgx.compat-http.enabled")?,
-            listen: socket_addr(v, "msgx.compat-http.listen")?,
-            max_body_bytes: int(v, "msgx.compat-http.max-body-bytes")? as usize,
-            read_timeout: duration(v, "msgx.compat-http.read-timeout")?,
-            workers: int(v, "msgx.compat-http.workers")? as usize,
-        };
-        let lease = crate::lease::LeasePolicy {
-            duration: duration(v, "msgx.lease.duration")?,
-            renew_every: duration(v, "msgx.lease.renew-interval")?,
-        };
-        if lease.renew_every * 3 > lease.duration {
-            return Err(bad("msgx.lease.renew-interval", "must be at most a third of msgx.lease.duration"));
-        }
-        let health = crate::health::Thresholds {
-            head_age_warning: duration(v, "msgx.health.head-age-warning")?,
-            head_age_critical: duration(v, "msgx.health.head-age-critical")?,
-            dead_warning: int(v, "msgx.health.dead-warning")? as u64,
-            dead_critical: int(v, "msgx.health.dead-critical")? as u64,
-            abandoned_warning: int(v, "msgx.health.abandoned-warning")? as u64,
-            abandoned_critical: int(v, "msgx.health.abandoned-critical")? as u64,
-            stalled_warning: duration(v, "msgx.health.stalled-warning")?,
-            stalled_critical: duration(v, "msgx.health.stalled-critical")?,
-        };
-        let log_json = match string(v, "msgx.log-format")?.as_str() {
-            "text" => false,
-            "json" => true,
-            other => {
-                return Err(bad("msgx.log-format", format!("{other:?} is neither \"text\" nor \"json\"")))
-            }
-        };
-        let log_file =
-            Some(text(v, "msgx.log-file")?).filter(|f| !f.trim().is_empty()).map(std::path::PathBuf::from);
-        let metrics_listen = match text(v, "metrics.listen")?.trim() {
-            "" => None,
-            s => Some(s.parse().map_err(|_| {
-                bad(
-                    "metrics.listen",
-                    format!("{s:?} is not an ip:port address such as \"127.0.0.1:9722\" (empty: off)"),
-                )
-            })?),
-        };
+        let (inbound, outbound) = mailboxes(v)?;
+        let (log_json, log_file, metrics_listen) = logging(v)?;
+        let (pipeline, lease, health, compat, producer) =
+            (pipeline(v)?, lease(v)?, health(v)?, compat(v)?, producer(v)?);
         Ok(Config {
             pipeline,
             lease,
@@ -639,6 +506,174 @@ pub fn render_default_file() -> String {
         out.push_str(&format!("# {}{env}\n{leaf} = {}\n", s.doc, s.default));
     }
     out
+}
+
+/// `msgx.pipeline.*`, `msgx.proc-state.*`, `msgx.consistency-check.*`, `msgx.schd.*`, `msgx.codec.*`.
+fn pipeline(v: &Values) -> Result<Pipeline, ConfigError> {
+    let pipeline = Pipeline {
+        poll_interval: duration(v, "msgx.pipeline.poll-interval")?,
+        poll_batch: int(v, "msgx.pipeline.poll-batch")? as usize,
+        rescan_interval: duration(v, "msgx.pipeline.rescan-interval")?,
+        rescan_chunk: int(v, "msgx.pipeline.rescan-chunk")? as usize,
+        rescan_pause: duration(v, "msgx.pipeline.rescan-pause")?,
+        max_attempts: int(v, "msgx.pipeline.max-attempts")? as u32,
+        backoff: millis_list(v, "msgx.pipeline.backoff-ms")?,
+        backoff_cap: millis(v, "msgx.pipeline.backoff-cap-ms")?,
+        head_deadline: duration(v, "msgx.pipeline.head-deadline")?,
+        max_commit_delay: duration(v, "msgx.pipeline.max-commit-delay")?,
+        commit_grace: duration(v, "msgx.pipeline.commit-grace")?,
+        process_batch: int(v, "msgx.pipeline.process-batch")? as usize,
+        process_batch_bytes: int(v, "msgx.pipeline.process-batch-bytes")? as u64,
+        dispatch_batch: int(v, "msgx.pipeline.dispatch-batch")? as usize,
+        backfill_batch: int(v, "msgx.pipeline.backfill-batch")? as usize,
+        backfill_backoff: millis(v, "msgx.pipeline.backfill-backoff-ms")?,
+        backfill_backoff_cap: millis(v, "msgx.pipeline.backfill-backoff-cap-ms")?,
+        overdue_backfill: duration(v, "msgx.pipeline.overdue-backfill")?,
+        event_retention: duration(v, "msgx.pipeline.event-retention")?,
+        stats_interval: duration(v, "msgx.pipeline.stats-interval")?,
+        jobs_interval: duration(v, "msgx.pipeline.jobs-interval")?,
+        archive_after: duration(v, "msgx.proc-state.archive-after")?,
+        dead_keep: duration(v, "msgx.proc-state.dead-keep")?,
+        check_on_startup: boolean(v, "msgx.consistency-check.on-startup")?,
+        check_sample_ratio: ratio(v, "msgx.consistency-check.daily-sample-ratio")?,
+        journal_keep: duration(v, "redis.journal-keep")?,
+        schd_flush_period: duration(v, "msgx.schd.flush-period")?,
+        schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
+        include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
+        ignore_rules: ignore_rules(v, "msgx.codec.ignore-rules")?,
+        outage: crate::stage::OutagePolicy {
+            backoff: millis(v, "msgx.pipeline.reconnect-backoff-ms")?,
+            cap: millis(v, "msgx.pipeline.reconnect-backoff-cap-ms")?,
+            alert_after: duration(v, "msgx.pipeline.outage-alert-after")?,
+            alert_every: duration(v, "msgx.pipeline.outage-alert-every")?,
+        },
+        strict_codec: boolean(v, "msgx.codec.strict")?,
+        max_message_bytes: int(v, "msgx.codec.max-message-bytes")? as u64,
+        max_event_bytes: int(v, "msgx.codec.max-event-bytes")? as usize,
+    };
+    if pipeline.outage.backoff > pipeline.outage.cap {
+        return Err(bad(
+            "msgx.pipeline.reconnect-backoff-ms",
+            "must not exceed msgx.pipeline.reconnect-backoff-cap-ms",
+        ));
+    }
+    if pipeline.backfill_backoff > pipeline.backfill_backoff_cap {
+        return Err(bad(
+            "msgx.pipeline.backfill-backoff-ms",
+            "must not exceed msgx.pipeline.backfill-backoff-cap-ms",
+        ));
+    }
+    Ok(pipeline)
+}
+
+/// `mailbox.*`: the inbound and the outbound table, in the mailbox's time zone.
+fn mailboxes(v: &Values) -> Result<(InboundMailbox, OutboundMailbox), ConfigError> {
+    let zone = crate::clock::zone::MailboxZone::parse(&string(v, "mailbox.time-zone")?)
+        .map_err(|e| bad("mailbox.time-zone", e))?;
+    let inbound = InboundMailbox {
+        table: string(v, "mailbox.inbound.table")?,
+        id_column: string(v, "mailbox.inbound.id-column")?,
+        body_column: string(v, "mailbox.inbound.body-column")?,
+        received_column: string(v, "mailbox.inbound.received-column")?,
+        processed_column: string(v, "mailbox.inbound.processed-column")?,
+        status_column: string(v, "mailbox.inbound.status-column")?,
+        status_filter: strings(v, "mailbox.inbound.status-filter")?,
+        processed_status: string(v, "mailbox.inbound.processed-status")?,
+        zone: zone.clone(),
+    };
+    let outbound = OutboundMailbox {
+        table: string(v, "mailbox.outbound.table")?,
+        id_column: string(v, "mailbox.outbound.id-column")?,
+        body_column: string(v, "mailbox.outbound.body-column")?,
+        inserted_column: string(v, "mailbox.outbound.inserted-column")?,
+        routing_column: string(v, "mailbox.outbound.routing-column")?,
+        zone,
+    };
+    Ok((inbound, outbound))
+}
+
+/// `kafka.producers.default.*`, D3 enforced.
+fn producer(v: &Values) -> Result<Producer, ConfigError> {
+    let producer = Producer {
+        acks: string(v, "kafka.producers.default.acks")?,
+        enable_idempotence: boolean(v, "kafka.producers.default.enable-idempotence")?,
+        max_in_flight: int(v, "kafka.producers.default.max-in-flight-requests-per-connection")?,
+        message_timeout: millis(v, "kafka.producers.default.message-timeout-ms")?,
+        linger_ms: int(v, "kafka.producers.default.linger-ms")?,
+        debug: text(v, "kafka.producers.default.debug")?,
+    };
+    // D3 is a contract, not a tuning knob: anything else is refused, never "adjusted".
+    if producer.acks != "all" {
+        return Err(d3("kafka.producers.default.acks", &format!("{:?}", producer.acks)));
+    }
+    if !producer.enable_idempotence {
+        return Err(d3("kafka.producers.default.enable-idempotence", "false"));
+    }
+    if producer.max_in_flight != 1 {
+        return Err(d3(
+            "kafka.producers.default.max-in-flight-requests-per-connection",
+            &producer.max_in_flight.to_string(),
+        ));
+    }
+    Ok(producer)
+}
+
+fn compat(v: &Values) -> Result<CompatHttp, ConfigError> {
+    Ok(CompatHttp {
+        enabled: boolean(v, "msgx.compat-http.enabled")?,
+        listen: socket_addr(v, "msgx.compat-http.listen")?,
+        max_body_bytes: int(v, "msgx.compat-http.max-body-bytes")? as usize,
+        read_timeout: duration(v, "msgx.compat-http.read-timeout")?,
+        workers: int(v, "msgx.compat-http.workers")? as usize,
+    })
+}
+
+fn lease(v: &Values) -> Result<crate::lease::LeasePolicy, ConfigError> {
+    let lease = crate::lease::LeasePolicy {
+        duration: duration(v, "msgx.lease.duration")?,
+        renew_every: duration(v, "msgx.lease.renew-interval")?,
+    };
+    if lease.renew_every * 3 > lease.duration {
+        return Err(bad("msgx.lease.renew-interval", "must be at most a third of msgx.lease.duration"));
+    }
+    Ok(lease)
+}
+
+fn health(v: &Values) -> Result<crate::health::Thresholds, ConfigError> {
+    let health = crate::health::Thresholds {
+        head_age_warning: duration(v, "msgx.health.head-age-warning")?,
+        head_age_critical: duration(v, "msgx.health.head-age-critical")?,
+        dead_warning: int(v, "msgx.health.dead-warning")? as u64,
+        dead_critical: int(v, "msgx.health.dead-critical")? as u64,
+        abandoned_warning: int(v, "msgx.health.abandoned-warning")? as u64,
+        abandoned_critical: int(v, "msgx.health.abandoned-critical")? as u64,
+        stalled_warning: duration(v, "msgx.health.stalled-warning")?,
+        stalled_critical: duration(v, "msgx.health.stalled-critical")?,
+    };
+    Ok(health)
+}
+
+/// `msgx.log-format`, `msgx.log-file`, `metrics.listen`.
+fn logging(
+    v: &Values,
+) -> Result<(bool, Option<std::path::PathBuf>, Option<std::net::SocketAddr>), ConfigError> {
+    let log_json = match string(v, "msgx.log-format")?.as_str() {
+        "text" => false,
+        "json" => true,
+        other => return Err(bad("msgx.log-format", format!("{other:?} is neither \"text\" nor \"json\""))),
+    };
+    let log_file =
+        Some(text(v, "msgx.log-file")?).filter(|f| !f.trim().is_empty()).map(std::path::PathBuf::from);
+    let metrics_listen = match text(v, "metrics.listen")?.trim() {
+        "" => None,
+        s => Some(s.parse().map_err(|_| {
+            bad(
+                "metrics.listen",
+                format!("{s:?} is not an ip:port address such as \"127.0.0.1:9722\" (empty: off)"),
+            )
+        })?),
+    };
+    Ok((log_json, log_file, metrics_listen))
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 //! row that is not text is that row's failure, never a panic in the driver.
 
 pub mod classify;
-pub mod zone;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -15,13 +14,13 @@ use std::time::{Duration, SystemTime};
 use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Row, Value};
 
+use crate::clock::zone::MailboxZone;
 use crate::config::{InboundMailbox, OutboundMailbox};
 use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
 use crate::ports::{
     within_budget, MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Outbound, Raw, StoreResult,
 };
-use zone::MailboxZone;
 
 /// How long a mailbox call may go unanswered before the mailbox counts as unavailable (#21
 /// item 11): a server that hangs is an outage from its first seconds, not after a minute. The

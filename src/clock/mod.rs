@@ -5,6 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod zone;
+
 /// A reading of a monotonic clock: time since an arbitrary origin that never goes back,
 /// whatever the wall clock does (an NTP step, `date -s`). For durations that guard safety —
 /// the lease gate — never for timestamps that are stored or compared across processes.
