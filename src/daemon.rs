@@ -38,6 +38,7 @@ use crate::ingress::compat::{self, CompatServer};
 use crate::ingress::Poller;
 use crate::jobs::Jobs;
 use crate::lease::{LeaseGate, LeasePolicy};
+use crate::policy::retry::retry_policy;
 use crate::ports::{Claim, Claimant, LeaseStore};
 use crate::pump::{self, Pump};
 use crate::stage::runner::{log_notice, Halt, Runner, Turn};
@@ -635,7 +636,7 @@ pub fn serve(
             Dispatcher::new(
                 pg()?,
                 KafkaProducer::new(cfg)?,
-                pump::retry_policy(p),
+                retry_policy(p),
                 dispatch::Settings::from_config(cfg),
                 ctx.gate.clone(),
                 stats.clone(),
@@ -647,7 +648,7 @@ pub fn serve(
             OutboundDispatcher::new(
                 pg()?,
                 MysqlOutbound::new(&cfg.mysql_url, &cfg.outbound)?,
-                pump::retry_policy(p),
+                retry_policy(p),
                 p.dispatch_batch,
                 ctx.gate.clone(),
                 stats.clone(),

@@ -29,6 +29,7 @@ pub mod logline;
 pub mod logpipe;
 pub mod ops;
 mod planted;
+pub mod policy;
 pub mod ports;
 pub mod pump;
 pub mod secret;

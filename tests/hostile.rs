@@ -208,7 +208,7 @@ fn a_snapshot_redis_refuses_as_stale_publishes_nothing_on_the_topic() {
     let mut d = msgx::dispatch::Dispatcher::new(
         Pg::connect(&st.s.cfg.pg_url).unwrap(),
         msgx::store::kafka::KafkaProducer::new(&st.s.cfg).unwrap(),
-        msgx::pump::retry_policy(&st.s.cfg.pipeline),
+        msgx::policy::retry::retry_policy(&st.s.cfg.pipeline),
         msgx::dispatch::Settings::from_config(&st.s.cfg),
         Arc::new(msgx::lease::LeaseGate::open()),
         Arc::new(Stats::default()),

@@ -19,9 +19,7 @@ use crate::stats::{self, Stats};
 
 /// The delay after the `attempts`-th refused mark (1-based): base, 2·base, 4·base, … ≤ cap.
 pub fn delay(attempts: u32, base: Duration, cap: Duration) -> Duration {
-    let shift = attempts.max(1) - 1;
-    let factor = 1u32.checked_shl(shift.min(31)).unwrap_or(u32::MAX);
-    base.checked_mul(factor).unwrap_or(cap).min(cap)
+    crate::policy::doubling(base, attempts, cap)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,8 +25,8 @@ use log::{error, info, warn};
 use crate::domain::{MsgEvent, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::lease::Gate;
+use crate::policy::retry::RetryPolicy;
 use crate::ports::{Failure, Outbound, Outbox, Producer, Record};
-use crate::pump::rules::RetryPolicy;
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 

@@ -30,7 +30,7 @@ fn world(batch: usize) -> World {
     settings.topic_msg = "t.msg".into();
     settings.topic_schd = "t.schd".into();
     let gate = Arc::new(LeaseGate::open());
-    let policy = crate::pump::retry_policy(&cfg.pipeline);
+    let policy = crate::policy::retry::retry_policy(&cfg.pipeline);
     let stats = Arc::new(Stats::default());
     let d =
         Dispatcher::new(pg.clone(), producer.clone(), policy.clone(), settings, gate.clone(), stats.clone());

@@ -387,8 +387,8 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
             }
             Err(e) => {
                 self.rescan_failures += 1;
-                let wait = (self.rescan_pause * 2u32.saturating_pow(self.rescan_failures.min(16)))
-                    .min(self.rescan_every);
+                let wait =
+                    crate::policy::doubling(self.rescan_pause, self.rescan_failures + 1, self.rescan_every);
                 if self.rescan_failures == 1 {
                     warn!(
                         "rescan failed at msg_id={}: {e}; polling goes on, the rescan tries again in {}",

@@ -32,11 +32,8 @@ mod decide;
 pub mod lane;
 mod plan;
 mod read;
-pub mod replay;
 mod report;
 pub mod rules;
-
-pub use rules::retry_policy;
 
 /// The log target of every pump line, whichever file says it (operators filter on it).
 const LOG: &str = "msgx::pump";
@@ -122,7 +119,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             fifo,
             texts,
             flights,
-            policy: retry_policy(cfg),
+            policy: rules::retry_policy(cfg),
             ignore: IgnoreRules::new(&cfg.ignore_rules),
             include_day_boundary: cfg.include_day_boundary,
             batch: cfg.process_batch,

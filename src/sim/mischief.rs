@@ -13,8 +13,9 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::handlers::Decision;
 use crate::lease::{Gate, LeaseGate};
 use crate::planted::{self, Bug};
+use crate::policy::retry::RetryPolicy;
 use crate::ports::{Fifo, FlightStore, Prepared, Producer, Record, RoundNeed, RoundRecord, StoreResult};
-use crate::pump::rules::{head_action, HeadAction, RetryPolicy};
+use crate::pump::rules::{head_action, HeadAction};
 
 /// A port with the planted bug of this thread, if it concerns this port.
 pub struct Mischief<T> {

@@ -36,10 +36,11 @@ use crate::ingress::Poller;
 use crate::jobs::Jobs;
 use crate::lease::{Gate, LeaseGate};
 use crate::planted::{self, Bug};
+use crate::policy::retry::retry_policy;
 use crate::ports::{
     Claim, Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult,
 };
-use crate::pump::{self, lane, Pump};
+use crate::pump::{lane, Pump};
 use crate::stage::runner::{Halt, Runner, Runs, Turn};
 use crate::stage::{StageId, StallBoard};
 use crate::stats::Stats;
@@ -625,7 +626,7 @@ impl Sim {
         let stats = Arc::new(Stats::default());
         let guarded = |inner| Guarded { inner, epoch, lease: self.pg.clone(), audit: self.audit.clone() };
         let mut pump = Pump::new(
-            Mischief::fifo(self.pg.fenced(epoch), &self.clock, pump::retry_policy(p)),
+            Mischief::fifo(self.pg.fenced(epoch), &self.clock, retry_policy(p)),
             self.mailbox.clone(),
             Mischief::new(self.flights.handle().keeping(p.journal_keep).expecting(seen).fenced(epoch)),
             p,
@@ -641,7 +642,7 @@ impl Sim {
             Box::new(Dispatcher::new(
                 self.pg.fenced(epoch),
                 Mischief::new(guarded(Inner::Kafka(self.kafka.clone()))),
-                pump::retry_policy(p),
+                retry_policy(p),
                 dispatch::Settings::from_config(&self.cfg),
                 stage_gate.clone(),
                 stats.clone(),
@@ -649,7 +650,7 @@ impl Sim {
             Box::new(OutboundDispatcher::new(
                 self.pg.fenced(epoch),
                 guarded(Inner::Outbound(self.outbound.clone())),
-                pump::retry_policy(p),
+                retry_policy(p),
                 p.dispatch_batch,
                 stage_gate.clone(),
                 stats.clone(),

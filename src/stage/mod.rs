@@ -123,8 +123,7 @@ pub struct OutagePolicy {
 impl OutagePolicy {
     /// The pause after the `n`-th consecutive failure (1-based): backoff, doubling, capped.
     pub fn retry_in(&self, n: u32) -> Duration {
-        let factor = 1u32.checked_shl(n.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
-        self.backoff.checked_mul(factor).unwrap_or(self.cap).min(self.cap)
+        crate::policy::doubling(self.backoff, n, self.cap)
     }
 }
 

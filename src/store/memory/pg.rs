@@ -11,12 +11,12 @@ use crate::domain::{EventStatus, InboundRow, MsgEvent, ProcRow, ProcStatus, Targ
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::RefChange;
 use crate::planted::{self, Bug};
+use crate::policy::replay;
 use crate::ports::{
     ArchiveCut, ArchivedAs, Claim, Claimant, Fifo, Housekeeping, Intake, LeaseHolder, LeaseStore, MarkLedger,
     Operator, Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, RoundRecord,
     StoreResult,
 };
-use crate::pump::replay;
 
 /// One `PROC_STATE` row with its backfill columns.
 #[derive(Debug, Clone, PartialEq, Eq)]

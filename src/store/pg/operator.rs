@@ -9,8 +9,8 @@ use super::{clip, Pg, TERMINAL, UNFINISHED};
 use crate::domain::Target;
 use crate::domain::{EventStatus, ProcRow, ProcStatus};
 use crate::error::ErrorClass;
+use crate::policy::replay;
 use crate::ports::{Operator, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, StoreResult};
-use crate::pump::replay;
 
 /// The rows a replay selection names: by id whatever their state (so a refusal can say why),
 /// by range or class only those in `replayable` state. `select` lists id, then the columns the
