@@ -142,7 +142,7 @@ pub struct Config {
     pub redis_url: String,
     pub redis_prefix: String,
     /// Where Redis is: `redis.url`, or the master the sentinels name (`redis.sentinels`).
-    pub redis: crate::store::flights::RedisTarget,
+    pub redis: RedisTarget,
     pub kafka_brokers: String,
     pub topic_msg: String,
     pub topic_schd: String,
@@ -409,7 +409,7 @@ fn strings(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {
         .collect()
 }
 
-fn redis_target(v: &Values) -> Result<crate::store::flights::RedisTarget, ConfigError> {
+fn redis_target(v: &Values) -> Result<RedisTarget, ConfigError> {
     let sentinels = addrs(v, "redis.sentinels")?;
     let master = text(v, "redis.sentinel-master")?.trim().to_string();
     if sentinels.is_empty() != master.is_empty() {
@@ -417,7 +417,7 @@ fn redis_target(v: &Values) -> Result<crate::store::flights::RedisTarget, Config
         return Err(bad(key, "redis.sentinels and redis.sentinel-master go together: set both, or neither"));
     }
     let password = text(v, "redis.sentinel-password")?;
-    Ok(crate::store::flights::RedisTarget {
+    Ok(RedisTarget {
         url: string(v, "redis.url")?,
         sentinels,
         master,
@@ -674,6 +674,33 @@ fn logging(
         })?),
     };
     Ok((log_json, log_file, metrics_listen))
+}
+
+/// Where Redis is (`redis.*`): one server, or the master a set of sentinels names; and how
+/// durable an apply must be before it counts (`wait-replicas`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    pub url: String,
+    /// `host:port` of each sentinel; empty: `url` is the server.
+    pub sentinels: Vec<String>,
+    pub master: String,
+    pub sentinel_password: Option<String>,
+    pub wait_replicas: u32,
+    pub wait_timeout: Duration,
+}
+
+impl RedisTarget {
+    /// One server at `url`, no replicas waited for.
+    pub fn single(url: &str) -> RedisTarget {
+        RedisTarget {
+            url: url.to_string(),
+            sentinels: Vec::new(),
+            master: String::new(),
+            sentinel_password: None,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
 /// How often the cheap check runs: a store that forgot is found within this, plus a round.
-pub const EVERY: Duration = Duration::from_secs(15);
+pub const EVERY: Duration = crate::stage::SENTINEL_EVERY;
 /// How many of the newest SUCCEEDED messages the cheap check compares with Redis's journal.
 pub const RECENT: usize = 500;
 const DAY: Duration = Duration::from_secs(86_400);

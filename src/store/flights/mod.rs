@@ -247,32 +247,7 @@ fn query_bounded(c: &mut Connection, p: &redis::Pipeline, skip: usize) -> redis:
     refused.map_or(Ok(out), Err)
 }
 
-/// Where Redis is (`redis.*`): one server, or the master a set of sentinels names; and how
-/// durable an apply must be before it counts (`wait-replicas`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisTarget {
-    pub url: String,
-    /// `host:port` of each sentinel; empty: `url` is the server.
-    pub sentinels: Vec<String>,
-    pub master: String,
-    pub sentinel_password: Option<String>,
-    pub wait_replicas: u32,
-    pub wait_timeout: Duration,
-}
-
-impl RedisTarget {
-    /// One server at `url`, no replicas waited for.
-    pub fn single(url: &str) -> RedisTarget {
-        RedisTarget {
-            url: url.to_string(),
-            sentinels: Vec::new(),
-            master: String::new(),
-            sentinel_password: None,
-            wait_replicas: 0,
-            wait_timeout: Duration::from_secs(1),
-        }
-    }
-}
+pub use crate::config::RedisTarget;
 
 /// Redis's replication as `msgx check` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
