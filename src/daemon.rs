@@ -594,24 +594,78 @@ pub fn serve(
         ctx.gate.stale();
         return Err(e);
     }
+    let mut bells = Doorbells::new();
+    let to_process = bells.door(StageId::Process);
+    let mut threads = stages(cfg, epoch, redis_token, &ctx, &mut bells)?;
+    threads.push(lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()));
+    if cfg.compat.enabled {
+        threads.push(compat_server(cfg, epoch, to_process, ctx.clone())?);
+    }
+    info!("started epoch={epoch} poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
+    let board = ctx.board.clone();
+    let line = move || {
+        let stalled = board.describe();
+        info!("stats {} stalled={}", stats.line(), if stalled.is_empty() { "-" } else { &stalled });
+    };
+    let result = supervise(threads, &stop, p.stats_interval, line.clone());
+    line();
+    result?;
+    info!("stopped");
+    Ok(())
+}
+
+/// The doorbells between the stages, as the topology says (`StageId::rings`).
+struct Doorbells {
+    doors: BTreeMap<StageId, Bell>,
+    bells: BTreeMap<StageId, Receiver<()>>,
+}
+
+impl Doorbells {
+    fn new() -> Doorbells {
+        let (mut doors, mut bells) = (BTreeMap::new(), BTreeMap::new());
+        for id in StageId::ALL.into_iter().filter(|s| s.has_bell()) {
+            let (door, bell) = bell();
+            doors.insert(id, door);
+            bells.insert(id, bell);
+        }
+        Doorbells { doors, bells }
+    }
+
+    /// Rings `id`'s bell.
+    fn door(&self, id: StageId) -> Bell {
+        self.doors[&id].clone()
+    }
+
+    /// The bells `id` rings when it made progress.
+    fn rings(&self, id: StageId) -> Vec<Bell> {
+        id.rings().iter().map(|r| self.door(*r)).collect()
+    }
+
+    /// `id`'s own bell (taken once), the bells it rings, its idle interval.
+    fn wire(&mut self, id: StageId, p: &crate::config::Pipeline) -> Wiring {
+        Wiring { bell: self.bells.remove(&id), rings: self.rings(id), idle: id.idle(p) }
+    }
+}
+
+/// Every stage of the active instance on its own thread, in `StageId::ALL`'s order, each with
+/// its own connections, fenced by `epoch`.
+fn stages(
+    cfg: &Config,
+    epoch: i64,
+    redis_token: Option<String>,
+    ctx: &Context,
+    bells: &mut Doorbells,
+) -> Result<Vec<Thread>, DaemonError> {
     let pg = || Pg::new(&cfg.pg_url).map(|pg| pg.fenced(epoch));
     let mailbox = || MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound);
-    // The doorbells, as the topology says (`StageId::rings`).
-    let (mut doors, mut bells): (BTreeMap<StageId, Bell>, BTreeMap<StageId, Receiver<()>>) =
-        (BTreeMap::new(), BTreeMap::new());
-    for id in StageId::ALL.into_iter().filter(|s| s.has_bell()) {
-        let (door, bell) = bell();
-        doors.insert(id, door);
-        bells.insert(id, bell);
-    }
-    let rings = |id: StageId| -> Vec<Bell> { id.rings().iter().map(|r| doors[r].clone()).collect() };
-    let to_process = doors[&StageId::Process].clone();
+    let p = &cfg.pipeline;
+    let stats = &ctx.stats;
     let recorded = {
-        let rings = rings(StageId::Process);
+        let rings = bells.rings(StageId::Process);
         move || rings.iter().for_each(Bell::ring)
     };
-    let mut wire = |id: StageId| Wiring { bell: bells.remove(&id), rings: rings(id), idle: id.idle(p) };
-    let mut threads = vec![
+    let mut wire = |id: StageId| bells.wire(id, p);
+    Ok(vec![
         spawn(Poller::new(pg()?, mailbox()?, p, stats.clone()), wire(StageId::Poll), ctx.clone()),
         spawn(
             Pump::new(
@@ -673,22 +727,7 @@ pub fn serve(
             wire(StageId::Sentinel),
             ctx.clone(),
         ),
-        lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()),
-    ];
-    if cfg.compat.enabled {
-        threads.push(compat_server(cfg, epoch, to_process, ctx.clone())?);
-    }
-    info!("started epoch={epoch} poll_interval={:?} max_attempts={}", p.poll_interval, p.max_attempts);
-    let board = ctx.board.clone();
-    let line = move || {
-        let stalled = board.describe();
-        info!("stats {} stalled={}", stats.line(), if stalled.is_empty() { "-" } else { &stalled });
-    };
-    let result = supervise(threads, &stop, p.stats_interval, line.clone());
-    line();
-    result?;
-    info!("stopped");
-    Ok(())
+    ])
 }
 
 /// Claims the flights in Redis for `epoch`. Redis keeping a higher epoch than the one
