@@ -407,14 +407,7 @@ fn consistency_pass(
     epoch: i64,
     stats: &Stats,
 ) -> Result<Option<String>, DaemonError> {
-    let opened = (|| -> Result<_, StoreError> {
-        Ok((
-            Pg::new(&cfg.pg_url)?.fenced(epoch),
-            MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
-            RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(cfg.pipeline.journal_keep),
-        ))
-    })();
-    let (mut pg, mut mailbox, mut flights) = match opened {
+    let (mut pg, mut mailbox, mut flights) = match check_stores(cfg, epoch) {
         Ok(s) => s,
         Err(e) => {
             warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
@@ -430,18 +423,7 @@ fn consistency_pass(
             return Ok(None);
         }
     };
-    if report.is_clean() {
-        info!(
-            "consistency: postgres (highest MSG_ID {}, epoch {}), the mailbox marks and Redis (epoch {}, journal complete above MSG_ID {}) agree",
-            report.pg_known_max,
-            report.pg_epoch,
-            report.redis.epoch,
-            report.redis.pruned.map_or("-".to_string(), |p| p.to_string())
-        );
-    } else {
-        report.log();
-        crate::stats::add(&stats.consistency_findings, report.findings.len() as u64);
-    }
+    say(&report, stats);
     match consistency::heal(&mut st, &report, clock.now()) {
         Ok(_) if report.is_clean() => return Ok(report.redis.token.clone()),
         Ok(_) => crate::stats::add(&stats.heals, 1),
@@ -461,6 +443,31 @@ fn consistency_pass(
     }
     info!("consistency: healed; the stores agree again");
     Ok(after.redis.token)
+}
+
+/// The three stores the consistency pass reads, connected now.
+fn check_stores(cfg: &Config, epoch: i64) -> Result<(Pg, MysqlMailbox, RedisFlights), StoreError> {
+    Ok((
+        Pg::new(&cfg.pg_url)?.fenced(epoch),
+        MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
+        RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(cfg.pipeline.journal_keep),
+    ))
+}
+
+/// What the pass found: one INFO line when the stores agree, the findings otherwise.
+fn say(report: &consistency::Report, stats: &Stats) {
+    if report.is_clean() {
+        info!(
+            "consistency: postgres (highest MSG_ID {}, epoch {}), the mailbox marks and Redis (epoch {}, journal complete above MSG_ID {}) agree",
+            report.pg_known_max,
+            report.pg_epoch,
+            report.redis.epoch,
+            report.redis.pruned.map_or("-".to_string(), |p| p.to_string())
+        );
+    } else {
+        report.log();
+        crate::stats::add(&stats.consistency_findings, report.findings.len() as u64);
+    }
 }
 
 /// The operations endpoint (`metrics.listen`) on its own thread, until the sender is dropped.
@@ -515,9 +522,8 @@ fn standby(
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
                 match previous {
                     Some(p) => info!(
-                        "lease acquired epoch={epoch}: took over from host={} pid={} (epoch {})",
-                        p.host.as_deref().unwrap_or("?"),
-                        p.pid.unwrap_or(0),
+                        "lease acquired epoch={epoch}: took over from {} (epoch {})",
+                        holder(&p),
                         p.epoch
                     ),
                     None => info!("lease acquired epoch={epoch}"),
@@ -526,12 +532,8 @@ fn standby(
             }
             Ok(Claim::HeldBy(h)) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
-                ops.standby(format!(
-                    "standby: the lease is held by host={} pid={} epoch={}",
-                    h.host.as_deref().unwrap_or("?"),
-                    h.pid.unwrap_or(0),
-                    h.epoch
-                ));
+                ops.standby(format!("standby: the lease is held by {} epoch={}", holder(&h), h.epoch));
+                // Once a minute: a standby is normal, not an alarm.
                 if said.is_none_or(|t| sent.duration_since(t).unwrap_or_default() >= Duration::from_secs(60))
                 {
                     let since = h
@@ -540,9 +542,8 @@ fn standby(
                         .map(human)
                         .unwrap_or_else(|| "?".into());
                     info!(
-                        "standby: lease held by host={} pid={} since={since} ago epoch={}; this instance takes over when it expires or is released",
-                        h.host.as_deref().unwrap_or("?"),
-                        h.pid.unwrap_or(0),
+                        "standby: lease held by {} since={since} ago epoch={}; this instance takes over when it expires or is released",
+                        holder(&h),
                         h.epoch
                     );
                     said = Some(sent);
@@ -558,6 +559,11 @@ fn standby(
             return Ok(None);
         }
     }
+}
+
+/// `host=… pid=…` of a lease holder, as the log lines name it.
+fn holder(h: &crate::ports::LeaseHolder) -> String {
+    format!("host={} pid={}", h.host.as_deref().unwrap_or("?"), h.pid.unwrap_or(0))
 }
 
 /// What one holding of the lease starts from: the lease session, its gate, and how many applies
@@ -660,32 +666,11 @@ fn stages(
     let mailbox = || MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound);
     let p = &cfg.pipeline;
     let stats = &ctx.stats;
-    let recorded = {
-        let rings = bells.rings(StageId::Process);
-        move || rings.iter().for_each(Bell::ring)
-    };
+    let recorded = bells.rings(StageId::Process);
     let mut wire = |id: StageId| bells.wire(id, p);
     Ok(vec![
         spawn(Poller::new(pg()?, mailbox()?, p, stats.clone()), wire(StageId::Poll), ctx.clone()),
-        spawn(
-            Pump::new(
-                pg()?,
-                mailbox()?,
-                {
-                    let r = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch);
-                    let r = r.keeping(p.journal_keep);
-                    r.expecting(redis_token)
-                },
-                p,
-                stats.clone(),
-            )
-            .with_lane(
-                pump::lane::Behind::spawn(pg()?, recorded)
-                    .map_err(|e| DaemonError::StageFailed(format!("process-commit: {e}")))?,
-            ),
-            wire(StageId::Process),
-            ctx.clone(),
-        ),
+        spawn(pump(cfg, epoch, redis_token, stats, recorded)?, wire(StageId::Process), ctx.clone()),
         spawn(
             Dispatcher::new(
                 pg()?,
@@ -728,6 +713,31 @@ fn stages(
             ctx.clone(),
         ),
     ])
+}
+
+/// The process stage: its Redis handle starts from the token the consistency pass read, and
+/// its commits run on their own lane, whose landing rings the stages behind it at once.
+fn pump(
+    cfg: &Config,
+    epoch: i64,
+    redis_token: Option<String>,
+    stats: &Arc<Stats>,
+    recorded: Vec<Bell>,
+) -> Result<Pump<Pg, MysqlMailbox, RedisFlights>, DaemonError> {
+    let p = &cfg.pipeline;
+    let flights = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch);
+    let lane = pump::lane::Behind::spawn(Pg::new(&cfg.pg_url)?.fenced(epoch), move || {
+        recorded.iter().for_each(Bell::ring)
+    })
+    .map_err(|e| DaemonError::StageFailed(format!("process-commit: {e}")))?;
+    let pump = Pump::new(
+        Pg::new(&cfg.pg_url)?.fenced(epoch),
+        MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
+        flights.keeping(p.journal_keep).expecting(redis_token),
+        p,
+        stats.clone(),
+    );
+    Ok(pump.with_lane(lane))
 }
 
 /// Claims the flights in Redis for `epoch`. Redis keeping a higher epoch than the one

@@ -22,12 +22,29 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
     }
     migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
     println!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
+    check_mailboxes(cfg)?;
+    check_redis(cfg)?;
+    check_kafka(cfg)?;
+    let r = running(&mut pg, SystemClock.now())?;
+    if r.holder.free {
+        println!("lease: free (no instance running)");
+    } else {
+        println!("lease: held by {}", who(&r.holder));
+    }
+    Ok(())
+}
+
+fn check_mailboxes(cfg: &Config) -> CmdResult {
     let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
     mb.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("mailbox layout: {e}")))?;
     println!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
     let mut out = MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).map_err(unreachable)?;
     out.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("outbound mailbox layout: {e}")))?;
     println!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
+    Ok(())
+}
+
+fn check_redis(cfg: &Config) -> CmdResult {
     let mut redis =
         msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix).map_err(unreachable)?;
     println!("redis: reachable");
@@ -39,6 +56,11 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
             cfg.redis.wait_replicas, role.connected
         );
     }
+    Ok(())
+}
+
+/// The broker and every configured topic: asking never creates one.
+fn check_kafka(cfg: &Config) -> CmdResult {
     let producer = msgx::store::kafka::KafkaProducer::new(cfg).map_err(unreachable)?;
     let topics = producer
         .topics(&[&cfg.topic_msg, &cfg.topic_schd], std::time::Duration::from_secs(10))
@@ -60,12 +82,6 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
                 t.topic
             ),
         }
-    }
-    let r = running(&mut pg, SystemClock.now())?;
-    if r.holder.free {
-        println!("lease: free (no instance running)");
-    } else {
-        println!("lease: held by {}", who(&r.holder));
     }
     Ok(())
 }

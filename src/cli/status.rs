@@ -39,21 +39,33 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     let s = pg.status(100).map_err(unreachable)?;
     let r = running(&mut pg, SystemClock.now())?;
     if json {
-        let mut v = serde_json::to_value(&s).expect("status serialises");
-        v["lease"] = serde_json::json!({
-            "held": !r.holder.free,
-            "host": r.holder.host, "pid": r.holder.pid, "epoch": r.holder.epoch,
-            "since_ms": r.holder.since.map(msgx::clock::unix_millis),
-            "renewed_at_ms": r.holder.renewed_at.map(msgx::clock::unix_millis),
-        });
-        v["stalled"] = r
-            .stalled
-            .iter()
-            .map(|(stage, store, d)| serde_json::json!({"stage": stage, "store": store, "for_ms": d.as_millis() as u64}))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
+        print_json(&s, &r);
         return Ok(());
     }
+    print_lease(&r);
+    print_messages(&s);
+    print_outbox(&s);
+    Ok(())
+}
+
+fn print_json(s: &msgx::store::pg::Status, r: &Running) {
+    let mut v = serde_json::to_value(s).expect("status serialises");
+    v["lease"] = serde_json::json!({
+        "held": !r.holder.free,
+        "host": r.holder.host, "pid": r.holder.pid, "epoch": r.holder.epoch,
+        "since_ms": r.holder.since.map(msgx::clock::unix_millis),
+        "renewed_at_ms": r.holder.renewed_at.map(msgx::clock::unix_millis),
+    });
+    v["stalled"] = r
+        .stalled
+        .iter()
+        .map(|(stage, store, d)| serde_json::json!({"stage": stage, "store": store, "for_ms": d.as_millis() as u64}))
+        .collect();
+    println!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
+}
+
+/// The lease holder and the stages it reported stalled.
+fn print_lease(r: &Running) {
     match (&r.holder.free, &r.holder.since) {
         (false, since) => println!(
             "lease: held by {} since {}",
@@ -68,6 +80,10 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     for (stage, store, d) in &r.stalled {
         println!("stalled stage: {stage} on {store} for {}", msgx::stage::human(*d));
     }
+}
+
+/// The watermark, messages per state and the FIFO head.
+fn print_messages(s: &msgx::store::pg::Status) {
     println!("watermark: {}", s.watermark);
     println!("messages:");
     for (state, n) in &s.states {
@@ -88,6 +104,10 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
             h.last_error.as_deref().unwrap_or("-")
         ),
     }
+}
+
+/// The outbox, the marks owed and abandoned, the seasonal plans.
+fn print_outbox(s: &msgx::store::pg::Status) {
     println!("outbox:");
     for (target, state, n) in &s.events {
         println!("  {target:<11} {state:<8} {n}");
@@ -115,5 +135,4 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
             x.msg_id
         );
     }
-    Ok(())
 }

@@ -111,6 +111,13 @@ impl Metrics {
                 ("result", "overdue", &s.marks_overdue),
             ]),
         );
+        self.plain_counters(r);
+    }
+
+    /// The counters without labels, and the latencies.
+    fn plain_counters(&self, r: &mut Registry) {
+        let s = &self.ops.stats;
+        let get = |c: &AtomicU64| c.load(Relaxed);
         let plain: [(&str, &str, &AtomicU64); 11] = [
             ("msgx_polled", "Mailbox rows seen by the poller", &s.polled),
             ("msgx_enqueued", "PROC_STATE rows created (PENDING)", &s.enqueued),

@@ -347,7 +347,6 @@ impl Pg {
     /// A read-only snapshot for operators (`msgx status`); abandoned backfills are listed
     /// up to `limit` (C-16: they stay queryable).
     pub fn status(&mut self, limit: i64) -> StoreResult<Status> {
-        use crate::clock::unix_millis;
         self.run(|c| {
             let watermark = c.query_one("SELECT last_id FROM ingress_watermark WHERE id = 1", &[])?.get(0);
             let states = c
@@ -355,24 +354,7 @@ impl Pg {
                 .iter()
                 .map(|r| (r.get(0), r.get(1)))
                 .collect();
-            let head = c
-                .query_opt(
-                    &format!(
-                        "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at,
-                                (EXTRACT(EPOCH FROM clock_timestamp() - enqueued_at) * 1000)::bigint
-                         FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
-                    ),
-                    &[],
-                )?
-                .map(|r| HeadInfo {
-                    msg_id: r.get(0),
-                    state: r.get(1),
-                    attempts: r.get(2),
-                    error_class: r.get(3),
-                    last_error: r.get(4),
-                    next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
-                    age_ms: r.get::<_, i64>(6).max(0),
-                });
+            let head = head_info(c)?;
             let events = c
                 .query("SELECT target, state, count(*) FROM msg_event GROUP BY target, state ORDER BY target, state", &[])?
                 .iter()
@@ -397,36 +379,8 @@ impl Pg {
                     &[],
                 )?
                 .get(0);
-            let abandoned = c
-                .query(
-                    "SELECT msg_id, state, backfill_abandoned_reason, backfill_abandoned_at FROM proc_state
-                     WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL ORDER BY msg_id LIMIT $1",
-                    &[&limit],
-                )?
-                .iter()
-                .map(|r| Abandoned {
-                    msg_id: r.get(0),
-                    state: r.get(1),
-                    reason: r.get::<_, Option<String>>(2).unwrap_or_default(),
-                    abandoned_at_ms: unix_millis(r.get(3)),
-                })
-                .collect();
-            let seasons = c
-                .query(
-                    "SELECT season, min(airport), min(season_start), min(season_end), count(*), max(msg_id)
-                     FROM season_plan GROUP BY season ORDER BY season",
-                    &[],
-                )?
-                .iter()
-                .map(|r| SeasonHeld {
-                    season: r.get(0),
-                    airport: r.get(1),
-                    start: r.get(2),
-                    end: r.get(3),
-                    flights: r.get(4),
-                    msg_id: r.get(5),
-                })
-                .collect();
+            let abandoned = abandoned(c, limit)?;
+            let seasons = seasons(c)?;
             Ok(Status {
                 watermark,
                 states,
@@ -440,6 +394,66 @@ impl Pg {
             })
         })
     }
+}
+
+/// The FIFO head, with its age by the database's clock.
+fn head_info(c: &mut Client) -> Result<Option<HeadInfo>, postgres::Error> {
+    use crate::clock::unix_millis;
+    Ok(c.query_opt(
+        &format!(
+            "SELECT msg_id, state, attempts, error_class, last_error, next_attempt_at,
+                        (EXTRACT(EPOCH FROM clock_timestamp() - enqueued_at) * 1000)::bigint
+                 FROM proc_state WHERE state IN {UNFINISHED} ORDER BY msg_id LIMIT 1"
+        ),
+        &[],
+    )?
+    .map(|r| HeadInfo {
+        msg_id: r.get(0),
+        state: r.get(1),
+        attempts: r.get(2),
+        error_class: r.get(3),
+        last_error: r.get(4),
+        next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
+        age_ms: r.get::<_, i64>(6).max(0),
+    }))
+}
+
+/// Abandoned marks not reconciled yet, the first `limit` (C-16).
+fn abandoned(c: &mut Client, limit: i64) -> Result<Vec<Abandoned>, postgres::Error> {
+    use crate::clock::unix_millis;
+    Ok(c
+        .query(
+            "SELECT msg_id, state, backfill_abandoned_reason, backfill_abandoned_at FROM proc_state
+             WHERE backfill_abandoned_at IS NOT NULL AND backfill_reconciled_at IS NULL ORDER BY msg_id LIMIT $1",
+            &[&limit],
+        )?
+        .iter()
+        .map(|r| Abandoned {
+            msg_id: r.get(0),
+            state: r.get(1),
+            reason: r.get::<_, Option<String>>(2).unwrap_or_default(),
+            abandoned_at_ms: unix_millis(r.get(3)),
+        })
+        .collect())
+}
+
+/// The seasonal plans held, one line per season.
+fn seasons(c: &mut Client) -> Result<Vec<SeasonHeld>, postgres::Error> {
+    Ok(c.query(
+        "SELECT season, min(airport), min(season_start), min(season_end), count(*), max(msg_id)
+             FROM season_plan GROUP BY season ORDER BY season",
+        &[],
+    )?
+    .iter()
+    .map(|r| SeasonHeld {
+        season: r.get(0),
+        airport: r.get(1),
+        start: r.get(2),
+        end: r.get(3),
+        flights: r.get(4),
+        msg_id: r.get(5),
+    })
+    .collect())
 }
 
 /// What the operations endpoint reads from own PostgreSQL (`/metrics`), every few seconds at
