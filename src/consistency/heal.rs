@@ -166,6 +166,33 @@ fn rebuild(
         generation,
         ..Default::default()
     });
+    let (journal, messages) = replay_onto(st, &mut scratch, from, pruned)?;
+    let state = scratch.state();
+    let changed: Vec<(String, FlightState, Option<i64>)> = state
+        .flights
+        .iter()
+        .filter(|(k, _)| only.is_none_or(|o| o.contains(k)))
+        .filter(|(k, f)| seed.get(*k).map(|(s, i)| (s, *i)) != Some((*f, state.sodt.get(*k).copied())))
+        .map(|(k, f)| (k.clone(), f.clone(), state.sodt.get(k).copied()))
+        .collect();
+    if write {
+        let journal = if only.is_some() { Vec::new() } else { journal };
+        let generation = (state.generation != generation).then_some(state.generation);
+        st.flights.restore(&Restore { flights: changed.clone(), generation, journal }, now)?;
+    }
+    Ok((changed.len(), messages))
+}
+
+/// Every SUCCEEDED message from MSG_ID `from` on decided again, in order, on `scratch`; the
+/// journal entries Redis is missing above `pruned` (with the events the outbox holds); and how
+/// many messages were read.
+#[allow(clippy::type_complexity)]
+fn replay_onto(
+    st: &mut Stores<'_>,
+    scratch: &mut MemFlights,
+    from: i64,
+    pruned: Option<i64>,
+) -> Result<(Vec<(i64, Decision)>, usize), HealError> {
     let mut journal = Vec::new();
     let mut messages = 0;
     let mut after = from - 1;
@@ -186,7 +213,7 @@ fn rebuild(
             made.entry(m).or_default().push(e);
         }
         for (m, text) in texts(st, &ids)? {
-            let names = redecide(&mut scratch, m, text, from)?;
+            let names = redecide(scratch, m, text, from)?;
             if missing.contains(&m) && (names || made.contains_key(&m)) {
                 let events = made.remove(&m).unwrap_or_default();
                 journal.push((m, Decision { events, ..Default::default() }));
@@ -195,20 +222,7 @@ fn rebuild(
         }
         after = last;
     }
-    let state = scratch.state();
-    let changed: Vec<(String, FlightState, Option<i64>)> = state
-        .flights
-        .iter()
-        .filter(|(k, _)| only.is_none_or(|o| o.contains(k)))
-        .filter(|(k, f)| seed.get(*k).map(|(s, i)| (s, *i)) != Some((*f, state.sodt.get(*k).copied())))
-        .map(|(k, f)| (k.clone(), f.clone(), state.sodt.get(k).copied()))
-        .collect();
-    if write {
-        let journal = if only.is_some() { Vec::new() } else { journal };
-        let generation = (state.generation != generation).then_some(state.generation);
-        st.flights.restore(&Restore { flights: changed.clone(), generation, journal }, now)?;
-    }
-    Ok((changed.len(), messages))
+    Ok((journal, messages))
 }
 
 /// Decides message `m` again on the scratch flights and applies it there; whether it names

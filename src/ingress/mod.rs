@@ -31,12 +31,12 @@ use std::time::{Duration, SystemTime};
 use log::{error, info, warn};
 
 use crate::config::Pipeline;
-use crate::domain::InboundRow;
+use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
 use crate::ports::{Intake, MailboxScan, MailboxTexts, Raw};
 use crate::stage::{human, Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
-use gaps::Gaps;
+use gaps::{Gap, Gaps};
 
 /// Gaps probed per round, lowest first (the ones holding the watermark).
 const PROBED_GAPS: usize = 8;
@@ -251,18 +251,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         let mut candidates: Vec<InboundRow> = self.held.clone();
         candidates.extend(seen.iter().filter(|r| r.wanted).map(|r| r.inbound()));
 
-        let probes: Vec<(i64, i64)> = gaps.lowest(PROBED_GAPS).map(|g| (g.lo, g.hi)).collect();
-        let mut late = Vec::new();
-        for (lo, hi) in probes {
-            late.extend(self.mailbox.rows(lo, hi, self.batch)?);
-        }
-        let mut late_notes = Vec::new();
-        for r in late.iter().filter(|r| r.wanted) {
-            let age = gaps.noticed(r.id).and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
-            late_notes.push((r.id, age));
-            candidates.push(r.inbound());
-        }
-        gaps.resolve(&late.iter().map(|r| r.id).collect::<Vec<_>>());
+        let (late, late_notes) = self.probe_gaps(&mut gaps, &mut candidates, now)?;
         candidates.sort_by_key(|r| r.id);
         candidates.dedup_by_key(|r| r.id);
         // The commit grace: rows above the lowest fresh gap wait for it.
@@ -283,25 +272,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         self.known = Some(watermark);
         self.gaps = gaps;
         self.held = held;
-        for (id, age) in late_notes {
-            if age < self.grace {
-                info!(
-                    "gap filled msg_id={id} {} after higher ids were read, within commit-grace: in ID order",
-                    human(age)
-                );
-            } else {
-                warn!(
-                    "late row msg_id={id} became visible {} after higher ids were read, past commit-grace: processed after them (PRE-2)",
-                    human(age)
-                );
-            }
-        }
-        for g in expired {
-            info!(
-                "gap released msg_id={}..={}: not visible within max-commit-delay, taken as rolled back",
-                g.lo, g.hi
-            );
-        }
+        self.say_gaps(&late_notes, &expired);
         // Only rows that are new here: a restarted poller reads again from the watermark.
         for id in &new {
             info!("received msg_id={id}");
@@ -316,6 +287,53 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         // Not read because a full batch was held: there may be more, poll again at once.
         let full = seen.len() == self.batch || (!reading && held_until.is_none());
         Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full, held_until })
+    }
+
+    /// The lowest gaps read again: the rows that appeared in them since (late rows, PRE-2)
+    /// join `candidates`, with how long after the gap was noticed; the gaps they fill close.
+    #[allow(clippy::type_complexity)]
+    fn probe_gaps(
+        &mut self,
+        gaps: &mut Gaps,
+        candidates: &mut Vec<InboundRow>,
+        now: SystemTime,
+    ) -> Result<(Vec<MailboxRow>, Vec<(i64, Duration)>), StoreError> {
+        let probes: Vec<(i64, i64)> = gaps.lowest(PROBED_GAPS).map(|g| (g.lo, g.hi)).collect();
+        let mut late = Vec::new();
+        for (lo, hi) in probes {
+            late.extend(self.mailbox.rows(lo, hi, self.batch)?);
+        }
+        let mut notes = Vec::new();
+        for r in late.iter().filter(|r| r.wanted) {
+            let age = gaps.noticed(r.id).and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+            notes.push((r.id, age));
+            candidates.push(r.inbound());
+        }
+        gaps.resolve(&late.iter().map(|r| r.id).collect::<Vec<_>>());
+        Ok((late, notes))
+    }
+
+    /// One line per gap filled (INFO within commit-grace, WARN past it) and per gap released.
+    fn say_gaps(&self, late: &[(i64, Duration)], expired: &[Gap]) {
+        for (id, age) in late {
+            if *age < self.grace {
+                info!(
+                    "gap filled msg_id={id} {} after higher ids were read, within commit-grace: in ID order",
+                    human(*age)
+                );
+            } else {
+                warn!(
+                    "late row msg_id={id} became visible {} after higher ids were read, past commit-grace: processed after them (PRE-2)",
+                    human(*age)
+                );
+            }
+        }
+        for g in expired {
+            info!(
+                "gap released msg_id={}..={}: not visible within max-commit-delay, taken as rolled back",
+                g.lo, g.hi
+            );
+        }
     }
 
     /// PRE-3 (b): the first unmarked row of `unmarked` that is not what msgx made of its ID —

@@ -210,16 +210,11 @@ impl KafkaProducer {
     }
 }
 
-impl Producer for KafkaProducer {
-    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
-        self.round += 1;
-        let round = self.round;
-        {
-            let mut acks = self.producer.context().acks.lock().expect("ack list poisoned");
-            acks.round = round;
-            acks.got.clear();
-        }
-        let deadline = Instant::now() + self.flush_timeout;
+impl KafkaProducer {
+    /// Queues `records` in order; stops at the first the client refuses. A full local queue
+    /// drains as the broker acknowledges: wait for reports, bounded by `deadline`. How many
+    /// were queued, and the refusal.
+    fn queue(&mut self, records: &[Record], round: u64, deadline: Instant) -> (usize, Option<StoreError>) {
         let mut queued = 0;
         let mut refused: Option<StoreError> = None;
         'records: for (i, r) in records.iter().enumerate() {
@@ -253,6 +248,21 @@ impl Producer for KafkaProducer {
                 }
             }
         }
+        (queued, refused)
+    }
+}
+
+impl Producer for KafkaProducer {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+        self.round += 1;
+        let round = self.round;
+        {
+            let mut acks = self.producer.context().acks.lock().expect("ack list poisoned");
+            acks.round = round;
+            acks.got.clear();
+        }
+        let deadline = Instant::now() + self.flush_timeout;
+        let (queued, refused) = self.queue(records, round, deadline);
         let acks = self.wait_for(queued, deadline);
         let mut out: Vec<Result<(), StoreError>> = (0..records.len())
             .map(|i| {
