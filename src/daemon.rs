@@ -17,6 +17,7 @@
 //! the round in hand (bounded by its batch size) and returns; then the lease is released so a
 //! standby takes over at once. A stage that panics stops the whole process with exit 1.
 
+use crate::error::Store;
 use crate::ops::http::OpsServer;
 use crate::ops::metrics::Metrics;
 use crate::ops::Ops;
@@ -177,7 +178,7 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
 /// the lease still ours.
 fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) -> Thread {
     Thread::new("lease", move |stop| {
-        let mut outages = Outages::new("lease", ctx.outage);
+        let mut outages = Outages::new(Store::Lease.name(), ctx.outage);
         let epoch = ctx.gate.epoch();
         loop {
             let sent = ctx.clock.now();
@@ -240,7 +241,9 @@ pub fn supervise(
                 let mut guard = ExitGuard { name, tx, exit: None };
                 guard.exit = Some(body(rx));
             })
-            .map_err(|e| StoreError::unavailable("daemon", format!("cannot start thread {name}: {e}")))?;
+            .map_err(|e| {
+                StoreError::unavailable(Store::Daemon, format!("cannot start thread {name}: {e}"))
+            })?;
         handles.push(h);
     }
     drop(exit_tx);
@@ -304,7 +307,7 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     info!("postgres durability {durability}");
     if cfg.require_sync_standby && durability.synchronous == 0 {
         return Err(DaemonError::Store(StoreError::rejected(
-            "postgres",
+            Store::Postgres,
             format!("datasources.default.require-sync-standby = true and no synchronous standby is attached ({durability})"),
         )));
     }
@@ -511,7 +514,7 @@ fn standby(
     ops: &Ops,
     floor: i64,
 ) -> Result<Option<(i64, crate::clock::Mono)>, DaemonError> {
-    let mut outages = Outages::new("lease", cfg.pipeline.outage);
+    let mut outages = Outages::new(Store::Lease.name(), cfg.pipeline.outage);
     let mut said: Option<SystemTime> = None;
     let stats = Stats::default();
     loop {

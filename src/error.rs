@@ -98,31 +98,69 @@ impl StoreErrorKind {
     }
 }
 
+/// The stores msgx talks to, as errors, outages and the stall board name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Store {
+    /// Own PostgreSQL.
+    Postgres,
+    /// The shared MySQL mailbox (`CMINMSGS`, `COUTMSGS`).
+    Mailbox,
+    Redis,
+    Kafka,
+    /// This instance's lease, as the gate sees it.
+    Lease,
+    /// The compat HTTP listener's socket.
+    CompatHttp,
+    /// The daemon itself (a second instance's start-up refusal).
+    Daemon,
+}
+
+impl Store {
+    /// The name in log lines (`store=redis`) and on the stall board.
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Postgres => "postgres",
+            Store::Mailbox => "mailbox",
+            Store::Redis => "redis",
+            Store::Kafka => "kafka",
+            Store::Lease => "lease",
+            Store::CompatHttp => "compat-http",
+            Store::Daemon => "daemon",
+        }
+    }
+}
+
+impl fmt::Display for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A failure of one of the stores (own PostgreSQL, the shared mailbox, Redis, Kafka, the
 /// lease). `store` names which one; `kind` decides who pays for it (SPEC §4.9). Each adapter
 /// classifies its driver's errors with one table (`classify` in its module).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{store} {}: {detail}", kind.as_str())]
 pub struct StoreError {
-    pub store: &'static str,
+    pub store: Store,
     pub kind: StoreErrorKind,
     pub detail: String,
 }
 
 impl StoreError {
-    pub fn new(store: &'static str, kind: StoreErrorKind, detail: impl fmt::Display) -> Self {
+    pub fn new(store: Store, kind: StoreErrorKind, detail: impl fmt::Display) -> Self {
         StoreError { store, kind, detail: detail.to_string() }
     }
 
-    pub fn unavailable(store: &'static str, detail: impl fmt::Display) -> Self {
+    pub fn unavailable(store: Store, detail: impl fmt::Display) -> Self {
         StoreError::new(store, StoreErrorKind::Unavailable, detail)
     }
 
-    pub fn rejected(store: &'static str, detail: impl fmt::Display) -> Self {
+    pub fn rejected(store: Store, detail: impl fmt::Display) -> Self {
         StoreError::new(store, StoreErrorKind::Rejected, detail)
     }
 
-    pub fn fenced(store: &'static str, detail: impl fmt::Display) -> Self {
+    pub fn fenced(store: Store, detail: impl fmt::Display) -> Self {
         StoreError::new(store, StoreErrorKind::Fenced, detail)
     }
 
@@ -138,7 +176,7 @@ impl StoreError {
         self.kind == StoreErrorKind::Fenced
     }
 
-    pub fn forgot(store: &'static str, detail: impl fmt::Display) -> Self {
+    pub fn forgot(store: Store, detail: impl fmt::Display) -> Self {
         StoreError::new(store, StoreErrorKind::Forgot, detail)
     }
 

@@ -4,6 +4,7 @@
 //! produce, a mark in the shared mailbox — waits behind the [`LeaseGate`]: open only while this
 //! process's lease is confirmed by the database, closed for good once a newer holder exists.
 
+use crate::error::Store;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -137,13 +138,13 @@ impl LeaseGate {
     pub fn check(&self) -> Result<(), StoreError> {
         if self.forgot.load(Ordering::SeqCst) {
             return Err(StoreError::forgot(
-                "lease",
+                Store::Lease,
                 "a store forgot what it acknowledged: every stage stops before it writes again",
             ));
         }
         if self.is_stale() {
             return Err(StoreError::fenced(
-                "lease",
+                Store::Lease,
                 format!("epoch {} was taken over by a newer instance", self.epoch),
             ));
         }
@@ -151,7 +152,7 @@ impl LeaseGate {
         let now = millis(self.clock.mono());
         if now >= until {
             return Err(StoreError::unavailable(
-                "lease",
+                Store::Lease,
                 format!(
                     "the lease (epoch {}) is not confirmed since {}ms ago: its store is unreachable; writes wait",
                     self.epoch,
@@ -184,7 +185,7 @@ mod tests {
         assert!(gate.check().is_ok(), "renewed at 9 s: good until 19 s");
         clock.advance(Duration::from_secs(1));
         let e = gate.check().unwrap_err();
-        assert!(e.is_unavailable() && e.store == "lease", "{e}");
+        assert!(e.is_unavailable() && e.store == Store::Lease, "{e}");
         gate.confirm(clock.mono(), d);
         assert!(gate.check().is_ok(), "a late renewal that nobody overtook opens it again");
         gate.stale();

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
-use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, SkipReason, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightState, RefChange};
 
@@ -42,8 +42,8 @@ impl Settle {
         }
     }
 
-    pub fn skipped(msg_id: i64, reason: &str) -> Settle {
-        Settle { msg_id, type_tag: None, outcome: Outcome::Skipped { reason: reason.to_string() } }
+    pub fn skipped(msg_id: i64, reason: SkipReason) -> Settle {
+        Settle { msg_id, type_tag: None, outcome: Outcome::Skipped { reason } }
     }
 
     pub fn failed(msg_id: i64, failure: Failure) -> Settle {
@@ -60,9 +60,10 @@ pub enum Outcome {
         events: Vec<NewEvent>,
         references: Vec<RefChange>,
     },
-    /// SKIPPED with `reason` (`ignored:<rule>`, `duplicate-of:<id>`), with the backfill intent.
+    /// SKIPPED for `reason` (stored as `ignored:<rule>`, `duplicate-of:<id>`,
+    /// `not-for-msgx:<why>`), with the backfill intent.
     Skipped {
-        reason: String,
+        reason: SkipReason,
     },
     Failed(Failure),
 }
@@ -82,7 +83,7 @@ pub struct Succeeded<'a> {
 pub struct Skipped<'a> {
     pub msg_id: i64,
     pub tag: Option<&'a str>,
-    pub reason: &'a str,
+    pub reason: &'a SkipReason,
 }
 
 /// A FAILED outcome of a round (retried later).

@@ -2,6 +2,7 @@
 
 mod common;
 
+use msgx::domain::SkipReason;
 use std::process::{Command, Output};
 
 use common::Services;
@@ -517,8 +518,8 @@ fn replay_skipped_brings_back_a_kind_msgx_did_not_process() {
     common::record(
         &mut pg,
         &[
-            Settle::skipped(1, "not-for-msgx:a request to the platform (REQE)"),
-            Settle::skipped(2, "ignored:REGN-*"),
+            Settle::skipped(1, SkipReason::NotForMsgx("a request to the platform (REQE)".into())),
+            Settle::skipped(2, SkipReason::Ignored("REGN-*".into())),
         ],
         t0(),
     );

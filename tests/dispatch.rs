@@ -3,6 +3,7 @@
 
 mod common;
 
+use msgx::error::Store;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -97,7 +98,7 @@ impl Outbox for LosesOneMark {
     }
     fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()> {
         if std::mem::take(&mut self.1) {
-            return Err(msgx::error::StoreError::unavailable("postgres", "connection lost (injected)"));
+            return Err(msgx::error::StoreError::unavailable(Store::Postgres, "connection lost (injected)"));
         }
         self.0.mark_sent(sent, now)
     }

@@ -3,6 +3,8 @@
 
 mod common;
 
+use msgx::domain::SkipReason;
+use msgx::error::Store;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -103,7 +105,10 @@ fn backfill_writes_only_empty_marks_and_never_for_unfinished_rows() {
         .unwrap();
     record(
         &mut w.pg,
-        &[Settle::succeeded(ids[0], "k0", vec![]), Settle::skipped(ids[1], "ignored:LDM-*")],
+        &[
+            Settle::succeeded(ids[0], "k0", vec![]),
+            Settle::skipped(ids[1], SkipReason::Ignored("LDM-*".into())),
+        ],
         now,
     );
     assert_eq!(
@@ -156,7 +161,10 @@ fn backfill_stalls_while_the_mailbox_table_is_away_and_charges_nothing() {
     let mut admin = w.s.mysql();
     admin.query_drop("RENAME TABLE cminmsgs TO cminmsgs_away").unwrap();
     let e = w.backfill.round(w.clock.now()).unwrap_err();
-    assert!(e.is_unavailable() && e.store == "mailbox", "a missing table is the mailbox away (1146): {e}");
+    assert!(
+        e.is_unavailable() && e.store == Store::Mailbox,
+        "a missing table is the mailbox away (1146): {e}"
+    );
     w.clock.advance(Duration::from_secs(40 * 86_400)); // longer than overdue-backfill
     assert!(w.backfill.round(w.clock.now()).unwrap_err().is_unavailable());
     let mut c = w.s.pg();

@@ -7,6 +7,7 @@
 
 mod common;
 
+use msgx::error::Store;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -271,7 +272,7 @@ fn regression_a_mailbox_outage_does_not_run_the_head_deadline_clock() {
     for _ in 0..15 {
         clock.advance(Duration::from_secs(60));
         let e = pump.round(clock.now()).unwrap_err();
-        assert!(e.is_unavailable() && e.store == "mailbox", "{e}");
+        assert!(e.is_unavailable() && e.store == Store::Mailbox, "{e}");
     }
     p.restart();
     clock.advance(Duration::from_secs(1));

@@ -242,7 +242,8 @@ mod tests {
     fn terminal_rows_are_marked_once() {
         let (clock, pg, mailbox, mut b) = setup(&[1, 2]);
         pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
-        pg.record(&[Settle::skipped(2, "ignored:LDM-*")], clock.now()).unwrap();
+        pg.record(&[Settle::skipped(2, crate::domain::SkipReason::Ignored("LDM-*".into()))], clock.now())
+            .unwrap();
         assert_eq!(b.round(clock.now()).unwrap(), Round::Marked { written: 2, already: 0, missing: 0 });
         let row = mailbox.row(1).unwrap();
         assert_eq!((row.processed_at, row.status.as_str()), (Some(clock.now()), "PROCESSED"));

@@ -92,9 +92,13 @@ pub enum Behind {
 
 impl Behind {
     pub fn as_str(self) -> &'static str {
+        self.store().name()
+    }
+
+    pub fn store(self) -> crate::error::Store {
         match self {
-            Behind::Postgres => "postgres",
-            Behind::Redis => "redis",
+            Behind::Postgres => crate::error::Store::Postgres,
+            Behind::Redis => crate::error::Store::Redis,
         }
     }
 }

@@ -69,7 +69,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
         if let Some(first) = report.findings.first() {
             report.log();
             stats::add(&self.stats.consistency_findings, report.findings.len() as u64);
-            return Err(StoreError::forgot(first.store.as_str(), first.line()));
+            return Err(StoreError::forgot(first.store.store(), first.line()));
         }
         let next = now + EVERY;
         self.next = Some(next);

@@ -16,6 +16,7 @@
 //! (too large, invalid) is charged to the head event: backoff, then the dead-letter queue.
 //! Nothing is produced while this instance's lease is not confirmed (the [`LeaseGate`]).
 
+use crate::error::Store;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -353,7 +354,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             .producer
             .send(std::slice::from_ref(&record))
             .pop()
-            .unwrap_or_else(|| Err(StoreError::unavailable("kafka", "no acknowledgement")));
+            .unwrap_or_else(|| Err(StoreError::unavailable(Store::Kafka, "no acknowledgement")));
         match result {
             Ok(()) => {
                 // Older generations folded into the array are delivered too.
@@ -457,7 +458,7 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
     fn insert_once(&mut self, e: &MsgEvent, now: SystemTime) -> Result<(), StoreError> {
         let intent: OutboundIntent = serde_json::from_str(&e.payload_json).map_err(|err| {
             StoreError::rejected(
-                "mailbox",
+                Store::Mailbox,
                 format!("event_id={} is not an outbound intent: {err}", e.event_id),
             )
         })?;

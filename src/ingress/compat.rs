@@ -6,6 +6,7 @@
 //! that sends a byte a second holds one worker for at most that long and never the others;
 //! when every worker is busy a new connection is answered 503 at once.
 
+use crate::error::Store;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -380,8 +381,9 @@ pub struct CompatServer {
 
 impl CompatServer {
     pub fn bind(addr: SocketAddr) -> Result<Self, StoreError> {
-        let listener = TcpListener::bind(addr)
-            .map_err(|e| StoreError::unavailable("compat-http", format!("cannot listen on {addr}: {e}")))?;
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            StoreError::unavailable(Store::CompatHttp, format!("cannot listen on {addr}: {e}"))
+        })?;
         Ok(CompatServer { listener })
     }
 

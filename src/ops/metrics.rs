@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 
 use super::{Ops, STORES};
 use crate::clock::{Clock, Mono};
+use crate::error::Store;
 use crate::store::pg::{Gauges, Pg};
 
 /// The store gauges are read again only when older than this.
@@ -158,7 +159,7 @@ impl Metrics {
     fn health(&self, r: &mut Registry) {
         let stalled = self.ops.stalled();
         let up = Family::<Labels, Gauge>::default();
-        for store in STORES {
+        for store in STORES.map(Store::name) {
             up.get_or_create(&labels(&[("store", store)]))
                 .set(i64::from(!stalled.iter().any(|(_, s)| *s == store)));
         }

@@ -9,12 +9,13 @@ pub mod metrics;
 
 use std::sync::{Arc, Mutex};
 
+use crate::error::Store;
 use crate::lease::LeaseGate;
 use crate::stage::StallBoard;
 use crate::stats::Stats;
 
 /// The stores whose health `/ready` and `msgx_store_up` report.
-pub const STORES: [&str; 4] = ["postgres", "mailbox", "redis", "kafka"];
+pub const STORES: [Store; 4] = [Store::Postgres, Store::Mailbox, Store::Redis, Store::Kafka];
 
 /// What the running instance is, as the endpoint sees it.
 #[derive(Clone)]

@@ -5,7 +5,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::codec::{Message, MsgKind, SchdKind};
-use crate::domain::ProcRow;
+use crate::domain::{ProcRow, SkipReason};
 use crate::handlers::Decision;
 use crate::ports::{Failure, Outcome, Settle};
 
@@ -40,7 +40,10 @@ impl<'r> Planned<'r> {
 
     /// Takes the step out to rewrite it (left settled as nothing meanwhile).
     pub fn take_step(&mut self) -> Step {
-        std::mem::replace(&mut self.step, Step::Settled(Outcome::Skipped { reason: String::new() }))
+        std::mem::replace(
+            &mut self.step,
+            Step::Settled(Outcome::Skipped { reason: SkipReason::Ignored(String::new()) }),
+        )
     }
 
     /// FAILED and backing off: the round ends with this message (it becomes the head).

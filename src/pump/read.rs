@@ -79,7 +79,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 .or_else(|| self.lane.as_ref().and_then(|l| l.holder(identity)))
                 .or_else(|| holders.get(identity).copied());
             match holder.filter(|h| *h != p.row.msg_id) {
-                Some(other) => p.settle(Outcome::Skipped { reason: SkipReason::DuplicateOf(other).render() }),
+                Some(other) => p.settle(Outcome::Skipped { reason: SkipReason::DuplicateOf(other) }),
                 None => {
                     taken.insert(identity.clone(), p.row.msg_id);
                 }
@@ -154,16 +154,17 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Ok(Err(e)) | Ok(Ok(Err(e))) => return Planned::new(row, fail(e.class, &e.detail)),
             Ok(Ok(Ok(m))) => m,
         };
-        let mut planned = Planned::new(row, Step::Settled(Outcome::Skipped { reason: String::new() }));
+        let mut planned =
+            Planned::new(row, Step::Settled(Outcome::Skipped { reason: SkipReason::Ignored(String::new()) }));
         planned.tag = Some(MsgKind::of(&meta).type_tag());
         let Some(msg) = msg else {
             let rule = self.ignore.matching(&meta).unwrap_or("?").to_string();
-            planned.settle(Outcome::Skipped { reason: SkipReason::Ignored(rule).render() });
+            planned.settle(Outcome::Skipped { reason: SkipReason::Ignored(rule) });
             return planned;
         };
         planned.unknown = msg.unknown.clone();
         if let Some(why) = msg.kind.not_for_us() {
-            planned.settle(Outcome::Skipped { reason: SkipReason::NotForMsgx(why.to_string()).render() });
+            planned.settle(Outcome::Skipped { reason: SkipReason::NotForMsgx(why.to_string()) });
             return planned;
         }
         let identity = codec::identity(&msg.meta, self.include_day_boundary);

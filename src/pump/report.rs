@@ -34,13 +34,13 @@ impl<P, M, F> Pump<P, M, F> {
                 info!(target: super::LOG, "succeeded msg_id={id} type={tag} events={}", events.len());
             }
             Outcome::Skipped { reason } => {
-                let counter = match SkipReason::parse(reason) {
-                    Some(SkipReason::DuplicateOf(_)) => &self.stats.skipped_duplicate,
-                    Some(SkipReason::NotForMsgx(_)) => &self.stats.skipped_not_for_msgx,
-                    _ => &self.stats.skipped_ignored,
+                let counter = match reason {
+                    SkipReason::DuplicateOf(_) => &self.stats.skipped_duplicate,
+                    SkipReason::NotForMsgx(_) => &self.stats.skipped_not_for_msgx,
+                    SkipReason::Ignored(_) => &self.stats.skipped_ignored,
                 };
                 stats::inc(counter);
-                info!(target: super::LOG, "skipped msg_id={id} type={tag} reason={reason}");
+                info!(target: super::LOG, "skipped msg_id={id} type={tag} reason={}", reason.render());
             }
             Outcome::Failed(Failure::Retry { class, error, .. }) => {
                 stats::inc(&self.stats.failed);

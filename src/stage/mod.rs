@@ -3,6 +3,7 @@
 //! §4.9). Both are plain functions of state and time; the daemon runs them on threads and the
 //! simulator runs them step by step on a fake clock.
 
+use crate::error::Store;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -134,17 +135,11 @@ impl OutagePolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// The stage stalled on `store`.
-    Started { stage: &'static str, store: &'static str, kind: StoreErrorKind, error: String },
+    Started { stage: &'static str, store: Store, kind: StoreErrorKind, error: String },
     /// Still stalled after `outage-alert-after`, and every `outage-alert-every` after that.
-    StillDown {
-        stage: &'static str,
-        store: &'static str,
-        kind: StoreErrorKind,
-        down_for: Duration,
-        error: String,
-    },
+    StillDown { stage: &'static str, store: Store, kind: StoreErrorKind, down_for: Duration, error: String },
     /// The stage ran a round again.
-    Ended { stage: &'static str, store: &'static str, down_for: Duration },
+    Ended { stage: &'static str, store: Store, down_for: Duration },
 }
 
 impl Notice {
@@ -209,7 +204,7 @@ struct Outage {
 pub struct Outages {
     stage: &'static str,
     policy: OutagePolicy,
-    open: BTreeMap<&'static str, Outage>,
+    open: BTreeMap<Store, Outage>,
     failures: u32,
 }
 
@@ -270,7 +265,7 @@ impl Outages {
 
     /// The store the stage waits for longest, and since when.
     pub fn stalled_on(&self) -> Option<(&'static str, SystemTime)> {
-        self.open.iter().map(|(s, o)| (*s, o.since)).min_by_key(|(_, since)| *since)
+        self.open.iter().map(|(s, o)| (s.name(), o.since)).min_by_key(|(_, since)| *since)
     }
 }
 
@@ -326,7 +321,7 @@ mod tests {
     fn a_two_hour_outage_logs_warn_once_then_an_error_at_one_minute_and_every_ten() {
         let clock = FakeClock::new();
         let mut o = Outages::new("process", policy());
-        let e = StoreError::unavailable("redis", "connection refused");
+        let e = StoreError::unavailable(Store::Redis, "connection refused");
         let mut lines: Vec<(log::Level, Duration)> = Vec::new();
         let start = clock.now();
         while clock.now().duration_since(start).unwrap() < Duration::from_secs(7200) {
@@ -357,11 +352,11 @@ mod tests {
     fn a_refusal_is_an_error_at_once() {
         let now = FakeClock::new().now();
         let mut o = Outages::new("poll", policy());
-        let (n, _) = o.failed(&StoreError::rejected("mailbox", "SELECT command denied"), now);
+        let (n, _) = o.failed(&StoreError::rejected(Store::Mailbox, "SELECT command denied"), now);
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].level(), log::Level::Error);
         assert!(n[0].to_string().starts_with("store refused store=mailbox stage=poll"), "{}", n[0]);
-        let (n, _) = o.failed(&StoreError::rejected("mailbox", "again"), now + Duration::from_secs(61));
+        let (n, _) = o.failed(&StoreError::rejected(Store::Mailbox, "again"), now + Duration::from_secs(61));
         assert!(n.is_empty(), "the next alert is alert-every later");
     }
 
@@ -369,8 +364,9 @@ mod tests {
     fn two_stores_away_are_two_outages_and_both_end() {
         let now = FakeClock::new().now();
         let mut o = Outages::new("backfill", policy());
-        o.failed(&StoreError::unavailable("mailbox", "gone away"), now);
-        let (n, _) = o.failed(&StoreError::unavailable("postgres", "refused"), now + Duration::from_secs(1));
+        o.failed(&StoreError::unavailable(Store::Mailbox, "gone away"), now);
+        let (n, _) =
+            o.failed(&StoreError::unavailable(Store::Postgres, "refused"), now + Duration::from_secs(1));
         assert_eq!(n.len(), 1, "the second store starts its own outage");
         assert_eq!(o.stalled_on().map(|s| s.0), Some("mailbox"), "the longest one");
         assert_eq!(o.recovered(now + Duration::from_secs(5)).len(), 2);

@@ -4,6 +4,7 @@
 //! around real rounds and real sleeps; the simulator calls it from its scheduler on the fake
 //! clock, so both run the same backoff, alerts and lease branch.
 
+use crate::error::Store;
 use std::time::{Duration, SystemTime};
 
 use log::error;
@@ -112,8 +113,8 @@ impl Runner {
             }
             // The lease not confirmed: the lease keeper reports its store's outage once; the
             // stages only wait for it.
-            Err(e) if e.store == "lease" => {
-                board.set(name, Some(("lease", now)));
+            Err(e) if e.store == Store::Lease => {
+                board.set(name, Some((Store::Lease.name(), now)));
                 Turn::Stalled { wake: now + self.policy.retry_in(1), error: e }
             }
             Err(e) => {

@@ -2,6 +2,7 @@
 //! on MariaDB (`tests/mailbox_store.rs`): visibility and gaps (PRE-2), the status filter, marks
 //! that only go from empty to set (INV-7), texts with their size limit and the round's budget.
 
+use crate::error::Store;
 use std::time::SystemTime;
 
 use crate::ports::{MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Raw, StoreResult};
@@ -151,7 +152,7 @@ pub fn a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing<T: 
         let gate = || {
             asked.set(asked.get() + 1);
             if asked.get() >= closes_at {
-                Err(crate::error::StoreError::fenced("lease", "taken over"))
+                Err(crate::error::StoreError::fenced(Store::Lease, "taken over"))
             } else {
                 Ok(())
             }

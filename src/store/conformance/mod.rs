@@ -9,6 +9,7 @@ pub mod flights;
 pub mod mailbox;
 pub mod producer;
 
+use crate::domain::SkipReason;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
@@ -103,7 +104,12 @@ pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: OwnStore>(mut s: S)
 
 pub fn unfinished_is_fifo_and_excludes_terminal_rows<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[5, 1, 3, 2, 4]);
-    commit(&mut s, &[Settle::skipped(1, "ignored:LDM-*"), Settle::failed(2, retry(10))], at(1)).unwrap();
+    commit(
+        &mut s,
+        &[Settle::skipped(1, SkipReason::Ignored("LDM-*".into())), Settle::failed(2, retry(10))],
+        at(1),
+    )
+    .unwrap();
     let ids: Vec<i64> = s.unfinished(10, &[]).unwrap().iter().map(|r| r.msg_id).collect();
     assert_eq!(ids, [2, 3, 4, 5], "FAILED occupies the head; SKIPPED never does (INV-3)");
     assert_eq!(s.unfinished(2, &[]).unwrap().len(), 2, "bounded");
@@ -130,11 +136,14 @@ pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: OwnS
 
 pub fn commit_is_all_or_nothing<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    commit(&mut s, &[Settle::skipped(2, "x")], at(1)).unwrap();
+    commit(&mut s, &[Settle::skipped(2, SkipReason::Ignored("x".into()))], at(1)).unwrap();
     // 1 would succeed, but 2 is terminal already: the whole round must be refused.
     let err = commit(
         &mut s,
-        &[Settle::succeeded(1, "k1", vec![event("F", 1)]), Settle::skipped(2, "again")],
+        &[
+            Settle::succeeded(1, "k1", vec![event("F", 1)]),
+            Settle::skipped(2, SkipReason::Ignored("again".into())),
+        ],
         at(2),
     );
     assert!(err.is_err());
@@ -188,7 +197,7 @@ pub fn type_tag_is_kept<S: OwnStore>(mut s: S) {
     let mut st = Settle::failed(1, retry(10));
     st.type_tag = Some("FLOP-STND".into());
     commit(&mut s, &[st], at(1)).unwrap();
-    commit(&mut s, &[Settle::skipped(1, "duplicate-of:0")], at(2)).unwrap();
+    commit(&mut s, &[Settle::skipped(1, SkipReason::DuplicateOf(0))], at(2)).unwrap();
     assert_eq!(s.row(1).unwrap().unwrap().type_tag.as_deref(), Some("FLOP-STND"));
 }
 
@@ -248,8 +257,16 @@ pub fn replay_by_range_and_class<S: OwnStore>(mut s: S) {
 
 pub fn backfill_settles_abandons_and_retries<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3]);
-    commit(&mut s, &[Settle::skipped(1, "a"), Settle::skipped(2, "b"), Settle::skipped(3, "c")], at(1))
-        .unwrap();
+    commit(
+        &mut s,
+        &[
+            Settle::skipped(1, SkipReason::Ignored("a".into())),
+            Settle::skipped(2, SkipReason::Ignored("b".into())),
+            Settle::skipped(3, SkipReason::Ignored("c".into())),
+        ],
+        at(1),
+    )
+    .unwrap();
     assert_eq!(due(&mut s, at(1), 2), vec![1, 2], "bounded, oldest first");
     s.backfill_settled(&[1], at(2)).unwrap();
     s.backfill_abandon(&[2], "MISSING_ROW", at(2)).unwrap();
@@ -375,7 +392,7 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>
         &mut s,
         &[
             Settle::succeeded(1, "id-1", vec![]),
-            Settle::skipped(2, "ignored:LDM-*"),
+            Settle::skipped(2, SkipReason::Ignored("LDM-*".into())),
             Settle::failed(3, Failure::Dead { class: ErrorClass::Infra, error: "x".into() }),
             Settle::succeeded(4, "id-4", vec![]),
             Settle::failed(5, retry(99)),
@@ -443,9 +460,9 @@ pub fn regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is<S: OwnS
     commit(
         &mut s,
         &[
-            Settle::skipped(1, "not-for-msgx:a request to the platform (REQE)"),
-            Settle::skipped(2, "ignored:REGN-*"),
-            Settle::skipped(3, "duplicate-of:1"),
+            Settle::skipped(1, SkipReason::NotForMsgx("a request to the platform (REQE)".into())),
+            Settle::skipped(2, SkipReason::Ignored("REGN-*".into())),
+            Settle::skipped(3, SkipReason::DuplicateOf(1)),
         ],
         at(1),
     )

@@ -10,6 +10,7 @@
 //! a script error on this round's data, `WRONGTYPE`, `NOPERM` — and what the table does not
 //! know.
 
+use crate::error::Store;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::error::{StoreError, StoreErrorKind};
@@ -52,7 +53,7 @@ pub fn classify(e: &RedisError) -> StoreError {
     if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
         kind = StoreErrorKind::Unavailable;
     }
-    StoreError::new("redis", kind, text)
+    StoreError::new(Store::Redis, kind, text)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 
 pub mod classify;
 
+use crate::error::Store;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -293,7 +294,7 @@ fn ask_sentinels(t: &RedisTarget) -> StoreResult<(String, u16)> {
         }
     }
     Err(StoreError::unavailable(
-        "redis",
+        Store::Redis,
         format!("no sentinel named the master: {}", crate::secret::redact(&why.join("; "))),
     ))
 }
@@ -320,7 +321,7 @@ impl RedisFlights {
     /// On `target`: one server, or the master its sentinels name (resolved at every connect).
     pub fn open(target: &RedisTarget, prefix: &str) -> StoreResult<RedisFlights> {
         let client = Client::open(target.url.as_str())
-            .map_err(|e| StoreError::rejected("redis", format!("bad redis.url: {e}")))?;
+            .map_err(|e| StoreError::rejected(Store::Redis, format!("bad redis.url: {e}")))?;
         Ok(RedisFlights {
             client,
             target: target.clone(),
@@ -406,7 +407,7 @@ impl RedisFlights {
         if acked < i64::from(want) {
             self.conn = None; // re-resolve: the master may have changed
             return Err(StoreError::unavailable(
-                "redis",
+                Store::Redis,
                 format!(
                     "WAIT: {acked} of {want} replica(s) acknowledged within {ms}ms (redis.wait-replicas)"
                 ),
@@ -456,13 +457,13 @@ impl RedisFlights {
         }
         let (host, port) = ask_sentinels(&self.target)?;
         let info = self.client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host, port));
-        Client::open(info).map_err(|e| StoreError::rejected("redis", format!("bad master address: {e}")))
+        Client::open(info).map_err(|e| StoreError::rejected(Store::Redis, format!("bad master address: {e}")))
     }
 
     fn conn(&mut self) -> StoreResult<&mut Connection> {
         if self.conn.is_none() {
             let unavailable =
-                |e: redis::RedisError| StoreError::unavailable("redis", classify::classify(&e).detail);
+                |e: redis::RedisError| StoreError::unavailable(Store::Redis, classify::classify(&e).detail);
             let client = self.client_now()?;
             let mut c = client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
             if !self.target.sentinels.is_empty() {
@@ -473,7 +474,7 @@ impl RedisFlights {
                 let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
                 if !is_master {
                     return Err(StoreError::unavailable(
-                        "redis",
+                        Store::Redis,
                         "the address the sentinels named is not the master (yet)",
                     ));
                 }
@@ -575,7 +576,9 @@ impl FlightAudit for RedisFlights {
             let mut docs = Vec::with_capacity(chunk.len());
             for (m, d) in chunk {
                 let doc = serde_json::to_string(&Journal { events: &d.events, references: &d.references })
-                    .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
+                    .map_err(|e| {
+                        StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
+                    })?;
                 docs.push((*m, doc));
             }
             self.run(|c, _| {
@@ -699,7 +702,8 @@ impl RedisFlights {
 }
 
 fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
-    redis::from_redis_value(v).map_err(|e| StoreError::rejected("redis", format!("unexpected reply: {e}")))
+    redis::from_redis_value(v)
+        .map_err(|e| StoreError::rejected(Store::Redis, format!("unexpected reply: {e}")))
 }
 
 impl FlightStore for RedisFlights {
@@ -732,9 +736,9 @@ impl FlightStore for RedisFlights {
             query_bounded(c, &p, usize::from(!forget.is_empty()))
         })?;
         let window: Vec<String> = match need.window {
-            Some(_) => {
-                parse(values.pop().ok_or_else(|| StoreError::rejected("redis", "short pipeline reply"))?)?
-            }
+            Some(_) => parse(
+                values.pop().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"))?,
+            )?,
             None => Vec::new(),
         };
         let mut values = values.into_iter();
@@ -744,7 +748,7 @@ impl FlightStore for RedisFlights {
             for (m, text) in need.msg_ids.iter().zip(texts) {
                 if let Some(text) = text {
                     let d: Decision = serde_json::from_str(&text).map_err(|e| {
-                        StoreError::rejected("redis", format!("journal of msg_id={m} unreadable: {e}"))
+                        StoreError::rejected(Store::Redis, format!("journal of msg_id={m} unreadable: {e}"))
                     })?;
                     applied.insert(*m, d);
                 }
@@ -780,7 +784,7 @@ impl FlightStore for RedisFlights {
                 journal.map(|j| (*m, d.snapshot, compact(d), j))
             })
             .collect::<Result<_, _>>()
-            .map_err(|e| StoreError::rejected("redis", format!("decision not serialisable: {e}")))?;
+            .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
         let prefix = self.prefix.clone();
         let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
         let result: StoreResult<Vec<i64>> = self.run(|c, script| {

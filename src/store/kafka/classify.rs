@@ -11,6 +11,7 @@
 //! corrupt, an invalid timestamp, a topic name or an authorization it refuses — and every code
 //! the table does not know.
 
+use crate::error::Store;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
 
 use crate::error::{StoreError, StoreErrorKind};
@@ -86,7 +87,7 @@ pub fn classify(e: &KafkaError) -> StoreError {
         Some(code) => kind_of_code(code),
         None => kind_without_code(e),
     };
-    StoreError::new("kafka", kind, e)
+    StoreError::new(Store::Kafka, kind, e)
 }
 
 #[cfg(test)]

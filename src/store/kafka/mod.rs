@@ -8,6 +8,7 @@
 
 pub mod classify;
 
+use crate::error::Store;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -153,7 +154,7 @@ impl KafkaProducer {
     pub fn topics(&self, topics: &[&str], timeout: Duration) -> Result<Vec<TopicSeen>, StoreError> {
         let md = self.producer.client().fetch_metadata(None, timeout).map_err(|e| classify::classify(&e))?;
         if md.brokers().is_empty() {
-            return Err(StoreError::unavailable("kafka", "the metadata names no broker"));
+            return Err(StoreError::unavailable(Store::Kafka, "the metadata names no broker"));
         }
         Ok(topics
             .iter()
@@ -267,9 +268,9 @@ impl Producer for KafkaProducer {
         let mut out: Vec<Result<(), StoreError>> = (0..records.len())
             .map(|i| {
                 Err(if i >= queued {
-                    refused.clone().unwrap_or_else(|| StoreError::unavailable("kafka", "not queued"))
+                    refused.clone().unwrap_or_else(|| StoreError::unavailable(Store::Kafka, "not queued"))
                 } else {
-                    StoreError::unavailable("kafka", "not acknowledged within message-timeout-ms")
+                    StoreError::unavailable(Store::Kafka, "not acknowledged within message-timeout-ms")
                 })
             })
             .collect();

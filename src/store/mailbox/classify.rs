@@ -12,6 +12,7 @@
 //! denied (1142, 1143) — a value the driver cannot convert, and every code this table does
 //! not know.
 
+use crate::error::Store;
 use mysql::{DriverError, Error};
 
 use crate::error::{StoreError, StoreErrorKind};
@@ -44,7 +45,7 @@ pub fn classify(e: &Error) -> StoreError {
         ) => StoreErrorKind::Unavailable,
         _ => StoreErrorKind::Rejected,
     };
-    StoreError::new("mailbox", kind, e)
+    StoreError::new(Store::Mailbox, kind, e)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 pub mod classify;
 
+use crate::error::Store;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -42,8 +43,9 @@ struct Conn {
 
 impl Conn {
     fn new(url: &str) -> StoreResult<Conn> {
-        let opts = Opts::from_url(url)
-            .map_err(|e| StoreError::rejected("mailbox", format!("bad mailbox.shared-mysql.url: {e}")))?;
+        let opts = Opts::from_url(url).map_err(|e| {
+            StoreError::rejected(Store::Mailbox, format!("bad mailbox.shared-mysql.url: {e}"))
+        })?;
         let opts: Opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(Duration::from_secs(5)))
             .read_timeout(Some(RESPONSE_TIMEOUT))
@@ -56,7 +58,7 @@ impl Conn {
     fn get(&mut self) -> StoreResult<&mut mysql::Conn> {
         if self.conn.is_none() {
             let unavailable =
-                |e: mysql::Error| StoreError::unavailable("mailbox", classify::classify(&e).detail);
+                |e: mysql::Error| StoreError::unavailable(Store::Mailbox, classify::classify(&e).detail);
             let mut c = mysql::Conn::new(self.opts.clone()).map_err(unavailable)?;
             // msgx writes DATETIMEs in mailbox.time-zone itself; the session stays on UTC so
             // that nothing depends on the server's own zone.

@@ -1,6 +1,7 @@
 //! Live flight state (Redis), in memory: the same rules as the Redis apply script, which the
 //! FlightStore conformance suite checks case by case on both.
 
+use crate::error::Store;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -99,14 +100,14 @@ fn apply_round(
 ) -> StoreResult<Vec<bool>> {
     if !h.seen.accepts(s.token.as_deref()) {
         return Err(StoreError::forgot(
-            "redis",
+            Store::Redis,
             format!("MSGX_FORGOT redis holds another history than this instance wrote ({} applies)", s.seq),
         ));
     }
     if let Some(e) = h.fence {
         if s.epoch > e {
             return Err(StoreError::fenced(
-                "redis",
+                Store::Redis,
                 format!("MSGX_FENCED: epoch {} holds the flights, this instance has {e}", s.epoch),
             ));
         }
@@ -177,10 +178,10 @@ impl MemFlights {
     /// Moves the fence to `epoch` unless a newer one is there, as `RedisFlights::claim` does
     /// for a new lease holder before its stages start.
     pub fn claim(&self, epoch: i64) -> StoreResult<()> {
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             if s.epoch > epoch {
                 return Err(StoreError::fenced(
-                    "redis",
+                    Store::Redis,
                     format!("MSGX_FENCED: epoch {} holds the flights", s.epoch),
                 ));
             }
@@ -211,7 +212,7 @@ impl MemFlights {
 
 impl FlightAudit for MemFlights {
     fn audit(&mut self) -> StoreResult<FlightMarks> {
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             Ok(FlightMarks {
                 epoch: s.epoch,
                 pruned: s.pruned,
@@ -223,22 +224,22 @@ impl FlightAudit for MemFlights {
     }
 
     fn journal_has(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>> {
-        self.0.write("redis", |s| Ok(ids.iter().map(|m| s.applied.contains_key(m)).collect()))
+        self.0.write(Store::Redis, |s| Ok(ids.iter().map(|m| s.applied.contains_key(m)).collect()))
     }
 
     fn journal_ids(&mut self) -> StoreResult<Vec<i64>> {
-        self.0.write("redis", |s| Ok(s.applied.keys().copied().collect()))
+        self.0.write(Store::Redis, |s| Ok(s.applied.keys().copied().collect()))
     }
 
     fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             s.pruned = Some(id);
             Ok(())
         })
     }
 
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             for (flid, f, sodt) in &r.flights {
                 s.flights.insert(flid.clone(), f.clone());
                 match sodt.filter(|_| f.exists()) {
@@ -271,7 +272,7 @@ impl FlightAudit for MemFlights {
     }
 
     fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>> {
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             Ok(s.flights.iter().map(|(k, f)| (k.clone(), f.clone(), s.sodt.get(k).copied())).collect())
         })
     }
@@ -281,7 +282,7 @@ impl FlightStore for MemFlights {
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
         // One round trip: `forget` rides along with the reads.
         let keep = self.1.keep;
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             if !forget.is_empty() {
                 forget_entries(s, forget, now, keep);
             }
@@ -311,7 +312,7 @@ impl FlightStore for MemFlights {
             return Ok(Vec::new());
         }
         let (h, token) = (self.1.clone(), crate::store::write_token());
-        let result = self.0.write("redis", |s| apply_round(s, &h, &token, decisions));
+        let result = self.0.write(Store::Redis, |s| apply_round(s, &h, &token, decisions));
         match &result {
             Ok(_) => self.1.seen.after(token, true),
             Err(e) if e.is_unavailable() => self.1.seen.after(token, false),
@@ -322,7 +323,7 @@ impl FlightStore for MemFlights {
 
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()> {
         let keep = self.1.keep;
-        self.0.write("redis", |s| {
+        self.0.write(Store::Redis, |s| {
             forget_entries(s, msg_ids, now, keep);
             Ok(())
         })

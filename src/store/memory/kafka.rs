@@ -2,6 +2,7 @@
 //! broker's `message.max.bytes`, and the injected faults of every twin (a whole send fails).
 
 use super::{fault_controls, Shared};
+use crate::error::Store;
 use crate::error::StoreError;
 use crate::ports::{Producer, Record};
 
@@ -45,23 +46,26 @@ impl MemProducer {
 impl Producer for MemProducer {
     fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
         let mut out = Vec::with_capacity(records.len());
-        let res = self.0.write("kafka", |s| {
+        let res = self.0.write(Store::Kafka, |s| {
             let mut budget = s.ack_then_fail.take();
             for r in records {
                 if out.iter().any(|x: &Result<(), StoreError>| x.is_err()) {
-                    out.push(Err(StoreError::unavailable("kafka", "not sent: an earlier record failed")));
+                    out.push(Err(StoreError::unavailable(
+                        Store::Kafka,
+                        "not sent: an earlier record failed",
+                    )));
                     continue;
                 }
                 if budget == Some(0) {
                     out.push(Err(StoreError::unavailable(
-                        "kafka",
+                        Store::Kafka,
                         "Message production error: MessageTimedOut (Local: Message timed out)",
                     )));
                     continue;
                 }
                 if s.max_bytes > 0 && r.payload.len() > s.max_bytes {
                     out.push(Err(StoreError::rejected(
-                        "kafka",
+                        Store::Kafka,
                         "Message production error: MessageSizeTooLarge (Broker: Message size too large)",
                     )));
                     continue;
@@ -75,7 +79,7 @@ impl Producer for MemProducer {
         match res {
             Ok(()) => out,
             // Lost: the records went out, the acknowledgements did not come back.
-            Err(e) => records.iter().map(|_| Err(StoreError::new("kafka", e.kind, &e.detail))).collect(),
+            Err(e) => records.iter().map(|_| Err(StoreError::new(Store::Kafka, e.kind, &e.detail))).collect(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The shared mailbox (`CMINMSGS`) and the outbound mailbox (`COUTMSGS`), in memory.
 
+use crate::error::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
@@ -116,7 +117,7 @@ fn visible(s: &MailboxState, from: i64, to: i64) -> impl Iterator<Item = (&i64, 
 
 impl MailboxScan for MemMailbox {
     fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>> {
-        self.0.read("mailbox", |s| {
+        self.0.read(Store::Mailbox, |s| {
             Ok(visible(s, from, to)
                 .take(limit)
                 .map(|(id, r)| MailboxRow {
@@ -129,14 +130,14 @@ impl MailboxScan for MemMailbox {
     }
 
     fn ids_in_use(&mut self) -> StoreResult<(Option<i64>, Option<i64>)> {
-        self.0.read("mailbox", |s| {
+        self.0.read(Store::Mailbox, |s| {
             let highest = s.rows.keys().next_back().copied();
             Ok((highest, Some(s.next_id.max(highest.map_or(1, |h| h + 1)))))
         })
     }
 
     fn unmarked(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<InboundRow>> {
-        self.0.read("mailbox", |s| {
+        self.0.read(Store::Mailbox, |s| {
             Ok(visible(s, from, to)
                 .filter(|(_, r)| r.processed_at.is_none() && r.status == "VALID")
                 .take(limit)
@@ -154,7 +155,7 @@ impl crate::ports::MailboxAudit for MemMailbox {
         limit: usize,
         marked_only: bool,
     ) -> StoreResult<Vec<crate::ports::OursRow>> {
-        self.0.read("mailbox", |s| {
+        self.0.read(Store::Mailbox, |s| {
             Ok(visible(s, from, to)
                 .filter_map(|(id, r)| {
                     let row = InboundRow { id: *id, received_at: r.received_at };
@@ -176,10 +177,10 @@ impl crate::ports::MailboxAudit for MemMailbox {
 
 impl MailboxTexts for MemMailbox {
     fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
-        self.0.read("mailbox", |s| {
+        self.0.read(Store::Mailbox, |s| {
             if let Some(bad) = ids.iter().find(|id| s.unreadable.contains(id)) {
                 return Err(crate::error::StoreError::rejected(
-                    "mailbox",
+                    Store::Mailbox,
                     format!("ERROR 1644 (45000): cannot read row {bad}"),
                 ));
             }
@@ -215,13 +216,13 @@ impl MailboxMarks for MemMailbox {
         at: SystemTime,
         still_ours: &dyn Fn() -> StoreResult<()>,
     ) -> StoreResult<Vec<Mark>> {
-        self.0.write("mailbox", |s| {
+        self.0.write(Store::Mailbox, |s| {
             // Asked before the write and before the commit, as the real transaction does; the
             // twin's write is all or nothing, so both come before it.
             still_ours()?;
             if let Some(bad) = ids.iter().find(|id| s.refuse_marks.contains(id)) {
                 return Err(crate::error::StoreError::rejected(
-                    "mailbox",
+                    Store::Mailbox,
                     format!("ERROR 1644 (45000): marks of row {bad} are refused"),
                 ));
             }
@@ -247,7 +248,7 @@ impl MailboxMarks for MemMailbox {
 
 impl MailboxSubmit for MemMailbox {
     fn insert(&mut self, raw: &str, at: SystemTime) -> StoreResult<i64> {
-        self.0.write("mailbox", |s| {
+        self.0.write(Store::Mailbox, |s| {
             let id = s.allocate();
             let row = MemRow {
                 raw: Some(raw.as_bytes().to_vec()),
@@ -281,7 +282,7 @@ impl MemOutbound {
 
 impl Outbound for MemOutbound {
     fn insert(&mut self, routing_id: &str, xml: &str, at: SystemTime) -> StoreResult<i64> {
-        self.0.write("mailbox", |rows| {
+        self.0.write(Store::Mailbox, |rows| {
             let id = rows.len() as i64 + 1;
             rows.push((id, routing_id.to_string(), xml.to_string(), at));
             Ok(id)
@@ -289,7 +290,7 @@ impl Outbound for MemOutbound {
     }
 
     fn find(&mut self, routing_id: &str, xml: &str, since: SystemTime) -> StoreResult<Option<i64>> {
-        self.0.read("mailbox", |rows| {
+        self.0.read(Store::Mailbox, |rows| {
             Ok(rows
                 .iter()
                 .find(|(_, r, x, at)| r == routing_id && x == xml && *at >= since)

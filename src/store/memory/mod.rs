@@ -18,6 +18,7 @@ pub use kafka::{MemProducer, ProducerState};
 pub use mailbox::{MailboxState, MemMailbox, MemOutbound, MemRow};
 pub use pg::{MemEvent, MemPg, MemProc, PgState};
 
+use crate::error::Store;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -95,7 +96,7 @@ impl<T> Shared<T> {
     }
 
     /// A read: runs `f` unless a failure is due.
-    pub fn read<R>(&self, store: &'static str, f: impl FnOnce(&T) -> StoreResult<R>) -> StoreResult<R> {
+    pub fn read<R>(&self, store: Store, f: impl FnOnce(&T) -> StoreResult<R>) -> StoreResult<R> {
         let mut cell = self.lock();
         match Self::due(&mut cell) {
             None => f(&cell.state),
@@ -105,7 +106,7 @@ impl<T> Shared<T> {
     }
 
     /// A write: runs `f` unless a failure is due; a [`Fault::Lost`] runs it and then fails.
-    pub fn write<R>(&self, store: &'static str, f: impl FnOnce(&mut T) -> StoreResult<R>) -> StoreResult<R> {
+    pub fn write<R>(&self, store: Store, f: impl FnOnce(&mut T) -> StoreResult<R>) -> StoreResult<R> {
         let mut cell = self.lock();
         match Self::due(&mut cell) {
             None => f(&mut cell.state),

@@ -1,6 +1,7 @@
 //! Own PostgreSQL, in memory: `PROC_STATE`, `MSG_EVENT`, `REF_MASTER`, `PROC_STATE_HST`, the
 //! watermark and the lease row.
 
+use crate::error::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -204,7 +205,7 @@ impl MemPg {
             if let Some(epoch) = fence {
                 if s.lease.epoch != epoch {
                     return Err(StoreError::fenced(
-                        "postgres",
+                        Store::Postgres,
                         format!(
                             "lease epoch is {}, this instance holds {epoch}: a newer holder exists",
                             s.lease.epoch
@@ -218,7 +219,7 @@ impl MemPg {
 
     fn read<R>(&self, f: impl FnOnce(&PgState) -> StoreResult<R>) -> StoreResult<R> {
         let seen = self.2;
-        self.0.read("postgres", |s| {
+        self.0.read(Store::Postgres, |s| {
             lost_commits(s, seen)?;
             f(s)
         })
@@ -227,7 +228,7 @@ impl MemPg {
     /// A write that is not fenced (the lease itself, an operator's command).
     fn session_write<R>(&self, f: impl FnOnce(&mut PgState) -> StoreResult<R>) -> StoreResult<R> {
         let seen = self.2;
-        self.0.write("postgres", |s| {
+        self.0.write(Store::Postgres, |s| {
             lost_commits(s, seen)?;
             f(s)
         })
@@ -238,7 +239,7 @@ impl MemPg {
 fn lost_commits(s: &PgState, seen: u64) -> StoreResult<()> {
     if seen < s.timeline {
         return Err(StoreError::forgot(
-            "postgres",
+            Store::Postgres,
             format!("lost commits: the server is on timeline {} behind what this process saw", s.timeline),
         ));
     }
@@ -255,12 +256,13 @@ fn terminal(p: &mut MemProc, state: ProcStatus, now: SystemTime) {
 }
 
 fn unfinished(procs: &mut BTreeMap<i64, MemProc>, id: i64) -> StoreResult<&mut MemProc> {
-    let p = procs.get_mut(&id).ok_or_else(|| StoreError::rejected("postgres", format!("no msg_id={id}")))?;
+    let p =
+        procs.get_mut(&id).ok_or_else(|| StoreError::rejected(Store::Postgres, format!("no msg_id={id}")))?;
     if p.row.state.is_unfinished() {
         Ok(p)
     } else {
         Err(StoreError::rejected(
-            "postgres",
+            Store::Postgres,
             format!(
                 "msg_id={id} is {}, not unfinished (INV-3 guard); nothing of the round was recorded",
                 p.row.state.as_str()
@@ -365,7 +367,7 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
     if let Some(bad) = s.refuse_outcome_of {
         if round.succeeded.iter().any(|x| x.msg_id == bad) || round.skipped.iter().any(|x| x.msg_id == bad) {
             return Err(StoreError::rejected(
-                "postgres",
+                Store::Postgres,
                 format!("value refused for msg_id={bad} (22021, injected)"),
             ));
         }
@@ -407,7 +409,7 @@ impl Tables {
         if planted::on(Bug::IdentityUnchecked) {
             round_keys.clear();
         } else if let Some(other) = round_keys.insert(identity, id) {
-            return Err(StoreError::rejected("postgres", format!("identity {identity} twice in one round: msg_id={other} and {id} (uk_proc_identity, 23505)")));
+            return Err(StoreError::rejected(Store::Postgres, format!("identity {identity} twice in one round: msg_id={other} and {id} (uk_proc_identity, 23505)")));
         }
         if let Some(other) = s
             .procs
@@ -416,7 +418,7 @@ impl Tables {
             .find(|o| o.row.identity_key.as_deref() == Some(identity) && o.row.msg_id != id)
         {
             return Err(StoreError::rejected(
-                "postgres",
+                Store::Postgres,
                 format!(
                     "identity {identity} is held by msg_id={} (uk_proc_identity, 23505)",
                     other.row.msg_id
@@ -474,7 +476,7 @@ impl Tables {
         now: SystemTime,
     ) -> StoreResult<()> {
         let target = Target::parse(&e.target).ok_or_else(|| {
-            StoreError::rejected("postgres", format!("unknown event target {:?}", e.target))
+            StoreError::rejected(Store::Postgres, format!("unknown event target {:?}", e.target))
         })?;
         let fresh = |event_id| MemEvent {
             event: MsgEvent {
@@ -519,7 +521,7 @@ impl Tables {
         if let Some(t) = x.tag {
             p.row.type_tag = Some(t.to_string());
         }
-        p.row.last_error = Some(x.reason.to_string());
+        p.row.last_error = Some(x.reason.render());
         terminal(p, ProcStatus::Skipped, now);
         Ok(())
     }

@@ -15,6 +15,7 @@
 //! Errors without a server answer: a closed connection, an I/O error or a client timeout is
 //! unavailable; a value the driver could not convert is rejected.
 
+use crate::error::Store;
 use crate::error::{StoreError, StoreErrorKind};
 
 /// SQLSTATEs (or their two-character classes) that mean "the store is away".
@@ -84,11 +85,11 @@ pub fn classify(e: &postgres::Error) -> StoreError {
             Some(d) => format!("{} ({code}): {d}", db.message()),
             None => format!("{} ({code})", db.message()),
         };
-        return StoreError::new("postgres", kind_of_sqlstate(code), detail);
+        return StoreError::new(Store::Postgres, kind_of_sqlstate(code), detail);
     }
     let text = e.to_string();
     let kind = kind_without_server(NoAnswer { closed: e.is_closed(), io: caused_by_io(e), text: &text });
-    StoreError::new("postgres", kind, text)
+    StoreError::new(Store::Postgres, kind, text)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! database's clock, so the instances' clocks need not agree; the epoch it hands out fences
 //! every write transaction (`msgx_fence`).
 
+use crate::error::Store;
 use std::time::{Duration, SystemTime};
 
 use super::Pg;
@@ -102,6 +103,6 @@ impl LeaseStore for Pg {
         let row = self.run(|c| c.query_opt(&format!("SELECT {HOLDER} FROM msgx_lease WHERE id = 1"), &[]))?;
         row.as_ref()
             .map(holder)
-            .ok_or_else(|| StoreError::rejected("postgres", "the lease row is missing (migration V007)"))
+            .ok_or_else(|| StoreError::rejected(Store::Postgres, "the lease row is missing (migration V007)"))
     }
 }

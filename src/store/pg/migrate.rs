@@ -2,6 +2,7 @@
 //! applies the pending ones; every other command refuses to run against a schema whose
 //! applied migrations differ from the binary's, or that has pending ones.
 
+use crate::error::Store;
 use postgres::Client;
 use sha2::{Digest, Sha256};
 
@@ -124,7 +125,7 @@ pub fn migrate(client: &mut Client) -> Result<Vec<(i32, &'static str)>, SchemaEr
         tx.batch_execute(m.sql).map_err(|e| {
             let cause = super::classify::classify(&e);
             SchemaError::Store(StoreError::new(
-                "postgres",
+                Store::Postgres,
                 cause.kind,
                 format!("migration V{:03} {} failed: {}", m.version, m.name, cause.detail),
             ))

@@ -13,6 +13,7 @@ pub mod witness;
 
 pub use operator::{Abandoned, Durability, Gauges, HeadInfo, Status};
 
+use crate::error::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
@@ -45,9 +46,9 @@ pub struct Pg {
 impl Pg {
     /// Parses the URL; connects lazily. Connect and statement time are bounded.
     pub fn new(url: &str) -> Result<Pg, StoreError> {
-        let mut config: postgres::Config = url
-            .parse()
-            .map_err(|e| StoreError::rejected("postgres", format!("bad datasources.default.url: {e}")))?;
+        let mut config: postgres::Config = url.parse().map_err(|e| {
+            StoreError::rejected(Store::Postgres, format!("bad datasources.default.url: {e}"))
+        })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
@@ -89,7 +90,7 @@ impl Pg {
             let mut c = self
                 .config
                 .connect(NoTls)
-                .map_err(|e| StoreError::unavailable("postgres", classify::classify(&e).detail))?;
+                .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
             // Plans must not depend on fresh statistics: the FIFO, outbox and backfill queries
             // walk their partial indexes in order instead of sorting every unfinished row when
             // the table's statistics are stale (docs/performance.md).
@@ -103,7 +104,7 @@ impl Pg {
                  SET idle_in_transaction_session_timeout = '{}ms'",
                 IDLE_IN_TRANSACTION.as_millis()
             ))
-            .map_err(|e| StoreError::unavailable("postgres", classify::classify(&e).detail))?;
+            .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
             self.judge_server(&mut c)?;
             self.client = Some(c);
         }
@@ -139,7 +140,7 @@ impl Pg {
                 log::error!(
                     "postgres lost commits: {what} (an asynchronous replica promoted with a lost tail, or a restore); msgx stops its stages, compares the stores and heals what it can prove (docs/operations.md)"
                 );
-                Err(StoreError::forgot("postgres", format!("lost commits: {what}")))
+                Err(StoreError::forgot(Store::Postgres, format!("lost commits: {what}")))
             }
         }
     }
@@ -215,8 +216,9 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
     let attempts: i32 = r.get("attempts");
     Ok(ProcRow {
         msg_id: r.get("msg_id"),
-        state: ProcStatus::parse(&state)
-            .ok_or_else(|| StoreError::rejected("postgres", format!("unknown PROC_STATE.STATE {state:?}")))?,
+        state: ProcStatus::parse(&state).ok_or_else(|| {
+            StoreError::rejected(Store::Postgres, format!("unknown PROC_STATE.STATE {state:?}"))
+        })?,
         attempts: attempts.max(0) as u32,
         next_attempt_at: r.get("next_attempt_at"),
         error_class: r.get::<_, Option<String>>("error_class").and_then(|c| ErrorClass::parse(&c)),
@@ -406,7 +408,7 @@ fn guard(what: &str, moved: u64, named: usize) -> Result<(), StoreError> {
         Ok(())
     } else {
         Err(StoreError::rejected(
-            "postgres",
+            Store::Postgres,
             format!("commit ({what}): a row of the round is not unfinished (INV-3 guard); nothing of the round was recorded"),
         ))
     }
@@ -443,7 +445,7 @@ fn record_succeeded(
 fn record_skipped(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
     let ids: Vec<i64> = round.skipped.iter().map(|x| x.msg_id).collect();
     let t = tags(round.skipped.iter().map(|x| x.tag.map(|t| clip(t, 32))));
-    let reasons: Vec<String> = round.skipped.iter().map(|x| clip(x.reason, 1000)).collect();
+    let reasons: Vec<String> = round.skipped.iter().map(|x| clip(&x.reason.render(), 1000)).collect();
     c.execute(
         &format!(
             "UPDATE proc_state p SET state = 'SKIPPED', last_error = x.r, type_tag = COALESCE(x.t, p.type_tag),
@@ -532,7 +534,10 @@ impl Fifo for Pg {
     fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()> {
         let events = round.events();
         if let Some((_, _, e)) = events.iter().find(|(_, _, e)| Target::parse(&e.target).is_none()) {
-            return Err(StoreError::rejected("postgres", format!("unknown event target {:?}", e.target)));
+            return Err(StoreError::rejected(
+                Store::Postgres,
+                format!("unknown event target {:?}", e.target),
+            ));
         }
         let references: Vec<(i64, &RefChange)> =
             round.succeeded.iter().flat_map(|x| x.references.iter().map(move |r| (x.msg_id, r))).collect();
