@@ -149,7 +149,7 @@ pub fn commit_is_all_or_nothing<S: OwnStore>(mut s: S) {
     assert!(err.is_err());
     assert_eq!(state(&mut s, 1), ProcStatus::Pending);
     assert!(s.pending(Target::KafkaMsg, 10).unwrap().is_empty(), "no event of a rolled-back round");
-    assert_eq!(s.row(2).unwrap().unwrap().last_error.as_deref(), Some("x"));
+    assert_eq!(s.row(2).unwrap().unwrap().last_error.as_deref(), Some("ignored:x"));
 }
 
 pub fn an_identity_is_held_once<S: OwnStore>(mut s: S) {
