@@ -27,20 +27,17 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::backfill::Backfill;
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
-use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
+use crate::daemon::topology;
 use crate::error::StoreError;
-use crate::ingress::Poller;
-use crate::jobs::Jobs;
 use crate::lease::{Gate, LeaseGate};
 use crate::planted::{self, Bug};
 use crate::policy::retry::retry_policy;
 use crate::ports::{
     Claim, Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult,
 };
-use crate::pump::{lane, Pump};
+use crate::pump::lane;
 use crate::stage::runner::{Halt, Runner, Runs, Turn};
 use crate::stage::{StageId, StallBoard};
 use crate::stats::Stats;
@@ -624,53 +621,11 @@ impl Sim {
             self.cfg.lease.duration,
         ));
         let stats = Arc::new(Stats::default());
-        let guarded = |inner| Guarded { inner, epoch, lease: self.pg.clone(), audit: self.audit.clone() };
-        let mut pump = Pump::new(
-            Mischief::fifo(self.pg.fenced(epoch), &self.clock, retry_policy(p)),
-            self.mailbox.clone(),
-            Mischief::new(self.flights.handle().keeping(p.journal_keep).expecting(seen).fenced(epoch)),
-            p,
-            stats.clone(),
-        );
         let stage_gate: Arc<dyn Gate> = Arc::new(Mischief::new(gate.clone()));
-        if self.lanes {
-            pump = pump.with_lane(lane::Deferred::new(self.pg.fenced(epoch)));
-        }
-        let stages: Vec<Box<dyn Runs>> = vec![
-            Box::new(Poller::new(self.pg.fenced(epoch), self.mailbox.clone(), p, stats.clone())),
-            Box::new(pump),
-            Box::new(Dispatcher::new(
-                self.pg.fenced(epoch),
-                Mischief::new(guarded(Inner::Kafka(self.kafka.clone()))),
-                retry_policy(p),
-                dispatch::Settings::from_config(&self.cfg),
-                stage_gate.clone(),
-                stats.clone(),
-            )),
-            Box::new(OutboundDispatcher::new(
-                self.pg.fenced(epoch),
-                guarded(Inner::Outbound(self.outbound.clone())),
-                retry_policy(p),
-                p.dispatch_batch,
-                stage_gate.clone(),
-                stats.clone(),
-            )),
-            Box::new(Backfill::new(
-                self.pg.fenced(epoch),
-                guarded(Inner::Mailbox(self.mailbox.clone())),
-                p,
-                stage_gate.clone(),
-                stats.clone(),
-            )),
-            Box::new(Jobs::new(self.pg.fenced(epoch), p, stats.clone())),
-            Box::new(crate::consistency::stage::Sentinel::new(
-                self.pg.fenced(epoch),
-                self.mailbox.clone(),
-                self.flights.handle().keeping(p.journal_keep),
-                p.check_sample_ratio,
-                stats,
-            )),
-        ];
+        let mut twins = Twins { sim: self, epoch, seen };
+        let stages = topology::stages(&mut twins, &self.cfg, stage_gate.clone(), &stats)
+            .expect("the twins are built without I/O")
+            .into_list();
         Active {
             epoch,
             gate,
@@ -678,9 +633,8 @@ impl Sim {
             lease: self.pg.session(),
             board: StallBoard::default(),
             stats: Arc::new(Stats::default()),
-            slots: StageId::ALL
+            slots: stages
                 .into_iter()
-                .zip(stages)
                 .map(|(id, stage)| Slot {
                     id,
                     stage,
@@ -690,6 +644,77 @@ impl Sim {
                 .collect(),
             lease_wake: now + self.cfg.lease.renew_every,
         }
+    }
+}
+
+/// The twins as one instance's stores (`daemon::topology`): every stage on its own handle,
+/// fenced by `epoch`, with the planted bugs wrapped around the ports they concern and the writes
+/// only the lease gate guards recorded with their epoch.
+struct Twins<'a> {
+    sim: &'a Sim,
+    epoch: i64,
+    /// The token the consistency pass read (the pump's Redis handle starts there).
+    seen: Option<String>,
+}
+
+impl Twins<'_> {
+    fn guarded(&self, inner: Inner) -> Guarded {
+        Guarded { inner, epoch: self.epoch, lease: self.sim.pg.clone(), audit: self.sim.audit.clone() }
+    }
+}
+
+impl topology::Stores for Twins<'_> {
+    type Intake = MemPg;
+    type Scan = MemMailbox;
+    type Fifo = Mischief<MemPg>;
+    type Texts = MemMailbox;
+    type Flights = Mischief<MemFlights>;
+    type Lane = lane::Deferred<MemPg>;
+    type Outbox = MemPg;
+    type Producer = Mischief<Guarded>;
+    type Outbound = Guarded;
+    type Ledger = MemPg;
+    type Marks = Guarded;
+    type Housekeeping = MemPg;
+    type Audit = MemPg;
+    type MailboxAudit = MemMailbox;
+    type FlightAudit = MemFlights;
+
+    fn poll(&mut self) -> StoreResult<(MemPg, MemMailbox)> {
+        Ok((self.sim.pg.fenced(self.epoch), self.sim.mailbox.clone()))
+    }
+
+    fn process(
+        &mut self,
+    ) -> StoreResult<(Mischief<MemPg>, MemMailbox, Mischief<MemFlights>, Option<Self::Lane>)> {
+        let (sim, epoch) = (self.sim, self.epoch);
+        let p = &sim.cfg.pipeline;
+        let fifo = Mischief::fifo(sim.pg.fenced(epoch), &sim.clock, retry_policy(p));
+        let flights = sim.flights.handle().keeping(p.journal_keep).expecting(self.seen.take()).fenced(epoch);
+        let lane = sim.lanes.then(|| lane::Deferred::new(sim.pg.fenced(epoch)));
+        Ok((fifo, sim.mailbox.clone(), Mischief::new(flights), lane))
+    }
+
+    fn dispatch(&mut self) -> StoreResult<(MemPg, Mischief<Guarded>)> {
+        let producer = self.guarded(Inner::Kafka(self.sim.kafka.clone()));
+        Ok((self.sim.pg.fenced(self.epoch), Mischief::new(producer)))
+    }
+
+    fn outbound(&mut self) -> StoreResult<(MemPg, Guarded)> {
+        Ok((self.sim.pg.fenced(self.epoch), self.guarded(Inner::Outbound(self.sim.outbound.clone()))))
+    }
+
+    fn backfill(&mut self) -> StoreResult<(MemPg, Guarded)> {
+        Ok((self.sim.pg.fenced(self.epoch), self.guarded(Inner::Mailbox(self.sim.mailbox.clone()))))
+    }
+
+    fn jobs(&mut self) -> StoreResult<MemPg> {
+        Ok(self.sim.pg.fenced(self.epoch))
+    }
+
+    fn sentinel(&mut self) -> StoreResult<(MemPg, MemMailbox, MemFlights)> {
+        let flights = self.sim.flights.handle().keeping(self.sim.cfg.pipeline.journal_keep);
+        Ok((self.sim.pg.fenced(self.epoch), self.sim.mailbox.clone(), flights))
     }
 }
 

@@ -18,6 +18,8 @@
 //! standby takes over at once. A stage that panics stops the whole process with exit 1.
 
 use crate::error::Store;
+pub mod topology;
+
 use crate::ops::http::OpsServer;
 use crate::ops::metrics::Metrics;
 use crate::ops::Ops;
@@ -29,19 +31,14 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 use log::{error, info, warn};
 
-use crate::backfill::Backfill;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::consistency::{self, Depth, HealError, Stores};
-use crate::dispatch::{self, Dispatcher, OutboundDispatcher};
 use crate::error::StoreError;
 use crate::ingress::compat::{self, CompatServer};
-use crate::ingress::Poller;
-use crate::jobs::Jobs;
 use crate::lease::{LeaseGate, LeasePolicy};
-use crate::policy::retry::retry_policy;
 use crate::ports::{Claim, Claimant, LeaseStore};
-use crate::pump::{self, Pump};
+use crate::pump;
 use crate::stage::runner::{log_notice, Halt, Runner, Turn};
 use crate::stage::{human, OutagePolicy, Outages, Stage, StageId, StallBoard};
 use crate::stats::Stats;
@@ -656,8 +653,83 @@ impl Doorbells {
     }
 }
 
-/// Every stage of the active instance on its own thread, in `StageId::ALL`'s order, each with
-/// its own connections, fenced by `epoch`.
+/// The real stores of an active instance: every stage on connections of its own, fenced by
+/// `epoch` where the store can be fenced.
+struct Live<'a> {
+    cfg: &'a Config,
+    epoch: i64,
+    /// The token of Redis's last write the consistency pass read (the pump's handle starts there).
+    redis_token: Option<String>,
+    /// The pump's commit lane, started before the stages are built (it is a thread).
+    lane: Option<pump::lane::Behind>,
+}
+
+impl Live<'_> {
+    fn pg(&self) -> Result<Pg, StoreError> {
+        Ok(Pg::new(&self.cfg.pg_url)?.fenced(self.epoch))
+    }
+
+    fn mailbox(&self) -> Result<MysqlMailbox, StoreError> {
+        MysqlMailbox::new(&self.cfg.mysql_url, &self.cfg.inbound)
+    }
+
+    fn redis(&self) -> Result<RedisFlights, StoreError> {
+        Ok(RedisFlights::open(&self.cfg.redis, &self.cfg.redis_prefix)?
+            .keeping(self.cfg.pipeline.journal_keep))
+    }
+}
+
+impl topology::Stores for Live<'_> {
+    type Intake = Pg;
+    type Scan = MysqlMailbox;
+    type Fifo = Pg;
+    type Texts = MysqlMailbox;
+    type Flights = RedisFlights;
+    type Lane = pump::lane::Behind;
+    type Outbox = Pg;
+    type Producer = KafkaProducer;
+    type Outbound = MysqlOutbound;
+    type Ledger = Pg;
+    type Marks = MysqlMailbox;
+    type Housekeeping = Pg;
+    type Audit = Pg;
+    type MailboxAudit = MysqlMailbox;
+    type FlightAudit = RedisFlights;
+
+    fn poll(&mut self) -> Result<(Pg, MysqlMailbox), StoreError> {
+        Ok((self.pg()?, self.mailbox()?))
+    }
+
+    fn process(
+        &mut self,
+    ) -> Result<(Pg, MysqlMailbox, RedisFlights, Option<pump::lane::Behind>), StoreError> {
+        let flights = self.redis()?.fenced(self.epoch).expecting(self.redis_token.take());
+        Ok((self.pg()?, self.mailbox()?, flights, self.lane.take()))
+    }
+
+    fn dispatch(&mut self) -> Result<(Pg, KafkaProducer), StoreError> {
+        Ok((self.pg()?, KafkaProducer::new(self.cfg)?))
+    }
+
+    fn outbound(&mut self) -> Result<(Pg, MysqlOutbound), StoreError> {
+        Ok((self.pg()?, MysqlOutbound::new(&self.cfg.mysql_url, &self.cfg.outbound)?))
+    }
+
+    fn backfill(&mut self) -> Result<(Pg, MysqlMailbox), StoreError> {
+        Ok((self.pg()?, self.mailbox()?))
+    }
+
+    fn jobs(&mut self) -> Result<Pg, StoreError> {
+        self.pg()
+    }
+
+    fn sentinel(&mut self) -> Result<(Pg, MysqlMailbox, RedisFlights), StoreError> {
+        Ok((self.pg()?, self.mailbox()?, self.redis()?))
+    }
+}
+
+/// Every stage of the active instance on its own thread, in `StageId::ALL`'s order (the
+/// topology shared with the simulator), with the doorbells the topology names.
 fn stages(
     cfg: &Config,
     epoch: i64,
@@ -665,82 +737,25 @@ fn stages(
     ctx: &Context,
     bells: &mut Doorbells,
 ) -> Result<Vec<Thread>, DaemonError> {
-    let pg = || Pg::new(&cfg.pg_url).map(|pg| pg.fenced(epoch));
-    let mailbox = || MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound);
-    let p = &cfg.pipeline;
-    let stats = &ctx.stats;
-    let recorded = bells.rings(StageId::Process);
-    let mut wire = |id: StageId| bells.wire(id, p);
-    Ok(vec![
-        spawn(Poller::new(pg()?, mailbox()?, p, stats.clone()), wire(StageId::Poll), ctx.clone()),
-        spawn(pump(cfg, epoch, redis_token, stats, recorded)?, wire(StageId::Process), ctx.clone()),
-        spawn(
-            Dispatcher::new(
-                pg()?,
-                KafkaProducer::new(cfg)?,
-                retry_policy(p),
-                dispatch::Settings::from_config(cfg),
-                ctx.gate.clone(),
-                stats.clone(),
-            ),
-            wire(StageId::Dispatch),
-            ctx.clone(),
-        ),
-        spawn(
-            OutboundDispatcher::new(
-                pg()?,
-                MysqlOutbound::new(&cfg.mysql_url, &cfg.outbound)?,
-                retry_policy(p),
-                p.dispatch_batch,
-                ctx.gate.clone(),
-                stats.clone(),
-            ),
-            wire(StageId::Outbound),
-            ctx.clone(),
-        ),
-        spawn(
-            Backfill::new(pg()?, mailbox()?, p, ctx.gate.clone(), stats.clone()),
-            wire(StageId::Backfill),
-            ctx.clone(),
-        ),
-        spawn(Jobs::new(pg()?, p, stats.clone()), wire(StageId::Jobs), ctx.clone()),
-        spawn(
-            consistency::stage::Sentinel::new(
-                pg()?,
-                mailbox()?,
-                RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(p.journal_keep),
-                p.check_sample_ratio,
-                stats.clone(),
-            ),
-            wire(StageId::Sentinel),
-            ctx.clone(),
-        ),
-    ])
-}
-
-/// The process stage: its Redis handle starts from the token the consistency pass read, and
-/// its commits run on their own lane, whose landing rings the stages behind it at once.
-fn pump(
-    cfg: &Config,
-    epoch: i64,
-    redis_token: Option<String>,
-    stats: &Arc<Stats>,
-    recorded: Vec<Bell>,
-) -> Result<Pump<Pg, MysqlMailbox, RedisFlights>, DaemonError> {
-    let p = &cfg.pipeline;
-    let flights = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.fenced(epoch);
+    // The lane rings the stages behind the pump the moment a round's commit landed.
+    let rings = bells.rings(StageId::Process);
     let lane = pump::lane::Behind::spawn(Pg::new(&cfg.pg_url)?.fenced(epoch), move || {
-        recorded.iter().for_each(Bell::ring)
+        rings.iter().for_each(Bell::ring)
     })
     .map_err(|e| DaemonError::StageFailed(format!("process-commit: {e}")))?;
-    let pump = Pump::new(
-        Pg::new(&cfg.pg_url)?.fenced(epoch),
-        MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
-        flights.keeping(p.journal_keep).expecting(redis_token),
-        p,
-        stats.clone(),
-    );
-    Ok(pump.with_lane(lane))
+    let mut live = Live { cfg, epoch, redis_token, lane: Some(lane) };
+    let s = topology::stages(&mut live, cfg, ctx.gate.clone(), &ctx.stats)?;
+    let p = &cfg.pipeline;
+    let mut wire = |id: StageId| bells.wire(id, p);
+    Ok(vec![
+        spawn(s.poll, wire(StageId::Poll), ctx.clone()),
+        spawn(s.process, wire(StageId::Process), ctx.clone()),
+        spawn(s.dispatch, wire(StageId::Dispatch), ctx.clone()),
+        spawn(s.outbound, wire(StageId::Outbound), ctx.clone()),
+        spawn(s.backfill, wire(StageId::Backfill), ctx.clone()),
+        spawn(s.jobs, wire(StageId::Jobs), ctx.clone()),
+        spawn(s.sentinel, wire(StageId::Sentinel), ctx.clone()),
+    ])
 }
 
 /// Claims the flights in Redis for `epoch`. Redis keeping a higher epoch than the one
