@@ -117,19 +117,17 @@ pub struct CivilTime {
 impl CivilTime {
     /// UTC calendar time of `t` (times before 1970 clamp to the epoch: msgx never meets them).
     pub fn from_system(t: SystemTime) -> CivilTime {
-        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let secs = since.as_secs() as i64;
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
+        let t = t.max(UNIX_EPOCH);
+        let ts = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::MAX);
+        let dt = jiff::tz::TimeZone::UTC.to_datetime(ts);
         CivilTime {
-            year,
-            month,
-            day,
-            hour: (rem / 3600) as u8,
-            minute: (rem % 3600 / 60) as u8,
-            second: (rem % 60) as u8,
-            micros: since.subsec_micros(),
+            year: i32::from(dt.year()),
+            month: dt.month() as u8,
+            day: dt.day() as u8,
+            hour: dt.hour() as u8,
+            minute: dt.minute() as u8,
+            second: dt.second() as u8,
+            micros: (dt.subsec_nanosecond() / 1_000) as u32,
         }
     }
 
@@ -141,38 +139,24 @@ impl CivilTime {
         )
     }
 
+    /// The instant; a time jiff cannot hold (before year −9999 or after 9999, or not a
+    /// calendar time) clamps to the epoch, as a time before 1970 does.
     pub fn to_system(self) -> SystemTime {
-        let days = days_from_civil(self.year, self.month, self.day);
-        let secs = days * 86_400 + self.hour as i64 * 3600 + self.minute as i64 * 60 + self.second as i64;
-        if secs < 0 {
-            return UNIX_EPOCH;
-        }
-        UNIX_EPOCH + Duration::from_secs(secs as u64) + Duration::from_micros(self.micros as u64)
+        let dt = jiff::civil::DateTime::new(
+            self.year.clamp(-9999, 9999) as i16,
+            self.month as i8,
+            self.day as i8,
+            self.hour as i8,
+            self.minute as i8,
+            self.second as i8,
+            (self.micros * 1_000) as i32,
+        );
+        dt.ok()
+            .and_then(|dt| jiff::tz::TimeZone::UTC.to_timestamp(dt).ok())
+            .and_then(|ts| SystemTime::try_from(ts).ok())
+            .filter(|t| *t >= UNIX_EPOCH)
+            .unwrap_or(UNIX_EPOCH)
     }
-}
-
-// Howard Hinnant's algorithms (public domain), proleptic Gregorian calendar.
-fn civil_from_days(z: i64) -> (i32, u8, u8) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    ((if m <= 2 { y + 1 } else { y }) as i32, m, d)
-}
-
-fn days_from_civil(y: i32, m: u8, d: u8) -> i64 {
-    let y = if m <= 2 { y as i64 - 1 } else { y as i64 };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// Milliseconds since the epoch, for log lines and JSON payloads.
