@@ -157,6 +157,26 @@ impl Target {
     }
 }
 
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// As `MSG_EVENT.TARGET` and the journal write it: `KAFKA:msg`, `KAFKA:schd`, `COUTMSGS`.
+impl serde::Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Target {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Target, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Target::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown event target {s:?}")))
+    }
+}
+
 /// `MSG_EVENT.STATE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventStatus {
@@ -182,7 +202,7 @@ impl EventStatus {
 /// An outbox event the pump writes in the same transaction as SUCCEEDED.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewEvent {
-    pub target: String,
+    pub target: Target,
     /// The flight id: Kafka key and per-flight order.
     pub partition_key: String,
     pub event_type: String,

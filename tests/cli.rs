@@ -165,7 +165,7 @@ fn replay_events_revives_the_dead_letter_queue() {
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     common::enqueue(&mut pg, &[1], t0());
     let ev = |k: &str| NewEvent {
-        target: Target::KafkaMsg.as_str().into(),
+        target: Target::KafkaMsg,
         partition_key: k.into(),
         event_type: "UPSERT".into(),
         state_version: 1,
@@ -542,7 +542,7 @@ fn resend_shows_what_it_would_do_and_does_it_with_yes() {
     let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
     common::enqueue(&mut pg, &[1], t0());
     let ev = msgx::domain::NewEvent {
-        target: "KAFKA:msg".into(),
+        target: msgx::domain::Target::KafkaMsg,
         partition_key: "F".into(),
         event_type: "UPSERT".into(),
         state_version: 1,

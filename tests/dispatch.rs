@@ -34,7 +34,7 @@ fn messages(pg: &mut Pg, first: i64, events: Vec<Vec<NewEvent>>) {
 
 fn event(target: Target, key: &str, version: i64, payload: String) -> NewEvent {
     NewEvent {
-        target: target.as_str().into(),
+        target,
         partition_key: key.into(),
         event_type: "UPSERT".into(),
         state_version: version,

@@ -40,7 +40,7 @@ fn a_leader_move_a_broker_down_and_retriable_errors_cost_no_event_and_no_order()
     for id in 1..=EVENTS {
         enqueue(&mut pg, &[id], at);
         let e = NewEvent {
-            target: Target::KafkaMsg.as_str().into(),
+            target: Target::KafkaMsg,
             partition_key: format!("K{}", id % KEYS),
             event_type: "UPSERT".into(),
             state_version: id,

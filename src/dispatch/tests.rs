@@ -55,7 +55,7 @@ impl World {
         let evs = events
             .iter()
             .map(|(t, k, v, p)| NewEvent {
-                target: t.as_str().into(),
+                target: *t,
                 partition_key: k.to_string(),
                 event_type: "UPSERT".into(),
                 state_version: *v,

@@ -175,7 +175,7 @@ pub fn decide(view: &View, msg: &Message, msg_id: i64) -> Result<Decision, Rejec
 
 fn event(target: Target, key: &str, event_type: &str, version: i64, payload: serde_json::Value) -> NewEvent {
     NewEvent {
-        target: target.as_str().to_string(),
+        target,
         partition_key: key.to_string(),
         event_type: event_type.to_string(),
         state_version: version,

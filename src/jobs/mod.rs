@@ -140,7 +140,7 @@ mod tests {
         let mut pg = MemPg::new();
         pg.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), clock.now()).unwrap();
         let ev = NewEvent {
-            target: Target::KafkaMsg.as_str().into(),
+            target: Target::KafkaMsg,
             partition_key: "F".into(),
             event_type: "UPSERT".into(),
             state_version: 1,

@@ -52,7 +52,7 @@ fn dispatch(batch: usize) -> f64 {
     let settles: Vec<Settle> = (1..=N)
         .map(|n| {
             let e = NewEvent {
-                target: Target::KafkaMsg.as_str().into(),
+                target: Target::KafkaMsg,
                 partition_key: format!("F{}", n % 100),
                 event_type: "UPSERT".into(),
                 state_version: n,

@@ -63,7 +63,7 @@ fn decision(changes: Vec<FlightChange>, events: usize) -> Decision {
         flights: changes,
         events: (0..events)
             .map(|n| NewEvent {
-                target: Target::KafkaMsg.as_str().into(),
+                target: Target::KafkaMsg,
                 partition_key: "F".into(),
                 event_type: "UPSERT".into(),
                 state_version: n as i64,

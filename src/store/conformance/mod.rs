@@ -68,7 +68,7 @@ fn enqueue<S: OwnStore>(s: &mut S, ids: &[i64]) {
 
 fn event(flid: &str, n: i64) -> NewEvent {
     NewEvent {
-        target: Target::KafkaMsg.as_str().into(),
+        target: Target::KafkaMsg,
         partition_key: flid.into(),
         event_type: "UPSERT".into(),
         state_version: n,
@@ -313,7 +313,7 @@ pub fn outbox_is_fifo_per_target_and_conditional<S: OwnStore>(mut s: S) {
 }
 
 fn schd_event(flid: &str, version: i64) -> NewEvent {
-    NewEvent { target: Target::KafkaSchd.as_str().into(), ..event(flid, version) }
+    NewEvent { target: Target::KafkaSchd, ..event(flid, version) }
 }
 
 pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: OwnStore>(mut s: S) {
@@ -491,7 +491,7 @@ pub fn regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is<S: OwnS
 /// KAFKA:schd row, the flight's, has none.
 pub fn an_event_keeps_its_ordinal_within_its_message<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2]);
-    let schd = NewEvent { target: Target::KafkaSchd.as_str().into(), ..event("F", 1) };
+    let schd = NewEvent { target: Target::KafkaSchd, ..event("F", 1) };
     commit(&mut s, &[Settle::succeeded(1, "k1", vec![event("A", 1), event("B", 1), schd])], at(1)).unwrap();
     commit(&mut s, &[Settle::succeeded(2, "k2", vec![event("A", 2)])], at(2)).unwrap();
     let keys: Vec<String> = s

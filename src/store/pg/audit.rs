@@ -1,7 +1,8 @@
 //! What the consistency check reads of own PostgreSQL (#20).
 
 use super::Pg;
-use crate::domain::NewEvent;
+use crate::domain::{NewEvent, Target};
+use crate::error::{Store, StoreError};
 use crate::ports::{StateAudit, StoreResult};
 
 impl StateAudit for Pg {
@@ -76,18 +77,24 @@ impl StateAudit for Pg {
                 &[&ids],
             )
         })?;
-        Ok(rows
-            .iter()
+        rows.iter()
             .map(|r| {
+                let text: String = r.get(1);
+                let target = Target::parse(&text).ok_or_else(|| {
+                    StoreError::rejected(
+                        Store::Postgres,
+                        format!("msg_event.target {text:?} is no target msgx knows"),
+                    )
+                })?;
                 let e = NewEvent {
-                    target: r.get(1),
+                    target,
                     partition_key: r.get(2),
                     event_type: r.get(3),
                     state_version: r.get(4),
                     payload_json: r.get(5),
                 };
-                (r.get(0), e)
+                Ok((r.get(0), e))
             })
-            .collect())
+            .collect()
     }
 }

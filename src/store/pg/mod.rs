@@ -299,9 +299,8 @@ type RoundEvent<'a> = (i64, usize, &'a NewEvent);
 /// resets the flight's row to PENDING with the new payload and clears SENT_AT; an older one is
 /// dropped. One statement per kind, whatever the round's size.
 fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> Result<(), postgres::Error> {
-    let schd = Target::KafkaSchd.as_str();
     let (upserts, inserts): (Vec<&RoundEvent<'_>>, Vec<&RoundEvent<'_>>) =
-        events.iter().partition(|(_, _, e)| e.target == schd);
+        events.iter().partition(|(_, _, e)| e.target == Target::KafkaSchd);
     if !inserts.is_empty() {
         let msg_ids: Vec<i64> = inserts.iter().map(|(m, _, _)| *m).collect();
         let ordinals: Vec<i32> = inserts.iter().map(|(_, o, _)| *o as i32).collect();
@@ -533,12 +532,6 @@ impl Fifo for Pg {
 
     fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()> {
         let events = round.events();
-        if let Some((_, _, e)) = events.iter().find(|(_, _, e)| Target::parse(&e.target).is_none()) {
-            return Err(StoreError::rejected(
-                Store::Postgres,
-                format!("unknown event target {:?}", e.target),
-            ));
-        }
         let references: Vec<(i64, &RefChange)> =
             round.succeeded.iter().flat_map(|x| x.references.iter().map(move |r| (x.msg_id, r))).collect();
         // Set-based: one statement per kind of outcome, its row count checked, so a round of
