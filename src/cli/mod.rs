@@ -235,6 +235,26 @@ enum Command {
 
 type CmdResult = Result<(), (Exit, anyhow::Error)>;
 
+/// One line per row an operator's command named — `<done> msg_id=…` or `refused msg_id=…:
+/// why` — and exit 1 when any was refused.
+fn print_verdicts(out: &[(i64, Result<(), String>)], done: &str) -> CmdResult {
+    let w = done.len().max("refused".len());
+    let mut refused = 0;
+    for (id, verdict) in out {
+        match verdict {
+            Ok(()) => println!("{done:<w$} msg_id={id}"),
+            Err(why) => {
+                refused += 1;
+                println!("{:<w$} msg_id={id}: {why}", "refused");
+            }
+        }
+    }
+    if refused > 0 {
+        return Err((Exit::Failed, anyhow::anyhow!("{refused} message(s) not {done}")));
+    }
+    Ok(())
+}
+
 /// A store the command needs did not answer or refused it: exit 4, the error names it.
 fn unreachable(e: impl Into<anyhow::Error>) -> (Exit, anyhow::Error) {
     (Exit::Unreachable, e.into())
