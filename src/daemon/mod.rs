@@ -39,7 +39,7 @@ use crate::ingress::compat::{self, CompatServer};
 use crate::lease::{LeaseGate, LeasePolicy};
 use crate::ports::{Claim, Claimant, LeaseStore};
 use crate::pump;
-use crate::stage::runner::{log_notice, Halt, Runner, Turn};
+use crate::stage::runner::{log_notice, Halt, Keeper, Runner, Turn};
 use crate::stage::{human, OutagePolicy, Outages, Stage, StageId, StallBoard};
 use crate::stats::Stats;
 use crate::store::flights::RedisFlights;
@@ -175,39 +175,16 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
 /// the lease still ours.
 fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) -> Thread {
     Thread::new("lease", move |stop| {
-        let mut outages = Outages::new(Store::Lease.name(), ctx.outage);
+        let mut keeper = Keeper::new(policy.duration, ctx.outage);
         let epoch = ctx.gate.epoch();
         loop {
             let sent = ctx.clock.now();
             let sent_mono = ctx.clock.mono();
-            let status = serde_json::json!({
-                "stalled": ctx.board.snapshot().iter().map(|(stage, store, since)| serde_json::json!({
-                    "stage": stage, "store": store, "since_ms": crate::clock::unix_millis(*since)
-                })).collect::<Vec<_>>(),
-            })
-            .to_string();
-            match store.renew(&me, epoch, policy.duration, &status) {
-                Ok(true) => {
-                    ctx.gate.confirm(sent_mono, policy.duration);
-                    for n in outages.recovered(ctx.clock.now()) {
-                        log_notice(&n, &ctx.stats);
-                    }
-                }
-                Ok(false) => {
-                    ctx.gate.stale();
-                    error!("lease lost epoch={epoch}: a newer instance took it over; this one stops and writes nothing more (PRE-5)");
-                    return Exit::Fenced(format!("lease epoch {epoch} taken over"));
-                }
-                Err(e) if e.stops() => {
-                    ctx.gate.forgot();
-                    error!("stopped stage=lease {e}: this instance writes nothing more");
-                    return Exit::Forgot(e.to_string());
-                }
-                Err(e) => {
-                    for n in outages.failed(&e, sent).0 {
-                        log_notice(&n, &ctx.stats);
-                    }
-                }
+            let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
+            match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
+                Some(Halt::Fenced(why)) => return Exit::Fenced(why),
+                Some(Halt::Forgot(why)) => return Exit::Forgot(why),
+                None => {}
             }
             if pause_or_stop(&stop, None, policy.renew_every) {
                 return Exit::Stopped;

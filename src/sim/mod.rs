@@ -38,7 +38,7 @@ use crate::ports::{
     Claim, Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult,
 };
 use crate::pump::lane;
-use crate::stage::runner::{Halt, Runner, Runs, Turn};
+use crate::stage::runner::{Halt, Keeper, Runner, Runs, Turn};
 use crate::stage::{StageId, StallBoard};
 use crate::stats::Stats;
 use crate::store::memory::{
@@ -68,6 +68,8 @@ struct Active {
     /// The lease keeper's session (made at activation: it saw the server as it was then).
     lease: MemPg,
     slots: Vec<Slot>,
+    /// The daemon's lease keeper (`stage::runner::Keeper`) and when it renews next.
+    keeper: Keeper,
     lease_wake: SystemTime,
 }
 
@@ -554,23 +556,18 @@ impl Sim {
         }
     }
 
+    /// One turn of the daemon's lease keeper for instance `k`.
     fn renew(&mut self, k: usize) {
         let now = self.clock.now();
         let (me, policy) = (self.instances[k].me.clone(), self.cfg.lease);
         let Life::Active(a) = &mut self.instances[k].life else { return };
         let mut lease = a.lease.clone();
         a.lease_wake = now + policy.renew_every;
-        match lease.renew(&me, a.epoch, policy.duration, "{}") {
-            Ok(true) => a.gate.confirm(self.clock.mono(), policy.duration),
-            Ok(false) => {
-                a.gate.stale();
-                self.stop(k, "lost the lease");
-            }
-            Err(e) if e.stops() => {
-                a.gate.forgot();
-                self.stop(k, &format!("lease keeper: {e}"));
-            }
-            Err(_) => {}
+        let renewed = lease.renew(&me, a.epoch, policy.duration, &Keeper::status(&a.board));
+        match a.keeper.turn(renewed, self.clock.mono(), &a.gate, &a.stats, now) {
+            Some(Halt::Fenced(_)) => self.stop(k, "lost the lease"),
+            Some(Halt::Forgot(e)) => self.stop(k, &format!("lease keeper: {e}")),
+            None => {}
         }
     }
 
@@ -642,6 +639,7 @@ impl Sim {
                     wake: now,
                 })
                 .collect(),
+            keeper: Keeper::new(self.cfg.lease.duration, p.outage),
             lease_wake: now + self.cfg.lease.renew_every,
         }
     }

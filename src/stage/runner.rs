@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 use log::error;
 
 use super::{Next, Notice, OutagePolicy, Outages, RoundReport, Stage, StageId, StallBoard};
+use crate::clock::Mono;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::lease::Gate;
+use crate::lease::{Gate, LeaseGate};
 use crate::stats::{self, Stats};
 
 /// The target of the runner's lines: the daemon's, as they always were (operators filter on it).
@@ -137,4 +138,70 @@ pub fn log_notice(n: &Notice, stats: &Stats) {
         Notice::StillDown { .. } => {}
     }
     log::log!(target: LOG, n.level(), "{n}");
+}
+
+/// The lease keeper's step (PRE-5), shared like [`Runner::turn`]: what the answer to one
+/// renewal means. A renewal confirms the gate from the moment it was sent; a newer holder
+/// closes it for good and stops the instance; a lease store that forgot stops it too; a lease
+/// store that is away is an outage (the gate closes by itself when the last confirmation runs
+/// out, and opens again if a late renewal finds the lease still ours).
+pub struct Keeper {
+    outages: Outages,
+    duration: Duration,
+}
+
+impl Keeper {
+    pub fn new(duration: Duration, outage: OutagePolicy) -> Keeper {
+        Keeper { outages: Outages::new(Store::Lease.name(), outage), duration }
+    }
+
+    /// What the instance reports with each renewal: the stages stalled on the board, so that
+    /// `msgx status` shows them from any machine.
+    pub fn status(board: &StallBoard) -> String {
+        let stalled: Vec<serde_json::Value> = board
+            .snapshot()
+            .iter()
+            .map(|(stage, store, since)| {
+                serde_json::json!({"stage": stage, "store": store, "since_ms": crate::clock::unix_millis(*since)})
+            })
+            .collect();
+        serde_json::json!({ "stalled": stalled }).to_string()
+    }
+
+    /// `renewed`: the answer to a renewal sent at `sent` (the monotonic clock), read at `now`.
+    pub fn turn(
+        &mut self,
+        renewed: Result<bool, StoreError>,
+        sent: Mono,
+        gate: &LeaseGate,
+        stats: &Stats,
+        now: SystemTime,
+    ) -> Option<Halt> {
+        let epoch = gate.epoch();
+        match renewed {
+            Ok(true) => {
+                gate.confirm(sent, self.duration);
+                for n in self.outages.recovered(now) {
+                    log_notice(&n, stats);
+                }
+                None
+            }
+            Ok(false) => {
+                gate.stale();
+                error!(target: LOG, "lease lost epoch={epoch}: a newer instance took it over; this one stops and writes nothing more (PRE-5)");
+                Some(Halt::Fenced(format!("lease epoch {epoch} taken over")))
+            }
+            Err(e) if e.stops() => {
+                gate.forgot();
+                error!(target: LOG, "stopped stage=lease {e}: this instance writes nothing more");
+                Some(Halt::Forgot(e.to_string()))
+            }
+            Err(e) => {
+                for n in self.outages.failed(&e, now).0 {
+                    log_notice(&n, stats);
+                }
+                None
+            }
+        }
+    }
 }
