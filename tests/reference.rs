@@ -51,6 +51,11 @@ fn code_lines() -> BTreeMap<String, Vec<(String, String)>> {
             for (level, mac) in [("INFO", "info!("), ("WARN", "warn!("), ("ERROR", "error!(")] {
                 for (at, _) in text.match_indices(mac) {
                     let rest = text[at + mac.len()..].trim_start();
+                    // `target: LOG, "…"`: the lines of a stage split over files keep its target.
+                    let rest = match rest.strip_prefix("target:") {
+                        Some(r) => r.split_once(',').map_or(r, |(_, after)| after).trim_start(),
+                        None => rest,
+                    };
                     let Some(lit) = rest.strip_prefix('"') else { continue };
                     let v = verb(lit);
                     if v.is_empty() {
