@@ -85,13 +85,9 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    /// The stored form.
+    /// The stored form (as [`Display`](std::fmt::Display) writes it).
     pub fn render(&self) -> String {
-        match self {
-            SkipReason::Ignored(rule) => format!("ignored:{rule}"),
-            SkipReason::DuplicateOf(id) => format!("duplicate-of:{id}"),
-            SkipReason::NotForMsgx(why) => format!("not-for-msgx:{why}"),
-        }
+        self.to_string()
     }
 
     /// The stored form read back; `None` for a text no version of msgx writes.
@@ -110,6 +106,16 @@ impl SkipReason {
 
     pub fn is_replayable(&self) -> bool {
         matches!(self, SkipReason::NotForMsgx(_))
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::Ignored(rule) => write!(f, "ignored:{rule}"),
+            SkipReason::DuplicateOf(id) => write!(f, "duplicate-of:{id}"),
+            SkipReason::NotForMsgx(why) => write!(f, "not-for-msgx:{why}"),
+        }
     }
 }
 

@@ -47,6 +47,12 @@ pub fn on(bug: Bug) -> bool {
     }
 }
 
+/// The bug planted on this thread, if any.
+#[cfg(test)]
+pub fn planted() -> Option<Bug> {
+    PLANTED.with(|b| b.get())
+}
+
 /// Plants `bug` on this thread (or none).
 #[cfg(test)]
 pub fn plant(bug: Option<Bug>) {

@@ -29,21 +29,21 @@ use crate::stats::Stats;
 /// Where an active instance's stages get their stores: one store per role and stage, made when
 /// the stage is built (fenced by the instance's epoch where the store can be fenced).
 pub trait Stores {
-    type Intake: Intake;
-    type Scan: MailboxScan + MailboxTexts;
-    type Fifo: Fifo;
-    type Texts: MailboxTexts;
-    type Flights: FlightStore;
+    type Intake: Intake + 'static;
+    type Scan: MailboxScan + MailboxTexts + 'static;
+    type Fifo: Fifo + 'static;
+    type Texts: MailboxTexts + 'static;
+    type Flights: FlightStore + 'static;
     type Lane: CommitLane + 'static;
-    type Outbox: Outbox;
-    type Producer: Producer;
-    type Outbound: Outbound;
-    type Ledger: MarkLedger;
-    type Marks: MailboxMarks;
-    type Housekeeping: Housekeeping;
-    type Audit: PgSide;
-    type MailboxAudit: MailboxSide;
-    type FlightAudit: FlightsSide;
+    type Outbox: Outbox + 'static;
+    type Producer: Producer + 'static;
+    type Outbound: Outbound + 'static;
+    type Ledger: MarkLedger + 'static;
+    type Marks: MailboxMarks + 'static;
+    type Housekeeping: Housekeeping + 'static;
+    type Audit: PgSide + 'static;
+    type MailboxAudit: MailboxSide + 'static;
+    type FlightAudit: FlightsSide + 'static;
 
     /// The poller's: own PostgreSQL's intake and the mailbox it scans.
     fn poll(&mut self) -> Result<(Self::Intake, Self::Scan), StoreError>;
@@ -109,23 +109,7 @@ pub fn stages<S: Stores>(
     })
 }
 
-impl<S: Stores> Stages<S>
-where
-    S::Intake: 'static,
-    S::Scan: 'static,
-    S::Fifo: 'static,
-    S::Texts: 'static,
-    S::Flights: 'static,
-    S::Outbox: 'static,
-    S::Producer: 'static,
-    S::Outbound: 'static,
-    S::Ledger: 'static,
-    S::Marks: 'static,
-    S::Housekeeping: 'static,
-    S::Audit: 'static,
-    S::MailboxAudit: 'static,
-    S::FlightAudit: 'static,
-{
+impl<S: Stores> Stages<S> {
     /// The stages as one list in [`StageId::ALL`]'s order (the simulator's slots).
     pub fn into_list(self) -> Vec<(StageId, Box<dyn Runs>)> {
         let list: Vec<(StageId, Box<dyn Runs>)> = vec![

@@ -40,7 +40,7 @@ impl<P, M, F> Pump<P, M, F> {
                     SkipReason::Ignored(_) => &self.stats.skipped_ignored,
                 };
                 stats::inc(counter);
-                info!(target: super::LOG, "skipped msg_id={id} type={tag} reason={}", reason.render());
+                info!(target: super::LOG, "skipped msg_id={id} type={tag} reason={reason}");
             }
             Outcome::Failed(Failure::Retry { class, error, .. }) => {
                 stats::inc(&self.stats.failed);

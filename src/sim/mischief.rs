@@ -32,15 +32,7 @@ impl<T> Mischief<T> {
     }
 
     pub fn new(inner: T) -> Mischief<T> {
-        const BUGS: [Bug; 6] = [
-            Bug::HeadOvertaken,
-            Bug::IdentityUnchecked,
-            Bug::JournalIgnored,
-            Bug::GateNeverCloses,
-            Bug::DeliveryReordered,
-            Bug::OutageCharged,
-        ];
-        Mischief { inner, bug: BUGS.into_iter().find(|b| planted::on(*b)), head: None }
+        Mischief { inner, bug: planted::planted(), head: None }
     }
 
     fn planted(&self, bug: Bug) -> bool {

@@ -63,7 +63,8 @@ struct Active {
     /// The gate the stages and their runners ask (where a planted bug may keep it open).
     stage_gate: Arc<dyn Gate>,
     board: StallBoard,
-    /// The runners' counters (outages); the stages count into their own.
+    /// The instance's counters: its stages', its runners' and its lease keeper's, as the
+    /// daemon shares one set.
     stats: Arc<Stats>,
     /// The lease keeper's session (made at activation: it saw the server as it was then).
     lease: MemPg,
@@ -629,7 +630,7 @@ impl Sim {
             stage_gate,
             lease: self.pg.session(),
             board: StallBoard::default(),
-            stats: Arc::new(Stats::default()),
+            stats,
             slots: stages
                 .into_iter()
                 .map(|(id, stage)| Slot {
