@@ -268,6 +268,119 @@ pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut 
     assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["F"], "the plan index follows");
 }
 
+/// A late message for a flight deleted after it (its values refused by the tombstone) does not
+/// put the flight back in the daily plan's index: a snapshot's window would name a flight
+/// that has no fields. The Redis script indexed it; the twin did not (#23, found by the
+/// merged-round case below).
+pub fn regression_a_late_message_does_not_index_a_deleted_flight<S: FlightTwin>(mut s: S) {
+    let mut first = change("F", &[("STND", "A")], &[]);
+    first.sodt = Some(202601010800);
+    s.apply(&[(10, &decision(vec![first], 0))]).unwrap();
+    let mut gone = change("F", &[], &[]);
+    gone.delete = true;
+    s.apply(&[(20, &decision(vec![gone], 0))]).unwrap();
+    let mut late = change("F", &[("STND", "OLD")], &[]);
+    late.sodt = Some(202601010800);
+    s.apply(&[(15, &decision(vec![late], 0))]).unwrap();
+    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: Some((0, i64::MAX)) };
+    let p = s.prepare(&need, &[], at(0)).unwrap();
+    assert!(p.flights.get("F").is_some_and(|f| f.fields.is_empty()), "the tombstone refused the late value");
+    assert!(p.window.is_empty(), "a deleted flight is not in the index: {:?}", p.window);
+}
+
+/// Rounds of many changes per flight — sets, clears, deletes, SODTs, snapshots, late rows —
+/// end where the same changes applied one by one under `FlightState::apply`'s rules end
+/// (fields, versions, tombstone, the plan's index): the store may merge a round per flight
+/// (#23), never change what it means.
+pub fn a_round_merged_per_flight_ends_as_its_changes_one_by_one<S: FlightTwin>(mut s: S) {
+    use crate::handlers::FlightState;
+    use std::collections::BTreeMap;
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (names, flids) = (["STND", "GATE", "EOBT", "ACFT"], ["F1", "F2", "F3"]);
+    let mut model: BTreeMap<String, (FlightState, Option<i64>)> = BTreeMap::new();
+    let mut last_snapshot = -1;
+    let mut m0 = 1000;
+    for r in 0..500 {
+        // A round's MSG_IDs ascend; a round now and then is late rows below the ones before.
+        let mut m = if r % 7 == 6 { m0 - 500 } else { m0 };
+        let mut decisions = Vec::new();
+        for _ in 0..1 + next(8) {
+            m += 1 + next(3) as i64;
+            let mut d = decision(Vec::new(), 1);
+            d.snapshot = next(10) == 0;
+            for flid in flids {
+                if next(2) == 0 {
+                    continue;
+                }
+                let mut c = change(flid, &[], &[]);
+                // A fifth of the changes delete the flight and nothing else (it stays empty).
+                c.delete = next(5) == 0 || next(10) == 0;
+                for f in names {
+                    if c.delete && next(2) == 0 {
+                        continue;
+                    }
+                    match next(5) {
+                        0 | 1 => c.set.push((f.to_string(), format!("{f}{m}"))),
+                        2 => c.clear.push(f.to_string()),
+                        _ => {}
+                    }
+                }
+                let sodt = 202601010000 + next(100) as i64;
+                c.sodt = (next(3) == 0).then_some(sodt);
+                d.flights.push(c);
+            }
+            decisions.push((m, d));
+        }
+        m0 = m0.max(m);
+        let round: Vec<(i64, &Decision)> = decisions.iter().map(|(m, d)| (*m, d)).collect();
+        let applied = s.apply(&round).unwrap();
+        for ((m, d), applied) in decisions.iter().zip(applied) {
+            let want = !d.snapshot || *m > last_snapshot;
+            assert_eq!(applied, want, "msg_id={m}: a snapshot applies only when newer");
+            if !want {
+                continue;
+            }
+            if d.snapshot {
+                last_snapshot = *m;
+            }
+            for c in &d.flights {
+                let (st, index) = model.entry(c.flid.clone()).or_default();
+                st.apply(c, *m);
+                if !st.exists() {
+                    *index = None;
+                } else if c.sodt.is_some() {
+                    *index = c.sodt;
+                }
+            }
+        }
+        // Read back as the pump reads: the flights with their versions, and the whole index.
+        let need = RoundNeed {
+            msg_ids: Vec::new(),
+            flids: flids.iter().map(|f| f.to_string()).collect(),
+            window: Some((0, i64::MAX)),
+        };
+        let p = s.prepare(&need, &[], at(0)).unwrap();
+        let got = (p.flights, p.window);
+        let mut index: Vec<(i64, &String)> =
+            model.iter().filter_map(|(f, (_, i))| Some(((*i)?, f))).collect();
+        index.sort();
+        let want = (
+            model
+                .iter()
+                .filter(|(_, (st, _))| !st.fields.is_empty() || !st.versions.is_empty() || st.deleted > 0)
+                .map(|(f, (st, _))| (f.clone(), st.clone()))
+                .collect(),
+            index.into_iter().map(|(_, f)| f.clone()).collect::<Vec<_>>(),
+        );
+        assert_eq!(got, want, "after round {r}");
+    }
+}
 /// Expands to one `#[test]` per case; `$make` builds a fresh, empty store and a guard.
 #[macro_export]
 macro_rules! flight_conformance_tests {
@@ -286,6 +399,8 @@ macro_rules! flight_conformance_tests {
             journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept,
             a_store_that_lost_its_applies_refuses_the_next_as_forgot,
             a_restore_writes_flights_generation_and_journal_whole,
+            a_round_merged_per_flight_ends_as_its_changes_one_by_one,
+            regression_a_late_message_does_not_index_a_deleted_flight,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

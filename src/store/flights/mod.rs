@@ -43,13 +43,19 @@ const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
 /// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle
 /// accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the token
-/// of this write, n, then n × (msg_id, snapshot 1/0, flight changes, journal doc)). A flight change is
-/// `[flid, delete 1/0, sodt|false, [field, value, …], [cleared field, …]]`; the journal doc (the
-/// decision's events and references) is stored as given, never decoded. Returns one 1/0 per
-/// decision — 0 for a snapshot not newer than the plan's generation, which changes nothing and
-/// is journalled as the empty decision. The rules are
-/// `FlightState::apply`'s, field by field. A current token this handle did not write means Redis
-/// went back to another history (#20): nothing is written.
+/// of this write, n, then n × (msg_id, snapshot 1/0, journal doc), then the round's flight
+/// changes grouped by flight (#23): `[[flid, [[decision index, delete 1/0, sodt|null, [field,
+/// value, …], [cleared field, …]], …]], …]`, each flight's changes in MSG_ID order. The journal
+/// doc (the decision's events and references) is stored as given, never decoded. Returns one
+/// 1/0 per decision — 0 for a snapshot not newer than the plan's generation, which changes
+/// nothing and is journalled as the empty decision. A current token this handle did not write
+/// means Redis went back to another history (#20): nothing is written.
+///
+/// Each flight is read once and written once per round, whatever the number of its messages:
+/// its changes are played in order on a copy in the script (the rules are
+/// `FlightState::apply`'s, field by field, as when each change was written on its own), then
+/// the net fields, versions, tombstone and time to live are written; the daily plan's index
+/// is written for the whole round in one command.
 const APPLY: &str = r#"
 local prefix, epoch, tomb, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local saw, token, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
@@ -72,84 +78,101 @@ if epoch > 0 then
   if held < epoch then redis.call('SET', ekey, epoch) end
 end
 local idx, genkey, jkey = prefix .. 'sodt', prefix .. 'schd:gen', prefix .. 'journal'
-local out, journal = {}, {}
+-- The decisions: a snapshot applies only when newer than the plan's generation.
+local out, journal, live, ms = {}, {}, {}, {}
 local top = tonumber(redis.call('GET', prefix .. 'applied:max') or '0')
+local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
+local gens = 0
 for i = 1, n do
-  local b = 7 + (i - 1) * 4
-  local m, snap, doc = tonumber(ARGV[b + 1]), ARGV[b + 2] == '1', ARGV[b + 4]
+  local b = 7 + (i - 1) * 3
+  local m, snap, doc = tonumber(ARGV[b + 1]), ARGV[b + 2] == '1', ARGV[b + 3]
   local applied = 1
   if snap then
-    local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
-    if last >= m then applied = 0 end
+    if last >= m then applied = 0 else last, gens = m, gens + 1 end
   end
-  if applied == 1 then
-    for _, c in ipairs(cjson.decode(ARGV[b + 3])) do
-      local flid, del, sodt, sets, clears = c[1], c[2], c[3], c[4], c[5]
-      local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
-      local names = {'~del'}
-      for j = 1, #sets, 2 do names[#names + 1] = sets[j] end
-      for _, f in ipairs(clears) do names[#names + 1] = f end
-      local got = redis.call('HMGET', vkey, unpack(names))
-      local deleted = tonumber(got[1] or '0')
-      local ver = {}
-      for k = 2, #names do ver[names[k]] = tonumber(got[k] or '0') end
-      if del == 1 then
-        local fields = redis.call('HKEYS', key)
-        if #fields > 0 then
-          local fv = redis.call('HMGET', vkey, unpack(fields))
-          local drop = {}
-          for k, f in ipairs(fields) do
-            if tonumber(fv[k] or '0') <= m then drop[#drop + 1] = f end
-          end
-          if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
-        end
-        if m > deleted then
-          deleted = m
-          redis.call('HSET', vkey, '~del', m)
-        end
-      end
-      local hs, hd, vs = {}, {}, {}
-      if deleted <= m then
-        for j = 1, #sets, 2 do
-          if ver[sets[j]] <= m then
-            hs[#hs + 1] = sets[j]
-            hs[#hs + 1] = sets[j + 1]
-            vs[#vs + 1] = sets[j]
-            vs[#vs + 1] = m
-          end
-        end
-        for _, f in ipairs(clears) do
-          if ver[f] <= m then
-            hd[#hd + 1] = f
-            vs[#vs + 1] = f
-            vs[#vs + 1] = m
-          end
-        end
-      end
-      if #hs > 0 then redis.call('HSET', key, unpack(hs)) end
-      if #hd > 0 then redis.call('HDEL', key, unpack(hd)) end
-      if #vs > 0 then redis.call('HSET', vkey, unpack(vs)) end
-      -- Only a change that removed something can leave the flight empty, and only a flight
-      -- that was deleted before has versions with a time to live.
-      if (del == 1 or #hd > 0) and redis.call('EXISTS', key) == 0 then
-        redis.call('ZREM', idx, flid)
-        if redis.call('EXISTS', vkey) == 1 then redis.call('EXPIRE', vkey, tomb) end
-      else
-        if deleted > 0 and #hs > 0 then redis.call('PERSIST', vkey) end
-        if sodt ~= false and sodt ~= cjson.null then redis.call('ZADD', idx, sodt, flid) end
-      end
-    end
-    if snap then
-      redis.call('HINCRBY', genkey, 'gen', 1)
-      redis.call('HSET', genkey, 'msg_id', m)
-    end
-  else
-    doc = '{"events":[],"references":[]}'
-  end
+  if applied == 0 then doc = '{"events":[],"references":[]}' end
+  live[i], ms[i], out[i] = applied == 1, m, applied
   journal[#journal + 1] = m
   journal[#journal + 1] = doc
   if m > top then top = m end
-  out[i] = applied
+end
+-- The flights, each played on a copy (`ver` its versions, `have` its fields), then the net
+-- writes.
+local zadd, zrem = {}, {}
+for _, g in ipairs(cjson.decode(ARGV[8 + n * 3])) do
+  local flid, ops = g[1], g[2]
+  local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
+  local ver, have, nhave = {}, {}, 0
+  local vv = redis.call('HGETALL', vkey)
+  for k = 1, #vv, 2 do ver[vv[k]] = tonumber(vv[k + 1]) end
+  local deleted = ver['~del'] or 0
+  ver['~del'] = nil
+  for _, f in ipairs(redis.call('HKEYS', key)) do have[f] = true; nhave = nhave + 1 end
+  local fset, vset, delmark, ttl, index = {}, {}, nil, nil, nil
+  for _, o in ipairs(ops) do
+    if live[o[1]] then
+      local m, del, sodt, sets, clears = ms[o[1]], o[2], o[3], o[4], o[5]
+      local removed, wrote = del == 1, false
+      if del == 1 then
+        for f in pairs(have) do
+          if (ver[f] or 0) <= m then have[f] = nil; nhave = nhave - 1; fset[f] = false end
+        end
+        if m > deleted then deleted, delmark = m, m end
+      end
+      if deleted <= m then
+        for j = 1, #sets, 2 do
+          local f = sets[j]
+          if (ver[f] or 0) <= m then
+            fset[f], ver[f], vset[f], wrote = sets[j + 1], m, m, true
+            if not have[f] then have[f] = true; nhave = nhave + 1 end
+          end
+        end
+        for _, f in ipairs(clears) do
+          if (ver[f] or 0) <= m then
+            fset[f], ver[f], vset[f], removed = false, m, m, true
+            if have[f] then have[f] = nil; nhave = nhave - 1 end
+          end
+        end
+      end
+      -- The daily plan's index holds the flights that exist (a late message for a deleted
+      -- flight does not bring it back there); only a change that removed something can leave
+      -- the flight empty, and only a flight that was deleted before has versions with a time
+      -- to live.
+      if nhave == 0 then
+        index = false
+        if removed then ttl = 'expire' end
+      else
+        if deleted > 0 and wrote then ttl = 'persist' end
+        if sodt ~= cjson.null and sodt ~= false then index = sodt end
+      end
+    end
+  end
+  local hs, hd, vs = {}, {}, {}
+  for f, v in pairs(fset) do
+    if v == false then hd[#hd + 1] = f else hs[#hs + 1] = f; hs[#hs + 1] = v end
+  end
+  for f, m in pairs(vset) do vs[#vs + 1] = f; vs[#vs + 1] = m end
+  if delmark ~= nil then vs[#vs + 1] = '~del'; vs[#vs + 1] = delmark end
+  if #hs > 0 then redis.call('HSET', key, unpack(hs)) end
+  if #hd > 0 then redis.call('HDEL', key, unpack(hd)) end
+  if #vs > 0 then redis.call('HSET', vkey, unpack(vs)) end
+  if ttl == 'expire' then redis.call('EXPIRE', vkey, tomb) elseif ttl == 'persist' then redis.call('PERSIST', vkey) end
+  if index == false then
+    zrem[#zrem + 1] = flid
+  elseif index ~= nil then
+    zadd[#zadd + 1] = index
+    zadd[#zadd + 1] = flid
+  end
+end
+for k = 1, #zadd, 1000 do
+  redis.call('ZADD', idx, unpack(zadd, k, math.min(k + 999, #zadd)))
+end
+for k = 1, #zrem, 1000 do
+  redis.call('ZREM', idx, unpack(zrem, k, math.min(k + 999, #zrem)))
+end
+if gens > 0 then
+  redis.call('HINCRBY', genkey, 'gen', gens)
+  redis.call('HSET', genkey, 'msg_id', last)
 end
 for k = 1, #journal, 1000 do
   redis.call('HSET', jkey, unpack(journal, k, math.min(k + 999, #journal)))
@@ -168,7 +191,11 @@ return out
 const FORGET: &str = r#"
 local prefix, now, keep, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
-for i = 5, #ARGV do redis.call('ZADD', dkey, 'NX', now, ARGV[i]) end
+local marks = {}
+for i = 5, #ARGV do marks[#marks + 1] = now; marks[#marks + 1] = ARGV[i] end
+for k = 1, #marks, 1000 do
+  redis.call('ZADD', dkey, 'NX', unpack(marks, k, math.min(k + 999, #marks)))
+end
 local old = redis.call('ZRANGEBYSCORE', dkey, '-inf', now - keep, 'LIMIT', 0, 1000)
 if #old > 0 then
   redis.call('HDEL', jkey, unpack(old))
@@ -192,23 +219,27 @@ struct Journal<'a> {
     references: &'a [crate::handlers::RefChange],
 }
 
-/// A decision's flight changes in the script's compact form.
-fn compact(d: &Decision) -> String {
-    let changes: Vec<serde_json::Value> = d
-        .flights
-        .iter()
-        .map(|c| {
+/// One flight change in the script's form: the decision's index (1-based), delete 1/0, sodt,
+/// `[field, value, …]`, `[cleared field, …]`.
+type ScriptChange<'a> = (usize, u8, Option<i64>, Vec<&'a str>, &'a [String]);
+
+/// The round's flight changes grouped by flight, each flight's in decision (MSG_ID) order: the
+/// script reads and writes each flight once (#23). Serialised from borrowed tuples, not through
+/// a `serde_json::Value` tree.
+fn flight_groups(decisions: &[(i64, &Decision)]) -> Result<String, serde_json::Error> {
+    let mut groups: Vec<(&str, Vec<ScriptChange<'_>>)> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    for (i, (_, d)) in decisions.iter().enumerate() {
+        for c in &d.flights {
             let sets: Vec<&str> = c.set.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]).collect();
-            serde_json::json!([
-                c.flid,
-                u8::from(c.delete),
-                c.sodt.map_or(serde_json::Value::Bool(false), |s| s.into()),
-                sets,
-                c.clear
-            ])
-        })
-        .collect();
-    serde_json::Value::Array(changes).to_string()
+            let g = *at.entry(c.flid.as_str()).or_insert_with(|| {
+                groups.push((c.flid.as_str(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push((i + 1, u8::from(c.delete), c.sodt, sets, &c.clear));
+        }
+    }
+    serde_json::to_string(&groups)
 }
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
@@ -776,24 +807,29 @@ impl FlightStore for RedisFlights {
         if decisions.is_empty() {
             return Ok(Vec::new());
         }
-        let docs: Vec<(i64, bool, String, String)> = decisions
+        debug_assert!(decisions.windows(2).all(|w| w[0].0 < w[1].0), "a round is applied in MSG_ID order");
+        let unserialisable = |e: serde_json::Error| {
+            StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
+        };
+        let docs: Vec<(i64, bool, String)> = decisions
             .iter()
             .map(|(m, d)| {
-                let journal =
-                    serde_json::to_string(&Journal { events: &d.events, references: &d.references });
-                journal.map(|j| (*m, d.snapshot, compact(d), j))
+                serde_json::to_string(&Journal { events: &d.events, references: &d.references })
+                    .map(|j| (*m, d.snapshot, j))
             })
             .collect::<Result<_, _>>()
-            .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
+            .map_err(unserialisable)?;
+        let flights = flight_groups(decisions).map_err(unserialisable)?;
         let prefix = self.prefix.clone();
         let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
         let result: StoreResult<Vec<i64>> = self.run(|c, script| {
             let mut inv = script.prepare_invoke();
             inv.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
             inv.arg(&saw).arg(&token).arg(docs.len());
-            for (m, snapshot, flights, journal) in &docs {
-                inv.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(flights).arg(journal);
+            for (m, snapshot, journal) in &docs {
+                inv.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(journal);
             }
+            inv.arg(&flights);
             inv.invoke(c)
         });
         // Refused: nothing written. Unavailable: it may have been, or not.
