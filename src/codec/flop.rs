@@ -257,7 +257,13 @@ pub struct FlopRecord {
 }
 
 /// Normalises one value of `kind`; `field` names it in errors.
-pub fn value(kind: Kind, raw: &str, field: &str, flid: &str) -> Result<String, DecodeError> {
+/// `field` names the value in an error only, so it is formatted only then.
+pub fn value(
+    kind: Kind,
+    raw: &str,
+    field: impl std::fmt::Display,
+    flid: &str,
+) -> Result<String, DecodeError> {
     let v = raw.trim();
     let bad = |what: &str| codec_error(format!("{field} of FLID {flid}: {v:?} is not {what}"));
     match kind {
@@ -325,7 +331,7 @@ fn record(
             continue;
         };
         if !v.trim().is_empty() {
-            rec.insert(a.to_string(), value(kind, v, &format!("{}@{a}", el.name), flid)?);
+            rec.insert(a.to_string(), value(kind, v, format_args!("{}@{a}", el.name), flid)?);
         }
     }
     for c in &el.children {
@@ -345,12 +351,12 @@ fn record(
             )));
         }
         if !c.text.is_empty() {
-            rec.insert(n.to_string(), value(*kind, &c.text, &format!("{}/{n}", el.name), flid)?);
+            rec.insert(n.to_string(), value(*kind, &c.text, format_args!("{}/{n}", el.name), flid)?);
         }
     }
     if let Some(t) = text {
         if !el.text.is_empty() {
-            rec.insert(t.to_string(), el.text.clone());
+            rec.insert(t.to_string(), el.text.to_string());
         }
     }
     Ok(rec)

@@ -229,9 +229,9 @@ fn codec_error(detail: impl Into<String>) -> DecodeError {
 
 /// A parsed document whose META was read; the body is decoded on demand.
 #[derive(Debug, Clone)]
-pub struct Envelope {
+pub struct Envelope<'a> {
     pub meta: Meta,
-    root: Element,
+    root: Element<'a>,
 }
 
 /// Whether XML 1.0 allows `c` in a document (`Char` of the XML 1.0 grammar): no NUL, no other
@@ -261,7 +261,7 @@ pub fn text_of(body: &[u8]) -> Result<&str, DecodeError> {
 
 /// Parses the document and its META. Not XML, no `MSG` root, no META, or a META without its
 /// required fields → MALFORMED.
-pub fn decode_meta(raw: &str) -> Result<Envelope, DecodeError> {
+pub fn decode_meta(raw: &str) -> Result<Envelope<'_>, DecodeError> {
     if raw.trim().is_empty() {
         return Err(malformed("raw text is empty"));
     }

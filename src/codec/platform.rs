@@ -223,7 +223,7 @@ pub fn stamp(raw: &str) -> Option<String> {
     }
 }
 
-fn value(kind: Kind, raw: &str, field: &str, flid: &str) -> Result<String, DecodeError> {
+fn value(kind: Kind, raw: &str, field: impl std::fmt::Display, flid: &str) -> Result<String, DecodeError> {
     let v = raw.trim();
     match kind {
         Text => Ok(v.to_string()),
@@ -245,9 +245,9 @@ fn structured(el: &Element, flid: &str) -> Result<Value, DecodeError> {
                 continue;
             }
             let t = if NESTED_STAMPS.contains(&name.as_str()) {
-                value(Stamp, &c.text, &format!("{}/{name}", el.name), flid)?
+                value(Stamp, &c.text, format_args!("{}/{name}", el.name), flid)?
             } else {
-                c.text.clone()
+                c.text.to_string()
             };
             Value::String(t)
         } else {
@@ -265,7 +265,7 @@ fn structured(el: &Element, flid: &str) -> Result<Value, DecodeError> {
         obj.insert(name, v);
     }
     if !el.text.is_empty() && el.children.is_empty() {
-        obj.insert("TEXT".into(), Value::String(el.text.clone()));
+        obj.insert("TEXT".into(), Value::String(el.text.to_string()));
     }
     Ok(Value::Object(obj))
 }
@@ -345,7 +345,7 @@ fn record_fields(el: &Element) -> BTreeMap<String, Value> {
     let mut out: BTreeMap<String, Value> = BTreeMap::new();
     for c in &el.children {
         let v = if c.children.is_empty() {
-            Value::String(c.text.clone())
+            Value::String(c.text.to_string())
         } else {
             Value::Object(record_fields(c).into_iter().collect())
         };

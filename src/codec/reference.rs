@@ -96,7 +96,7 @@ pub struct RefData {
 
 fn value(el: &Element) -> Value {
     if el.children.is_empty() {
-        return Value::String(el.text.clone());
+        return Value::String(el.text.to_string());
     }
     Value::Object(fields(&el.children).into_iter().collect())
 }

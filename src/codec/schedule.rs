@@ -77,14 +77,14 @@ fn element_value(el: &Element, flid: &str) -> Result<Value, DecodeError> {
         obj.insert(name, v);
     }
     if !el.text.is_empty() {
-        obj.insert("TEXT".into(), Value::String(el.text.clone()));
+        obj.insert("TEXT".into(), Value::String(el.text.to_string()));
     }
     Ok(Value::Object(obj))
 }
 
 /// Children grouped by upper-cased name; a repeated name becomes a list, in document order.
-fn group<'a>(
-    children: impl IntoIterator<Item = &'a Element>,
+fn group<'a, 'x: 'a>(
+    children: impl IntoIterator<Item = &'a Element<'x>>,
     flid: &str,
 ) -> Result<BTreeMap<String, Value>, DecodeError> {
     let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();

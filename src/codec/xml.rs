@@ -1,6 +1,13 @@
 //! A small element tree over quick-xml. Mailbox messages are kilobytes, so a tree is simpler
 //! and safer than hand-written event state machines per message kind; depth is bounded so
 //! hostile input cannot exhaust the stack.
+//!
+//! The tree borrows from the text it was parsed from (#23): a name, an attribute value or a
+//! text is a slice of the message unless it had to be changed (an entity, a character
+//! reference, CDATA beside text, a CR line end), so a message costs one allocation per
+//! element's list of children, not one per name and text.
+
+use std::borrow::Cow;
 
 use quick_xml::events::Event;
 use quick_xml::Reader;
@@ -9,35 +16,61 @@ use quick_xml::Reader;
 pub const MAX_DEPTH: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Element {
-    pub name: String,
-    pub attrs: Vec<(String, String)>,
-    pub children: Vec<Element>,
+pub struct Element<'a> {
+    pub name: Cow<'a, str>,
+    pub attrs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub children: Vec<Element<'a>>,
     /// Concatenated text directly inside this element, trimmed.
-    pub text: String,
+    pub text: Cow<'a, str>,
 }
 
-impl Element {
-    pub fn child(&self, name: &str) -> Option<&Element> {
+impl<'a> Element<'a> {
+    pub fn child(&self, name: &str) -> Option<&Element<'a>> {
         self.children.iter().find(|c| c.name.eq_ignore_ascii_case(name))
     }
 
-    pub fn children_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Element> {
+    pub fn children_named<'b>(&'b self, name: &'b str) -> impl Iterator<Item = &'b Element<'a>> {
         self.children.iter().filter(move |c| c.name.eq_ignore_ascii_case(name))
     }
 
     /// Text of a child, `None` when the child is absent or empty.
     pub fn child_text(&self, name: &str) -> Option<&str> {
-        self.child(name).map(|c| c.text.as_str()).filter(|t| !t.is_empty())
+        self.child(name).map(|c| c.text.as_ref()).filter(|t| !t.is_empty())
+    }
+}
+
+/// `part` as a slice of `text` when it is one (quick-xml hands out slices of the input with
+/// the lifetime of its event); otherwise (a value it had to change) owned.
+fn rebase<'a>(text: &'a str, part: &str) -> Cow<'a, str> {
+    let (base, at) = (text.as_ptr() as usize, part.as_ptr() as usize);
+    at.checked_sub(base)
+        .and_then(|off| text.get(off..off + part.len()))
+        .filter(|s| s.as_ptr() == part.as_ptr())
+        .map_or_else(|| Cow::Owned(part.to_string()), Cow::Borrowed)
+}
+
+/// [`rebase`] of a borrowed piece; an owned one stays owned.
+fn keep<'a>(text: &'a str, piece: Cow<'_, str>) -> Cow<'a, str> {
+    match piece {
+        Cow::Borrowed(p) => rebase(text, p),
+        Cow::Owned(p) => Cow::Owned(p),
+    }
+}
+
+/// A name as UTF-8 (the input is a `str`, so a name always is), borrowed from `text`.
+fn name_of<'a>(text: &'a str, raw: &[u8]) -> Cow<'a, str> {
+    match std::str::from_utf8(raw) {
+        Ok(s) => rebase(text, s),
+        Err(_) => Cow::Owned(String::from_utf8_lossy(raw).into_owned()),
     }
 }
 
 /// Parses a whole document and returns its root element, or a reason it is not well-formed.
-pub fn parse(text: &str) -> Result<Element, String> {
+pub fn parse(text: &str) -> Result<Element<'_>, String> {
     let mut reader = Reader::from_str(text);
     reader.config_mut().check_end_names = true;
-    let mut stack: Vec<Element> = Vec::new();
-    let mut root: Option<Element> = None;
+    let mut stack: Vec<Element<'_>> = Vec::new();
+    let mut root: Option<Element<'_>> = None;
     loop {
         let ev = reader
             .read_event()
@@ -50,10 +83,10 @@ pub fn parse(text: &str) -> Result<Element, String> {
                 if stack.len() >= MAX_DEPTH {
                     return Err(format!("elements nested deeper than {MAX_DEPTH}"));
                 }
-                stack.push(open(&s)?);
+                stack.push(open(text, &s)?);
             }
             Event::Empty(s) => {
-                let el = open(&s)?;
+                let el = open(text, &s)?;
                 close(el, &mut stack, &mut root)?;
             }
             Event::End(_) => {
@@ -63,11 +96,11 @@ pub fn parse(text: &str) -> Result<Element, String> {
             Event::Text(t) => {
                 // XML 1.0 line ends: 1.1's would turn U+2028 and U+0085 into line feeds.
                 let s = t.xml10_content().map_err(|e| format!("bad text: {e}"))?;
-                push_text(&mut stack, &s)?;
+                push_text(&mut stack, keep(text, s))?;
             }
             Event::CData(c) => {
                 let s = c.decode().map_err(|e| format!("bad CDATA: {e}"))?;
-                push_text(&mut stack, &s)?;
+                push_text(&mut stack, keep(text, s))?;
             }
             Event::GeneralRef(r) => {
                 let resolved = if r.is_char_ref() {
@@ -86,7 +119,7 @@ pub fn parse(text: &str) -> Result<Element, String> {
                         reader.buffer_position()
                     ));
                 }
-                push_text(&mut stack, &s)?;
+                push_text(&mut stack, Cow::Owned(s))?;
             }
             Event::Eof => break,
             Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => {}
@@ -100,19 +133,23 @@ pub fn parse(text: &str) -> Result<Element, String> {
     Ok(root)
 }
 
-fn open(s: &quick_xml::events::BytesStart<'_>) -> Result<Element, String> {
-    let name = String::from_utf8_lossy(s.local_name().as_ref()).into_owned();
+fn open<'a>(text: &'a str, s: &quick_xml::events::BytesStart<'_>) -> Result<Element<'a>, String> {
+    let name = name_of(text, s.local_name().as_ref());
     let mut attrs = Vec::new();
     for a in s.attributes() {
         let a = a.map_err(|e| format!("bad attribute in <{name}>: {e}"))?;
-        let key = String::from_utf8_lossy(a.key.local_name().as_ref()).into_owned();
+        let key = name_of(text, a.key.local_name().as_ref());
         let value = a.unescape_value().map_err(|e| format!("bad attribute value in <{name}>: {e}"))?;
-        attrs.push((key, value.into_owned()));
+        attrs.push((key, keep(text, value)));
     }
-    Ok(Element { name, attrs, children: Vec::new(), text: String::new() })
+    Ok(Element { name, attrs, children: Vec::new(), text: Cow::Borrowed("") })
 }
 
-fn close(el: Element, stack: &mut [Element], root: &mut Option<Element>) -> Result<(), String> {
+fn close<'a>(
+    el: Element<'a>,
+    stack: &mut [Element<'a>],
+    root: &mut Option<Element<'a>>,
+) -> Result<(), String> {
     match stack.last_mut() {
         Some(parent) => parent.children.push(el),
         None if root.is_none() => *root = Some(el),
@@ -121,9 +158,13 @@ fn close(el: Element, stack: &mut [Element], root: &mut Option<Element>) -> Resu
     Ok(())
 }
 
-fn push_text(stack: &mut [Element], s: &str) -> Result<(), String> {
+fn push_text<'a>(stack: &mut [Element<'a>], s: Cow<'a, str>) -> Result<(), String> {
     match stack.last_mut() {
-        Some(el) => el.text.push_str(s),
+        // White space before an element's first text is trimmed anyway: the indentation
+        // between children costs nothing.
+        Some(el) if el.text.is_empty() && s.trim().is_empty() => {}
+        Some(el) if el.text.is_empty() => el.text = s,
+        Some(el) => el.text.to_mut().push_str(&s),
         // Only XML's own white space may stand outside the root (not U+2028, not NBSP).
         None if s.chars().all(|c| matches!(c, ' ' | '\t' | '\r' | '\n')) => {}
         None => return Err("text outside the root element".into()),
@@ -131,10 +172,15 @@ fn push_text(stack: &mut [Element], s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn trim_all(el: &mut Element) {
-    let t = el.text.trim();
-    if t.len() != el.text.len() {
-        el.text = t.to_string();
+fn trim_all(el: &mut Element<'_>) {
+    match &mut el.text {
+        Cow::Borrowed(t) => *t = t.trim(),
+        Cow::Owned(t) => {
+            let trimmed = t.trim();
+            if trimmed.len() != t.len() {
+                el.text = Cow::Owned(trimmed.to_string());
+            }
+        }
     }
     for c in &mut el.children {
         trim_all(c);
@@ -152,11 +198,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(root.name, "MSG");
-        assert_eq!(root.attrs, vec![("a".to_string(), "x&y".to_string())]);
+        assert_eq!(root.attrs, vec![("a".into(), "x&y".into())]);
         assert_eq!(root.child_text("b"), Some("1 < 2 A"));
-        assert_eq!(root.child("C").map(|c| c.text.as_str()), Some(""));
+        assert_eq!(root.child("C").map(|c| c.text.as_ref()), Some(""));
         assert_eq!(root.child_text("C"), None);
         assert_eq!(root.text, "<raw>");
+    }
+
+    #[test]
+    fn names_and_plain_text_are_slices_of_the_message() {
+        let text = "<MSG><FLID a=\"1\">88231</FLID>\n  <GATE>G&amp;1</GATE></MSG>";
+        let root = parse(text).unwrap();
+        let flid = root.child("FLID").unwrap();
+        for borrowed in [&root.name, &flid.name, &flid.text, &flid.attrs[0].0, &flid.attrs[0].1, &root.text] {
+            assert!(matches!(borrowed, Cow::Borrowed(_)), "{borrowed:?} was copied");
+        }
+        let gate = root.child("GATE").unwrap();
+        assert!(matches!(gate.text, Cow::Owned(_)), "an entity changes the text: owned");
+        assert_eq!(gate.text, "G&1");
     }
 
     #[test]
