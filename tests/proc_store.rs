@@ -75,6 +75,36 @@ fn the_head_query_walks_its_index_with_100k_pending_rows_and_stale_statistics() 
     println!("head of 100000 pending rows read in {:?}", started.elapsed());
 }
 
+#[test]
+fn regression_a_query_priced_up_by_enable_sort_off_is_not_jit_compiled() {
+    let (mut pg, s) = fresh();
+    let mut admin = s.pg();
+    admin
+        .batch_execute(
+            "INSERT INTO proc_state (msg_id, state, attempts, updated_at)
+             SELECT g, 'PENDING', 0, now() FROM generate_series(1, 2000) g;
+             SET enable_sort = off",
+        )
+        .unwrap();
+    // The consistency check's newest SUCCEEDED rows: an outer sort the setting prices at ten
+    // billion. On a session with the server's JIT defaults it is compiled on every call.
+    let plan: Vec<String> = admin
+        .query(
+            "EXPLAIN (ANALYZE) SELECT msg_id FROM (SELECT msg_id FROM proc_state WHERE state = 'SUCCEEDED'
+                 ORDER BY msg_id DESC LIMIT 50) s ORDER BY msg_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("JIT:"), "this server must show the hazard for the test to mean anything:\n{plan}");
+    // msgx's own sessions keep sorting off (the FIFO head walks its index) but never compile.
+    assert_eq!(pg.setting("enable_sort").unwrap(), "off");
+    assert_eq!(pg.setting("jit").unwrap(), "off");
+}
+
 /// A fenced write transaction left open, as a stage's commit is while PostgreSQL works on it.
 fn open_fenced_write(s: &Services, epoch: i64) -> postgres::Client {
     let mut c = s.pg();

@@ -99,9 +99,15 @@ impl Pg {
             // inside a fenced write holds the lease row FOR KEY SHARE, and a takeover's FOR
             // UPDATE would wait for it for ever; the server ends such a session instead. A
             // healthy instance never idles inside a transaction: its transactions are SQL only.
+            //
+            // jit = off: enable_sort = off prices every plan that keeps a sort (an outer ORDER
+            // BY over a LIMIT) at ten billion, far above jit_above_cost, so the server compiled
+            // such a query with LLVM on every call: 25–145 ms for a query that reads one index
+            // page (the consistency check's newest SUCCEEDED rows, #23). msgx's statements are
+            // short index walks; compiling never pays for them.
             c.batch_execute(&format!(
                 "SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'; SET enable_sort = off; \
-                 SET idle_in_transaction_session_timeout = '{}ms'",
+                 SET jit = off; SET idle_in_transaction_session_timeout = '{}ms'",
                 IDLE_IN_TRANSACTION.as_millis()
             ))
             .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
@@ -505,6 +511,11 @@ fn head_query() -> String {
 }
 
 impl Pg {
+    /// A run-time parameter as msgx's sessions have it (`SHOW`), for the checks that hold them.
+    pub fn setting(&mut self, name: &str) -> StoreResult<String> {
+        self.run(|c| Ok(c.query_one("SELECT current_setting($1)", &[&name])?.get(0)))
+    }
+
     /// The plan PostgreSQL uses for the FIFO head query, as msgx's sessions run it.
     pub fn explain_head(&mut self, limit: usize) -> StoreResult<String> {
         let skip: &[i64] = &[];
