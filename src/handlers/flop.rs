@@ -6,6 +6,7 @@
 //! FFID carries airline, number, direction and SODT): an operator would rather see the update
 //! than lose it, and a later daily plan completes the record. The event says `created`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::{event, Decision, Flight, FlightChange, FlightState, FlightView};
@@ -25,40 +26,43 @@ pub fn sodt_from_ffid(ffid: &str) -> Option<i64> {
     stamp[..12].parse().ok()
 }
 
+/// A field's change as an event names it. Keys in the order a `json!` map writes them
+/// (sorted), so the text is the same as the tree's was.
+#[derive(serde::Serialize)]
+struct Diff<'a> {
+    field: &'a str,
+    new: Option<&'a str>,
+    old: Option<&'a str>,
+}
+
+/// An UPSERT event's payload, borrowed from the record and the flight as the message found
+/// it: written to text once, with no `serde_json::Value` tree in between. Keys sorted (above).
+#[derive(serde::Serialize)]
+struct Upsert<'a> {
+    changes: &'a [Diff<'a>],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    created: bool,
+    ffid: Option<&'a str>,
+    flid: &'a str,
+    msg_id: i64,
+    #[serde(rename = "type")]
+    tag: &'a str,
+}
+
 pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64) -> Decision {
-    let mut working: BTreeMap<&str, FlightState> = BTreeMap::new();
+    // Each flight as this message leaves it: borrowed from the view until a change must be
+    // played on it for a later record of the same message. Most messages name a flight once,
+    // so most flights are never copied.
+    let mut working: BTreeMap<&str, Cow<'_, FlightState>> = BTreeMap::new();
+    let last = last_records(recs);
     let mut d = Decision::default();
     let tag = msg.kind.type_tag();
-    for rec in recs {
+    for (i, rec) in recs.iter().enumerate() {
         let state = working
             .entry(rec.flid.as_str())
-            .or_insert_with(|| view.get(&rec.flid).cloned().unwrap_or_default());
+            .or_insert_with(|| view.get(&rec.flid).map_or_else(Cow::default, Cow::Borrowed));
         if rec.delete {
-            // FDEL says so downstream, known flight or not: a consumer may hold it. Fields a
-            // later message wrote survive it (then it is an update that clears the rest).
-            let before = state.fields.clone();
-            let change = FlightChange { flid: rec.flid.clone(), delete: true, ..Default::default() };
-            state.apply(&change, msg_id);
-            let removed: Flight = before.into_iter().filter(|(k, _)| !state.fields.contains_key(k)).collect();
-            d.flights.push(change);
-            if state.exists() {
-                if removed.is_empty() {
-                    continue;
-                }
-                let diffs: Vec<_> = removed
-                    .iter()
-                    .map(|(k, v)| serde_json::json!({ "field": k, "old": v, "new": null }))
-                    .collect();
-                let payload = serde_json::json!({
-                    "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
-                });
-                d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
-            } else {
-                let payload = serde_json::json!({
-                    "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "deleted": true, "old": removed,
-                });
-                d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
-            }
+            delete(state.to_mut(), rec, &tag, msg_id, &mut d);
             continue;
         }
         let created = !state.exists();
@@ -80,33 +84,75 @@ pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64
             // it is still this message's word on the field: its version moves, so an older
             // message processed later cannot bring another value back (found by the simulator:
             // `regression_a_restated_value_outranks_an_older_late_message`).
-            let old = state.fields.get(field).cloned();
+            let old = state.fields.get(field).map(String::as_str);
             match value {
                 Some(v) => change.set.push((field.clone(), v.clone())),
                 None => change.clear.push(field.clone()),
             }
-            if old.as_ref() != value.as_ref() {
-                diffs.push(serde_json::json!({ "field": field, "old": old, "new": value }));
+            if old != value.as_deref() {
+                diffs.push(Diff { field, new: value.as_deref(), old });
             }
         }
         if change.set.is_empty() && change.clear.is_empty() {
             continue;
         }
-        state.apply(&change, msg_id);
         let announced = created && change.set.iter().any(|(f, _)| f == "FFID");
+        if !diffs.is_empty() || announced {
+            let payload = Upsert {
+                changes: &diffs,
+                created,
+                ffid: rec.ffid.as_deref(),
+                flid: &rec.flid,
+                msg_id,
+                tag: &tag,
+            };
+            d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
+        }
+        drop(diffs);
+        if last.get(rec.flid.as_str()).is_some_and(|l| *l > i) {
+            state.to_mut().apply(&change, msg_id);
+        }
         d.flights.push(change);
-        if diffs.is_empty() && !announced {
-            continue;
-        }
-        let mut payload = serde_json::json!({
-            "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
-        });
-        if created {
-            payload["created"] = serde_json::json!(true);
-        }
-        d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
     }
     d
+}
+
+/// Each FLID named by more than one record, with the index of its last record: the flights
+/// whose state a later record of the message reads.
+fn last_records(recs: &[FlopRecord]) -> BTreeMap<&str, usize> {
+    let mut last = BTreeMap::new();
+    if recs.len() > 1 {
+        for (i, rec) in recs.iter().enumerate() {
+            last.insert(rec.flid.as_str(), i);
+        }
+    }
+    last
+}
+
+/// FDEL says so downstream, known flight or not: a consumer may hold it. Fields a later
+/// message wrote survive it (then it is an update that clears the rest).
+fn delete(state: &mut FlightState, rec: &FlopRecord, tag: &str, msg_id: i64, d: &mut Decision) {
+    let before = state.fields.clone();
+    let change = FlightChange { flid: rec.flid.clone(), delete: true, ..Default::default() };
+    state.apply(&change, msg_id);
+    let removed: Flight = before.into_iter().filter(|(k, _)| !state.fields.contains_key(k)).collect();
+    d.flights.push(change);
+    if state.exists() {
+        if removed.is_empty() {
+            return;
+        }
+        let diffs: Vec<_> =
+            removed.iter().map(|(k, v)| serde_json::json!({ "field": k, "old": v, "new": null })).collect();
+        let payload = serde_json::json!({
+            "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
+        });
+        d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
+    } else {
+        let payload = serde_json::json!({
+            "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "deleted": true, "old": removed,
+        });
+        d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +255,55 @@ mod tests {
         );
         let d = decide(&view("2", &[("STND", "Z")]), &decode(&raw).unwrap(), 1).unwrap();
         assert_eq!(d.events.len(), 1, "the second record changes nothing");
+    }
+
+    #[test]
+    fn a_record_between_two_of_another_flight_keeps_both_flights_apart() {
+        let raw = fixtures::other(
+            1,
+            "FLOP",
+            "STND",
+            "<FLOP><FLID>2</FLID><STND>A</STND></FLOP><FLOP><FLID>3</FLID><STND>A</STND></FLOP>\
+             <FLOP><FLID>2</FLID><STND>B</STND></FLOP>",
+        );
+        let d = decide(&view("2", &[("STND", "Z")]), &decode(&raw).unwrap(), 1).unwrap();
+        let olds: Vec<(String, serde_json::Value)> = d
+            .events
+            .iter()
+            .map(|e| {
+                let p: serde_json::Value = serde_json::from_str(&e.payload_json).unwrap();
+                (e.partition_key.clone(), p["changes"][0]["old"].clone())
+            })
+            .collect();
+        let want =
+            [("2", serde_json::json!("Z")), ("3", serde_json::Value::Null), ("2", serde_json::json!("A"))];
+        assert_eq!(olds, want.map(|(k, v)| (k.to_string(), v)));
+    }
+
+    #[test]
+    fn an_upsert_payload_is_the_text_a_json_tree_of_it_writes() {
+        // The payload is written from a borrowed struct; consumers and the Redis journal saw
+        // the text a `json!` tree wrote before, byte for byte.
+        let msg = decode(&fixtures::flop(1, "HNAG", "5", &[("FHAG", Some("A\"1")), ("PHAG", None)])).unwrap();
+        let d = decide(&view("5", &[("PHAG", "G1"), ("FHAG", "A0")]), &msg, 9).unwrap();
+        let tree = serde_json::json!({
+            "msg_id": 9, "type": "FLOP-HNAG", "flid": "5", "ffid": "MX-5-D-01JAN260900-D",
+            "changes": [
+                { "field": "FHAG", "old": "A0", "new": "A\"1" },
+                { "field": "PHAG", "old": "G1", "new": null },
+            ],
+        });
+        let mut want: Vec<String> = vec![tree.to_string()];
+        let created = decide(&View::default(), &msg, 9).unwrap();
+        let mut tree = serde_json::json!({
+            "msg_id": 9, "type": "FLOP-HNAG", "flid": "5", "ffid": "MX-5-D-01JAN260900-D",
+            "changes": [{ "field": "FHAG", "old": null, "new": "A\"1" }],
+        });
+        tree["created"] = serde_json::json!(true);
+        want.push(tree.to_string());
+        let got: Vec<&str> =
+            d.events.iter().chain(&created.events).map(|e| e.payload_json.as_str()).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

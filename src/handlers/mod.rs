@@ -173,13 +173,22 @@ pub fn decide(view: &View, msg: &Message, msg_id: i64) -> Result<Decision, Rejec
     }
 }
 
-fn event(target: Target, key: &str, event_type: &str, version: i64, payload: serde_json::Value) -> NewEvent {
+/// An event whose payload is `payload` as JSON, written once: a handler passes a `json!` tree
+/// or, on its hot path, a borrowed struct that writes the same text (`flop::Upsert`).
+fn event(
+    target: Target,
+    key: &str,
+    event_type: &str,
+    version: i64,
+    payload: impl serde::Serialize,
+) -> NewEvent {
     NewEvent {
         target,
         partition_key: key.to_string(),
         event_type: event_type.to_string(),
         state_version: version,
-        payload_json: payload.to_string(),
+        // Strings, numbers and maps with string keys: serialising them cannot fail.
+        payload_json: serde_json::to_string(&payload).expect("an event payload is plain JSON"),
     }
 }
 
