@@ -9,29 +9,44 @@ use log::error;
 
 mod cli;
 
+/// A line in the JSON shape (`msgx.log-format = "json"`).
+fn json_line(buf: &mut env_logger::fmt::Formatter, record: &log::Record, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let line = msgx::logline::render(
+        &buf.timestamp_millis().to_string(),
+        record.level().as_str(),
+        record.target(),
+        thread.name().unwrap_or("main"),
+        text,
+    );
+    writeln!(buf, "{line}")
+}
+
 fn main() -> ExitCode {
     msgx::logpipe::start();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .format(|buf, record| {
+            use std::fmt::Write as _;
             use std::io::Write;
-            // No secret in any line, whatever a driver echoed (#21 item 3).
-            let text = record.args().to_string();
-            let text = msgx::secret::scrub(&text);
-            if !msgx::logline::json() {
-                // env_logger's own shape: `[time LEVEL target] message`.
-                let ts = buf.timestamp_millis();
-                return writeln!(buf, "[{ts} {:<5} {}] {text}", record.level(), record.target());
+            thread_local! {
+                // The message as written, before scrubbing: one buffer per thread, reused, so
+                // a line costs no allocation of its own beyond the copy the log thread gets.
+                static TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
             }
-            let thread = std::thread::current();
-            let line = msgx::logline::render(
-                &buf.timestamp_millis().to_string(),
-                record.level().as_str(),
-                record.target(),
-                thread.name().unwrap_or("main"),
-                &text,
-            );
-            writeln!(buf, "{line}")
+            TEXT.with_borrow_mut(|text| {
+                text.clear();
+                let _ = write!(text, "{}", record.args());
+                // No secret in any line, whatever a driver echoed (#21 item 3).
+                let text = msgx::secret::scrub(text);
+                if !msgx::logline::json() {
+                    // env_logger's own shape: `[time LEVEL target] message`.
+                    let ts = buf.timestamp_millis();
+                    return writeln!(buf, "[{ts} {:<5} {}] {text}", record.level(), record.target());
+                }
+                json_line(buf, record, &text)
+            })
         })
         // A log file, never a terminal: no colours to add, none to strip per line.
         .write_style(env_logger::WriteStyle::Never)
