@@ -732,6 +732,22 @@ impl RedisFlights {
     }
 }
 
+/// Runs an `EVALSHA` of `script`; a server that does not hold the script (restarted, a
+/// replica promoted, `SCRIPT FLUSH`) is given it and asked again, as `Script::invoke` does.
+fn evalsha<T: redis::FromRedisValue>(
+    c: &mut Connection,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match cmd.query(c) {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load(c)?;
+            cmd.query(c)
+        }
+        r => r,
+    }
+}
+
 fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
     redis::from_redis_value(v)
         .map_err(|e| StoreError::rejected(Store::Redis, format!("unexpected reply: {e}")))
@@ -822,15 +838,19 @@ impl FlightStore for RedisFlights {
         let flights = flight_groups(decisions).map_err(unserialisable)?;
         let prefix = self.prefix.clone();
         let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
+        // The command is built once, straight from the documents: a `ScriptInvocation` would
+        // copy every argument into a vector of its own and then again into the command.
+        let bytes = docs.iter().map(|(_, _, j)| j.len() + 24).sum::<usize>() + flights.len() + 256;
         let result: StoreResult<Vec<i64>> = self.run(|c, script| {
-            let mut inv = script.prepare_invoke();
-            inv.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
-            inv.arg(&saw).arg(&token).arg(docs.len());
+            let mut cmd = redis::Cmd::with_capacity(10 + 3 * docs.len(), bytes);
+            cmd.arg("EVALSHA").arg(script.get_hash()).arg(0);
+            cmd.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
+            cmd.arg(&saw).arg(&token).arg(docs.len());
             for (m, snapshot, journal) in &docs {
-                inv.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(journal);
+                cmd.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(journal.as_str());
             }
-            inv.arg(&flights);
-            inv.invoke(c)
+            cmd.arg(&flights);
+            evalsha(c, script, &cmd)
         });
         // Refused: nothing written. Unavailable: it may have been, or not.
         match &result {
