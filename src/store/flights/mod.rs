@@ -55,7 +55,9 @@ const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 /// its changes are played in order on a copy in the script (the rules are
 /// `FlightState::apply`'s, field by field, as when each change was written on its own), then
 /// the net fields, versions, tombstone and time to live are written; the daily plan's index
-/// is written for the whole round in one command.
+/// is written for the whole round in one command. What is read of a flight is what its
+/// changes name (their fields' versions and whether they exist, the tombstone, the field
+/// count), all of it only when one of them deletes the flight.
 const APPLY: &str = r#"
 local prefix, epoch, tomb, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local saw, token, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
@@ -79,7 +81,7 @@ if epoch > 0 then
 end
 local idx, genkey, jkey = prefix .. 'sodt', prefix .. 'schd:gen', prefix .. 'journal'
 -- The decisions: a snapshot applies only when newer than the plan's generation.
-local out, journal, live, ms = {}, {}, {}, {}
+local out, journal, live, ms, mtext = {}, {}, {}, {}, {}
 local top = tonumber(redis.call('GET', prefix .. 'applied:max') or '0')
 local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
 local gens = 0
@@ -91,45 +93,74 @@ for i = 1, n do
     if last >= m then applied = 0 else last, gens = m, gens + 1 end
   end
   if applied == 0 then doc = '{"events":[],"references":[]}' end
-  live[i], ms[i], out[i] = applied == 1, m, applied
+  -- The MSG_ID as a number to compare and as the text it came as to write: a Lua number
+  -- handed to a command is formatted with printf again.
+  live[i], ms[i], mtext[i], out[i] = applied == 1, m, ARGV[b + 1], applied
   journal[#journal + 1] = m
   journal[#journal + 1] = doc
   if m > top then top = m end
 end
--- The flights, each played on a copy (`ver` its versions, `have` its fields), then the net
--- writes.
+-- The flights, each played on a copy (`ver` its versions, `have` its fields, `nhave` how
+-- many it has), then the net writes. Only the fields the changes name are read, unless one
+-- deletes the flight: a delete weighs every field's version.
 local zadd, zrem = {}, {}
 for _, g in ipairs(cjson.decode(ARGV[8 + n * 3])) do
   local flid, ops = g[1], g[2]
   local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
-  local ver, have, nhave = {}, {}, 0
-  local vv = redis.call('HGETALL', vkey)
-  for k = 1, #vv, 2 do ver[vv[k]] = tonumber(vv[k + 1]) end
-  local deleted = ver['~del'] or 0
-  ver['~del'] = nil
-  for _, f in ipairs(redis.call('HKEYS', key)) do have[f] = true; nhave = nhave + 1 end
+  local whole, named, names = false, {}, {}
+  for _, o in ipairs(ops) do
+    if live[o[1]] then
+      if o[2] == 1 then whole = true end
+      local sets = o[4]
+      for j = 1, #sets, 2 do
+        if not named[sets[j]] then named[sets[j]] = true; names[#names + 1] = sets[j] end
+      end
+      for _, f in ipairs(o[5]) do
+        if not named[f] then named[f] = true; names[#names + 1] = f end
+      end
+    end
+  end
+  local ver, have, nhave, deleted = {}, {}, 0, 0
+  if whole then
+    local vv = redis.call('HGETALL', vkey)
+    for k = 1, #vv, 2 do ver[vv[k]] = tonumber(vv[k + 1]) end
+    deleted = ver['~del'] or 0
+    ver['~del'] = nil
+    for _, f in ipairs(redis.call('HKEYS', key)) do have[f] = true; nhave = nhave + 1 end
+  else
+    local vv = redis.call('HMGET', vkey, '~del', unpack(names))
+    deleted = tonumber(vv[1]) or 0
+    nhave = redis.call('HLEN', key)
+    if #names > 0 then
+      local hv = redis.call('HMGET', key, unpack(names))
+      for k, f in ipairs(names) do
+        if vv[k + 1] then ver[f] = tonumber(vv[k + 1]) end
+        if hv[k] then have[f] = true end
+      end
+    end
+  end
   local fset, vset, delmark, ttl, index = {}, {}, nil, nil, nil
   for _, o in ipairs(ops) do
     if live[o[1]] then
-      local m, del, sodt, sets, clears = ms[o[1]], o[2], o[3], o[4], o[5]
+      local m, mt, del, sodt, sets, clears = ms[o[1]], mtext[o[1]], o[2], o[3], o[4], o[5]
       local removed, wrote = del == 1, false
       if del == 1 then
         for f in pairs(have) do
           if (ver[f] or 0) <= m then have[f] = nil; nhave = nhave - 1; fset[f] = false end
         end
-        if m > deleted then deleted, delmark = m, m end
+        if m > deleted then deleted, delmark = m, mt end
       end
       if deleted <= m then
         for j = 1, #sets, 2 do
           local f = sets[j]
           if (ver[f] or 0) <= m then
-            fset[f], ver[f], vset[f], wrote = sets[j + 1], m, m, true
+            fset[f], ver[f], vset[f], wrote = sets[j + 1], m, mt, true
             if not have[f] then have[f] = true; nhave = nhave + 1 end
           end
         end
         for _, f in ipairs(clears) do
           if (ver[f] or 0) <= m then
-            fset[f], ver[f], vset[f], removed = false, m, m, true
+            fset[f], ver[f], vset[f], removed = false, m, mt, true
             if have[f] then have[f] = nil; nhave = nhave - 1 end
           end
         end
