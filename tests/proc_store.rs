@@ -76,6 +76,28 @@ fn the_head_query_walks_its_index_with_100k_pending_rows_and_stale_statistics() 
 }
 
 #[test]
+fn regression_a_batch_recorded_succeeded_reads_its_part_of_the_index_not_the_whole_backlog() {
+    let (mut pg, s) = fresh();
+    let mut admin = s.pg();
+    // Statistics that never saw the backlog (autovacuum off, no ANALYZE), as after a burst.
+    admin
+        .batch_execute(
+            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
+             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
+             SELECT g, 'PENDING', 0, now() FROM generate_series(1, 100000) g;",
+        )
+        .unwrap();
+    let ids: Vec<i64> = (50_001..=51_000).collect();
+    let plan = pg.explain_succeeded(&ids).unwrap();
+    println!("{plan}");
+    // Before: a bitmap scan of idx_proc_head with no bound, hashing all 100 000 pending rows
+    // to update 1000 of them (66 of 83 ms). Now the batch's bounds are the scan's condition.
+    let bounded =
+        plan.lines().any(|l| l.contains("Index Cond") && l.contains("msg_id >=") && l.contains("msg_id <="));
+    assert!(bounded, "the scan of proc_state is not bounded by the batch's ids:\n{plan}");
+}
+
+#[test]
 fn regression_a_query_priced_up_by_enable_sort_off_is_not_jit_compiled() {
     let (mut pg, s) = fresh();
     let mut admin = s.pg();
