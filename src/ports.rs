@@ -215,15 +215,21 @@ pub trait Intake {
         watermark: Option<i64>,
         now: SystemTime,
     ) -> StoreResult<Vec<i64>>;
-    /// Which of `ids` have a `PROC_STATE` row (for the compensating rescan).
-    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
-    /// Which of `ids` msgx processed and marked in the mailbox (`BACKFILL_AT` set): such a row
-    /// found unmarked again means the mailbox reused the ID or lost the mark (PRE-3).
-    fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
-    /// The identity msgx recorded for those of `ids` that SUCCEEDED (INV-9), in MSG_ID order:
-    /// the rescan compares it with what the mailbox row holds now (PRE-3).
-    fn identities(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, String)>>;
+    /// Those of `ids` that have a `PROC_STATE` row, ascending, with what the compensating
+    /// rescan compares (PRE-3): one read for its three questions (#23).
+    fn held(&mut self, ids: &[i64]) -> StoreResult<Vec<Held>>;
     fn watermark(&mut self) -> StoreResult<i64>;
+}
+
+/// What `PROC_STATE` holds of one mailbox ID, as the compensating rescan asks (PRE-3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub msg_id: i64,
+    /// msgx processed it and marked it in the mailbox (`BACKFILL_AT` set): such a row found
+    /// unmarked again means the mailbox reused the ID or lost the mark.
+    pub marked: bool,
+    /// The identity recorded when it SUCCEEDED (INV-9), compared with what the row holds now.
+    pub identity: Option<String>,
 }
 
 /// Own PostgreSQL, the pump's side: the FIFO and its outcomes. Only the process thread holds

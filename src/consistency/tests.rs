@@ -279,14 +279,8 @@ impl Intake for ReadEarly {
     ) -> crate::ports::StoreResult<Vec<i64>> {
         self.0.enqueue(rows, watermark, now)
     }
-    fn known(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<i64>> {
-        self.0.known(ids)
-    }
-    fn marked_by_us(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<i64>> {
-        self.0.marked_by_us(ids)
-    }
-    fn identities(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<(i64, String)>> {
-        self.0.identities(ids)
+    fn held(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<crate::ports::Held>> {
+        self.0.held(ids)
     }
     fn watermark(&mut self) -> crate::ports::StoreResult<i64> {
         self.0.watermark()

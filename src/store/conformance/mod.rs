@@ -97,9 +97,32 @@ pub fn enqueue_is_idempotent_and_overwrites_the_watermark<S: OwnStore>(mut s: S)
     assert_eq!(s.watermark().unwrap(), 7, "None leaves the watermark");
     s.enqueue(&[], Some(5), t0()).unwrap();
     assert_eq!(s.watermark().unwrap(), 5, "an overwrite, not a maximum");
-    assert_eq!(s.known(&[1, 3, 5, 7]).unwrap(), vec![3, 7]);
+    let held: Vec<i64> = s.held(&[1, 3, 5, 7]).unwrap().iter().map(|h| h.msg_id).collect();
+    assert_eq!(held, vec![3, 7]);
     assert_eq!(state(&mut s, 3), ProcStatus::Pending);
     assert_eq!(s.row(4).unwrap(), None);
+}
+
+/// The rescan's one read (PRE-3): each ID with a row once, ascending, whether msgx marked it
+/// and the identity it recorded.
+pub fn held_rows_say_whether_they_were_marked_and_what_identity_they_hold<S: OwnStore>(mut s: S) {
+    use crate::ports::Held;
+    enqueue(&mut s, &[3, 5, 7]);
+    commit(
+        &mut s,
+        &[Settle::succeeded(3, "A|FLOP|STND|3", vec![]), Settle::skipped(5, SkipReason::Ignored("x".into()))],
+        at(1),
+    )
+    .unwrap();
+    s.backfill_settled(&[3, 5], at(2)).unwrap();
+    let held = s.held(&[9, 7, 3, 5, 3]).unwrap();
+    let want = [
+        Held { msg_id: 3, marked: true, identity: Some("A|FLOP|STND|3".into()) },
+        Held { msg_id: 5, marked: true, identity: None },
+        Held { msg_id: 7, marked: false, identity: None },
+    ];
+    assert_eq!(held, want);
+    assert_eq!(s.held(&[]).unwrap(), vec![]);
 }
 
 pub fn unfinished_is_fifo_and_excludes_terminal_rows<S: OwnStore>(mut s: S) {
@@ -592,7 +615,7 @@ pub fn the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing<S: OwnStore>(
     let mut stale = s.fenced_twin(ea);
     let err = stale.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), at(1)).unwrap_err();
     assert!(err.is_fenced(), "{err}");
-    assert_eq!(s.known(&[1]).unwrap(), Vec::<i64>::new(), "nothing was written");
+    assert_eq!(s.held(&[1]).unwrap(), vec![], "nothing was written");
     let mut current = s.fenced_twin(eb);
     current.enqueue(&[InboundRow { id: 1, received_at: None }], Some(1), at(1)).unwrap();
     commit(&mut current, &[Settle::succeeded(1, "k1", vec![event("F", 1)])], at(2)).unwrap();
@@ -638,6 +661,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@cases $make;
             enqueue_is_idempotent_and_overwrites_the_watermark,
             unfinished_is_fifo_and_excludes_terminal_rows,
+            held_rows_say_whether_they_were_marked_and_what_identity_they_hold,
             succeeded_writes_identity_events_in_order_and_the_backfill_intent,
             commit_is_all_or_nothing,
             an_identity_is_held_once,

@@ -23,7 +23,7 @@ use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target}
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, RefChange};
 use crate::ports::{
-    ArchiveCut, ArchivedAs, Fifo, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord,
+    ArchiveCut, ArchivedAs, Fifo, Held, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord,
     StoreResult,
 };
 
@@ -264,32 +264,14 @@ impl Intake for Pg {
         })
     }
 
-    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
-        let rows = self.run(|c| {
-            c.query("SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id", &[&ids])
-        })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+    fn held(&mut self, ids: &[i64]) -> StoreResult<Vec<Held>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) AND backfill_at IS NOT NULL ORDER BY msg_id",
+                "SELECT msg_id, backfill_at IS NOT NULL, identity_key FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id",
                 &[&ids],
             )
         })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    fn identities(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, String)>> {
-        let rows = self.run(|c| {
-            c.query(
-                "SELECT msg_id, identity_key FROM proc_state
-                 WHERE msg_id = ANY($1) AND identity_key IS NOT NULL ORDER BY msg_id",
-                &[&ids],
-            )
-        })?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        Ok(rows.iter().map(|r| Held { msg_id: r.get(0), marked: r.get(1), identity: r.get(2) }).collect())
     }
 
     fn watermark(&mut self) -> StoreResult<i64> {

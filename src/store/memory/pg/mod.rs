@@ -324,25 +324,19 @@ impl Intake for MemPg {
         })
     }
 
-    fn known(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
-        self.read(|s| Ok(ids.iter().copied().filter(|id| s.procs.contains_key(id)).collect()))
-    }
-
-    fn marked_by_us(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>> {
+    fn held(&mut self, ids: &[i64]) -> StoreResult<Vec<crate::ports::Held>> {
         self.read(|s| {
-            Ok(ids
+            let mut out: Vec<crate::ports::Held> = ids
                 .iter()
-                .copied()
-                .filter(|id| s.procs.get(id).is_some_and(|p| p.backfill_at.is_some()))
-                .collect())
-        })
-    }
-
-    fn identities(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, String)>> {
-        self.read(|s| {
-            let mut out: Vec<(i64, String)> =
-                ids.iter().filter_map(|id| Some((*id, s.procs.get(id)?.row.identity_key.clone()?))).collect();
-            out.sort();
+                .filter_map(|id| {
+                    let p = s.procs.get(id)?;
+                    let (marked, identity) = (p.backfill_at.is_some(), p.row.identity_key.clone());
+                    Some(crate::ports::Held { msg_id: *id, marked, identity })
+                })
+                .collect();
+            // As the server answers `= ANY`: each row once, by MSG_ID.
+            out.sort_by_key(|h| h.msg_id);
+            out.dedup_by_key(|h| h.msg_id);
             Ok(out)
         })
     }
