@@ -272,6 +272,14 @@ fn mysql_conn(s: &Services) -> mysql::Conn {
 /// The floor's reader: new mailbox rows → PENDING rows; forwards the ids.
 fn floor_reader(s: &Services, n: usize, poll: Duration, out: Sender<Vec<i64>>) {
     let (mut my, mut pg) = (mysql_conn(s), s.pg());
+    // Prepared once, as msgx's connections keep theirs.
+    let insert = pg
+        .prepare(
+            "INSERT INTO proc_state (msg_id, state, attempts, updated_at, enqueued_at)
+             SELECT id, 'PENDING', 0, now(), now() FROM UNNEST($1::bigint[]) AS t(id) ON CONFLICT DO NOTHING",
+        )
+        .unwrap();
+    let watermark = pg.prepare("UPDATE ingress_watermark SET last_id = $1, updated_at = now()").unwrap();
     let (mut last, mut read) = (0i64, 0usize);
     while read < n {
         let ids: Vec<i64> = my
@@ -285,14 +293,8 @@ fn floor_reader(s: &Services, n: usize, poll: Duration, out: Sender<Vec<i64>>) {
             continue;
         }
         let mut tx = pg.transaction().unwrap();
-        tx.execute(
-            "INSERT INTO proc_state (msg_id, state, attempts, updated_at, enqueued_at)
-             SELECT id, 'PENDING', 0, now(), now() FROM UNNEST($1::bigint[]) AS t(id) ON CONFLICT DO NOTHING",
-            &[&ids],
-        )
-        .unwrap();
-        tx.execute("UPDATE ingress_watermark SET last_id = $1, updated_at = now()", &[ids.last().unwrap()])
-            .unwrap();
+        tx.execute(&insert, &[&ids]).unwrap();
+        tx.execute(&watermark, &[ids.last().unwrap()]).unwrap();
         tx.commit().unwrap();
         last = *ids.last().unwrap();
         read += ids.len();
@@ -310,6 +312,18 @@ fn floor_processor(
     let (mut my, mut pg) = (mysql_conn(s), s.pg());
     let mut redis = s.redis();
     let prefix = format!("{}floor:flight:", s.cfg.redis_prefix);
+    let insert = pg
+        .prepare(
+            "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
+             SELECT 'KAFKA:msg', k, 'UPSERT', m, p, 'PENDING', 0, now(), m FROM UNNEST($1::varchar[], $2::text[], $3::bigint[]) AS x(k, p, m)
+             RETURNING event_id",
+        )
+        .unwrap();
+    let succeed = pg
+        .prepare(
+            "UPDATE proc_state SET state = 'SUCCEEDED', updated_at = now(), backfill_next_at = now() WHERE msg_id = ANY($1)",
+        )
+        .unwrap();
     for batch in input.iter() {
         for ids in batch.chunks(FLOOR_PROCESS) {
             let placeholders = vec!["?"; ids.len()].join(",");
@@ -326,22 +340,9 @@ fn floor_processor(
                 texts.iter().map(|(id, t)| format!("{{\"msg_id\":{id},\"len\":{}}}", t.len())).collect();
             let msg_ids: Vec<i64> = texts.iter().map(|(id, _)| *id).collect();
             let mut tx = pg.transaction().unwrap();
-            let event_ids: Vec<i64> = tx
-                .query(
-                    "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id)
-                     SELECT 'KAFKA:msg', k, 'UPSERT', m, p, 'PENDING', 0, now(), m FROM UNNEST($1::varchar[], $2::text[], $3::bigint[]) AS x(k, p, m)
-                     RETURNING event_id",
-                    &[&keys, &payloads, &msg_ids],
-                )
-                .unwrap()
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            tx.execute(
-                "UPDATE proc_state SET state = 'SUCCEEDED', updated_at = now(), backfill_next_at = now() WHERE msg_id = ANY($1)",
-                &[&msg_ids],
-            )
-            .unwrap();
+            let event_ids: Vec<i64> =
+                tx.query(&insert, &[&keys, &payloads, &msg_ids]).unwrap().iter().map(|r| r.get(0)).collect();
+            tx.execute(&succeed, &[&msg_ids]).unwrap();
             tx.commit().unwrap();
             events.send(event_ids).unwrap();
             marks.send(msg_ids).unwrap();
@@ -353,6 +354,11 @@ fn floor_processor(
 fn floor_dispatcher(s: &Services, input: Receiver<Vec<i64>>) {
     let mut pg = s.pg();
     let mut producer = msgx::store::kafka::KafkaProducer::new(&s.cfg).unwrap();
+    let read = pg
+        .prepare("SELECT event_id, partition_key, payload_json FROM msg_event WHERE event_id = ANY($1) ORDER BY event_id")
+        .unwrap();
+    let sent =
+        pg.prepare("UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)").unwrap();
     let mut pending: Vec<i64> = Vec::new();
     let mut open = true;
     while open || !pending.is_empty() {
@@ -368,9 +374,7 @@ fn floor_dispatcher(s: &Services, input: Receiver<Vec<i64>>) {
             continue;
         }
         let batch: Vec<i64> = pending.drain(..pending.len().min(FLOOR_DISPATCH)).collect();
-        let rows = pg
-            .query("SELECT event_id, partition_key, payload_json FROM msg_event WHERE event_id = ANY($1) ORDER BY event_id", &[&batch])
-            .unwrap();
+        let rows = pg.query(&read, &[&batch]).unwrap();
         let records: Vec<Record> = rows
             .iter()
             .map(|r| Record {
@@ -381,17 +385,16 @@ fn floor_dispatcher(s: &Services, input: Receiver<Vec<i64>>) {
             })
             .collect();
         assert!(producer.send(&records).iter().all(|r| r.is_ok()), "the floor's produce failed");
-        pg.execute(
-            "UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)",
-            &[&batch],
-        )
-        .unwrap();
+        pg.execute(&sent, &[&batch]).unwrap();
     }
 }
 
 /// The floor's marker: the processed mark, then the settled backfill.
 fn floor_marker(s: &Services, input: Receiver<Vec<i64>>) {
     let (mut my, mut pg) = (mysql_conn(s), s.pg());
+    let settled = pg
+        .prepare("UPDATE proc_state SET backfill_at = now(), backfill_next_at = NULL WHERE msg_id = ANY($1)")
+        .unwrap();
     for ids in input.iter() {
         let placeholders = vec!["?"; ids.len()].join(",");
         my.exec_drop(
@@ -401,11 +404,7 @@ fn floor_marker(s: &Services, input: Receiver<Vec<i64>>) {
             ids.clone(),
         )
         .unwrap();
-        pg.execute(
-            "UPDATE proc_state SET backfill_at = now(), backfill_next_at = NULL WHERE msg_id = ANY($1)",
-            &[&ids],
-        )
-        .unwrap();
+        pg.execute(&settled, &[&ids]).unwrap();
     }
 }
 

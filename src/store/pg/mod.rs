@@ -9,7 +9,10 @@ pub mod classify;
 pub mod lease;
 pub mod migrate;
 mod operator;
+mod session;
 pub mod witness;
+
+use session::{Session, Statements};
 
 pub use operator::{Abandoned, Durability, Gauges, HeadInfo, Status};
 
@@ -38,6 +41,8 @@ pub struct Pg {
     /// The connection string as configured: the store's name for the failover witness.
     store: std::sync::Arc<str>,
     client: Option<Client>,
+    /// What `client` prepared; a new connection starts with none.
+    statements: Statements,
     /// The lease epoch every write transaction is fenced with; `None` for an operator's
     /// command (replay, reconcile), which writes beside the daemon through conditional writes.
     fence: Option<i64>,
@@ -63,7 +68,7 @@ impl Pg {
         // msgx writes: a session on a standby (a multi-host URL, a VIP that has not moved yet)
         // is never wanted, whatever the URL says (#19).
         config.target_session_attrs(postgres::config::TargetSessionAttrs::ReadWrite);
-        Ok(Pg { config, store: url.into(), client: None, fence: None })
+        Ok(Pg { config, store: url.into(), client: None, statements: Statements::default(), fence: None })
     }
 
     pub fn connect(url: &str) -> Result<Pg, StoreError> {
@@ -74,7 +79,13 @@ impl Pg {
 
     /// Another connection to the same database, not connected yet, with the same fence.
     pub fn twin(&self) -> Pg {
-        Pg { config: self.config.clone(), store: self.store.clone(), client: None, fence: self.fence }
+        Pg {
+            config: self.config.clone(),
+            store: self.store.clone(),
+            client: None,
+            statements: Statements::default(),
+            fence: self.fence,
+        }
     }
 
     /// Every write transaction of this connection checks that `epoch` still holds the lease.
@@ -113,6 +124,7 @@ impl Pg {
             .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
             self.judge_server(&mut c)?;
             self.client = Some(c);
+            self.statements = Statements::default();
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -157,13 +169,19 @@ impl Pg {
     }
 
     /// Runs `f`; a failure on a broken connection drops it so the next call reconnects.
-    fn run<R>(&mut self, f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>) -> StoreResult<R> {
-        let client = self.client()?;
-        let result = f(client);
+    fn run<R>(&mut self, f: impl FnOnce(&mut Session<'_>) -> Result<R, postgres::Error>) -> StoreResult<R> {
+        self.client()?;
+        let client = self.client.as_mut().expect("connected above");
+        let mut session = Session::new(client, &mut self.statements);
+        let result = f(&mut session);
+        let closed = session.is_closed();
         if let Err(e) = &result {
-            if client.is_closed() || classify::classify(e).is_unavailable() {
+            if closed || classify::classify(e).is_unavailable() {
                 self.client = None;
             }
+            // A statement prepared before a schema change may be refused now ("cached plan
+            // must not change result type"): after any failure they are prepared again.
+            self.statements = Statements::default();
         }
         result.map_err(|e| classify::classify(&e))
     }
@@ -173,7 +191,7 @@ impl Pg {
     /// found a row not in the state it expected).
     fn write<R>(
         &mut self,
-        f: impl FnOnce(&mut Client) -> Result<Result<R, StoreError>, postgres::Error>,
+        f: impl FnOnce(&mut Session<'_>) -> Result<Result<R, StoreError>, postgres::Error>,
     ) -> StoreResult<R> {
         let begin = match self.fence {
             Some(epoch) => format!("BEGIN; SELECT msgx_fence({epoch})"),
@@ -286,7 +304,11 @@ type RoundEvent<'a> = (i64, usize, &'a NewEvent);
 /// message id. `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation
 /// resets the flight's row to PENDING with the new payload and clears SENT_AT; an older one is
 /// dropped. One statement per kind, whatever the round's size.
-fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> Result<(), postgres::Error> {
+fn insert_events(
+    c: &mut Session<'_>,
+    events: &[RoundEvent<'_>],
+    now: SystemTime,
+) -> Result<(), postgres::Error> {
     let (upserts, inserts): (Vec<&RoundEvent<'_>>, Vec<&RoundEvent<'_>>) =
         events.iter().partition(|(_, _, e)| e.target == Target::KafkaSchd);
     if !inserts.is_empty() {
@@ -339,7 +361,7 @@ fn insert_events(c: &mut Client, events: &[RoundEvent<'_>], now: SystemTime) -> 
 
 /// REF_MASTER changes (SOURCE = AODB), in the message's transaction.
 fn write_references(
-    c: &mut Client,
+    c: &mut Session<'_>,
     refs: &[(i64, &RefChange)],
     now: SystemTime,
 ) -> Result<(), postgres::Error> {
@@ -415,11 +437,11 @@ fn span(ids: impl IntoIterator<Item = i64>) -> (i64, i64) {
 }
 
 /// One outcome kind's statement: how many rows it moved.
-type Recorder = fn(&mut Client, &RoundRecord<'_>, SystemTime) -> Result<u64, postgres::Error>;
+type Recorder = fn(&mut Session<'_>, &RoundRecord<'_>, SystemTime) -> Result<u64, postgres::Error>;
 
 /// SUCCEEDED, the identity (INV-9) and the backfill intent (INV-8), in one statement.
 fn record_succeeded(
-    c: &mut Client,
+    c: &mut Session<'_>,
     round: &RoundRecord<'_>,
     now: SystemTime,
 ) -> Result<u64, postgres::Error> {
@@ -440,7 +462,11 @@ fn succeed_sql() -> String {
 }
 
 /// SKIPPED with its reason and the backfill intent (INV-8), in one statement.
-fn record_skipped(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
+fn record_skipped(
+    c: &mut Session<'_>,
+    round: &RoundRecord<'_>,
+    now: SystemTime,
+) -> Result<u64, postgres::Error> {
     let ids: Vec<i64> = round.skipped.iter().map(|x| x.msg_id).collect();
     let t = tags(round.skipped.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let reasons: Vec<String> = round.skipped.iter().map(|x| clip(&x.reason.render(), 1000)).collect();
@@ -458,7 +484,11 @@ fn record_skipped(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> R
 
 /// FAILED: attempts+1, class, error, the next attempt, and the head-deadline anchor the rules
 /// computed (the first failure, moved on by the time the row waited past its backoff).
-fn record_retried(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
+fn record_retried(
+    c: &mut Session<'_>,
+    round: &RoundRecord<'_>,
+    now: SystemTime,
+) -> Result<u64, postgres::Error> {
     let ids: Vec<i64> = round.retried.iter().map(|x| x.msg_id).collect();
     let t = tags(round.retried.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let classes: Vec<&str> = round.retried.iter().map(|x| x.class.as_str()).collect();
@@ -479,7 +509,11 @@ fn record_retried(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> R
 }
 
 /// DEAD with its class and the backfill intent (INV-8), in one statement.
-fn record_dead(c: &mut Client, round: &RoundRecord<'_>, now: SystemTime) -> Result<u64, postgres::Error> {
+fn record_dead(
+    c: &mut Session<'_>,
+    round: &RoundRecord<'_>,
+    now: SystemTime,
+) -> Result<u64, postgres::Error> {
     let ids: Vec<i64> = round.dead.iter().map(|x| x.msg_id).collect();
     let t = tags(round.dead.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let classes: Vec<&str> = round.dead.iter().map(|x| x.class.as_str()).collect();
@@ -528,6 +562,33 @@ impl Pg {
         let skip: &[i64] = &[];
         let rows = self.run(|c| c.query(&format!("EXPLAIN {}", head_query()), &[&(limit as i64), &skip]))?;
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+    }
+
+    /// The generic plans (the ones the server may keep for a statement prepared once and run
+    /// many times, `session`) of the FIFO head query and of recording a batch SUCCEEDED, on
+    /// msgx's session settings: what they would be for any values.
+    pub fn explain_generic(&mut self) -> StoreResult<[String; 2]> {
+        let statements = [
+            ("msgx_explain_head", "bigint, bigint[]", head_query(), "50, '{}'"),
+            (
+                "msgx_explain_succeed",
+                "bigint[], varchar[], varchar[], timestamptz, bigint, bigint",
+                succeed_sql(),
+                "'{1}', '{k}', '{NULL}', now(), 1, 1",
+            ),
+        ];
+        let plans = statements.map(|(name, types, sql, args)| {
+            self.run(|c| {
+                c.batch_execute(&format!(
+                    "SET plan_cache_mode = force_generic_plan; PREPARE {name}({types}) AS {sql}"
+                ))?;
+                let rows = c.query(&format!("EXPLAIN EXECUTE {name}({args})"), &[]);
+                c.batch_execute(&format!("DEALLOCATE {name}; RESET plan_cache_mode"))?;
+                Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+            })
+        });
+        let [head, succeed] = plans;
+        Ok([head?, succeed?])
     }
 }
 

@@ -3,8 +3,6 @@
 
 use std::time::SystemTime;
 
-use postgres::Client;
-
 use super::{clip, Pg, TERMINAL, UNFINISHED};
 use crate::domain::Target;
 use crate::domain::{EventStatus, ProcRow, ProcStatus};
@@ -16,7 +14,7 @@ use crate::ports::{Operator, ReplaySelection, Replayed, ReplayedEvent, ResendFro
 /// by range or class only those in `replayable` state. `select` lists id, then the columns the
 /// caller reads; `id` is the key column.
 fn replay_rows(
-    c: &mut Client,
+    c: &mut super::Session<'_>,
     select: &str,
     id: &str,
     replayable: &str,
@@ -397,7 +395,7 @@ impl Pg {
 }
 
 /// The FIFO head, with its age by the database's clock.
-fn head_info(c: &mut Client) -> Result<Option<HeadInfo>, postgres::Error> {
+fn head_info(c: &mut super::Session<'_>) -> Result<Option<HeadInfo>, postgres::Error> {
     use crate::clock::unix_millis;
     Ok(c.query_opt(
         &format!(
@@ -419,7 +417,7 @@ fn head_info(c: &mut Client) -> Result<Option<HeadInfo>, postgres::Error> {
 }
 
 /// Abandoned marks not reconciled yet, the first `limit` (C-16).
-fn abandoned(c: &mut Client, limit: i64) -> Result<Vec<Abandoned>, postgres::Error> {
+fn abandoned(c: &mut super::Session<'_>, limit: i64) -> Result<Vec<Abandoned>, postgres::Error> {
     use crate::clock::unix_millis;
     Ok(c
         .query(
@@ -438,7 +436,7 @@ fn abandoned(c: &mut Client, limit: i64) -> Result<Vec<Abandoned>, postgres::Err
 }
 
 /// The seasonal plans held, one line per season.
-fn seasons(c: &mut Client) -> Result<Vec<SeasonHeld>, postgres::Error> {
+fn seasons(c: &mut super::Session<'_>) -> Result<Vec<SeasonHeld>, postgres::Error> {
     Ok(c.query(
         "SELECT season, min(airport), min(season_start), min(season_end), count(*), max(msg_id)
              FROM season_plan GROUP BY season ORDER BY season",
