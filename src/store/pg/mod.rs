@@ -116,9 +116,16 @@ impl Pg {
             // such a query with LLVM on every call: 25–145 ms for a query that reads one index
             // page (the consistency check's newest SUCCEEDED rows, #23). msgx's statements are
             // short index walks; compiling never pays for them.
+            //
+            // plan_cache_mode = force_custom_plan: a statement is prepared once per connection
+            // (session.rs) but planned with each call's values, as when it was sent as text. A
+            // plan kept for any values took a batch of a thousand for ten rows and joined the
+            // SENT update in a nested loop (286 ms a call), and it cannot hash a `<> ALL($2)`
+            // list whose contents it does not know (the head query, 13 ms a call against 1.5).
             c.batch_execute(&format!(
                 "SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'; SET enable_sort = off; \
-                 SET jit = off; SET idle_in_transaction_session_timeout = '{}ms'",
+                 SET jit = off; SET plan_cache_mode = force_custom_plan; \
+                 SET idle_in_transaction_session_timeout = '{}ms'",
                 IDLE_IN_TRANSACTION.as_millis()
             ))
             .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
@@ -564,31 +571,18 @@ impl Pg {
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
     }
 
-    /// The generic plans (the ones the server may keep for a statement prepared once and run
-    /// many times, `session`) of the FIFO head query and of recording a batch SUCCEEDED, on
-    /// msgx's session settings: what they would be for any values.
-    pub fn explain_generic(&mut self) -> StoreResult<[String; 2]> {
-        let statements = [
-            ("msgx_explain_head", "bigint, bigint[]", head_query(), "50, '{}'"),
-            (
-                "msgx_explain_succeed",
-                "bigint[], varchar[], varchar[], timestamptz, bigint, bigint",
-                succeed_sql(),
-                "'{1}', '{k}', '{NULL}', now(), 1, 1",
-            ),
-        ];
-        let plans = statements.map(|(name, types, sql, args)| {
-            self.run(|c| {
-                c.batch_execute(&format!(
-                    "SET plan_cache_mode = force_generic_plan; PREPARE {name}({types}) AS {sql}"
-                ))?;
-                let rows = c.query(&format!("EXPLAIN EXECUTE {name}({args})"), &[]);
-                c.batch_execute(&format!("DEALLOCATE {name}; RESET plan_cache_mode"))?;
-                Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
-            })
-        });
-        let [head, succeed] = plans;
-        Ok([head?, succeed?])
+    /// The plan the server would keep for the SENT update if it planned it once for any
+    /// values (`plan_cache_mode = force_generic_plan`, which msgx's sessions never use).
+    pub fn explain_sent_for_any_values(&mut self) -> StoreResult<String> {
+        self.run(|c| {
+            c.batch_execute(&format!(
+                "SET plan_cache_mode = force_generic_plan;
+                 PREPARE msgx_explain_sent(bigint[], bigint[], timestamptz, bigint, bigint) AS {SENT}"
+            ))?;
+            let rows = c.query("EXPLAIN EXECUTE msgx_explain_sent('{1}', '{1}', now(), 1, 1)", &[]);
+            c.batch_execute("DEALLOCATE msgx_explain_sent; SET plan_cache_mode = force_custom_plan")?;
+            Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+        })
     }
 }
 
@@ -708,6 +702,12 @@ impl MarkLedger for Pg {
     }
 }
 
+/// Events SENT, each only at the version that was produced.
+const SENT: &str = "UPDATE msg_event e SET state = 'SENT', sent_at = $3
+     FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, v)
+     WHERE e.event_id = s.id AND e.state_version = s.v AND e.state = 'PENDING'
+       AND e.event_id BETWEEN $4 AND $5";
+
 impl Outbox for Pg {
     fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>> {
         // A stale instance reads nothing to send: the epoch is checked in the same statement
@@ -749,13 +749,7 @@ impl Outbox for Pg {
         // newer generation meanwhile does not match and stays PENDING. The bounds keep an
         // outbox that grew during an outage from being hashed whole for every batch (`span`).
         self.write(|c| {
-            c.execute(
-                "UPDATE msg_event e SET state = 'SENT', sent_at = $3
-                 FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, v)
-                 WHERE e.event_id = s.id AND e.state_version = s.v AND e.state = 'PENDING'
-                   AND e.event_id BETWEEN $4 AND $5",
-                &[&ids, &versions, &now, &lo, &hi],
-            )?;
+            c.execute(SENT, &[&ids, &versions, &now, &lo, &hi])?;
             Ok(Ok(()))
         })
     }

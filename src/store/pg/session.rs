@@ -3,10 +3,9 @@
 //! The `postgres` crate prepares a statement given as text on every call: a round trip to
 //! parse and describe it, then one to run it, then it closes it. A statement of msgx's is run
 //! thousands of times on one connection, so each connection keeps what it prepared, by its
-//! text. The server plans a prepared statement with the call's values for its first five runs
-//! and may then keep a generic plan; the FIFO head, the batch updates and the backfill's
-//! questions have the same plan either way (sorting is off, every one walks a partial index
-//! or the primary key in order), which `tests/proc_store.rs` checks with generic plans forced.
+//! text. Every call is still planned with its values (`plan_cache_mode = force_custom_plan`,
+//! set for every session in `Pg::client`): a plan kept for any values misjudged the batches
+//! (see there), so what is saved is the parse, the describe and their round trip.
 
 use std::collections::HashMap;
 
