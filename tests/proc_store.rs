@@ -98,6 +98,27 @@ fn regression_a_batch_recorded_succeeded_reads_its_part_of_the_index_not_the_who
 }
 
 #[test]
+fn regression_the_identity_check_reads_its_index_not_the_table_on_stale_statistics() {
+    let (mut pg, s) = fresh();
+    let mut admin = s.pg();
+    admin
+        .batch_execute(
+            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
+             INSERT INTO proc_state (msg_id, state, attempts, updated_at, identity_key)
+             SELECT g, 'SUCCEEDED', 0, now(), 'A|FLOP|STND|' || g FROM generate_series(1, 50000) g;
+             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
+             SELECT g, 'PENDING', 0, now() FROM generate_series(50001, 100000) g;",
+        )
+        .unwrap();
+    let keys: Vec<String> = (50_001..=51_000).map(|m| format!("A|FLOP|STND|{m}")).collect();
+    let plan = pg.explain_identity_holders(&keys).unwrap();
+    println!("{plan}");
+    // Before: a sequential scan of all 100 000 rows to find none of a round's 1000 keys.
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    assert!(plan.contains("uk_proc_identity"), "{plan}");
+}
+
+#[test]
 fn regression_a_statement_prepared_once_is_still_planned_with_its_values() {
     let (mut pg, _s) = fresh();
     // A plan kept for any values takes an UNNEST of a thousand ids for ten rows and joins the

@@ -104,7 +104,11 @@ impl Pg {
                 .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
             // Plans must not depend on fresh statistics: the FIFO, outbox and backfill queries
             // walk their partial indexes in order instead of sorting every unfinished row when
-            // the table's statistics are stale (docs/performance.md).
+            // the table's statistics are stale (docs/performance.md). enable_seqscan = off for
+            // the same reason: on statistics that had not seen a burst (a table thought empty)
+            // the round's identity check read all of PROC_STATE for a thousand keys, every round
+            // (27 ms a round at 100 000 pending against 5 at 20 000, #23). Every msgx statement
+            // has an index to walk; a table with none is still read whole.
             //
             // idle_in_transaction_session_timeout: an instance frozen (SIGSTOP, a VM paused)
             // inside a fenced write holds the lease row FOR KEY SHARE, and a takeover's FOR
@@ -124,7 +128,7 @@ impl Pg {
             // list whose contents it does not know (the head query, 13 ms a call against 1.5).
             c.batch_execute(&format!(
                 "SET statement_timeout = '60s'; SET lock_timeout = '30s'; SET TIME ZONE 'UTC'; SET enable_sort = off; \
-                 SET jit = off; SET plan_cache_mode = force_custom_plan; \
+                 SET enable_seqscan = off; SET jit = off; SET plan_cache_mode = force_custom_plan; \
                  SET idle_in_transaction_session_timeout = '{}ms'",
                 IDLE_IN_TRANSACTION.as_millis()
             ))
@@ -564,6 +568,13 @@ impl Pg {
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
     }
 
+    /// The plan PostgreSQL uses to find who holds `keys` (INV-9), as msgx's sessions run it.
+    pub fn explain_identity_holders(&mut self, keys: &[String]) -> StoreResult<String> {
+        let sql = format!("EXPLAIN {IDENTITY_HOLDERS}");
+        let rows = self.run(|c| c.query(&sql, &[&keys]))?;
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+    }
+
     /// The plan PostgreSQL uses for the FIFO head query, as msgx's sessions run it.
     pub fn explain_head(&mut self, limit: usize) -> StoreResult<String> {
         let skip: &[i64] = &[];
@@ -586,6 +597,9 @@ impl Pg {
     }
 }
 
+/// Who holds each of a round's identities (INV-9).
+const IDENTITY_HOLDERS: &str = "SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)";
+
 impl Fifo for Pg {
     fn unfinished(&mut self, limit: usize, skip: &[i64]) -> StoreResult<Vec<ProcRow>> {
         let rows = self.run(|c| c.query(&head_query(), &[&(limit as i64), &skip]))?;
@@ -597,9 +611,7 @@ impl Fifo for Pg {
             return Ok(HashMap::new());
         }
         // ARCHIVED shadow rows keep IDENTITY_KEY, so they answer here too (INV-9).
-        let rows = self.run(|c| {
-            c.query("SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)", &[&keys])
-        })?;
+        let rows = self.run(|c| c.query(IDENTITY_HOLDERS, &[&keys]))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
