@@ -46,19 +46,26 @@ fn archived_rows_are_whole_in_proc_state_hst() {
     );
 }
 
+/// 100 000 PENDING rows PROC_STATE's statistics never saw (autovacuum off, no ANALYZE), as
+/// after a burst into a new table; `succeeded` of them (the first) SUCCEEDED with an identity.
+fn stale_backlog(succeeded: i64) -> (Pg, Services) {
+    let (pg, s) = fresh();
+    s.pg()
+        .batch_execute(&format!(
+            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
+             INSERT INTO proc_state (msg_id, state, attempts, updated_at, identity_key)
+             SELECT g, 'SUCCEEDED', 0, now(), 'A|FLOP|STND|' || g FROM generate_series(1, {succeeded}) g;
+             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
+             SELECT g, 'PENDING', 0, now() FROM generate_series({succeeded} + 1, 100000) g;"
+        ))
+        .unwrap();
+    (pg, s)
+}
+
 #[test]
 fn the_head_query_walks_its_index_with_100k_pending_rows_and_stale_statistics() {
     use msgx::ports::Fifo;
-    let (mut pg, s) = fresh();
-    let mut admin = s.pg();
-    // Statistics that never saw the rows: autovacuum off, no ANALYZE.
-    admin
-        .batch_execute(
-            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
-             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
-             SELECT g, 'PENDING', 0, now() FROM generate_series(1, 100000) g;",
-        )
-        .unwrap();
+    let (mut pg, _s) = stale_backlog(0);
     let plan = pg.explain_head(50).unwrap();
     println!("{plan}");
     assert!(
@@ -77,16 +84,7 @@ fn the_head_query_walks_its_index_with_100k_pending_rows_and_stale_statistics() 
 
 #[test]
 fn regression_a_batch_recorded_succeeded_reads_its_part_of_the_index_not_the_whole_backlog() {
-    let (mut pg, s) = fresh();
-    let mut admin = s.pg();
-    // Statistics that never saw the backlog (autovacuum off, no ANALYZE), as after a burst.
-    admin
-        .batch_execute(
-            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
-             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
-             SELECT g, 'PENDING', 0, now() FROM generate_series(1, 100000) g;",
-        )
-        .unwrap();
+    let (mut pg, _s) = stale_backlog(0);
     let ids: Vec<i64> = (50_001..=51_000).collect();
     let plan = pg.explain_succeeded(&ids).unwrap();
     println!("{plan}");
@@ -99,17 +97,7 @@ fn regression_a_batch_recorded_succeeded_reads_its_part_of_the_index_not_the_who
 
 #[test]
 fn regression_the_identity_check_reads_its_index_not_the_table_on_stale_statistics() {
-    let (mut pg, s) = fresh();
-    let mut admin = s.pg();
-    admin
-        .batch_execute(
-            "ALTER TABLE proc_state SET (autovacuum_enabled = false);
-             INSERT INTO proc_state (msg_id, state, attempts, updated_at, identity_key)
-             SELECT g, 'SUCCEEDED', 0, now(), 'A|FLOP|STND|' || g FROM generate_series(1, 50000) g;
-             INSERT INTO proc_state (msg_id, state, attempts, updated_at)
-             SELECT g, 'PENDING', 0, now() FROM generate_series(50001, 100000) g;",
-        )
-        .unwrap();
+    let (mut pg, _s) = stale_backlog(50_000);
     let keys: Vec<String> = (50_001..=51_000).map(|m| format!("A|FLOP|STND|{m}")).collect();
     let plan = pg.explain_identity_holders(&keys).unwrap();
     println!("{plan}");

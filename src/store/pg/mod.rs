@@ -563,22 +563,23 @@ impl Pg {
         let t: Vec<Option<String>> = vec![None; ids.len()];
         let (lo, hi) = span(ids.iter().copied());
         let now = SystemTime::UNIX_EPOCH;
-        let sql = format!("EXPLAIN {}", succeed_sql());
-        let rows = self.run(|c| c.query(&sql, &[&ids, &keys, &t, &now, &lo, &hi]))?;
-        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi])
     }
 
     /// The plan PostgreSQL uses to find who holds `keys` (INV-9), as msgx's sessions run it.
     pub fn explain_identity_holders(&mut self, keys: &[String]) -> StoreResult<String> {
-        let sql = format!("EXPLAIN {IDENTITY_HOLDERS}");
-        let rows = self.run(|c| c.query(&sql, &[&keys]))?;
-        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+        self.explain(IDENTITY_HOLDERS, &[&keys])
     }
 
     /// The plan PostgreSQL uses for the FIFO head query, as msgx's sessions run it.
     pub fn explain_head(&mut self, limit: usize) -> StoreResult<String> {
         let skip: &[i64] = &[];
-        let rows = self.run(|c| c.query(&format!("EXPLAIN {}", head_query()), &[&(limit as i64), &skip]))?;
+        self.explain(&head_query(), &[&(limit as i64), &skip])
+    }
+
+    /// `EXPLAIN` of `sql` with `params` on this session, one line per plan line.
+    fn explain(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> StoreResult<String> {
+        let rows = self.run(|c| c.query(&format!("EXPLAIN {sql}"), params))?;
         Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
     }
 
