@@ -9,16 +9,22 @@ use log::error;
 
 mod cli;
 
-/// A line in the JSON shape (`msgx.log-format = "json"`).
-fn json_line(buf: &mut env_logger::fmt::Formatter, record: &log::Record, text: &str) -> std::io::Result<()> {
+/// One log line: `text` scrubbed of every secret, whatever a driver echoed (#21 item 3), in
+/// env_logger's own shape (`[time LEVEL target] message`) or the JSON one.
+fn write_line(buf: &mut env_logger::fmt::Formatter, record: &log::Record, text: &str) -> std::io::Result<()> {
     use std::io::Write;
+    let text = msgx::secret::scrub(text);
+    if !msgx::logline::json() {
+        let ts = buf.timestamp_millis();
+        return writeln!(buf, "[{ts} {:<5} {}] {text}", record.level(), record.target());
+    }
     let thread = std::thread::current();
     let line = msgx::logline::render(
         &buf.timestamp_millis().to_string(),
         record.level().as_str(),
         record.target(),
         thread.name().unwrap_or("main"),
-        text,
+        &text,
     );
     writeln!(buf, "{line}")
 }
@@ -29,23 +35,24 @@ fn main() -> ExitCode {
         .format_timestamp_millis()
         .format(|buf, record| {
             use std::fmt::Write as _;
-            use std::io::Write;
             thread_local! {
                 // The message as written, before scrubbing: one buffer per thread, reused, so
                 // a line costs no allocation of its own beyond the copy the log thread gets.
                 static TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
             }
-            TEXT.with_borrow_mut(|text| {
-                text.clear();
-                let _ = write!(text, "{}", record.args());
-                // No secret in any line, whatever a driver echoed (#21 item 3).
-                let text = msgx::secret::scrub(text);
-                if !msgx::logline::json() {
-                    // env_logger's own shape: `[time LEVEL target] message`.
-                    let ts = buf.timestamp_millis();
-                    return writeln!(buf, "[{ts} {:<5} {}] {text}", record.level(), record.target());
+            TEXT.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut text) => {
+                    text.clear();
+                    let _ = write!(text, "{}", record.args());
+                    let written = write_line(buf, record, &text);
+                    if text.capacity() > 64 * 1024 {
+                        *text = String::new(); // one long line does not stay held per thread
+                    }
+                    written
                 }
-                json_line(buf, record, &text)
+                // A line written while this thread formats another (a value's Display that
+                // logs): it gets a buffer of its own rather than a panic.
+                Err(_) => write_line(buf, record, &record.args().to_string()),
             })
         })
         // A log file, never a terminal: no colours to add, none to strip per line.
