@@ -85,11 +85,6 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
-    /// The stored form (as [`Display`](std::fmt::Display) writes it).
-    pub fn render(&self) -> String {
-        self.to_string()
-    }
-
     /// The stored form read back; `None` for a text no version of msgx writes.
     pub fn parse(s: &str) -> Option<SkipReason> {
         let (kind, detail) = s.split_once(':')?;
@@ -109,6 +104,7 @@ impl SkipReason {
     }
 }
 
+/// The stored form (`PROC_STATE.LAST_ERROR` of a SKIPPED row), read back by [`SkipReason::parse`].
 impl std::fmt::Display for SkipReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

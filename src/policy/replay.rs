@@ -28,7 +28,7 @@ pub fn skipped_verdict(state: ProcStatus, reason: Option<&str>) -> Result<(), St
     match (state, reason.and_then(SkipReason::parse)) {
         (ProcStatus::Skipped, Some(r)) if r.is_replayable() => Ok(()),
         (ProcStatus::Skipped, Some(r)) => {
-            Err(format!("SKIPPED as {}: final (an ignore rule or a duplicate is not replayed)", r.render()))
+            Err(format!("SKIPPED as {r}: final (an ignore rule or a duplicate is not replayed)"))
         }
         (ProcStatus::Skipped, None) => Err("no skip reason recorded, nothing to replay".to_string()),
         (other, _) => {

@@ -480,7 +480,7 @@ fn record_skipped(
 ) -> Result<u64, postgres::Error> {
     let ids: Vec<i64> = round.skipped.iter().map(|x| x.msg_id).collect();
     let t = tags(round.skipped.iter().map(|x| x.tag.map(|t| clip(t, 32))));
-    let reasons: Vec<String> = round.skipped.iter().map(|x| clip(&x.reason.render(), 1000)).collect();
+    let reasons: Vec<String> = round.skipped.iter().map(|x| clip(&x.reason.to_string(), 1000)).collect();
     let (lo, hi) = span(ids.iter().copied());
     c.execute(
         &format!(

@@ -170,7 +170,7 @@ impl Tables {
         if let Some(t) = x.tag {
             p.row.type_tag = Some(t.to_string());
         }
-        p.row.last_error = Some(x.reason.render());
+        p.row.last_error = Some(x.reason.to_string());
         terminal(p, ProcStatus::Skipped, now);
         Ok(())
     }
