@@ -313,10 +313,11 @@ fn record(
     attrs: Fields,
     seq: Option<&'static str>,
     children: Fields,
-    text: Option<&str>,
+    text: Option<&'static str>,
     flid: &str,
     unknown: &mut Unknown,
-) -> Result<BTreeMap<String, String>, DecodeError> {
+) -> Result<BTreeMap<&'static str, String>, DecodeError> {
+    // Keys are the table's own names: no copy per value (#23).
     let mut rec = BTreeMap::new();
     for (name, v) in &el.attrs {
         let spec =
@@ -331,7 +332,7 @@ fn record(
             continue;
         };
         if !v.trim().is_empty() {
-            rec.insert(a.to_string(), value(kind, v, format_args!("{}@{a}", el.name), flid)?);
+            rec.insert(a, value(kind, v, format_args!("{}@{a}", el.name), flid)?);
         }
     }
     for c in &el.children {
@@ -351,12 +352,12 @@ fn record(
             )));
         }
         if !c.text.is_empty() {
-            rec.insert(n.to_string(), value(*kind, &c.text, format_args!("{}/{n}", el.name), flid)?);
+            rec.insert(*n, value(*kind, &c.text, format_args!("{}/{n}", el.name), flid)?);
         }
     }
     if let Some(t) = text {
         if !el.text.is_empty() {
-            rec.insert(t.to_string(), el.text.to_string());
+            rec.insert(t, el.text.to_string());
         }
     }
     Ok(rec)

@@ -14,15 +14,46 @@ pub struct SisTime {
 impl SisTime {
     /// `yyyy-MM-ddTHH:mm` or `yyyy-MM-dd`.
     pub fn iso(&self) -> String {
-        match self.hm {
-            Some((h, m)) => format!("{:04}-{:02}-{:02}T{h:02}:{m:02}", self.year, self.month, self.day),
-            None => format!("{:04}-{:02}-{:02}", self.year, self.month, self.day),
+        // Written digit by digit: `format!` was a seventh of a FLOP message's decoding (#23).
+        let mut out = String::with_capacity(16);
+        self.push_day(&mut out);
+        if let Some((h, m)) = self.hm {
+            out.push('T');
+            push_digits(&mut out, h.into(), 2);
+            out.push(':');
+            push_digits(&mut out, m.into(), 2);
         }
+        out
     }
 
     /// The operating day, `yyyy-MM-dd`.
     pub fn day(&self) -> String {
-        format!("{:04}-{:02}-{:02}", self.year, self.month, self.day)
+        let mut out = String::with_capacity(10);
+        self.push_day(&mut out);
+        out
+    }
+
+    fn push_day(&self, out: &mut String) {
+        push_digits(out, self.year.into(), 4);
+        out.push('-');
+        push_digits(out, self.month.into(), 2);
+        out.push('-');
+        push_digits(out, self.day.into(), 2);
+    }
+}
+
+/// `n` in `width` decimal digits, zero-padded, as `{n:0width$}` writes it for the values a
+/// [`SisTime`] holds (a year has four digits; a wider one keeps them all).
+fn push_digits(out: &mut String, n: u32, width: u32) {
+    if n >= 10u32.pow(width) {
+        push_digits(out, n / 10, width);
+        out.push(char::from(b'0' + (n % 10) as u8));
+        return;
+    }
+    let mut place = 10u32.pow(width);
+    while place > 1 {
+        place /= 10;
+        out.push(char::from(b'0' + ((n / place) % 10) as u8));
     }
 }
 
@@ -111,6 +142,21 @@ mod tests {
             "aaJAN21",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn iso_is_what_format_writes() {
+        for (year, month, day, hm) in [
+            (2021, 1, 23, Some((5, 35))),
+            (2003, 12, 9, None),
+            (999, 10, 31, Some((23, 0))),
+            (u16::MAX, 2, 1, Some((0, 59))),
+        ] {
+            let t = SisTime { year, month, day, hm };
+            let date = format!("{year:04}-{month:02}-{day:02}");
+            let want = hm.map_or(date.clone(), |(h, m)| format!("{date}T{h:02}:{m:02}"));
+            assert_eq!((t.iso(), t.day()), (want, date));
         }
     }
 

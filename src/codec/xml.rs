@@ -42,11 +42,16 @@ impl<'a> Element<'a> {
 /// `part` as a slice of `text` when it is one (quick-xml hands out slices of the input with
 /// the lifetime of its event); otherwise (a value it had to change) owned.
 fn rebase<'a>(text: &'a str, part: &str) -> Cow<'a, str> {
-    let (base, at) = (text.as_ptr() as usize, part.as_ptr() as usize);
+    slice_of(text, part.as_bytes()).map_or_else(|| Cow::Owned(part.to_string()), Cow::Borrowed)
+}
+
+/// The part of `text` that `raw` is, found by its address: `str::get` checks that both ends
+/// fall on character boundaries, so the bytes need no second UTF-8 validation (#23).
+fn slice_of<'a>(text: &'a str, raw: &[u8]) -> Option<&'a str> {
+    let (base, at) = (text.as_ptr() as usize, raw.as_ptr() as usize);
     at.checked_sub(base)
-        .and_then(|off| text.get(off..off + part.len()))
-        .filter(|s| s.as_ptr() == part.as_ptr())
-        .map_or_else(|| Cow::Owned(part.to_string()), Cow::Borrowed)
+        .and_then(|off| text.get(off..off.checked_add(raw.len())?))
+        .filter(|s| s.as_ptr() == raw.as_ptr())
 }
 
 /// [`rebase`] of a borrowed piece; an owned one stays owned.
@@ -59,9 +64,9 @@ fn keep<'a>(text: &'a str, piece: Cow<'_, str>) -> Cow<'a, str> {
 
 /// A name as UTF-8 (the input is a `str`, so a name always is), borrowed from `text`.
 fn name_of<'a>(text: &'a str, raw: &[u8]) -> Cow<'a, str> {
-    match std::str::from_utf8(raw) {
-        Ok(s) => rebase(text, s),
-        Err(_) => Cow::Owned(String::from_utf8_lossy(raw).into_owned()),
+    match slice_of(text, raw) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(String::from_utf8_lossy(raw).into_owned()),
     }
 }
 
