@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 use redis::{Client, Connection, Script, Value};
 
 use crate::error::StoreError;
-use crate::handlers::{Decision, FlightState};
+use crate::handlers::{Decision, FlightChange, FlightState};
 use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
@@ -44,8 +44,10 @@ const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 /// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle
 /// accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the token
 /// of this write, n, then n × (msg_id, snapshot 1/0, journal doc), then the round's flight
-/// changes grouped by flight (#23): `[[flid, [[decision index, delete 1/0, sodt|null, [field,
-/// value, …], [cleared field, …]], …]], …]`, each flight's changes in MSG_ID order. The journal
+/// changes grouped by flight (#23), as flat arguments: the number of flights, then per flight
+/// `flid, number of changes`, then per change `decision index, delete 1/0, sodt or '', number
+/// of sets, field, value, …, number of clears, field, …`, each flight's changes in MSG_ID
+/// order (flat, because decoding them from one JSON text was a sixth of the script). The journal
 /// doc (the decision's events and references) is stored as given, never decoded. Returns one
 /// 1/0 per decision — 0 for a snapshot not newer than the plan's generation, which changes
 /// nothing and is journalled as the empty decision. A current token this handle did not write
@@ -104,8 +106,20 @@ end
 -- many it has), then the net writes. Only the fields the changes name are read, unless one
 -- deletes the flight: a delete weighs every field's version.
 local zadd, zrem = {}, {}
-for _, g in ipairs(cjson.decode(ARGV[8 + n * 3])) do
-  local flid, ops = g[1], g[2]
+local at = 8 + n * 3
+local function take()
+  at = at + 1
+  return ARGV[at - 1]
+end
+for _ = 1, tonumber(take()) do
+  local flid, ops = take(), {}
+  for k = 1, tonumber(take()) do
+    local d, del, sodt = tonumber(take()), tonumber(take()), take()
+    local sets, clears = {}, {}
+    for j = 1, 2 * tonumber(take()) do sets[j] = take() end
+    for j = 1, tonumber(take()) do clears[j] = take() end
+    ops[k] = {d, del, sodt ~= '' and sodt, sets, clears}
+  end
   local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
   local whole, named, names = false, {}, {}
   for _, o in ipairs(ops) do
@@ -174,7 +188,7 @@ for _, g in ipairs(cjson.decode(ARGV[8 + n * 3])) do
         if removed then ttl = 'expire' end
       else
         if deleted > 0 and wrote then ttl = 'persist' end
-        if sodt ~= cjson.null and sodt ~= false then index = sodt end
+        if sodt then index = sodt end
       end
     end
   end
@@ -250,27 +264,63 @@ struct Journal<'a> {
     references: &'a [crate::handlers::RefChange],
 }
 
-/// One flight change in the script's form: the decision's index (1-based), delete 1/0, sodt,
-/// `[field, value, …]`, `[cleared field, …]`.
-type ScriptChange<'a> = (usize, u8, Option<i64>, Vec<&'a str>, &'a [String]);
+/// Per flight, its changes with their decision's index (1-based).
+type Groups<'a> = Vec<(&'a str, Vec<(usize, &'a FlightChange)>)>;
 
-/// The round's flight changes grouped by flight, each flight's in decision (MSG_ID) order: the
-/// script reads and writes each flight once (#23). Serialised from borrowed tuples, not through
-/// a `serde_json::Value` tree.
-fn flight_groups(decisions: &[(i64, &Decision)]) -> Result<String, serde_json::Error> {
-    let mut groups: Vec<(&str, Vec<ScriptChange<'_>>)> = Vec::new();
+/// The round's flight changes grouped by flight, each flight's in decision (MSG_ID) order, with
+/// the decision's index (1-based): the script reads and writes each flight once (#23).
+fn flight_groups<'a>(decisions: &[(i64, &'a Decision)]) -> Groups<'a> {
+    let mut groups: Groups<'a> = Vec::new();
     let mut at: HashMap<&str, usize> = HashMap::new();
     for (i, (_, d)) in decisions.iter().enumerate() {
         for c in &d.flights {
-            let sets: Vec<&str> = c.set.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]).collect();
             let g = *at.entry(c.flid.as_str()).or_insert_with(|| {
                 groups.push((c.flid.as_str(), Vec::new()));
                 groups.len() - 1
             });
-            groups[g].1.push((i + 1, u8::from(c.delete), c.sodt, sets, &c.clear));
+            groups[g].1.push((i + 1, c));
         }
     }
-    serde_json::to_string(&groups)
+    groups
+}
+
+/// The groups as the script's flat arguments (see [`APPLY`]).
+fn push_groups(cmd: &mut redis::Cmd, groups: &Groups<'_>) {
+    cmd.arg(groups.len());
+    for (flid, changes) in groups {
+        cmd.arg(*flid).arg(changes.len());
+        for (d, c) in changes {
+            cmd.arg(*d).arg(if c.delete { "1" } else { "0" });
+            match c.sodt {
+                Some(sodt) => cmd.arg(sodt),
+                None => cmd.arg(""),
+            };
+            cmd.arg(c.set.len());
+            for (field, value) in &c.set {
+                cmd.arg(field.as_str()).arg(value.as_str());
+            }
+            cmd.arg(c.clear.len());
+            for field in &c.clear {
+                cmd.arg(field.as_str());
+            }
+        }
+    }
+}
+
+/// How many arguments and bytes [`push_groups`] adds, to size the command once.
+fn groups_size(groups: &Groups<'_>) -> (usize, usize) {
+    let mut args = 1;
+    let mut bytes = 8;
+    for (flid, changes) in groups {
+        args += 2;
+        bytes += flid.len() + 8;
+        for (_, c) in changes {
+            args += 5 + 2 * c.set.len() + c.clear.len();
+            bytes += 40 + c.set.iter().map(|(f, v)| f.len() + v.len() + 8).sum::<usize>();
+            bytes += c.clear.iter().map(|f| f.len() + 4).sum::<usize>();
+        }
+    }
+    (args, bytes)
 }
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
@@ -866,21 +916,22 @@ impl FlightStore for RedisFlights {
             })
             .collect::<Result<_, _>>()
             .map_err(unserialisable)?;
-        let flights = flight_groups(decisions).map_err(unserialisable)?;
+        let groups = flight_groups(decisions);
+        let (group_args, group_bytes) = groups_size(&groups);
         let prefix = self.prefix.clone();
         let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
         // The command is built once, straight from the documents: a `ScriptInvocation` would
         // copy every argument into a vector of its own and then again into the command.
-        let bytes = docs.iter().map(|(_, _, j)| j.len() + 24).sum::<usize>() + flights.len() + 256;
+        let bytes = docs.iter().map(|(_, _, j)| j.len() + 24).sum::<usize>() + group_bytes + 256;
         let result: StoreResult<Vec<i64>> = self.run(|c, script| {
-            let mut cmd = redis::Cmd::with_capacity(10 + 3 * docs.len(), bytes);
+            let mut cmd = redis::Cmd::with_capacity(10 + 3 * docs.len() + group_args, bytes);
             cmd.arg("EVALSHA").arg(script.get_hash()).arg(0);
             cmd.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
             cmd.arg(&saw).arg(&token).arg(docs.len());
             for (m, snapshot, journal) in &docs {
                 cmd.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(journal.as_str());
             }
-            cmd.arg(&flights);
+            push_groups(&mut cmd, &groups);
             evalsha(c, script, &cmd)
         });
         // Refused: nothing written. Unavailable: it may have been, or not.
