@@ -375,12 +375,12 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
     if st.styp == "FDEL" {
         return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
     }
-    let body: Vec<&Element> = flop
-        .children
-        .iter()
-        .filter(|c| !c.name.eq_ignore_ascii_case("FLID") && !c.name.eq_ignore_ascii_case("FFID"))
-        .collect();
-    for stray in body.iter().filter(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name))) {
+    let body = || {
+        flop.children
+            .iter()
+            .filter(|c| !c.name.eq_ignore_ascii_case("FLID") && !c.name.eq_ignore_ascii_case("FFID"))
+    };
+    for stray in body().filter(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name))) {
         unknown_name(unknown, stray.name.to_ascii_uppercase(), || {
             codec_error(format!(
                 "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
@@ -390,19 +390,18 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
     }
     let mut fields = Vec::new();
     for (name, shape) in st.elements {
-        let found: Vec<&&Element> = body.iter().filter(|c| c.name.eq_ignore_ascii_case(name)).collect();
-        if found.is_empty() {
+        // Looked up in place, not gathered into a vector per element (#23).
+        let found = || body().filter(|c| c.name.eq_ignore_ascii_case(name));
+        let Some(first) = found().next() else {
             continue;
-        }
+        };
+        let times = || found().count();
         let v = match shape {
             Shape::Scalar(kind) => {
-                if found.len() > 1 {
-                    return Err(codec_error(format!(
-                        "<{name}> appears {} times for FLID {flid}",
-                        found.len()
-                    )));
+                if times() > 1 {
+                    return Err(codec_error(format!("<{name}> appears {} times for FLID {flid}", times())));
                 }
-                let el = found[0];
+                let el = first;
                 if !el.children.is_empty() {
                     return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
                 }
@@ -414,19 +413,16 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
                 (!el.text.is_empty()).then(|| value(*kind, &el.text, name, &flid)).transpose()?
             }
             Shape::Record { attrs, children, text } => {
-                if found.len() > 1 {
-                    return Err(codec_error(format!(
-                        "<{name}> appears {} times for FLID {flid}",
-                        found.len()
-                    )));
+                if times() > 1 {
+                    return Err(codec_error(format!("<{name}> appears {} times for FLID {flid}", times())));
                 }
-                let rec = record(found[0], attrs, None, children, *text, &flid, unknown)?;
+                let rec = record(first, attrs, None, children, *text, &flid, unknown)?;
                 (!rec.is_empty()).then(|| json(&rec))
             }
             Shape::List { seq, attrs, children, text } => {
                 // A list is the complete current list; one empty element clears it.
                 let mut items = Vec::new();
-                for el in &found {
+                for el in found() {
                     let rec = record(el, attrs, *seq, children, *text, &flid, unknown)?;
                     if !rec.is_empty() {
                         items.push(rec);
