@@ -47,7 +47,7 @@ const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 /// changes grouped by flight (#23), as flat arguments: the number of flights, then per flight
 /// `flid, number of changes`, then per change `decision index, delete 1/0, sodt or '', number
 /// of sets, field, value, …, number of clears, field, …`, each flight's changes in MSG_ID
-/// order (flat, because decoding them from one JSON text was a sixth of the script). The journal
+/// order (flat and read in place: decoding one JSON text of them was a sixth of the script). The journal
 /// doc (the decision's events and references) is stored as given, never decoded. Returns one
 /// 1/0 per decision — 0 for a snapshot not newer than the plan's generation, which changes
 /// nothing and is journalled as the empty decision. A current token this handle did not write
@@ -105,31 +105,37 @@ end
 -- The flights, each played on a copy (`ver` its versions, `have` its fields, `nhave` how
 -- many it has), then the net writes. Only the fields the changes name are read, unless one
 -- deletes the flight: a delete weighs every field's version.
-local zadd, zrem = {}, {}
-local at = 8 + n * 3
-local function take()
-  at = at + 1
-  return ARGV[at - 1]
+-- A change at ARGV[o]: its decision, then delete 1/0, sodt, the number of sets and the
+-- field/value pairs, the number of clears and the cleared fields. Changes are read in place
+-- by offset: copying them into tables cost as much as the JSON decode they replaced.
+local function sets_of(o) return o + 4, o + 3 + 2 * tonumber(ARGV[o + 3]) end
+local function clears_of(o)
+  local c = o + 4 + 2 * tonumber(ARGV[o + 3])
+  return c + 1, c + tonumber(ARGV[c])
 end
-for _ = 1, tonumber(take()) do
-  local flid, ops = take(), {}
-  for k = 1, tonumber(take()) do
-    local d, del, sodt = tonumber(take()), tonumber(take()), take()
-    local sets, clears = {}, {}
-    for j = 1, 2 * tonumber(take()) do sets[j] = take() end
-    for j = 1, tonumber(take()) do clears[j] = take() end
-    ops[k] = {d, del, sodt ~= '' and sodt, sets, clears}
+local zadd, zrem = {}, {}
+local at = 9 + n * 3
+for _ = 1, tonumber(ARGV[8 + n * 3]) do
+  local flid, ops = ARGV[at], {}
+  at = at + 2
+  for k = 1, tonumber(ARGV[at - 1]) do
+    ops[k] = at
+    local _, last_clear = clears_of(at)
+    at = last_clear + 1
   end
   local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
   local whole, named, names = false, {}, {}
   for _, o in ipairs(ops) do
-    if live[o[1]] then
-      if o[2] == 1 then whole = true end
-      local sets = o[4]
-      for j = 1, #sets, 2 do
-        if not named[sets[j]] then named[sets[j]] = true; names[#names + 1] = sets[j] end
+    if live[tonumber(ARGV[o])] then
+      if ARGV[o + 1] == '1' then whole = true end
+      local s0, s1 = sets_of(o)
+      for j = s0, s1, 2 do
+        local f = ARGV[j]
+        if not named[f] then named[f] = true; names[#names + 1] = f end
       end
-      for _, f in ipairs(o[5]) do
+      local c0, c1 = clears_of(o)
+      for j = c0, c1 do
+        local f = ARGV[j]
         if not named[f] then named[f] = true; names[#names + 1] = f end
       end
     end
@@ -155,24 +161,28 @@ for _ = 1, tonumber(take()) do
   end
   local fset, vset, delmark, ttl, index = {}, {}, nil, nil, nil
   for _, o in ipairs(ops) do
-    if live[o[1]] then
-      local m, mt, del, sodt, sets, clears = ms[o[1]], mtext[o[1]], o[2], o[3], o[4], o[5]
-      local removed, wrote = del == 1, false
-      if del == 1 then
+    local d = tonumber(ARGV[o])
+    if live[d] then
+      local m, mt, del, sodt = ms[d], mtext[d], ARGV[o + 1] == '1', ARGV[o + 2]
+      local removed, wrote = del, false
+      if del then
         for f in pairs(have) do
           if (ver[f] or 0) <= m then have[f] = nil; nhave = nhave - 1; fset[f] = false end
         end
         if m > deleted then deleted, delmark = m, mt end
       end
       if deleted <= m then
-        for j = 1, #sets, 2 do
-          local f = sets[j]
+        local s0, s1 = sets_of(o)
+        for j = s0, s1, 2 do
+          local f = ARGV[j]
           if (ver[f] or 0) <= m then
-            fset[f], ver[f], vset[f], wrote = sets[j + 1], m, mt, true
+            fset[f], ver[f], vset[f], wrote = ARGV[j + 1], m, mt, true
             if not have[f] then have[f] = true; nhave = nhave + 1 end
           end
         end
-        for _, f in ipairs(clears) do
+        local c0, c1 = clears_of(o)
+        for j = c0, c1 do
+          local f = ARGV[j]
           if (ver[f] or 0) <= m then
             fset[f], ver[f], vset[f], removed = false, m, mt, true
             if have[f] then have[f] = nil; nhave = nhave - 1 end
@@ -188,7 +198,7 @@ for _ = 1, tonumber(take()) do
         if removed then ttl = 'expire' end
       else
         if deleted > 0 and wrote then ttl = 'persist' end
-        if sodt then index = sodt end
+        if sodt ~= '' then index = sodt end
       end
     end
   end
