@@ -45,16 +45,10 @@ impl SisTime {
 /// `n` in `width` decimal digits, zero-padded, as `{n:0width$}` writes it for the values a
 /// [`SisTime`] holds (a year has four digits; a wider one keeps them all).
 fn push_digits(out: &mut String, n: u32, width: u32) {
-    if n >= 10u32.pow(width) {
-        push_digits(out, n / 10, width);
-        out.push(char::from(b'0' + (n % 10) as u8));
-        return;
+    if width > 1 || n >= 10 {
+        push_digits(out, n / 10, width.saturating_sub(1));
     }
-    let mut place = 10u32.pow(width);
-    while place > 1 {
-        place /= 10;
-        out.push(char::from(b'0' + ((n / place) % 10) as u8));
-    }
+    out.push(char::from(b'0' + (n % 10) as u8));
 }
 
 const MONTHS: [&str; 12] =
