@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 use redis::{Client, Connection, Script, Value};
 
 use crate::error::StoreError;
-use crate::handlers::{Decision, FlightChange, FlightState};
+use crate::handlers::{Decision, FlightState};
 use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
@@ -44,10 +44,8 @@ const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 /// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle
 /// accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the token
 /// of this write, n, then n × (msg_id, snapshot 1/0, journal doc), then the round's flight
-/// changes grouped by flight (#23), as flat arguments: the number of flights, then per flight
-/// `flid, number of changes`, then per change `decision index, delete 1/0, sodt or '', number
-/// of sets, field, value, …, number of clears, field, …`, each flight's changes in MSG_ID
-/// order (flat and read in place: decoding one JSON text of them was a sixth of the script). The journal
+/// changes grouped by flight (#23): `[[flid, [[decision index, delete 1/0, sodt|null, [field,
+/// value, …], [cleared field, …]], …]], …]`, each flight's changes in MSG_ID order. The journal
 /// doc (the decision's events and references) is stored as given, never decoded. Returns one
 /// 1/0 per decision — 0 for a snapshot not newer than the plan's generation, which changes
 /// nothing and is journalled as the empty decision. A current token this handle did not write
@@ -105,37 +103,19 @@ end
 -- The flights, each played on a copy (`ver` its versions, `have` its fields, `nhave` how
 -- many it has), then the net writes. Only the fields the changes name are read, unless one
 -- deletes the flight: a delete weighs every field's version.
--- A change at ARGV[o]: its decision, then delete 1/0, sodt, the number of sets and the
--- field/value pairs, the number of clears and the cleared fields. Changes are read in place
--- by offset: copying them into tables cost as much as the JSON decode they replaced.
-local function sets_of(o) return o + 4, o + 3 + 2 * tonumber(ARGV[o + 3]) end
-local function clears_of(o)
-  local c = o + 4 + 2 * tonumber(ARGV[o + 3])
-  return c + 1, c + tonumber(ARGV[c])
-end
 local zadd, zrem = {}, {}
-local at = 9 + n * 3
-for _ = 1, tonumber(ARGV[8 + n * 3]) do
-  local flid, ops = ARGV[at], {}
-  at = at + 2
-  for k = 1, tonumber(ARGV[at - 1]) do
-    ops[k] = at
-    local _, last_clear = clears_of(at)
-    at = last_clear + 1
-  end
+for _, g in ipairs(cjson.decode(ARGV[8 + n * 3])) do
+  local flid, ops = g[1], g[2]
   local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
   local whole, named, names = false, {}, {}
   for _, o in ipairs(ops) do
-    if live[tonumber(ARGV[o])] then
-      if ARGV[o + 1] == '1' then whole = true end
-      local s0, s1 = sets_of(o)
-      for j = s0, s1, 2 do
-        local f = ARGV[j]
-        if not named[f] then named[f] = true; names[#names + 1] = f end
+    if live[o[1]] then
+      if o[2] == 1 then whole = true end
+      local sets = o[4]
+      for j = 1, #sets, 2 do
+        if not named[sets[j]] then named[sets[j]] = true; names[#names + 1] = sets[j] end
       end
-      local c0, c1 = clears_of(o)
-      for j = c0, c1 do
-        local f = ARGV[j]
+      for _, f in ipairs(o[5]) do
         if not named[f] then named[f] = true; names[#names + 1] = f end
       end
     end
@@ -161,28 +141,24 @@ for _ = 1, tonumber(ARGV[8 + n * 3]) do
   end
   local fset, vset, delmark, ttl, index = {}, {}, nil, nil, nil
   for _, o in ipairs(ops) do
-    local d = tonumber(ARGV[o])
-    if live[d] then
-      local m, mt, del, sodt = ms[d], mtext[d], ARGV[o + 1] == '1', ARGV[o + 2]
-      local removed, wrote = del, false
-      if del then
+    if live[o[1]] then
+      local m, mt, del, sodt, sets, clears = ms[o[1]], mtext[o[1]], o[2], o[3], o[4], o[5]
+      local removed, wrote = del == 1, false
+      if del == 1 then
         for f in pairs(have) do
           if (ver[f] or 0) <= m then have[f] = nil; nhave = nhave - 1; fset[f] = false end
         end
         if m > deleted then deleted, delmark = m, mt end
       end
       if deleted <= m then
-        local s0, s1 = sets_of(o)
-        for j = s0, s1, 2 do
-          local f = ARGV[j]
+        for j = 1, #sets, 2 do
+          local f = sets[j]
           if (ver[f] or 0) <= m then
-            fset[f], ver[f], vset[f], wrote = ARGV[j + 1], m, mt, true
+            fset[f], ver[f], vset[f], wrote = sets[j + 1], m, mt, true
             if not have[f] then have[f] = true; nhave = nhave + 1 end
           end
         end
-        local c0, c1 = clears_of(o)
-        for j = c0, c1 do
-          local f = ARGV[j]
+        for _, f in ipairs(clears) do
           if (ver[f] or 0) <= m then
             fset[f], ver[f], vset[f], removed = false, m, mt, true
             if have[f] then have[f] = nil; nhave = nhave - 1 end
@@ -198,7 +174,7 @@ for _ = 1, tonumber(ARGV[8 + n * 3]) do
         if removed then ttl = 'expire' end
       else
         if deleted > 0 and wrote then ttl = 'persist' end
-        if sodt ~= '' then index = sodt end
+        if sodt ~= cjson.null and sodt ~= false then index = sodt end
       end
     end
   end
@@ -274,63 +250,27 @@ struct Journal<'a> {
     references: &'a [crate::handlers::RefChange],
 }
 
-/// Per flight, its changes with their decision's index (1-based).
-type Groups<'a> = Vec<(&'a str, Vec<(usize, &'a FlightChange)>)>;
+/// One flight change in the script's form: the decision's index (1-based), delete 1/0, sodt,
+/// `[field, value, …]`, `[cleared field, …]`.
+type ScriptChange<'a> = (usize, u8, Option<i64>, Vec<&'a str>, &'a [String]);
 
-/// The round's flight changes grouped by flight, each flight's in decision (MSG_ID) order, with
-/// the decision's index (1-based): the script reads and writes each flight once (#23).
-fn flight_groups<'a>(decisions: &[(i64, &'a Decision)]) -> Groups<'a> {
-    let mut groups: Groups<'a> = Vec::new();
+/// The round's flight changes grouped by flight, each flight's in decision (MSG_ID) order: the
+/// script reads and writes each flight once (#23). Serialised from borrowed tuples, not through
+/// a `serde_json::Value` tree.
+fn flight_groups(decisions: &[(i64, &Decision)]) -> Result<String, serde_json::Error> {
+    let mut groups: Vec<(&str, Vec<ScriptChange<'_>>)> = Vec::new();
     let mut at: HashMap<&str, usize> = HashMap::new();
     for (i, (_, d)) in decisions.iter().enumerate() {
         for c in &d.flights {
+            let sets: Vec<&str> = c.set.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]).collect();
             let g = *at.entry(c.flid.as_str()).or_insert_with(|| {
                 groups.push((c.flid.as_str(), Vec::new()));
                 groups.len() - 1
             });
-            groups[g].1.push((i + 1, c));
+            groups[g].1.push((i + 1, u8::from(c.delete), c.sodt, sets, &c.clear));
         }
     }
-    groups
-}
-
-/// The groups as the script's flat arguments (see [`APPLY`]).
-fn push_groups(cmd: &mut redis::Cmd, groups: &Groups<'_>) {
-    cmd.arg(groups.len());
-    for (flid, changes) in groups {
-        cmd.arg(*flid).arg(changes.len());
-        for (d, c) in changes {
-            cmd.arg(*d).arg(if c.delete { "1" } else { "0" });
-            match c.sodt {
-                Some(sodt) => cmd.arg(sodt),
-                None => cmd.arg(""),
-            };
-            cmd.arg(c.set.len());
-            for (field, value) in &c.set {
-                cmd.arg(field.as_str()).arg(value.as_str());
-            }
-            cmd.arg(c.clear.len());
-            for field in &c.clear {
-                cmd.arg(field.as_str());
-            }
-        }
-    }
-}
-
-/// How many arguments and bytes [`push_groups`] adds, to size the command once.
-fn groups_size(groups: &Groups<'_>) -> (usize, usize) {
-    let mut args = 1;
-    let mut bytes = 8;
-    for (flid, changes) in groups {
-        args += 2;
-        bytes += flid.len() + 8;
-        for (_, c) in changes {
-            args += 5 + 2 * c.set.len() + c.clear.len();
-            bytes += 40 + c.set.iter().map(|(f, v)| f.len() + v.len() + 8).sum::<usize>();
-            bytes += c.clear.iter().map(|f| f.len() + 4).sum::<usize>();
-        }
-    }
-    (args, bytes)
+    serde_json::to_string(&groups)
 }
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
@@ -926,22 +866,21 @@ impl FlightStore for RedisFlights {
             })
             .collect::<Result<_, _>>()
             .map_err(unserialisable)?;
-        let groups = flight_groups(decisions);
-        let (group_args, group_bytes) = groups_size(&groups);
+        let flights = flight_groups(decisions).map_err(unserialisable)?;
         let prefix = self.prefix.clone();
         let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
         // The command is built once, straight from the documents: a `ScriptInvocation` would
         // copy every argument into a vector of its own and then again into the command.
-        let bytes = docs.iter().map(|(_, _, j)| j.len() + 24).sum::<usize>() + group_bytes + 256;
+        let bytes = docs.iter().map(|(_, _, j)| j.len() + 24).sum::<usize>() + flights.len() + 256;
         let result: StoreResult<Vec<i64>> = self.run(|c, script| {
-            let mut cmd = redis::Cmd::with_capacity(10 + 3 * docs.len() + group_args, bytes);
+            let mut cmd = redis::Cmd::with_capacity(10 + 3 * docs.len(), bytes);
             cmd.arg("EVALSHA").arg(script.get_hash()).arg(0);
             cmd.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
             cmd.arg(&saw).arg(&token).arg(docs.len());
             for (m, snapshot, journal) in &docs {
                 cmd.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(journal.as_str());
             }
-            push_groups(&mut cmd, &groups);
+            cmd.arg(&flights);
             evalsha(c, script, &cmd)
         });
         // Refused: nothing written. Unavailable: it may have been, or not.
