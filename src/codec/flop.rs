@@ -3,8 +3,6 @@
 //! normalised: times become ISO (`2021-01-23T05:35`), records and lists become canonical JSON
 //! (sorted keys), so equal states compare equal whatever the feed's spelling.
 
-use std::collections::BTreeMap;
-
 use super::time;
 use super::xml::Element;
 use super::{codec_error, malformed, DecodeError};
@@ -316,9 +314,8 @@ fn record(
     text: Option<&'static str>,
     flid: &str,
     unknown: &mut Unknown,
-) -> Result<BTreeMap<&'static str, String>, DecodeError> {
-    // Keys are the table's own names: no copy per value (#23).
-    let mut rec = BTreeMap::new();
+) -> Result<Rec, DecodeError> {
+    let mut rec = Rec::default();
     for (name, v) in &el.attrs {
         let spec =
             attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| a.eq_ignore_ascii_case(name));
@@ -352,7 +349,7 @@ fn record(
             )));
         }
         if !c.text.is_empty() {
-            rec.insert(*n, value(*kind, &c.text, format_args!("{}/{n}", el.name), flid)?);
+            rec.insert(n, value(*kind, &c.text, format_args!("{}/{n}", el.name), flid)?);
         }
     }
     if let Some(t) = text {
@@ -361,6 +358,36 @@ fn record(
         }
     }
     Ok(rec)
+}
+
+/// A record's values by name in name order, as a `BTreeMap` holds them (so its JSON is the
+/// same text) but in one vector: a record has a handful of values, and keys are the table's
+/// own names, never copied (#23).
+#[derive(Default)]
+struct Rec(Vec<(&'static str, String)>);
+
+impl Rec {
+    /// Sets `key`; a later value of the same name replaces the earlier, as in a map.
+    fn insert(&mut self, key: &'static str, value: String) {
+        match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
+            Ok(at) => self.0[at].1 = value,
+            Err(at) => self.0.insert(at, (key, value)),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&String> {
+        self.0.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|at| &self.0[at].1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl serde::Serialize for Rec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -429,7 +456,7 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
                     }
                 }
                 if let Some(s) = seq {
-                    items.sort_by_key(|r| r.get(*s).and_then(|n| n.parse::<i64>().ok()).unwrap_or(i64::MAX));
+                    items.sort_by_key(|r| r.get(s).and_then(|n| n.parse::<i64>().ok()).unwrap_or(i64::MAX));
                 }
                 (!items.is_empty()).then(|| json(&items))
             }
@@ -437,4 +464,27 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
         fields.push((name.to_string(), v));
     }
     Ok(FlopRecord { flid, ffid, fields, delete: false })
+}
+
+#[cfg(test)]
+mod rec_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_record_writes_the_json_a_map_of_it_writes() {
+        let keys = ["GATE", "GTNO", "PGOT", "A", "ZZ", "G", "GATE"];
+        let values = ["G21", "q\"uo\\te", "tab\tnl\n\u{1}", "", "中文", "x", "last wins"];
+        for shift in 0..keys.len() {
+            let (mut rec, mut map) = (Rec::default(), BTreeMap::new());
+            for i in 0..keys.len() {
+                let (k, v) = (keys[(i + shift) % keys.len()], values[i]);
+                rec.insert(k, v.to_string());
+                map.insert(k, v.to_string());
+            }
+            assert_eq!(json(&rec), json(&map));
+            assert_eq!(rec.get("GATE"), map.get("GATE"));
+            assert_eq!(rec.get("NONE"), None);
+        }
+    }
 }
