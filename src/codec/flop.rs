@@ -422,12 +422,15 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
         let Some(first) = found().next() else {
             continue;
         };
-        let times = || found().count();
+        // A list repeats its element; a value or a record appears once.
+        if !matches!(shape, Shape::List { .. }) {
+            let times = found().count();
+            if times > 1 {
+                return Err(codec_error(format!("<{name}> appears {times} times for FLID {flid}")));
+            }
+        }
         let v = match shape {
             Shape::Scalar(kind) => {
-                if times() > 1 {
-                    return Err(codec_error(format!("<{name}> appears {} times for FLID {flid}", times())));
-                }
                 let el = first;
                 if !el.children.is_empty() {
                     return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
@@ -440,9 +443,6 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
                 (!el.text.is_empty()).then(|| value(*kind, &el.text, name, &flid)).transpose()?
             }
             Shape::Record { attrs, children, text } => {
-                if times() > 1 {
-                    return Err(codec_error(format!("<{name}> appears {} times for FLID {flid}", times())));
-                }
                 let rec = record(first, attrs, None, children, *text, &flid, unknown)?;
                 (!rec.is_empty()).then(|| json(&rec))
             }
