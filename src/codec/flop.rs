@@ -262,23 +262,66 @@ pub fn value(
     field: impl std::fmt::Display,
     flid: &str,
 ) -> Result<String, DecodeError> {
+    checked(kind, raw, field, flid).map(|v| v.as_str().to_string())
+}
+
+/// A checked, normalised value, still borrowed from the message where its text is already
+/// canonical: a record's values go straight into its JSON, so they need no copy (#23).
+#[derive(Debug)]
+enum Val<'a> {
+    Text(&'a str),
+    Time(time::Iso),
+    Owned(String),
+}
+
+impl Val<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Val::Text(t) => t,
+            Val::Time(t) => t.as_str(),
+            Val::Owned(t) => t,
+        }
+    }
+}
+
+/// [`value`], borrowing.
+fn checked<'a>(
+    kind: Kind,
+    raw: &'a str,
+    field: impl std::fmt::Display,
+    flid: &str,
+) -> Result<Val<'a>, DecodeError> {
     let v = raw.trim();
     let bad = |what: &str| codec_error(format!("{field} of FLID {flid}: {v:?} is not {what}"));
     match kind {
-        Text => Ok(v.to_string()),
-        Time => time::parse(v).map(|t| t.iso()).ok_or_else(|| bad("a time (ddMMMyyHHmm or ddMMMyy)")),
-        Int => v.parse::<i64>().map(|n| n.to_string()).map_err(|_| bad("an integer")),
+        Text => Ok(Val::Text(v)),
+        Time => time::parse(v)
+            .map(|t| Val::Time(t.iso_text()))
+            .ok_or_else(|| bad("a time (ddMMMyyHHmm or ddMMMyy)")),
+        Int => match v.parse::<i64>() {
+            Ok(_) if canonical_int(v) => Ok(Val::Text(v)),
+            Ok(n) => Ok(Val::Owned(n.to_string())),
+            Err(_) => Err(bad("an integer")),
+        },
         Hhmm => {
             let ok = v.len() == 4
                 && v.bytes().all(|b| b.is_ascii_digit())
                 && v[2..].parse::<u8>().is_ok_and(|m| m < 60);
             if ok {
-                Ok(v.to_string())
+                Ok(Val::Text(v))
             } else {
                 Err(bad("a duration hhmm"))
             }
         }
     }
+}
+
+/// Whether an integer's text is what `i64::to_string` writes for it: no sign but a minus,
+/// no leading zero, no `-0`.
+fn canonical_int(v: &str) -> bool {
+    let digits = v.strip_prefix('-').unwrap_or(v);
+    let plain = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    plain && (!digits.starts_with('0') || v == "0")
 }
 
 type Fields = &'static [(&'static str, Kind)];
@@ -306,55 +349,57 @@ fn unknown_name(
 
 /// A record of attributes (plus the list's sequence attribute, an integer), children and
 /// text; empty parts are left out.
-fn record(
-    el: &Element,
+fn record<'d>(
+    el: Element<'d, '_>,
     attrs: Fields,
     seq: Option<&'static str>,
     children: Fields,
     text: Option<&'static str>,
     flid: &str,
     unknown: &mut Unknown,
-) -> Result<Rec, DecodeError> {
+) -> Result<Rec<'d>, DecodeError> {
     let mut rec = Rec::default();
-    for (name, v) in &el.attrs {
+    for (name, v) in el.attrs() {
         let spec =
             attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| a.eq_ignore_ascii_case(name));
         let Some((a, kind)) = spec else {
-            unknown_name(unknown, format!("{}@{name}", el.name), || {
+            unknown_name(unknown, format!("{}@{name}", el.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an attribute {name} this codec does not know",
-                    el.name
+                    el.name()
                 ))
             })?;
             continue;
         };
         if !v.trim().is_empty() {
-            rec.insert(a, value(kind, v, format_args!("{}@{a}", el.name), flid)?);
+            rec.insert(a, checked(kind, v, format_args!("{}@{a}", el.name()), flid)?);
         }
     }
-    for c in &el.children {
-        let Some((n, kind)) = children.iter().find(|(n, _)| n.eq_ignore_ascii_case(&c.name)) else {
-            unknown_name(unknown, format!("{}/{}", el.name, c.name), || {
+    for c in el.children() {
+        let Some((n, kind)) = children.iter().find(|(n, _)| n.eq_ignore_ascii_case(c.name())) else {
+            unknown_name(unknown, format!("{}/{}", el.name(), c.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an element <{}> this codec does not know",
-                    el.name, c.name
+                    el.name(),
+                    c.name()
                 ))
             })?;
             continue;
         };
-        if !c.children.is_empty() {
+        if c.has_children() {
             return Err(codec_error(format!(
                 "<{}/{}> of FLID {flid} is nested deeper than this codec reads",
-                el.name, c.name
+                el.name(),
+                c.name()
             )));
         }
-        if !c.text.is_empty() {
-            rec.insert(n, value(*kind, &c.text, format_args!("{}/{n}", el.name), flid)?);
+        if !c.text().is_empty() {
+            rec.insert(n, checked(*kind, c.text(), format_args!("{}/{n}", el.name()), flid)?);
         }
     }
     if let Some(t) = text {
-        if !el.text.is_empty() {
-            rec.insert(t, el.text.to_string());
+        if !el.text().is_empty() {
+            rec.insert(t, Val::Text(el.text()));
         }
     }
     Ok(rec)
@@ -362,21 +407,21 @@ fn record(
 
 /// A record's values by name in name order, as a `BTreeMap` holds them (so its JSON is the
 /// same text) but in one vector: a record has a handful of values, and keys are the table's
-/// own names, never copied (#23).
+/// own names, never copied, and values are borrowed where they can be (#23).
 #[derive(Default)]
-struct Rec(Vec<(&'static str, String)>);
+struct Rec<'a>(Vec<(&'static str, Val<'a>)>);
 
-impl Rec {
+impl<'a> Rec<'a> {
     /// Sets `key`; a later value of the same name replaces the earlier, as in a map.
-    fn insert(&mut self, key: &'static str, value: String) {
+    fn insert(&mut self, key: &'static str, value: Val<'a>) {
         match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(at) => self.0[at].1 = value,
             Err(at) => self.0.insert(at, (key, value)),
         }
     }
 
-    fn get(&self, key: &str) -> Option<&String> {
-        self.0.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|at| &self.0[at].1)
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|at| self.0[at].1.as_str())
     }
 
     fn is_empty(&self) -> bool {
@@ -384,9 +429,9 @@ impl Rec {
     }
 }
 
-impl serde::Serialize for Rec {
+impl serde::Serialize for Rec<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v.as_str())))
     }
 }
 
@@ -396,29 +441,29 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 /// Decodes one `<FLOP>` record of subtype `st`; `unknown` collects the names the table does
 /// not know (tolerant) or is `None` (strict: they are refused).
-pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
+pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
     let flid = flop.child_text("FLID").ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
     let ffid = flop.child_text("FFID").map(str::to_string);
     if st.styp == "FDEL" {
         return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
     }
     let body = || {
-        flop.children
-            .iter()
-            .filter(|c| !c.name.eq_ignore_ascii_case("FLID") && !c.name.eq_ignore_ascii_case("FFID"))
+        flop.children()
+            .filter(|c| !c.name().eq_ignore_ascii_case("FLID") && !c.name().eq_ignore_ascii_case("FFID"))
     };
-    for stray in body().filter(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name))) {
-        unknown_name(unknown, stray.name.to_ascii_uppercase(), || {
+    for stray in body().filter(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(c.name()))) {
+        unknown_name(unknown, stray.name().to_ascii_uppercase(), || {
             codec_error(format!(
                 "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
-                st.styp, stray.name
+                st.styp,
+                stray.name()
             ))
         })?;
     }
     let mut fields = Vec::new();
     for (name, shape) in st.elements {
         // Looked up in place, not gathered into a vector per element (#23).
-        let found = || body().filter(|c| c.name.eq_ignore_ascii_case(name));
+        let found = || body().filter(|c| c.name().eq_ignore_ascii_case(name));
         let Some(first) = found().next() else {
             continue;
         };
@@ -432,15 +477,15 @@ pub fn decode_record(flop: &Element, st: &Subtype, unknown: &mut Unknown) -> Res
         let v = match shape {
             Shape::Scalar(kind) => {
                 let el = first;
-                if !el.children.is_empty() {
+                if el.has_children() {
                     return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
                 }
-                for (a, _) in &el.attrs {
+                for (a, _) in el.attrs() {
                     unknown_name(unknown, format!("{name}@{a}"), || {
                         codec_error(format!("<{name}> of FLID {flid} should be a plain value, not carry {a}"))
                     })?;
                 }
-                (!el.text.is_empty()).then(|| value(*kind, &el.text, name, &flid)).transpose()?
+                (!el.text().is_empty()).then(|| value(*kind, el.text(), name, &flid)).transpose()?
             }
             Shape::Record { attrs, children, text } => {
                 let rec = record(first, attrs, None, children, *text, &flid, unknown)?;
@@ -472,6 +517,17 @@ mod rec_tests {
     use std::collections::BTreeMap;
 
     #[test]
+    fn an_integer_is_kept_as_written_only_when_that_is_how_it_prints() {
+        for raw in ["0", "7", "-12", "186", " 42 ", "007", "+5", "-0", "-007", "9223372036854775807"] {
+            let want = raw.trim().parse::<i64>().unwrap().to_string();
+            assert_eq!(checked(Int, raw, "GTDT@GTNO", "1").unwrap().as_str(), want, "{raw:?}");
+        }
+        for bad in ["", "-", "1.5", "x1", "9223372036854775808"] {
+            assert!(checked(Int, bad, "GTDT@GTNO", "1").is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_record_writes_the_json_a_map_of_it_writes() {
         let keys = ["GATE", "GTNO", "PGOT", "A", "ZZ", "G", "GATE"];
         let values = ["G21", "q\"uo\\te", "tab\tnl\n\u{1}", "", "中文", "x", "last wins"];
@@ -479,11 +535,11 @@ mod rec_tests {
             let (mut rec, mut map) = (Rec::default(), BTreeMap::new());
             for i in 0..keys.len() {
                 let (k, v) = (keys[(i + shift) % keys.len()], values[i]);
-                rec.insert(k, v.to_string());
+                rec.insert(k, Val::Text(v));
                 map.insert(k, v.to_string());
             }
             assert_eq!(json(&rec), json(&map));
-            assert_eq!(rec.get("GATE"), map.get("GATE"));
+            assert_eq!(rec.get("GATE"), map.get("GATE").map(String::as_str));
             assert_eq!(rec.get("NONE"), None);
         }
     }

@@ -22,7 +22,7 @@ pub use reference::{RefData, RefOp};
 pub use schedule::{Fltr, Schedule};
 
 use crate::error::ErrorClass;
-use xml::Element;
+use xml::{Doc, Element};
 
 /// The header every message carries (`MSG/META`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -231,7 +231,7 @@ fn codec_error(detail: impl Into<String>) -> DecodeError {
 #[derive(Debug, Clone)]
 pub struct Envelope<'a> {
     pub meta: Meta,
-    root: Element<'a>,
+    doc: Doc<'a>,
 }
 
 /// Whether XML 1.0 allows `c` in a document (`Char` of the XML 1.0 grammar): no NUL, no other
@@ -265,12 +265,18 @@ pub fn decode_meta(raw: &str) -> Result<Envelope<'_>, DecodeError> {
     if raw.trim().is_empty() {
         return Err(malformed("raw text is empty"));
     }
-    let root = xml::parse(raw).map_err(|e| malformed(format!("not XML: {e}")))?;
-    if root.name.eq_ignore_ascii_case("IMFRoot") {
-        return Ok(Envelope { meta: imf_meta(&root), root });
+    let doc = xml::parse(raw).map_err(|e| malformed(format!("not XML: {e}")))?;
+    let meta = meta_of(doc.root())?;
+    Ok(Envelope { meta, doc })
+}
+
+/// The META of a document's root, or why it has none msgx can read.
+fn meta_of(root: Element) -> Result<Meta, DecodeError> {
+    if root.name().eq_ignore_ascii_case("IMFRoot") {
+        return Ok(imf_meta(root));
     }
-    if !root.name.eq_ignore_ascii_case("MSG") {
-        return Err(malformed(format!("root element is <{}>, not <MSG>", root.name)));
+    if !root.name().eq_ignore_ascii_case("MSG") {
+        return Err(malformed(format!("root element is <{}>, not <MSG>", root.name())));
     }
     let meta_el = root.child("META").ok_or_else(|| malformed("no <META> header"))?;
     let field = |names: &[&str]| -> Result<String, DecodeError> {
@@ -293,11 +299,11 @@ pub fn decode_meta(raw: &str) -> Result<Envelope<'_>, DecodeError> {
         dialect: if platform { Dialect::B } else { Dialect::A },
         mgid: meta_el.child_text("MGID").map(|s| s.trim().to_string()),
     };
-    Ok(Envelope { meta, root })
+    Ok(meta)
 }
 
 /// A family-C document's header, for the log and the SKIPPED reason.
-fn imf_meta(root: &Element) -> Meta {
+fn imf_meta(root: Element) -> Meta {
     let info = root.child("SysInfo");
     let text = |n: &str| info.and_then(|i| i.child_text(n)).unwrap_or("-").to_string();
     Meta {
@@ -325,7 +331,7 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
         // A FLOP of an unknown subtype is for a later version of msgx (UNSUPPORTED, retried);
         // one without any <FLOP> record is another vendor's message under the same TYPE (an
         // A-CDM milestone, say), which no version of msgx will read.
-        if msg_type == "FLOP" && env.root.child("FLOP").is_none() {
+        if msg_type == "FLOP" && env.doc.root().child("FLOP").is_none() {
             kind = MsgKind::NotForUs {
                 msg_type: msg_type.clone(),
                 styp: styp.clone(),
@@ -333,7 +339,7 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
             };
         }
     }
-    let root = &env.root;
+    let root = env.doc.root();
     let mut unknown: flop::Unknown = if strict { None } else { Some(Vec::new()) };
     let body = match &kind {
         MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp, &mut unknown)? },
@@ -363,7 +369,7 @@ pub fn decode(raw: &str) -> Result<Message, DecodeError> {
 }
 
 fn decode_flop(
-    root: &Element,
+    root: Element,
     styp: &str,
     unknown: &mut flop::Unknown,
 ) -> Result<Vec<FlopRecord>, DecodeError> {

@@ -236,18 +236,18 @@ fn value(kind: Kind, raw: &str, field: impl std::fmt::Display, flid: &str) -> Re
 
 /// A structured element as canonical JSON: children by name (items always as lists), times
 /// normalised, empty values left out.
-fn structured(el: &Element, flid: &str) -> Result<Value, DecodeError> {
+fn structured(el: Element, flid: &str) -> Result<Value, DecodeError> {
     let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for c in &el.children {
-        let name = c.name.to_ascii_uppercase();
-        let v = if c.children.is_empty() {
-            if c.text.is_empty() {
+    for c in el.children() {
+        let name = c.name().to_ascii_uppercase();
+        let v = if !c.has_children() {
+            if c.text().is_empty() {
                 continue;
             }
             let t = if NESTED_STAMPS.contains(&name.as_str()) {
-                value(Stamp, &c.text, format_args!("{}/{name}", el.name), flid)?
+                value(Stamp, c.text(), format_args!("{}/{name}", el.name()), flid)?
             } else {
-                c.text.to_string()
+                c.text().to_string()
             };
             Value::String(t)
         } else {
@@ -264,22 +264,22 @@ fn structured(el: &Element, flid: &str) -> Result<Value, DecodeError> {
             if vs.len() == 1 && !ITEMS.contains(&name.as_str()) { vs.remove(0) } else { Value::Array(vs) };
         obj.insert(name, v);
     }
-    if !el.text.is_empty() && el.children.is_empty() {
-        obj.insert("TEXT".into(), Value::String(el.text.to_string()));
+    if !el.text().is_empty() && !el.has_children() {
+        obj.insert("TEXT".into(), Value::String(el.text().to_string()));
     }
     Ok(Value::Object(obj))
 }
 
 /// Reads one `DFLT`: the changed fields in document order (`None`: cleared).
-pub fn decode_dflt(el: &Element, delete: bool, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
+pub fn decode_dflt(el: Element, delete: bool, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
     let flid = el.child_text("FLID").ok_or_else(|| malformed("<DFLT> has no <FLID>"))?.trim().to_string();
     let ffid = el.child_text("FFID").map(|s| s.trim().to_string());
     if delete {
         return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
     }
     let mut fields: Vec<(String, Option<String>)> = Vec::new();
-    for c in &el.children {
-        let name = c.name.to_ascii_uppercase();
+    for c in el.children() {
+        let name = c.name().to_ascii_uppercase();
         if name == "FLID" || name == "FFID" {
             continue;
         }
@@ -287,10 +287,10 @@ pub fn decode_dflt(el: &Element, delete: bool, unknown: &mut Unknown) -> Result<
             return Err(codec_error(format!("<{name}> appears more than once in DFLT {flid}")));
         }
         let v = if let Some((_, kind)) = DFLT_SCALARS.iter().find(|(n, _)| *n == name) {
-            if !c.children.is_empty() {
+            if c.has_children() {
                 return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
             }
-            (!c.text.is_empty()).then(|| value(*kind, &c.text, &name, &flid)).transpose()?
+            (!c.text().is_empty()).then(|| value(*kind, c.text(), &name, &flid)).transpose()?
         } else if DFLT_RECORDS.iter().any(|(n, _)| *n == name) {
             match structured(c, &flid)? {
                 Value::Object(o) if o.is_empty() => None,
@@ -320,7 +320,7 @@ pub fn decode_dflt(el: &Element, delete: bool, unknown: &mut Unknown) -> Result<
 
 /// Every `DFLT` of the message.
 pub fn decode_flights(
-    root: &Element,
+    root: Element,
     delete: bool,
     unknown: &mut Unknown,
 ) -> Result<Vec<FlopRecord>, DecodeError> {
@@ -335,28 +335,28 @@ pub fn decode_flights(
 }
 
 /// The `RECD` count of a `DFDL`.
-pub fn recd(root: &Element) -> Result<Option<u32>, DecodeError> {
+pub fn recd(root: Element) -> Result<Option<u32>, DecodeError> {
     root.child_text("RECD")
         .map(|r| r.trim().parse::<u32>().map_err(|_| malformed(format!("<RECD> {r:?} is not a count"))))
         .transpose()
 }
 
-fn record_fields(el: &Element) -> BTreeMap<String, Value> {
+fn record_fields(el: Element) -> BTreeMap<String, Value> {
     let mut out: BTreeMap<String, Value> = BTreeMap::new();
-    for c in &el.children {
-        let v = if c.children.is_empty() {
-            Value::String(c.text.to_string())
+    for c in el.children() {
+        let v = if !c.has_children() {
+            Value::String(c.text().to_string())
         } else {
             Value::Object(record_fields(c).into_iter().collect())
         };
-        out.insert(c.name.to_ascii_uppercase(), v);
+        out.insert(c.name().to_ascii_uppercase(), v);
     }
     out
 }
 
 /// A `BASE` message's records. The STYP names the table; when the body carries another known
 /// table's records instead (seen in vendor test data), those are read, and `note` says so.
-pub fn decode_base(root: &Element, element: &str, op: RefOp) -> Result<RefData, DecodeError> {
+pub fn decode_base(root: Element, element: &str, op: RefOp) -> Result<RefData, DecodeError> {
     let present = |e: &str| root.children_named(e).next().is_some();
     let (actual, note) = if present(element) {
         (element.to_string(), None)

@@ -94,25 +94,26 @@ pub struct RefData {
     pub note: Option<String>,
 }
 
-fn value(el: &Element) -> Value {
-    if el.children.is_empty() {
-        return Value::String(el.text.to_string());
+fn value(el: Element) -> Value {
+    if !el.has_children() {
+        return Value::String(el.text().to_string());
     }
-    Value::Object(fields(&el.children).into_iter().collect())
+    Value::Object(fields(el).into_iter().collect())
 }
 
-/// Children by upper-cased name; a repeated one (AIRL's SUBC sub-companies) becomes a list.
-fn fields(children: &[Element]) -> BTreeMap<String, Value> {
+/// `el`'s children by upper-cased name; a repeated one (AIRL's SUBC sub-companies) becomes a
+/// list.
+fn fields(el: Element) -> BTreeMap<String, Value> {
     let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for c in children {
-        seen.entry(c.name.to_ascii_uppercase()).or_default().push(value(c));
+    for c in el.children() {
+        seen.entry(c.name().to_ascii_uppercase()).or_default().push(value(c));
     }
     seen.into_iter()
         .map(|(k, mut vs)| if vs.len() == 1 { (k, vs.remove(0)) } else { (k, Value::Array(vs)) })
         .collect()
 }
 
-pub fn decode(root: &Element, rtype: &str, op: RefOp) -> Result<RefData, DecodeError> {
+pub fn decode(root: Element, rtype: &str, op: RefOp) -> Result<RefData, DecodeError> {
     let key = key_of(rtype).expect("called for known types only");
     let recs = root
         .child_text("RECS")
@@ -121,7 +122,7 @@ pub fn decode(root: &Element, rtype: &str, op: RefOp) -> Result<RefData, DecodeE
     let mut records = Vec::new();
     for el in root.children_named(rtype) {
         let k = el.child_text(key).ok_or_else(|| malformed(format!("a {rtype} record has no <{key}>")))?;
-        records.push(RefRecord { key: k.trim().to_string(), fields: fields(&el.children) });
+        records.push(RefRecord { key: k.trim().to_string(), fields: fields(el) });
     }
     Ok(RefData { rtype: rtype.to_ascii_uppercase(), op, recs, records, note: None })
 }

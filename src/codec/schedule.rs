@@ -65,31 +65,31 @@ fn text_value(name: &str, text: &str, flid: &str) -> Result<Value, DecodeError> 
 }
 
 /// A structured element as a JSON object: attributes, children (recursively) and text.
-fn element_value(el: &Element, flid: &str) -> Result<Value, DecodeError> {
-    if el.children.is_empty() && el.attrs.is_empty() {
-        return text_value(&el.name, &el.text, flid);
+fn element_value(el: Element, flid: &str) -> Result<Value, DecodeError> {
+    if !el.has_children() && !el.has_attrs() {
+        return text_value(el.name(), el.text(), flid);
     }
     let mut obj = Map::new();
-    for (k, v) in &el.attrs {
+    for (k, v) in el.attrs() {
         obj.insert(k.to_ascii_uppercase(), Value::String(v.trim().to_string()));
     }
-    for (name, v) in group(&el.children, flid)? {
+    for (name, v) in group(el.children(), flid)? {
         obj.insert(name, v);
     }
-    if !el.text.is_empty() {
-        obj.insert("TEXT".into(), Value::String(el.text.to_string()));
+    if !el.text().is_empty() {
+        obj.insert("TEXT".into(), Value::String(el.text().to_string()));
     }
     Ok(Value::Object(obj))
 }
 
 /// Children grouped by upper-cased name; a repeated name becomes a list, in document order.
-fn group<'a, 'x: 'a>(
-    children: impl IntoIterator<Item = &'a Element<'x>>,
+fn group<'d, 'x: 'd>(
+    children: impl IntoIterator<Item = Element<'d, 'x>>,
     flid: &str,
 ) -> Result<BTreeMap<String, Value>, DecodeError> {
     let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for c in children {
-        seen.entry(c.name.to_ascii_uppercase()).or_default().push(element_value(c, flid)?);
+        seen.entry(c.name().to_ascii_uppercase()).or_default().push(element_value(c, flid)?);
     }
     Ok(seen
         .into_iter()
@@ -97,14 +97,14 @@ fn group<'a, 'x: 'a>(
         .collect())
 }
 
-fn fltr(el: &Element, daily: bool) -> Result<Fltr, DecodeError> {
+fn fltr(el: Element, daily: bool) -> Result<Fltr, DecodeError> {
     let flid = el.child_text("FLID").map(str::to_string);
     let flid = match flid {
         Some(f) => f,
         None if daily => return Err(malformed("<FLTR> has no <FLID>")),
         None => format!("{}/{}", el.child_text("FLNO").unwrap_or("?"), el.child_text("MVIN").unwrap_or("?")),
     };
-    let mut fields = group(el.children.iter().filter(|c| !c.name.eq_ignore_ascii_case("FLID")), &flid)?;
+    let mut fields = group(el.children().filter(|c| !c.name().eq_ignore_ascii_case("FLID")), &flid)?;
     let sodt = match fields.get("SODT") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::String(_)) | None if daily => {
@@ -124,7 +124,7 @@ fn fltr(el: &Element, daily: bool) -> Result<Fltr, DecodeError> {
     Ok(Fltr { flid: el.child_text("FLID").map(str::to_string), sodt, fields })
 }
 
-fn recs(container: &Element) -> Result<Option<u32>, DecodeError> {
+fn recs(container: Element) -> Result<Option<u32>, DecodeError> {
     container
         .child_text("RECS")
         .map(|r| r.trim().parse::<u32>().map_err(|_| malformed(format!("<RECS> {r:?} is not a count"))))
@@ -132,14 +132,14 @@ fn recs(container: &Element) -> Result<Option<u32>, DecodeError> {
 }
 
 /// `<SCHD><RECS/><FLTR/>*</SCHD>`.
-pub fn decode_schd(root: &Element) -> Result<Schedule, DecodeError> {
+pub fn decode_schd(root: Element) -> Result<Schedule, DecodeError> {
     let schd = root.child("SCHD").ok_or_else(|| malformed("SCHD message has no <SCHD> body"))?;
     let flights = schd.children_named("FLTR").map(|f| fltr(f, true)).collect::<Result<Vec<_>, _>>()?;
     Ok(Schedule { recs: recs(schd)?, flights, season: None })
 }
 
 /// `<SCHS><SNAM/><APCD/><SDAT/><EDAT/><RECS/><FLTR/>*</SCHS>`.
-pub fn decode_schs(root: &Element) -> Result<Schedule, DecodeError> {
+pub fn decode_schs(root: Element) -> Result<Schedule, DecodeError> {
     let schs = root.child("SCHS").ok_or_else(|| malformed("SCHS message has no <SCHS> body"))?;
     let flights = schs.children_named("FLTR").map(|f| fltr(f, false)).collect::<Result<Vec<_>, _>>()?;
     let season = Season {

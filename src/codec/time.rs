@@ -14,41 +14,73 @@ pub struct SisTime {
 impl SisTime {
     /// `yyyy-MM-ddTHH:mm` or `yyyy-MM-dd`.
     pub fn iso(&self) -> String {
+        self.iso_text().as_str().to_string()
+    }
+
+    /// [`SisTime::iso`] without an allocation, for a value that is only written out (a FLOP
+    /// record's time goes straight into its JSON, #23).
+    pub fn iso_text(&self) -> Iso {
         // Written digit by digit: `format!` was a seventh of a FLOP message's decoding (#23).
-        let mut out = String::with_capacity(16);
-        self.push_day(&mut out);
+        let mut out = self.day_text();
         if let Some((h, m)) = self.hm {
-            out.push('T');
-            push_digits(&mut out, h.into(), 2);
-            out.push(':');
-            push_digits(&mut out, m.into(), 2);
+            out.push(b'T');
+            out.digits(h.into(), 2);
+            out.push(b':');
+            out.digits(m.into(), 2);
         }
         out
     }
 
     /// The operating day, `yyyy-MM-dd`.
     pub fn day(&self) -> String {
-        let mut out = String::with_capacity(10);
-        self.push_day(&mut out);
-        out
+        self.day_text().as_str().to_string()
     }
 
-    fn push_day(&self, out: &mut String) {
-        push_digits(out, self.year.into(), 4);
-        out.push('-');
-        push_digits(out, self.month.into(), 2);
-        out.push('-');
-        push_digits(out, self.day.into(), 2);
+    fn day_text(&self) -> Iso {
+        let mut out = Iso { buf: [0; Iso::MAX], len: 0 };
+        out.digits(self.year.into(), 4);
+        out.push(b'-');
+        out.digits(self.month.into(), 2);
+        out.push(b'-');
+        out.digits(self.day.into(), 2);
+        out
     }
 }
 
-/// `n` in `width` decimal digits, zero-padded, as `{n:0width$}` writes it for the values a
-/// [`SisTime`] holds (a year has four digits; a wider one keeps them all).
-fn push_digits(out: &mut String, n: u32, width: u32) {
-    if width > 1 || n >= 10 {
-        push_digits(out, n / 10, width.saturating_sub(1));
+/// A time's ISO text on the stack: at most `yyyyy-MMM-dddTHHH:mmm` (each part as wide as its
+/// type allows, which no parsed time is).
+#[derive(Clone, Copy)]
+pub struct Iso {
+    buf: [u8; Iso::MAX],
+    len: usize,
+}
+
+impl Iso {
+    const MAX: usize = 21;
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).expect("digits and punctuation are ASCII")
     }
-    out.push(char::from(b'0' + (n % 10) as u8));
+
+    fn push(&mut self, b: u8) {
+        self.buf[self.len] = b;
+        self.len += 1;
+    }
+
+    /// `n` in `width` decimal digits, zero-padded, as `{n:0width$}` writes it for the values
+    /// a [`SisTime`] holds (a year has four digits; a wider one keeps them all).
+    fn digits(&mut self, n: u32, width: u32) {
+        if width > 1 || n >= 10 {
+            self.digits(n / 10, width.saturating_sub(1));
+        }
+        self.push(b'0' + (n % 10) as u8);
+    }
+}
+
+impl std::fmt::Debug for Iso {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
 }
 
 const MONTHS: [&str; 12] =
@@ -146,11 +178,13 @@ mod tests {
             (2003, 12, 9, None),
             (999, 10, 31, Some((23, 0))),
             (u16::MAX, 2, 1, Some((0, 59))),
+            (u16::MAX, u8::MAX, u8::MAX, Some((u8::MAX, u8::MAX))),
         ] {
             let t = SisTime { year, month, day, hm };
             let date = format!("{year:04}-{month:02}-{day:02}");
             let want = hm.map_or(date.clone(), |(h, m)| format!("{date}T{h:02}:{m:02}"));
-            assert_eq!((t.iso(), t.day()), (want, date));
+            assert_eq!((t.iso_text().as_str(), t.day()), (want.as_str(), date));
+            assert_eq!(t.iso(), want);
         }
     }
 

@@ -4,8 +4,9 @@
 //!
 //! The tree borrows from the text it was parsed from (#23): a name, an attribute value or a
 //! text is a slice of the message unless it had to be changed (an entity, a character
-//! reference, CDATA beside text, a CR line end), so a message costs one allocation per
-//! element's list of children, not one per name and text.
+//! reference, CDATA beside text, a CR line end). Its elements live in one vector in document
+//! order and its attributes in another, linked by index, so a message costs two allocations
+//! however many elements it has, and an [`Element`] is a copyable handle into the [`Doc`].
 
 use std::borrow::Cow;
 
@@ -15,27 +16,117 @@ use quick_xml::Reader;
 /// Deeper nesting than any SIS message has (it uses four levels) is refused.
 pub const MAX_DEPTH: usize = 32;
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Element<'a> {
-    pub name: Cow<'a, str>,
-    pub attrs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    pub children: Vec<Element<'a>>,
-    /// Concatenated text directly inside this element, trimmed.
-    pub text: Cow<'a, str>,
+/// A parsed document: every element, the root first and each parent before its children.
+#[derive(Debug, Clone)]
+pub struct Doc<'a> {
+    nodes: Vec<Node<'a>>,
+    attrs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
-impl<'a> Element<'a> {
-    pub fn child(&self, name: &str) -> Option<&Element<'a>> {
-        self.children.iter().find(|c| c.name.eq_ignore_ascii_case(name))
+/// No element has index 0 as a child or a sibling (0 is the root), so 0 means "none".
+const NONE: u32 = 0;
+
+#[derive(Debug, Clone)]
+struct Node<'a> {
+    name: Cow<'a, str>,
+    /// Concatenated text directly inside this element, trimmed.
+    text: Cow<'a, str>,
+    /// This element's attributes: `Doc::attrs[attrs.0..attrs.1]`.
+    attrs: (u32, u32),
+    first_child: u32,
+    next_sibling: u32,
+}
+
+impl<'a> Doc<'a> {
+    pub fn root(&self) -> Element<'_, 'a> {
+        Element { doc: self, at: 0 }
+    }
+}
+
+/// One element of a [`Doc`]: a handle, as cheap to copy as a reference.
+#[derive(Clone, Copy)]
+pub struct Element<'d, 'a> {
+    doc: &'d Doc<'a>,
+    at: u32,
+}
+
+impl<'d, 'a> Element<'d, 'a> {
+    fn node(self) -> &'d Node<'a> {
+        &self.doc.nodes[self.at as usize]
     }
 
-    pub fn children_named<'b>(&'b self, name: &'b str) -> impl Iterator<Item = &'b Element<'a>> {
-        self.children.iter().filter(move |c| c.name.eq_ignore_ascii_case(name))
+    pub fn name(self) -> &'d str {
+        &self.node().name
+    }
+
+    /// Concatenated text directly inside this element, trimmed.
+    pub fn text(self) -> &'d str {
+        &self.node().text
+    }
+
+    /// Attributes in document order, names and values.
+    pub fn attrs(self) -> impl ExactSizeIterator<Item = (&'d str, &'d str)> {
+        let (from, to) = self.node().attrs;
+        self.doc.attrs[from as usize..to as usize].iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
+    }
+
+    pub fn has_attrs(self) -> bool {
+        let (from, to) = self.node().attrs;
+        from != to
+    }
+
+    pub fn has_children(self) -> bool {
+        self.node().first_child != NONE
+    }
+
+    /// Child elements in document order.
+    pub fn children(self) -> Children<'d, 'a> {
+        Children { doc: self.doc, next: self.node().first_child }
+    }
+
+    pub fn child(self, name: &str) -> Option<Element<'d, 'a>> {
+        self.children().find(|c| c.name().eq_ignore_ascii_case(name))
+    }
+
+    pub fn children_named<'n>(self, name: &'n str) -> impl Iterator<Item = Element<'d, 'a>> + 'n
+    where
+        'd: 'n,
+    {
+        self.children().filter(move |c| c.name().eq_ignore_ascii_case(name))
     }
 
     /// Text of a child, `None` when the child is absent or empty.
-    pub fn child_text(&self, name: &str) -> Option<&str> {
-        self.child(name).map(|c| c.text.as_ref()).filter(|t| !t.is_empty())
+    pub fn child_text(self, name: &str) -> Option<&'d str> {
+        self.child(name).map(Element::text).filter(|t| !t.is_empty())
+    }
+}
+
+impl std::fmt::Debug for Element<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Element")
+            .field("name", &self.name())
+            .field("attrs", &self.attrs().collect::<Vec<_>>())
+            .field("text", &self.text())
+            .field("children", &self.children().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The children of an element, following the sibling links.
+pub struct Children<'d, 'a> {
+    doc: &'d Doc<'a>,
+    next: u32,
+}
+
+impl<'d, 'a> Iterator for Children<'d, 'a> {
+    type Item = Element<'d, 'a>;
+
+    fn next(&mut self) -> Option<Element<'d, 'a>> {
+        (self.next != NONE).then(|| {
+            let el = Element { doc: self.doc, at: self.next };
+            self.next = el.node().next_sibling;
+            el
+        })
     }
 }
 
@@ -54,6 +145,12 @@ fn slice_of<'a>(text: &'a str, raw: &[u8]) -> Option<&'a str> {
         .filter(|s| s.as_ptr() == raw.as_ptr())
 }
 
+/// `raw` as a slice of `text` when it holds no `special` byte (the byte that would make
+/// quick-xml change it), so it is the message's text as it stands.
+fn plain<'a>(text: &'a str, raw: &[u8], special: u8) -> Option<&'a str> {
+    (!raw.contains(&special)).then(|| slice_of(text, raw)).flatten()
+}
+
 /// [`rebase`] of a borrowed piece; an owned one stays owned.
 fn keep<'a>(text: &'a str, piece: Cow<'_, str>) -> Cow<'a, str> {
     match piece {
@@ -70,50 +167,142 @@ fn name_of<'a>(text: &'a str, raw: &[u8]) -> Cow<'a, str> {
     }
 }
 
-/// Parses a whole document and returns its root element, or a reason it is not well-formed.
-pub fn parse(text: &str) -> Result<Element<'_>, String> {
+/// The document being built: its vectors, and the open elements with the last child each
+/// has so far (where the next child is linked). The open elements are a fixed array, as
+/// deep as nesting may go.
+struct Builder<'a> {
+    text: &'a str,
+    doc: Doc<'a>,
+    open: [(u32, u32); MAX_DEPTH],
+    depth: usize,
+}
+
+impl<'a> Builder<'a> {
+    fn root_done(&self) -> bool {
+        self.depth == 0 && !self.doc.nodes.is_empty()
+    }
+
+    /// Adds an element and links it to its parent; returns its index.
+    fn element(&mut self, s: &quick_xml::events::BytesStart<'_>) -> Result<u32, String> {
+        let name = name_of(self.text, s.local_name().as_ref());
+        let from = self.doc.attrs.len() as u32;
+        for a in s.attributes() {
+            let a = a.map_err(|e| format!("bad attribute in <{name}>: {e}"))?;
+            let key = name_of(self.text, a.key.local_name().as_ref());
+            // A value without a reference is the message's own text: sliced, no second UTF-8
+            // check and no scan for entities (#23).
+            let value = match plain(self.text, &a.value, b'&') {
+                Some(v) => Cow::Borrowed(v),
+                None => {
+                    let v =
+                        a.unescape_value().map_err(|e| format!("bad attribute value in <{name}>: {e}"))?;
+                    keep(self.text, v)
+                }
+            };
+            self.doc.attrs.push((key, value));
+        }
+        let at = self.doc.nodes.len() as u32;
+        let attrs = (from, self.doc.attrs.len() as u32);
+        self.doc.nodes.push(Node {
+            name,
+            text: Cow::Borrowed(""),
+            attrs,
+            first_child: NONE,
+            next_sibling: NONE,
+        });
+        if let Some((parent, last)) = self.depth.checked_sub(1).map(|d| &mut self.open[d]) {
+            match *last {
+                NONE => self.doc.nodes[*parent as usize].first_child = at,
+                prev => self.doc.nodes[prev as usize].next_sibling = at,
+            }
+            *last = at;
+        }
+        Ok(at)
+    }
+
+    fn text(&mut self, s: Cow<'a, str>) -> Result<(), String> {
+        let Some(&(at, _)) = self.depth.checked_sub(1).map(|d| &self.open[d]) else {
+            // Only XML's own white space may stand outside the root (not U+2028, not NBSP).
+            return match s.chars().all(|c| matches!(c, ' ' | '\t' | '\r' | '\n')) {
+                true => Ok(()),
+                false => Err("text outside the root element".into()),
+            };
+        };
+        let el = &mut self.doc.nodes[at as usize];
+        match &mut el.text {
+            // White space before an element's first text is trimmed anyway: the indentation
+            // between children costs nothing.
+            t if t.is_empty() && s.trim().is_empty() => {}
+            t if t.is_empty() => *t = s,
+            t => t.to_mut().push_str(&s),
+        }
+        Ok(())
+    }
+
+    /// Closes the innermost open element: its text is complete, so it is trimmed now.
+    fn close(&mut self) -> Result<(), String> {
+        self.depth = self.depth.checked_sub(1).ok_or("closing tag without an opening one")?;
+        let el = &mut self.doc.nodes[self.open[self.depth].0 as usize];
+        match &mut el.text {
+            Cow::Borrowed(t) => *t = t.trim(),
+            Cow::Owned(t) => {
+                let trimmed = t.trim();
+                if trimmed.len() != t.len() {
+                    el.text = Cow::Owned(trimmed.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a whole document, or says why it is not well-formed.
+pub fn parse(text: &str) -> Result<Doc<'_>, String> {
+    if u32::try_from(text.len()).is_err() {
+        return Err(format!("a document of {} bytes is larger than 4 GiB", text.len()));
+    }
     let mut reader = Reader::from_str(text);
     reader.config_mut().check_end_names = true;
-    let mut stack: Vec<Element<'_>> = Vec::new();
-    // Closed elements waiting for their parent to close, and where each open element's
-    // children begin there: a parent's children are then moved into a vector of their exact
-    // size, one allocation, where pushing them one by one grew it two or three times (#23).
-    let mut closed: Vec<Element<'_>> = Vec::new();
-    let mut starts: Vec<usize> = Vec::new();
-    let mut root: Option<Element<'_>> = None;
+    // About one element per 20 bytes in SIS messages: one allocation for most of them.
+    let doc = Doc {
+        nodes: Vec::with_capacity(text.len() / 16 + 4),
+        attrs: Vec::with_capacity(text.len() / 64 + 2),
+    };
+    let mut b = Builder { text, doc, open: [(NONE, NONE); MAX_DEPTH], depth: 0 };
     loop {
         let ev = reader
             .read_event()
             .map_err(|e| format!("not well-formed XML at byte {}: {e}", reader.error_position()))?;
         match ev {
             Event::Start(s) => {
-                if root.is_some() {
+                if b.root_done() {
                     return Err("content after the root element".into());
                 }
-                if stack.len() >= MAX_DEPTH {
+                if b.depth >= MAX_DEPTH {
                     return Err(format!("elements nested deeper than {MAX_DEPTH}"));
                 }
-                stack.push(open(text, &s)?);
-                starts.push(closed.len());
+                let at = b.element(&s)?;
+                b.open[b.depth] = (at, NONE);
+                b.depth += 1;
             }
             Event::Empty(s) => {
-                let el = open(text, &s)?;
-                close(el, stack.is_empty(), &mut closed, &mut root)?;
+                if b.root_done() {
+                    return Err("more than one root element".into());
+                }
+                b.element(&s)?;
             }
-            Event::End(_) => {
-                let mut el = stack.pop().ok_or("closing tag without an opening one")?;
-                let start = starts.pop().expect("one start per open element");
-                el.children = closed.drain(start..).collect();
-                close(el, stack.is_empty(), &mut closed, &mut root)?;
-            }
+            Event::End(_) => b.close()?,
             Event::Text(t) => {
-                // XML 1.0 line ends: 1.1's would turn U+2028 and U+0085 into line feeds.
-                let s = t.xml10_content().map_err(|e| format!("bad text: {e}"))?;
-                push_text(&mut stack, keep(text, s))?;
+                // XML 1.0 line ends: 1.1's would turn U+2028 and U+0085 into line feeds. Text
+                // without a CR needs none of it: sliced (references are events of their own).
+                match plain(text, &t, b'\r') {
+                    Some(s) => b.text(Cow::Borrowed(s))?,
+                    None => b.text(keep(text, t.xml10_content().map_err(|e| format!("bad text: {e}"))?))?,
+                }
             }
             Event::CData(c) => {
                 let s = c.decode().map_err(|e| format!("bad CDATA: {e}"))?;
-                push_text(&mut stack, keep(text, s))?;
+                b.text(keep(text, s))?;
             }
             Event::GeneralRef(r) => {
                 let resolved = if r.is_char_ref() {
@@ -132,71 +321,18 @@ pub fn parse(text: &str) -> Result<Element<'_>, String> {
                         reader.buffer_position()
                     ));
                 }
-                push_text(&mut stack, Cow::Owned(s))?;
+                b.text(Cow::Owned(s))?;
             }
             Event::Eof => break,
             Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => {}
         }
     }
-    if !stack.is_empty() {
-        return Err(format!("element <{}> is not closed", stack[stack.len() - 1].name));
+    if b.depth > 0 {
+        return Err(format!("element <{}> is not closed", b.doc.nodes[b.open[b.depth - 1].0 as usize].name));
     }
-    debug_assert!(closed.is_empty(), "every closed element has its parent");
-    root.ok_or_else(|| "no root element".to_string())
-}
-
-fn open<'a>(text: &'a str, s: &quick_xml::events::BytesStart<'_>) -> Result<Element<'a>, String> {
-    let name = name_of(text, s.local_name().as_ref());
-    let mut attrs = Vec::new();
-    for a in s.attributes() {
-        let a = a.map_err(|e| format!("bad attribute in <{name}>: {e}"))?;
-        let key = name_of(text, a.key.local_name().as_ref());
-        let value = a.unescape_value().map_err(|e| format!("bad attribute value in <{name}>: {e}"))?;
-        attrs.push((key, keep(text, value)));
-    }
-    Ok(Element { name, attrs, children: Vec::new(), text: Cow::Borrowed("") })
-}
-
-/// A closed element (its text complete, so trimmed now) goes to its parent's children, or is
-/// the root when no element is open.
-fn close<'a>(
-    mut el: Element<'a>,
-    outermost: bool,
-    closed: &mut Vec<Element<'a>>,
-    root: &mut Option<Element<'a>>,
-) -> Result<(), String> {
-    trim(&mut el);
-    match outermost {
-        false => closed.push(el),
-        true if root.is_none() => *root = Some(el),
-        true => return Err("more than one root element".into()),
-    }
-    Ok(())
-}
-
-fn push_text<'a>(stack: &mut [Element<'a>], s: Cow<'a, str>) -> Result<(), String> {
-    match stack.last_mut() {
-        // White space before an element's first text is trimmed anyway: the indentation
-        // between children costs nothing.
-        Some(el) if el.text.is_empty() && s.trim().is_empty() => {}
-        Some(el) if el.text.is_empty() => el.text = s,
-        Some(el) => el.text.to_mut().push_str(&s),
-        // Only XML's own white space may stand outside the root (not U+2028, not NBSP).
-        None if s.chars().all(|c| matches!(c, ' ' | '\t' | '\r' | '\n')) => {}
-        None => return Err("text outside the root element".into()),
-    }
-    Ok(())
-}
-
-fn trim(el: &mut Element<'_>) {
-    match &mut el.text {
-        Cow::Borrowed(t) => *t = t.trim(),
-        Cow::Owned(t) => {
-            let trimmed = t.trim();
-            if trimmed.len() != t.len() {
-                el.text = Cow::Owned(trimmed.to_string());
-            }
-        }
+    match b.doc.nodes.is_empty() {
+        true => Err("no root element".to_string()),
+        false => Ok(b.doc),
     }
 }
 
@@ -204,38 +340,89 @@ fn trim(el: &mut Element<'_>) {
 mod tests {
     use super::*;
 
+    /// Whether `part` is a slice of `text` (borrowed) rather than a copy.
+    fn within(text: &str, part: &str) -> bool {
+        let range = text.as_bytes().as_ptr_range();
+        range.contains(&part.as_ptr()) || part.is_empty()
+    }
+
     #[test]
     fn parses_nested_elements_attributes_and_entities() {
-        let root = parse(
+        let doc = parse(
             "<?xml version=\"1.0\"?><MSG a=\"x&amp;y\"><B>1 &lt; 2 &#65;</B><C/><![CDATA[<raw>]]></MSG>",
         )
         .unwrap();
-        assert_eq!(root.name, "MSG");
-        assert_eq!(root.attrs, vec![("a".into(), "x&y".into())]);
+        let root = doc.root();
+        assert_eq!(root.name(), "MSG");
+        assert_eq!(root.attrs().collect::<Vec<_>>(), vec![("a", "x&y")]);
         assert_eq!(root.child_text("b"), Some("1 < 2 A"));
-        assert_eq!(root.child("C").map(|c| c.text.as_ref()), Some(""));
+        assert_eq!(root.child("C").map(Element::text), Some(""));
         assert_eq!(root.child_text("C"), None);
-        assert_eq!(root.text, "<raw>");
+        assert_eq!(root.text(), "<raw>");
+        assert_eq!(root.children().map(Element::name).collect::<Vec<_>>(), ["B", "C"]);
+    }
+
+    #[test]
+    fn children_and_attributes_belong_to_their_own_element() {
+        let doc =
+            parse("<R><A x=\"1\"><B y=\"2\" z=\"3\"/><C>c</C></A><D w=\"4\">d<E/>e</D><F/></R>").unwrap();
+        let root = doc.root();
+        fn names(el: Element) -> Vec<String> {
+            el.children().map(|c| c.name().to_string()).collect()
+        }
+        assert_eq!(names(root), ["A", "D", "F"]);
+        let (a, d) = (root.child("A").unwrap(), root.child("D").unwrap());
+        assert_eq!(names(a), ["B", "C"]);
+        assert_eq!(names(d), ["E"]);
+        assert!(!root.child("F").unwrap().has_children() && !root.child("F").unwrap().has_attrs());
+        assert_eq!(a.attrs().collect::<Vec<_>>(), [("x", "1")]);
+        assert_eq!(a.child("B").unwrap().attrs().collect::<Vec<_>>(), [("y", "2"), ("z", "3")]);
+        assert_eq!(d.attrs().collect::<Vec<_>>(), [("w", "4")]);
+        assert_eq!(d.text(), "de", "text on both sides of a child is the element's");
+        assert_eq!(a.child_text("C"), Some("c"));
+        assert!(!root.has_attrs());
     }
 
     #[test]
     fn names_and_plain_text_are_slices_of_the_message() {
         let text = "<MSG><FLID a=\"1\">88231</FLID>\n  <GATE>G&amp;1</GATE></MSG>";
-        let root = parse(text).unwrap();
+        let doc = parse(text).unwrap();
+        let root = doc.root();
         let flid = root.child("FLID").unwrap();
-        for borrowed in [&root.name, &flid.name, &flid.text, &flid.attrs[0].0, &flid.attrs[0].1, &root.text] {
-            assert!(matches!(borrowed, Cow::Borrowed(_)), "{borrowed:?} was copied");
+        let (key, value) = flid.attrs().next().unwrap();
+        for borrowed in [root.name(), flid.name(), flid.text(), key, value] {
+            assert!(within(text, borrowed), "{borrowed:?} was copied");
         }
         let gate = root.child("GATE").unwrap();
-        assert!(matches!(gate.text, Cow::Owned(_)), "an entity changes the text: owned");
-        assert_eq!(gate.text, "G&1");
+        assert!(!within(text, gate.text()), "an entity changes the text: owned");
+        assert_eq!(gate.text(), "G&1");
+    }
+
+    #[test]
+    fn a_cr_line_end_in_text_is_a_line_feed_and_only_that_text_is_copied() {
+        let text = "<MSG a=\"x\ry\"><R>one\r\ntwo\rthree</R><P>plain\nline</P></MSG>";
+        let doc = parse(text).unwrap();
+        let root = doc.root();
+        assert_eq!(root.child_text("R"), Some("one\ntwo\nthree"));
+        assert!(!within(text, root.child_text("R").unwrap()));
+        assert_eq!(root.child_text("P"), Some("plain\nline"));
+        assert!(within(text, root.child_text("P").unwrap()));
+        assert_eq!(root.attrs().next(), Some(("a", "x\ry")), "attribute values are as quick-xml gives them");
     }
 
     #[test]
     fn rejects_what_is_not_well_formed() {
-        for bad in
-            ["", "plain text", "<A>", "<A></B>", "<A/><B/>", "<A>&bogus;</A>", "<A x=\"1\" x=\"2\"/>", "</A>"]
-        {
+        for bad in [
+            "",
+            "plain text",
+            "<A>",
+            "<A></B>",
+            "<A/><B/>",
+            "<A/><B></B>",
+            "<A>&bogus;</A>",
+            "<A x=\"1\" x=\"2\"/>",
+            "</A>",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
     }
