@@ -429,14 +429,53 @@ impl<'a> Rec<'a> {
     }
 }
 
-impl serde::Serialize for Rec<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, v.as_str())))
+impl Rec<'_> {
+    /// The record as a JSON object, keys in name order: the text serde_json writes for a
+    /// map of it (the test below holds the two together), without serde's machinery per
+    /// value (#23).
+    fn write_json(&self, out: &mut String) {
+        out.push('{');
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json_str(out, k);
+            out.push(':');
+            json_str(out, v.as_str());
+        }
+        out.push('}');
     }
 }
 
-fn json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).expect("maps of strings serialise")
+/// A JSON string: as it stands when nothing in it needs an escape (the common case, codes and
+/// times), else as serde_json escapes it.
+fn json_str(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).expect("a string serialises"));
+    }
+}
+
+fn record_json(rec: &Rec) -> String {
+    let mut out = String::with_capacity(16 * rec.0.len() + 2);
+    rec.write_json(&mut out);
+    out
+}
+
+fn list_json(items: &[Rec]) -> String {
+    let mut out = String::with_capacity(items.iter().map(|r| 16 * r.0.len() + 3).sum::<usize>() + 2);
+    out.push('[');
+    for (i, rec) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        rec.write_json(&mut out);
+    }
+    out.push(']');
+    out
 }
 
 /// Decodes one `<FLOP>` record of subtype `st`; `unknown` collects the names the table does
@@ -489,7 +528,7 @@ pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Resu
             }
             Shape::Record { attrs, children, text } => {
                 let rec = record(first, attrs, None, children, *text, &flid, unknown)?;
-                (!rec.is_empty()).then(|| json(&rec))
+                (!rec.is_empty()).then(|| record_json(&rec))
             }
             Shape::List { seq, attrs, children, text } => {
                 // A list is the complete current list; one empty element clears it.
@@ -503,7 +542,7 @@ pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Resu
                 if let Some(s) = seq {
                     items.sort_by_key(|r| r.get(s).and_then(|n| n.parse::<i64>().ok()).unwrap_or(i64::MAX));
                 }
-                (!items.is_empty()).then(|| json(&items))
+                (!items.is_empty()).then(|| list_json(&items))
             }
         };
         fields.push((name.to_string(), v));
@@ -530,7 +569,7 @@ mod rec_tests {
     #[test]
     fn a_record_writes_the_json_a_map_of_it_writes() {
         let keys = ["GATE", "GTNO", "PGOT", "A", "ZZ", "G", "GATE"];
-        let values = ["G21", "q\"uo\\te", "tab\tnl\n\u{1}", "", "中文", "x", "last wins"];
+        let values = ["G21", "q\"uo\\te", "tab\tnl\n\u{1}", "", "中文", "x\u{7f}/\u{2028}", "last wins"];
         for shift in 0..keys.len() {
             let (mut rec, mut map) = (Rec::default(), BTreeMap::new());
             for i in 0..keys.len() {
@@ -538,9 +577,11 @@ mod rec_tests {
                 rec.insert(k, Val::Text(v));
                 map.insert(k, v.to_string());
             }
-            assert_eq!(json(&rec), json(&map));
+            let json = serde_json::to_string(&map).unwrap();
+            assert_eq!(record_json(&rec), json);
             assert_eq!(rec.get("GATE"), map.get("GATE").map(String::as_str));
             assert_eq!(rec.get("NONE"), None);
+            assert_eq!(list_json(&[Rec::default(), rec]), format!("[{{}},{json}]"));
         }
     }
 }

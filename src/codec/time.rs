@@ -69,11 +69,18 @@ impl Iso {
 
     /// `n` in `width` decimal digits, zero-padded, as `{n:0width$}` writes it for the values
     /// a [`SisTime`] holds (a year has four digits; a wider one keeps them all).
-    fn digits(&mut self, n: u32, width: u32) {
-        if width > 1 || n >= 10 {
-            self.digits(n / 10, width.saturating_sub(1));
+    fn digits(&mut self, mut n: u32, width: usize) {
+        // Right to left into a scratch of the widest u32, then copied: no recursion (#23).
+        let mut scratch = [b'0'; 10];
+        let mut at = scratch.len();
+        while n > 0 || scratch.len() - at < width {
+            at -= 1;
+            scratch[at] = b'0' + (n % 10) as u8;
+            n /= 10;
         }
-        self.push(b'0' + (n % 10) as u8);
+        let digits = &scratch[at..];
+        self.buf[self.len..self.len + digits.len()].copy_from_slice(digits);
+        self.len += digits.len();
     }
 }
 

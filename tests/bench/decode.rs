@@ -57,6 +57,23 @@ fn rate(budget: Duration, mut f: impl FnMut()) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
+/// msgx and the floor in alternating slices, so that a shared machine's drift falls on both
+/// alike: each slice pair gives a ratio; returns msgx's and the floor's median rates and the
+/// minimum, median and maximum of the ratios.
+fn side_by_side(slices: usize, slice: Duration, mut ours: impl FnMut(), mut floor: impl FnMut()) -> [f64; 5] {
+    let (mut a, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..slices {
+        let (x, y) = (rate(slice, &mut ours), rate(slice, &mut floor));
+        a.push(x);
+        b.push(y);
+        r.push(x / y);
+    }
+    for v in [&mut a, &mut b, &mut r] {
+        v.sort_by(f64::total_cmp);
+    }
+    [a[slices / 2], b[slices / 2], r[0], r[slices / 2], r[slices - 1]]
+}
+
 fn raw_xml(text: &str) -> usize {
     let mut r = quick_xml::Reader::from_str(text);
     let mut n = 0;
@@ -70,26 +87,30 @@ fn raw_xml(text: &str) -> usize {
 }
 
 fn main() {
-    let budget = Duration::from_secs(2);
     println!(
-        "decode on one core, one run (msgs/s, MB/s, and msgx against quick-xml tokenising the same text):"
+        "decode on one core, one run, msgx and quick-xml tokenising the same text in 20 alternating \
+         slices of 100 ms each (median msgs/s and MB/s; msgx/floor min, median, max over the slices):"
     );
     for (name, text) in [("FLOP-GTDT (3 gates)", flop()), ("SCHD-DNLD (500 flights)", dnld(500))] {
         let m = codec::decode(&text).expect("bench input decodes");
         assert!(matches!(m.body, codec::Body::Flop { .. } | codec::Body::Schedule(_)));
-        let ours = rate(budget, || {
-            std::hint::black_box(codec::decode(std::hint::black_box(&text)).unwrap());
-        });
-        let floor = rate(budget, || {
-            std::hint::black_box(raw_xml(std::hint::black_box(&text)));
-        });
+        let [ours, floor, lo, mid, hi] = side_by_side(
+            20,
+            Duration::from_millis(100),
+            || {
+                std::hint::black_box(codec::decode(std::hint::black_box(&text)).unwrap());
+            },
+            || {
+                std::hint::black_box(raw_xml(std::hint::black_box(&text)));
+            },
+        );
         let mb = text.len() as f64 / 1e6;
         println!(
-            "  {name:<24} {:>7} bytes  msgx {ours:>9.0} msgs/s {:>6.1} MB/s   floor {floor:>9.0} msgs/s {:>6.1} MB/s   msgx/floor {:.2}",
+            "  {name:<24} {:>7} bytes  msgx {ours:>9.0} msgs/s {:>6.1} MB/s   floor {floor:>9.0} msgs/s {:>6.1} MB/s   \
+             msgx/floor {lo:.2} / {mid:.2} / {hi:.2}",
             text.len(),
             ours * mb,
             floor * mb,
-            ours / floor
         );
     }
 }
