@@ -250,6 +250,11 @@ pub fn text_of(body: &[u8]) -> Result<&str, DecodeError> {
             e.valid_up_to()
         ))
     })?;
+    // In valid UTF-8 only a C0 control or U+FFFE/U+FFFF (lead byte 0xEF) can be forbidden, so
+    // a body without either is checked byte by byte, not decoded char by char (#23).
+    if s.bytes().all(|b| (b >= 0x20 && b != 0xEF) || matches!(b, b'\t' | b'\n' | b'\r')) {
+        return Ok(s);
+    }
     if let Some((i, c)) = s.char_indices().find(|(_, c)| !xml_char(*c)) {
         return Err(malformed(format!(
             "body holds U+{:04X}, a character XML 1.0 forbids, at byte offset {i}",

@@ -389,3 +389,38 @@ fn an_identity_longer_than_its_column_is_bounded_and_still_tells_messages_apart(
     assert_eq!(a, identity(&meta("S".repeat(300)), false), "the same message, the same key");
     assert_eq!(identity(&meta("AODB".into()), false), "AODB|FLOP|STND|7", "short keys are unchanged");
 }
+
+#[test]
+fn a_body_is_refused_for_exactly_the_characters_xml_1_0_forbids_at_their_offset() {
+    let allowed = [
+        "\t",
+        "\n",
+        "\r",
+        " ",
+        "\u{7f}",
+        "\u{85}",
+        "\u{a0}",
+        "中",
+        "，",
+        "１",
+        "\u{feff}",
+        "\u{fffd}",
+        "\u{10000}",
+    ];
+    let forbidden = ["\u{0}", "\u{1}", "\u{8}", "\u{b}", "\u{c}", "\u{1f}", "\u{fffe}", "\u{ffff}"];
+    for c in allowed {
+        let body = format!("<MSG>a{c}b</MSG>");
+        assert_eq!(text_of(body.as_bytes()).map_err(|e| e.detail), Ok(body.as_str()), "{c:?}");
+    }
+    for c in forbidden {
+        let body = format!("<MSG>中{c}b</MSG>");
+        let err = text_of(body.as_bytes()).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Malformed, "{c:?}");
+        let code = format!("U+{:04X}", c.chars().next().unwrap() as u32);
+        assert!(
+            err.detail.contains(&code) && err.detail.ends_with("at byte offset 8"),
+            "{c:?}: {}",
+            err.detail
+        );
+    }
+}
