@@ -427,9 +427,7 @@ impl<'a> Rec<'a> {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-}
 
-impl Rec<'_> {
     /// The record as a JSON object, keys in name order: the text serde_json writes for a
     /// map of it (the test below holds the two together), without serde's machinery per
     /// value (#23).
