@@ -29,7 +29,8 @@ pub enum Failure {
 pub struct Settle {
     pub msg_id: i64,
     /// The type tag, when the META could be read.
-    pub type_tag: Option<String>,
+    /// Borrowed for the kinds whose tag is a constant (`MsgKind::type_tag`).
+    pub type_tag: Option<std::borrow::Cow<'static, str>>,
     pub outcome: Outcome,
 }
 

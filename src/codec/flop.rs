@@ -44,6 +44,8 @@ pub enum Shape {
 #[derive(Debug, Clone, Copy)]
 pub struct Subtype {
     pub styp: &'static str,
+    /// `FLOP-` and the STYP: [`crate::codec::MsgKind::type_tag`].
+    pub tag: &'static str,
     pub elements: &'static [(&'static str, Shape)],
 }
 
@@ -61,17 +63,21 @@ const fn list(
     (name, Shape::List { seq: Some(seq), attrs: &[], children, text: None })
 }
 
-const fn sub(styp: &'static str, elements: &'static [(&'static str, Shape)]) -> Subtype {
-    Subtype { styp, elements }
+/// A subtype's row: its STYP and its type tag (`FLOP-STND`), a constant so that naming a
+/// message in a log line or an event costs no allocation (#23).
+macro_rules! sub {
+    ($styp:literal, $elements:expr $(,)?) => {
+        Subtype { styp: $styp, tag: concat!("FLOP-", $styp), elements: $elements }
+    };
 }
 
 /// Every FLOP subtype msgx decodes (48 with public processors, plus ESTT/ACTT).
 pub const SUBTYPES: &[Subtype] = &[
-    sub("ABTM", &[list("ABTM", "ASNO", &[("ABDG", Text), ("ABOP", Text), ("AOTM", Time)])]),
-    sub("ACFT", &[scalar("ACFT", Text)]),
-    sub("APPT", &[scalar("APPT", Time)]),
-    sub("BOTM", &[scalar("BOTM", Time)]),
-    sub(
+    sub!("ABTM", &[list("ABTM", "ASNO", &[("ABDG", Text), ("ABOP", Text), ("AOTM", Time)])]),
+    sub!("ACFT", &[scalar("ACFT", Text)]),
+    sub!("APPT", &[scalar("APPT", Time)]),
+    sub!("BOTM", &[scalar("BOTM", Time)]),
+    sub!(
         "CHDT",
         &[list(
             "CHDT",
@@ -87,8 +93,8 @@ pub const SUBTYPES: &[Subtype] = &[
             ],
         )],
     ),
-    sub("CHOT", &[list("CHOT", "CSNO", &[("CHTM", Time), ("CHID", Text), ("CHST", Text)])]),
-    sub(
+    sub!("CHOT", &[list("CHOT", "CSNO", &[("CHTM", Time), ("CHID", Text), ("CHST", Text)])]),
+    sub!(
         "CKDT",
         &[list(
             "CKDT",
@@ -104,7 +110,7 @@ pub const SUBTYPES: &[Subtype] = &[
             ],
         )],
     ),
-    sub(
+    sub!(
         "CLDT",
         &[list(
             "CLDT",
@@ -120,10 +126,10 @@ pub const SUBTYPES: &[Subtype] = &[
             ],
         )],
     ),
-    sub("CNCL", &[scalar("CNCL", Time)]),
-    sub("COBT", &[scalar("COBT", Time)]),
-    sub("CTOT", &[scalar("CTOT", Time)]),
-    sub(
+    sub!("CNCL", &[scalar("CNCL", Time)]),
+    sub!("COBT", &[scalar("COBT", Time)]),
+    sub!("CTOT", &[scalar("CTOT", Time)]),
+    sub!(
         "DELY",
         &[(
             "DELY",
@@ -135,10 +141,10 @@ pub const SUBTYPES: &[Subtype] = &[
             },
         )],
     ),
-    sub("EGSR", &[scalar("EGSR", Time)]),
-    sub("EGST", &[scalar("EGST", Time)]),
-    sub("EOBT", &[scalar("EOBT", Time)]),
-    sub(
+    sub!("EGSR", &[scalar("EGSR", Time)]),
+    sub!("EGST", &[scalar("EGST", Time)]),
+    sub!("EOBT", &[scalar("EOBT", Time)]),
+    sub!(
         "ERUT",
         &[list(
             "ERUT",
@@ -146,22 +152,28 @@ pub const SUBTYPES: &[Subtype] = &[
             &[("APCD", Text), ("SCAT", Time), ("SCDT", Time), ("SADC", Text), ("SDDC", Text)],
         )],
     ),
-    sub("EXSS", &[scalar("EXSC", Text), scalar("EXSR", Text)]),
-    sub("FDEL", &[]),
-    sub(
+    sub!("EXSS", &[scalar("EXSC", Text), scalar("EXSR", Text)]),
+    sub!("FDEL", &[]),
+    sub!(
         "FDIV",
         &[(
             "FDIV",
             Shape::Record { attrs: &[("DDES", Text), ("DDIR", Text)], children: &[], text: Some("REASON") },
         )],
     ),
-    sub("FINT", &[scalar("FINT", Time)]),
-    sub("FLAB", &[("FLAB", Shape::Record { attrs: &[("ARES", Text)], children: &[], text: Some("REASON") })]),
-    sub("FLIN", &[scalar("FLIN", Text)]),
-    sub("FLTY", &[scalar("FLTY", Text)]),
-    sub("FRET", &[("FRET", Shape::Record { attrs: &[("REID", Text)], children: &[], text: Some("REASON") })]),
-    sub("FTSS", &[scalar("FTSS", Text)]),
-    sub(
+    sub!("FINT", &[scalar("FINT", Time)]),
+    sub!(
+        "FLAB",
+        &[("FLAB", Shape::Record { attrs: &[("ARES", Text)], children: &[], text: Some("REASON") })]
+    ),
+    sub!("FLIN", &[scalar("FLIN", Text)]),
+    sub!("FLTY", &[scalar("FLTY", Text)]),
+    sub!(
+        "FRET",
+        &[("FRET", Shape::Record { attrs: &[("REID", Text)], children: &[], text: Some("REASON") })]
+    ),
+    sub!("FTSS", &[scalar("FTSS", Text)]),
+    sub!(
         "GTDT",
         &[list(
             "GTDT",
@@ -169,28 +181,28 @@ pub const SUBTYPES: &[Subtype] = &[
             &[("GATE", Text), ("PGOT", Time), ("PGCT", Time), ("GOTM", Time), ("GCTM", Time), ("GTYP", Text)],
         )],
     ),
-    sub("HNAG", &[scalar("FHAG", Text), scalar("PHAG", Text), scalar("MHAG", Text)]),
-    sub("IEST", &[scalar("IEST", Time)]),
-    sub("LACL", &[scalar("LACL", Time)]),
-    sub("MAXP", &[scalar("MAXP", Int)]),
-    sub("NAAT", &[scalar("NAAT", Time)]),
-    sub("NEAT", &[scalar("NEAT", Time)]),
-    sub("PADT", &[scalar("PADT", Time)]),
-    sub("PEDT", &[scalar("PEDT", Time)]),
+    sub!("HNAG", &[scalar("FHAG", Text), scalar("PHAG", Text), scalar("MHAG", Text)]),
+    sub!("IEST", &[scalar("IEST", Time)]),
+    sub!("LACL", &[scalar("LACL", Time)]),
+    sub!("MAXP", &[scalar("MAXP", Int)]),
+    sub!("NAAT", &[scalar("NAAT", Time)]),
+    sub!("NEAT", &[scalar("NEAT", Time)]),
+    sub!("PADT", &[scalar("PADT", Time)]),
+    sub!("PEDT", &[scalar("PEDT", Time)]),
     // Door and tractor events repeat without a sequence attribute (open, then close): lists.
-    sub(
+    sub!(
         "PORT",
         &[(
             "PORT",
             Shape::List { seq: None, attrs: &[], children: &[("POTM", Time), ("POID", Text)], text: None },
         )],
     ),
-    sub("PSDT", &[list("PSDT", "PSNO", &[("PSST", Text), ("STST", Time), ("STET", Time)])]),
-    sub("PSHT", &[list("PSHT", "PSHN", &[("PSTM", Time), ("PSID", Text), ("PUST", Text)])]),
-    sub("REMC", &[scalar("REMC", Text)]),
-    sub("RENO", &[scalar("RENO", Text)]),
-    sub("RUNW", &[scalar("RUNW", Text)]),
-    sub(
+    sub!("PSDT", &[list("PSDT", "PSNO", &[("PSST", Text), ("STST", Time), ("STET", Time)])]),
+    sub!("PSHT", &[list("PSHT", "PSHN", &[("PSTM", Time), ("PSID", Text), ("PUST", Text)])]),
+    sub!("REMC", &[scalar("REMC", Text)]),
+    sub!("RENO", &[scalar("RENO", Text)]),
+    sub!("RUNW", &[scalar("RUNW", Text)]),
+    sub!(
         "SRVT",
         &[(
             "SRVT",
@@ -210,18 +222,18 @@ pub const SUBTYPES: &[Subtype] = &[
             },
         )],
     ),
-    sub("STND", &[scalar("STND", Text)]),
-    sub("TAOP", &[scalar("TAOP", Text), scalar("TAFL", Text), scalar("TAID", Text)]),
-    sub(
+    sub!("STND", &[scalar("STND", Text)]),
+    sub!("TAOP", &[scalar("TAOP", Text), scalar("TAFL", Text), scalar("TAID", Text)]),
+    sub!(
         "TIPT",
         &[(
             "TIPT",
             Shape::List { seq: None, attrs: &[], children: &[("TRTM", Time), ("TRST", Text)], text: None },
         )],
     ),
-    sub("TOBT", &[scalar("TOBT", Time)]),
-    sub("TRML", &[scalar("TRML", Text)]),
-    sub(
+    sub!("TOBT", &[scalar("TOBT", Time)]),
+    sub!("TRML", &[scalar("TRML", Text)]),
+    sub!(
         "VIPF",
         &[(
             "VIPF",
@@ -233,9 +245,9 @@ pub const SUBTYPES: &[Subtype] = &[
             },
         )],
     ),
-    sub("VIPP", &[scalar("VIPP", Int), scalar("VIPR", Text)]),
-    sub("ESTT", &[scalar("ESTT", Time)]),
-    sub("ACTT", &[scalar("ACTT", Time)]),
+    sub!("VIPP", &[scalar("VIPP", Int), scalar("VIPR", Text)]),
+    sub!("ESTT", &[scalar("ESTT", Time)]),
+    sub!("ACTT", &[scalar("ACTT", Time)]),
 ];
 
 pub fn subtype(styp: &str) -> Option<&'static Subtype> {

@@ -21,6 +21,8 @@ pub use platform::DfoeKind;
 pub use reference::{RefData, RefOp};
 pub use schedule::{Fltr, Schedule};
 
+use std::borrow::Cow;
+
 use crate::error::ErrorClass;
 use xml::{Doc, Element};
 
@@ -73,6 +75,18 @@ impl SchdKind {
             SchdKind::Dnld => "DNLD",
             SchdKind::Resp => "RESP",
             SchdKind::Adft => "ADFT",
+        }
+    }
+
+    /// `SCHD-DNLD` and the rest, as constants.
+    fn tag(self, msg_type: &str) -> &'static str {
+        match (msg_type, self) {
+            ("SCHS", SchdKind::Dnld) => "SCHS-DNLD",
+            ("SCHS", SchdKind::Resp) => "SCHS-RESP",
+            ("SCHS", SchdKind::Adft) => "SCHS-ADFT",
+            (_, SchdKind::Dnld) => "SCHD-DNLD",
+            (_, SchdKind::Resp) => "SCHD-RESP",
+            (_, SchdKind::Adft) => "SCHD-ADFT",
         }
     }
 
@@ -148,12 +162,17 @@ impl MsgKind {
         }
     }
 
-    pub fn type_tag(&self) -> String {
-        match self {
-            MsgKind::Flop(styp) => format!("FLOP-{styp}"),
-            MsgKind::Fdel => "FLOP-FDEL".to_string(),
-            MsgKind::Schd(k) => format!("SCHD-{}", k.as_str()),
-            MsgKind::Schs(k) => format!("SCHS-{}", k.as_str()),
+    /// A constant for the kinds the feed sends most (FLOP, FDEL, SCHD, SCHS), written out for
+    /// the rest: it names every message in a log line and every FLOP event (#23).
+    pub fn type_tag(&self) -> Cow<'static, str> {
+        Cow::Owned(match self {
+            MsgKind::Flop(styp) => match flop::SUBTYPES.iter().find(|s| s.styp == *styp) {
+                Some(s) => return Cow::Borrowed(s.tag),
+                None => format!("FLOP-{styp}"),
+            },
+            MsgKind::Fdel => return Cow::Borrowed("FLOP-FDEL"),
+            MsgKind::Schd(k) => return Cow::Borrowed(k.tag("SCHD")),
+            MsgKind::Schs(k) => return Cow::Borrowed(k.tag("SCHS")),
             MsgKind::Reference { rtype, op } => format!("{rtype}-{}", op.as_str()),
             MsgKind::Dfme(styp) => format!("DFME-{styp}"),
             MsgKind::Dfoe(k) => format!("DFOE-{}", k.as_str()),
@@ -171,7 +190,7 @@ impl MsgKind {
             MsgKind::NotForUs { msg_type, styp, .. } | MsgKind::Unsupported { msg_type, styp } => {
                 format!("{msg_type}-{styp}")
             }
-        }
+        })
     }
 
     /// Why a recognised message is not for msgx, if it is not.

@@ -51,7 +51,7 @@ pub fn report(raw: &str, rules: &IgnoreRules, include_day_boundary: bool) -> (Ve
                 "unknown": m.unknown,
                 "decoded": m.body,
             });
-            (Verdict::Decoded { tag, supported }, v)
+            (Verdict::Decoded { tag: tag.into_owned(), supported }, v)
         }
     }
 }

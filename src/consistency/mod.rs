@@ -407,7 +407,7 @@ fn snapshot_tags() -> Vec<String> {
     use crate::codec::{DfoeKind, MsgKind, SchdKind};
     [MsgKind::Schd(SchdKind::Dnld), MsgKind::Schd(SchdKind::Resp), MsgKind::Dfoe(DfoeKind::Sync)]
         .iter()
-        .map(MsgKind::type_tag)
+        .map(|k| k.type_tag().into_owned())
         .collect()
 }
 

@@ -134,17 +134,26 @@ pub fn sodt_key(iso: &str) -> Option<i64> {
     }
 }
 
+/// The flights `msg` names, in record order, repeats included: [`need_of`] without a copy.
+pub fn flids_of(msg: &Message) -> impl Iterator<Item = &str> {
+    let records = match &msg.body {
+        Body::Flop { records } | Body::Sync { records, .. } => records.as_slice(),
+        _ => &[],
+    };
+    records.iter().map(|r| r.flid.as_str())
+}
+
 /// What the handler of `msg` needs to read.
 pub fn need_of(msg: &Message) -> Need {
-    let mut flids: Vec<String> = match &msg.body {
-        Body::Flop { records } | Body::Sync { records, .. } => {
-            records.iter().map(|r| r.flid.clone()).collect()
-        }
-        _ => Vec::new(),
-    };
+    let mut flids: Vec<String> = flids_of(msg).map(str::to_string).collect();
     flids.sort();
     flids.dedup();
-    let window = match (&msg.kind, &msg.body) {
+    Need { flids, window: window_of(msg) }
+}
+
+/// The plan window a snapshot of `msg` covers, if it is one: [`Need::window`].
+pub fn window_of(msg: &Message) -> Option<(i64, i64)> {
+    match (&msg.kind, &msg.body) {
         (MsgKind::Schd(SchdKind::Dnld | SchdKind::Resp), Body::Schedule(s)) => {
             let keys: Vec<i64> =
                 s.flights.iter().filter_map(|f| f.sodt.as_deref().and_then(sodt_key)).collect();
@@ -152,8 +161,7 @@ pub fn need_of(msg: &Message) -> Need {
         }
         (MsgKind::Dfoe(DfoeKind::Sync), Body::Sync { records, .. }) => platform::window(records),
         _ => None,
-    };
-    Need { flids, window }
+    }
 }
 
 /// Decides what `msg` means given the flights it concerns.
@@ -169,7 +177,7 @@ pub fn decide(view: &View, msg: &Message, msg_id: i64) -> Result<Decision, Rejec
         (MsgKind::Schd(kind), Body::Schedule(s)) => schedule::decide(view, *kind, s, msg, msg_id),
         (MsgKind::Schs(_), Body::Schedule(s)) => schedule::decide_season(s),
         (MsgKind::Reference { rtype, op }, Body::Reference(r)) => reference::decide(rtype, *op, r),
-        _ => Err(Reject::Unsupported(msg.kind.type_tag())),
+        _ => Err(Reject::Unsupported(msg.kind.type_tag().into_owned())),
     }
 }
 

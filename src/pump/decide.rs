@@ -52,9 +52,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         for p in plan {
             if let Step::Decide { msg, .. } = &p.step {
                 need.msg_ids.push(p.row.msg_id);
-                let n = handlers::need_of(msg);
-                need.flids.extend(n.flids);
-                need.window = need.window.or(n.window);
+                // Sorted and deduplicated once for the round, below.
+                need.flids.extend(handlers::flids_of(msg).map(str::to_string));
+                need.window = need.window.or_else(|| handlers::window_of(msg));
             }
         }
         need.flids.sort();
@@ -80,8 +80,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         // The view borrows the overlay's flights by moving them in and back out: a round
         // decides against them without copying a flight per message.
         let mut view = View { flights: Default::default(), window: std::mem::take(&mut overlay.window) };
-        for f in handlers::need_of(msg).flids {
-            if let Some(s) = overlay.flights.remove(&f) {
+        for f in handlers::flids_of(msg) {
+            if let Some((f, s)) = overlay.flights.remove_entry(f) {
                 view.flights.insert(f, s);
             }
         }

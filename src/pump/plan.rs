@@ -13,7 +13,7 @@ use crate::ports::{Failure, Outcome, Settle};
 pub(super) struct Planned<'r> {
     pub row: &'r ProcRow,
     /// The type tag, once the META was read (the row's until then).
-    pub tag: Option<String>,
+    pub tag: Option<std::borrow::Cow<'static, str>>,
     pub step: Step,
     /// Unknown element names the tolerant reader skipped (reported once per run).
     pub unknown: Vec<String>,
@@ -31,7 +31,7 @@ pub(super) enum Step {
 
 impl<'r> Planned<'r> {
     pub fn new(row: &'r ProcRow, step: Step) -> Planned<'r> {
-        Planned { row, tag: row.type_tag.clone(), step, unknown: Vec::new() }
+        Planned { row, tag: row.type_tag.clone().map(std::borrow::Cow::Owned), step, unknown: Vec::new() }
     }
 
     pub fn settle(&mut self, outcome: Outcome) {
