@@ -53,15 +53,27 @@ impl FlightState {
         }
         for (f, v) in &c.set {
             if self.writable(f, m) {
-                self.fields.insert(f.clone(), v.clone());
-                self.versions.insert(f.clone(), m);
+                // A field the flight holds is overwritten in place, its key and buffer kept:
+                // the round's overlay plays every decision on its flights (#23).
+                match self.fields.get_mut(f) {
+                    Some(old) => old.clone_from(v),
+                    None => drop(self.fields.insert(f.clone(), v.clone())),
+                }
+                self.set_version(f, m);
             }
         }
         for f in &c.clear {
             if self.writable(f, m) {
                 self.fields.remove(f);
-                self.versions.insert(f.clone(), m);
+                self.set_version(f, m);
             }
+        }
+    }
+
+    fn set_version(&mut self, f: &str, m: i64) {
+        match self.versions.get_mut(f) {
+            Some(v) => *v = m,
+            None => drop(self.versions.insert(f.to_string(), m)),
         }
     }
 }
@@ -136,6 +148,20 @@ mod tests {
         assert!(!s.fields.contains_key("STND"), "deleted by 5 after 4 wrote it");
         s.apply(&set("F", &[("STND", "new")]), 6);
         assert_eq!(s.fields["STND"], "new");
+    }
+
+    #[test]
+    fn a_field_written_again_holds_the_new_value_and_version_whatever_its_length() {
+        let mut s = FlightState::default();
+        for (m, v) in [(1, "A12"), (2, "a much longer stand name"), (3, ""), (4, "B")] {
+            s.apply(&set("F", &[("STND", v), ("GATE", &format!("G{m}"))]), m);
+            assert_eq!((s.fields["STND"].as_str(), s.versions["STND"]), (v, m));
+            assert_eq!((s.fields["GATE"].clone(), s.versions["GATE"]), (format!("G{m}"), m));
+        }
+        let clear = FlightChange { flid: "F".into(), clear: vec!["GATE".into()], ..Default::default() };
+        s.apply(&clear, 5);
+        assert_eq!((s.fields.get("GATE"), s.versions["GATE"]), (None, 5));
+        assert_eq!(s.fields.len(), 1);
     }
 
     #[test]

@@ -113,7 +113,11 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             return failed(ErrorClass::Protocol, &why);
         }
         for c in &d.flights {
-            overlay.flights.entry(c.flid.clone()).or_default().apply(c, row.msg_id);
+            // The key is copied only for a flight the overlay does not hold yet.
+            match overlay.flights.get_mut(&c.flid) {
+                Some(s) => s.apply(c, row.msg_id),
+                None => overlay.flights.entry(c.flid.clone()).or_default().apply(c, row.msg_id),
+            }
         }
         // A decision that changes no flight has nothing for Redis and needs no journal: it
         // depends on its message alone (reference data, a seasonal plan), so a retry decides
