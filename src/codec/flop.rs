@@ -266,8 +266,8 @@ pub struct FlopRecord {
     pub delete: bool,
 }
 
-/// Normalises one value of `kind`; `field` names it in errors.
-/// `field` names the value in an error only, so it is formatted only then.
+/// Normalises one value of `kind`; `field` names it in an error only, so it is formatted only
+/// then.
 pub fn value(
     kind: Kind,
     raw: &str,

@@ -78,18 +78,6 @@ impl SchdKind {
         }
     }
 
-    /// `SCHD-DNLD` and the rest, as constants.
-    fn tag(self, msg_type: &str) -> &'static str {
-        match (msg_type, self) {
-            ("SCHS", SchdKind::Dnld) => "SCHS-DNLD",
-            ("SCHS", SchdKind::Resp) => "SCHS-RESP",
-            ("SCHS", SchdKind::Adft) => "SCHS-ADFT",
-            (_, SchdKind::Dnld) => "SCHD-DNLD",
-            (_, SchdKind::Resp) => "SCHD-RESP",
-            (_, SchdKind::Adft) => "SCHD-ADFT",
-        }
-    }
-
     fn parse(styp: &str) -> Option<SchdKind> {
         Some(match styp {
             "DNLD" => SchdKind::Dnld,
@@ -166,13 +154,25 @@ impl MsgKind {
     /// the rest: it names every message in a log line and every FLOP event (#23).
     pub fn type_tag(&self) -> Cow<'static, str> {
         Cow::Owned(match self {
-            MsgKind::Flop(styp) => match flop::SUBTYPES.iter().find(|s| s.styp == *styp) {
+            MsgKind::Flop(styp) => match flop::subtype(styp) {
                 Some(s) => return Cow::Borrowed(s.tag),
                 None => format!("FLOP-{styp}"),
             },
             MsgKind::Fdel => return Cow::Borrowed("FLOP-FDEL"),
-            MsgKind::Schd(k) => return Cow::Borrowed(k.tag("SCHD")),
-            MsgKind::Schs(k) => return Cow::Borrowed(k.tag("SCHS")),
+            MsgKind::Schd(k) => {
+                return Cow::Borrowed(match k {
+                    SchdKind::Dnld => "SCHD-DNLD",
+                    SchdKind::Resp => "SCHD-RESP",
+                    SchdKind::Adft => "SCHD-ADFT",
+                })
+            }
+            MsgKind::Schs(k) => {
+                return Cow::Borrowed(match k {
+                    SchdKind::Dnld => "SCHS-DNLD",
+                    SchdKind::Resp => "SCHS-RESP",
+                    SchdKind::Adft => "SCHS-ADFT",
+                })
+            }
             MsgKind::Reference { rtype, op } => format!("{rtype}-{}", op.as_str()),
             MsgKind::Dfme(styp) => format!("DFME-{styp}"),
             MsgKind::Dfoe(k) => format!("DFOE-{}", k.as_str()),
