@@ -36,3 +36,57 @@ fn regression_an_apply_on_a_server_that_dropped_its_scripts_loads_the_script_aga
     assert_eq!(read.flights["F"].fields["STND"], "A2");
     assert_eq!(read.flights["F"].versions["STND"], 2);
 }
+
+fn change(flid: &str, set: &[(&str, &str)], clear: &[&str], delete: bool) -> msgx::handlers::Decision {
+    msgx::handlers::Decision {
+        flights: vec![msgx::handlers::FlightChange {
+            flid: flid.into(),
+            set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            clear: clear.iter().map(|c| c.to_string()).collect(),
+            delete,
+            sodt: None,
+        }],
+        ..Default::default()
+    }
+}
+
+/// The adapter works a round's writes out from what its last read found (#23). Another writer
+/// between that read and the apply moves the token: the apply reads again and the version rule
+/// still holds — the older message does not put its value over the newer one's.
+#[test]
+fn a_write_between_the_read_and_the_apply_is_read_again_not_overwritten() {
+    use msgx::ports::{FlightStore, RoundNeed};
+    let (mut a, s) = fresh();
+    let mut b = a.twin();
+    let need = RoundNeed { msg_ids: vec![10], flids: vec!["F".into()], window: None };
+    let read = a.prepare(&need, &[], std::time::SystemTime::UNIX_EPOCH).unwrap();
+    assert!(read.flights.is_empty(), "nothing there yet");
+    b.apply(&[(20, &change("F", &[("STND", "NEWER")], &[], false))]).unwrap();
+    a.apply(&[(10, &change("F", &[("STND", "OLDER"), ("GATE", "G1")], &[], false))]).unwrap();
+    let f = common::redis_flights(&s);
+    assert_eq!(f["F"]["STND"], "NEWER", "20 wrote STND after 10");
+    assert_eq!(f["F"]["GATE"], "G1", "nobody newer wrote GATE");
+}
+
+/// The versions of a flight that holds nothing expire a week later (its tombstone); once it
+/// holds fields again they stay. The script before #23 kept them only after a delete: versions
+/// left by a clear on an empty flight expired under the fields a later message set.
+#[test]
+fn regression_versions_left_by_a_clear_stay_once_the_flight_holds_fields_again() {
+    use msgx::ports::FlightStore;
+    let (mut f, s) = fresh();
+    let mut r = s.redis();
+    let ttl = |r: &mut redis::Connection, flid: &str| -> i64 {
+        redis::cmd("TTL").arg(format!("{}fver:{flid}", s.cfg.redis_prefix)).query(r).unwrap()
+    };
+    f.apply(&[(1, &change("C", &[], &["GATE"], false))]).unwrap();
+    assert!(ttl(&mut r, "C") > 0, "a flight that holds nothing: its versions expire");
+    f.apply(&[(2, &change("C", &[("STND", "A")], &[], false))]).unwrap();
+    assert_eq!(ttl(&mut r, "C"), -1, "it holds a field again: its versions stay");
+    f.apply(&[(3, &change("D", &[("STND", "A")], &[], false)), (4, &change("D", &[], &[], true))]).unwrap();
+    assert!(ttl(&mut r, "D") > 0, "deleted: the tombstone expires");
+    f.apply(&[(5, &change("D", &[("STND", "B")], &[], false))]).unwrap();
+    assert_eq!(ttl(&mut r, "D"), -1, "back: its versions stay");
+    f.apply(&[(6, &change("D", &[("GATE", "G")], &[], false))]).unwrap();
+    assert_eq!(ttl(&mut r, "D"), -1);
+}

@@ -5,9 +5,10 @@
 //! give it in MSG_ID order, whatever order they were processed in — a late row (PRE-2), a
 //! replayed message or a retried round can never put an older value over a newer one.
 //!
-//! The same rule runs in three places that must agree: the pump's overlay while it decides a
-//! round, the in-memory twin, and the Redis apply script (`store/flights`); the FlightStore
-//! conformance suite runs the same cases on the twin and on Redis.
+//! This is the one place the rule is written. It runs in the pump's overlay while a round is
+//! decided, in the in-memory twin, and in the Redis adapter, which plays a round on the flights
+//! it read and sends the apply script only the difference (`store/flights/net.rs`, #23); the
+//! FlightStore conformance suite runs the same cases on the twin and on Redis.
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,8 @@
 //! the answers of a server that cannot serve right now — `LOADING` (reading its dump after a
 //! restart), `BUSY` (a script running), `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`, `READONLY` (a
 //! replica during failover), `OOM` (maxmemory reached), `MISCONF` (cannot persist),
-//! `NOREPLICAS`, and a failed authentication (the server refuses every command). Fenced: the
+//! `NOREPLICAS`, a failed authentication (the server refuses every command), and the apply
+//! script's `MSGX_MOVED` (written since the round read its flights: nothing was written). Fenced: the
 //! apply script's `MSGX_FENCED` (a newer lease holder wrote here). Forgot: its `MSGX_FORGOT`
 //! (Redis holds fewer applies than this process made: restored, emptied, failed over). Rejected: everything else —
 //! a script error on this round's data, `WRONGTYPE`, `NOPERM` — and what the table does not
@@ -26,6 +27,10 @@ pub fn kind_of(kind: ErrorKind, code: Option<&str>, text: &str) -> StoreErrorKin
     }
     if text.contains("MSGX_FORGOT") {
         return StoreErrorKind::Forgot;
+    }
+    if text.contains("MSGX_MOVED") {
+        // Written since the round read its flights: nothing was written; read and try again.
+        return StoreErrorKind::Unavailable;
     }
     if let Some(code) = code {
         if UNAVAILABLE_CODES.contains(&code) {
@@ -91,6 +96,7 @@ mod tests {
                 "ERR Error running script: bad value",
                 Rejected,
             ),
+            (ErrorKind::Extension, Some("MSGX_MOVED"), "MSGX_MOVED redis was written since", Unavailable),
             (ErrorKind::Extension, Some("WRONGTYPE"), "WRONGTYPE Operation against a key", Rejected),
             (
                 ErrorKind::Server(ServerErrorKind::NoPerm),

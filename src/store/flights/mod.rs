@@ -21,10 +21,13 @@
 //!
 //! A round's decisions are applied by ONE Lua script: flights, versions, index, generation and
 //! journal change together or not at all, and not at all when a newer instance has written
-//! here. Only the process thread writes here (I5). The script names its keys from the prefix,
-//! so it needs a standalone Redis (not a cluster).
+//! here. The round is played in Rust on the flights the adapter read (`net`), and the script
+//! writes the difference only while Redis still holds what was read. Only the process thread
+//! writes here (I5). The script names its keys from the prefix, so it needs a standalone Redis
+//! (not a cluster).
 
 pub mod classify;
+mod net;
 
 use crate::error::Store;
 use std::collections::HashMap;
@@ -41,29 +44,28 @@ const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
 /// How long the versions of a deleted flight are kept (its tombstone).
 const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
 
-/// Applies a round (ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle
-/// accepts as Redis's current `applied:token` (comma-separated; empty: none seen yet), the token
-/// of this write, n, then n × (msg_id, snapshot 1/0, journal doc), then the round's flight
-/// changes grouped by flight (#23): `[[flid, [[decision index, delete 1/0, sodt|null, [field,
-/// value, …], [cleared field, …]], …]], …]`, each flight's changes in MSG_ID order. The journal
-/// doc (the decision's events and references) is stored as given, never decoded. Returns one
-/// 1/0 per decision — 0 for a snapshot not newer than the plan's generation, which changes
-/// nothing and is journalled as the empty decision. A current token this handle did not write
-/// means Redis went back to another history (#20): nothing is written.
+/// Applies a round's net writes, worked out by the adapter from what it read (`net`, #23).
+/// ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle accepts as Redis's
+/// current `applied:token` (comma-separated; empty: none seen yet), the token of this write,
+/// the token the writes were worked out under (empty: Redis had none), the snapshots that
+/// advance the plan's generation and the last one's MSG_ID, the round's highest MSG_ID, then
+/// n and n × (msg_id, journal doc), then the flights: f and f × (flid, `expire`|`persist`|``,
+/// s, s × (field, value), g, g × field gone, v, v × (field, MSG_ID)), then z and z × (sodt,
+/// flid) for the plan's index, r and r × flid out of it. The journal docs (the decisions'
+/// events and references) are stored as given, never decoded.
 ///
-/// Each flight is read once and written once per round, whatever the number of its messages:
-/// its changes are played in order on a copy in the script (the rules are
-/// `FlightState::apply`'s, field by field, as when each change was written on its own), then
-/// the net fields, versions, tombstone and time to live are written; the daily plan's index
-/// is written for the whole round in one command. What is read of a flight is what its
-/// changes name (their fields' versions and whether they exist, the tombstone, the field
-/// count), all of it only when one of them deletes the flight.
+/// Nothing is written when Redis holds another history than this handle wrote (`MSGX_FORGOT`,
+/// #20), when a newer epoch wrote here (`MSGX_FENCED`, PRE-5), or when anything wrote since
+/// the read the writes were worked out from (`MSGX_MOVED`: every write of flights moves the
+/// token, so the same token means the same flights). Then the writes are done as given: each
+/// flight once, the index and the journal in commands of at most 1000 arguments.
 const APPLY: &str = r#"
 local prefix, epoch, tomb, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local saw, token, n = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local saw, token, read = ARGV[5], ARGV[6], ARGV[7]
 local seqkey, tkey = prefix .. 'applied:seq', prefix .. 'applied:token'
+local cur = redis.call('GET', tkey)
 if saw ~= '' then
-  local cur, ok = redis.call('GET', tkey), false
+  local ok = false
   for t in string.gmatch(saw, '[^,]+') do
     if t == cur then ok = true end
   end
@@ -79,140 +81,54 @@ if epoch > 0 then
   end
   if held < epoch then redis.call('SET', ekey, epoch) end
 end
-local idx, genkey, jkey = prefix .. 'sodt', prefix .. 'schd:gen', prefix .. 'journal'
--- The decisions: a snapshot applies only when newer than the plan's generation.
-local out, journal, live, ms, mtext = {}, {}, {}, {}, {}
-local top = tonumber(redis.call('GET', prefix .. 'applied:max') or '0')
-local last = tonumber(redis.call('HGET', genkey, 'msg_id') or '-1')
-local gens = 0
-for i = 1, n do
-  local b = 7 + (i - 1) * 3
-  local m, snap, doc = tonumber(ARGV[b + 1]), ARGV[b + 2] == '1', ARGV[b + 3]
-  local applied = 1
-  if snap then
-    if last >= m then applied = 0 else last, gens = m, gens + 1 end
-  end
-  if applied == 0 then doc = '{"events":[],"references":[]}' end
-  -- The MSG_ID as a number to compare and as the text it came as to write: a Lua number
-  -- handed to a command is formatted with printf again.
-  live[i], ms[i], mtext[i], out[i] = applied == 1, m, ARGV[b + 1], applied
-  journal[#journal + 1] = m
-  journal[#journal + 1] = doc
-  if m > top then top = m end
+if (cur or '') ~= read then
+  return redis.error_reply('MSGX_MOVED redis was written since this round read its flights')
 end
--- The flights, each played on a copy (`ver` its versions, `have` its fields, `nhave` how
--- many it has), then the net writes. Only the fields the changes name are read, unless one
--- deletes the flight: a delete weighs every field's version.
-local zadd, zrem = {}, {}
-for _, g in ipairs(cjson.decode(ARGV[8 + n * 3])) do
-  local flid, ops = g[1], g[2]
+local gens, last, top = tonumber(ARGV[8]), ARGV[9], ARGV[10]
+-- Arguments ARGV[a..b] to `cmd` on `key`, at most 1000 a call.
+local function chunked(cmd, key, a, b)
+  for k = a, b, 1000 do
+    redis.call(cmd, key, unpack(ARGV, k, math.min(k + 999, b)))
+  end
+end
+local i = 11
+local n = tonumber(ARGV[i])
+local jkey = prefix .. 'journal'
+chunked('HSET', jkey, i + 1, i + 2 * n)
+i = i + 1 + 2 * n
+local f = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, f do
+  local flid, ttl = ARGV[i], ARGV[i + 1]
   local key, vkey = prefix .. 'flight:' .. flid, prefix .. 'fver:' .. flid
-  local whole, named, names = false, {}, {}
-  for _, o in ipairs(ops) do
-    if live[o[1]] then
-      if o[2] == 1 then whole = true end
-      local sets = o[4]
-      for j = 1, #sets, 2 do
-        if not named[sets[j]] then named[sets[j]] = true; names[#names + 1] = sets[j] end
-      end
-      for _, f in ipairs(o[5]) do
-        if not named[f] then named[f] = true; names[#names + 1] = f end
-      end
-    end
-  end
-  local ver, have, nhave, deleted = {}, {}, 0, 0
-  if whole then
-    local vv = redis.call('HGETALL', vkey)
-    for k = 1, #vv, 2 do ver[vv[k]] = tonumber(vv[k + 1]) end
-    deleted = ver['~del'] or 0
-    ver['~del'] = nil
-    for _, f in ipairs(redis.call('HKEYS', key)) do have[f] = true; nhave = nhave + 1 end
-  else
-    local vv = redis.call('HMGET', vkey, '~del', unpack(names))
-    deleted = tonumber(vv[1]) or 0
-    nhave = redis.call('HLEN', key)
-    if #names > 0 then
-      local hv = redis.call('HMGET', key, unpack(names))
-      for k, f in ipairs(names) do
-        if vv[k + 1] then ver[f] = tonumber(vv[k + 1]) end
-        if hv[k] then have[f] = true end
-      end
-    end
-  end
-  local fset, vset, delmark, ttl, index = {}, {}, nil, nil, nil
-  for _, o in ipairs(ops) do
-    if live[o[1]] then
-      local m, mt, del, sodt, sets, clears = ms[o[1]], mtext[o[1]], o[2], o[3], o[4], o[5]
-      local removed, wrote = del == 1, false
-      if del == 1 then
-        for f in pairs(have) do
-          if (ver[f] or 0) <= m then have[f] = nil; nhave = nhave - 1; fset[f] = false end
-        end
-        if m > deleted then deleted, delmark = m, mt end
-      end
-      if deleted <= m then
-        for j = 1, #sets, 2 do
-          local f = sets[j]
-          if (ver[f] or 0) <= m then
-            fset[f], ver[f], vset[f], wrote = sets[j + 1], m, mt, true
-            if not have[f] then have[f] = true; nhave = nhave + 1 end
-          end
-        end
-        for _, f in ipairs(clears) do
-          if (ver[f] or 0) <= m then
-            fset[f], ver[f], vset[f], removed = false, m, mt, true
-            if have[f] then have[f] = nil; nhave = nhave - 1 end
-          end
-        end
-      end
-      -- The daily plan's index holds the flights that exist (a late message for a deleted
-      -- flight does not bring it back there); only a change that removed something can leave
-      -- the flight empty, and only a flight that was deleted before has versions with a time
-      -- to live.
-      if nhave == 0 then
-        index = false
-        if removed then ttl = 'expire' end
-      else
-        if deleted > 0 and wrote then ttl = 'persist' end
-        if sodt ~= cjson.null and sodt ~= false then index = sodt end
-      end
-    end
-  end
-  local hs, hd, vs = {}, {}, {}
-  for f, v in pairs(fset) do
-    if v == false then hd[#hd + 1] = f else hs[#hs + 1] = f; hs[#hs + 1] = v end
-  end
-  for f, m in pairs(vset) do vs[#vs + 1] = f; vs[#vs + 1] = m end
-  if delmark ~= nil then vs[#vs + 1] = '~del'; vs[#vs + 1] = delmark end
-  if #hs > 0 then redis.call('HSET', key, unpack(hs)) end
-  if #hd > 0 then redis.call('HDEL', key, unpack(hd)) end
-  if #vs > 0 then redis.call('HSET', vkey, unpack(vs)) end
+  local s = tonumber(ARGV[i + 2])
+  if s > 0 then chunked('HSET', key, i + 3, i + 2 + 2 * s) end
+  i = i + 3 + 2 * s
+  local g = tonumber(ARGV[i])
+  if g > 0 then chunked('HDEL', key, i + 1, i + g) end
+  i = i + 1 + g
+  local v = tonumber(ARGV[i])
+  if v > 0 then chunked('HSET', vkey, i + 1, i + 2 * v) end
+  i = i + 1 + 2 * v
   if ttl == 'expire' then redis.call('EXPIRE', vkey, tomb) elseif ttl == 'persist' then redis.call('PERSIST', vkey) end
-  if index == false then
-    zrem[#zrem + 1] = flid
-  elseif index ~= nil then
-    zadd[#zadd + 1] = index
-    zadd[#zadd + 1] = flid
-  end
 end
-for k = 1, #zadd, 1000 do
-  redis.call('ZADD', idx, unpack(zadd, k, math.min(k + 999, #zadd)))
-end
-for k = 1, #zrem, 1000 do
-  redis.call('ZREM', idx, unpack(zrem, k, math.min(k + 999, #zrem)))
-end
+local idx = prefix .. 'sodt'
+local z = tonumber(ARGV[i])
+chunked('ZADD', idx, i + 1, i + 2 * z)
+i = i + 1 + 2 * z
+local r = tonumber(ARGV[i])
+chunked('ZREM', idx, i + 1, i + r)
 if gens > 0 then
+  local genkey = prefix .. 'schd:gen'
   redis.call('HINCRBY', genkey, 'gen', gens)
   redis.call('HSET', genkey, 'msg_id', last)
 end
-for k = 1, #journal, 1000 do
-  redis.call('HSET', jkey, unpack(journal, k, math.min(k + 999, #journal)))
-end
-redis.call('EXPIRE', jkey, jttl)
-redis.call('SET', prefix .. 'applied:max', top)
+if n > 0 then redis.call('EXPIRE', jkey, jttl) end
+local maxkey = prefix .. 'applied:max'
+if tonumber(top) > tonumber(redis.call('GET', maxkey) or '0') then redis.call('SET', maxkey, top) end
 redis.call('SET', tkey, token)
 redis.call('INCR', seqkey)
-return out
+return 1
 "#;
 
 /// Journal entries PostgreSQL now holds the outcome of are done (ARGV: prefix, now ms, keep ms,
@@ -248,29 +164,6 @@ return #old
 struct Journal<'a> {
     events: &'a [crate::domain::NewEvent],
     references: &'a [crate::handlers::RefChange],
-}
-
-/// One flight change in the script's form: the decision's index (1-based), delete 1/0, sodt,
-/// `[field, value, …]`, `[cleared field, …]`.
-type ScriptChange<'a> = (usize, u8, Option<i64>, Vec<&'a str>, &'a [String]);
-
-/// The round's flight changes grouped by flight, each flight's in decision (MSG_ID) order: the
-/// script reads and writes each flight once (#23). Serialised from borrowed tuples, not through
-/// a `serde_json::Value` tree.
-fn flight_groups(decisions: &[(i64, &Decision)]) -> Result<String, serde_json::Error> {
-    let mut groups: Vec<(&str, Vec<ScriptChange<'_>>)> = Vec::new();
-    let mut at: HashMap<&str, usize> = HashMap::new();
-    for (i, (_, d)) in decisions.iter().enumerate() {
-        for c in &d.flights {
-            let sets: Vec<&str> = c.set.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]).collect();
-            let g = *at.entry(c.flid.as_str()).or_insert_with(|| {
-                groups.push((c.flid.as_str(), Vec::new()));
-                groups.len() - 1
-            });
-            groups[g].1.push((i + 1, u8::from(c.delete), c.sodt, sets, &c.clear));
-        }
-    }
-    serde_json::to_string(&groups)
 }
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
@@ -373,6 +266,9 @@ pub struct RedisFlights {
     keep: Duration,
     /// The `applied:token`s this handle accepts as Redis's current one (#20).
     seen: crate::store::Tokens,
+    /// What the last read found, as this handle's applies since left it: what a round's net
+    /// writes are worked out from (`None`: read it first).
+    known: Option<net::Known>,
 }
 
 impl RedisFlights {
@@ -393,6 +289,7 @@ impl RedisFlights {
             epoch: 0,
             keep: Duration::ZERO,
             seen: Default::default(),
+            known: None,
         })
     }
 
@@ -418,6 +315,7 @@ impl RedisFlights {
             epoch: 0,
             keep: self.keep,
             seen: Default::default(),
+            known: None,
         }
     }
 
@@ -619,6 +517,7 @@ impl FlightAudit for RedisFlights {
     }
 
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
+        self.known = None;
         let idx = format!("{}sodt", self.prefix);
         for chunk in r.flights.chunks(200).filter(|c| !c.is_empty()) {
             let cmds: Vec<redis::Cmd> =
@@ -739,6 +638,7 @@ impl RedisFlights {
 
     /// Deletes every key under the prefix: what a FLUSHALL does to msgx (tests, drills).
     pub fn drop_everything(&mut self) -> StoreResult<()> {
+        self.known = None;
         let pattern = format!("{}*", self.prefix);
         let keys: Vec<String> = self.run(|c, _| redis::cmd("KEYS").arg(&pattern).query(c))?;
         if keys.is_empty() {
@@ -784,6 +684,155 @@ fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
         .map_err(|e| StoreError::rejected(Store::Redis, format!("unexpected reply: {e}")))
 }
 
+/// A flight as its two hashes' `HGETALL` replies give it.
+fn flight_of(fields: Value, versions: Value) -> StoreResult<FlightState> {
+    let fields: crate::handlers::Flight = parse(fields)?;
+    let mut versions: std::collections::BTreeMap<String, i64> = parse(versions)?;
+    let deleted = versions.remove(net::TOMBSTONE).unwrap_or(0);
+    Ok(FlightState { fields, versions, deleted })
+}
+
+/// What a snapshot not newer than the plan's generation journals: the empty decision.
+const EMPTY_JOURNAL: &str = r#"{"events":[],"references":[]}"#;
+
+impl RedisFlights {
+    /// Reads what a round needs that `known` lacks: the token (nothing known yet), the plan's
+    /// generation (a snapshot), the flights the decisions change that were not read.
+    fn know(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<()> {
+        let fresh = self.known.is_none();
+        let mut known = self.known.take().unwrap_or_default();
+        let missing: Vec<String> =
+            net::unknown_flids(&known, decisions).into_iter().map(str::to_string).collect();
+        let generation = known.generation_msg.is_none() && decisions.iter().any(|(_, d)| d.snapshot);
+        if !fresh && missing.is_empty() && !generation {
+            self.known = Some(known);
+            return Ok(());
+        }
+        let (tkey, genkey) = (format!("{}applied:token", self.prefix), format!("{}schd:gen", self.prefix));
+        let keys: Vec<(String, String)> =
+            missing.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
+        let values: Vec<Value> = self.run(|c, _| {
+            let mut p = redis::pipe();
+            if fresh {
+                p.get(&tkey);
+            }
+            if generation {
+                p.hget(&genkey, "msg_id");
+            }
+            for (f, v) in &keys {
+                p.hgetall(f);
+                p.hgetall(v);
+            }
+            query_bounded(c, &p, 0)
+        })?;
+        let mut values = values.into_iter();
+        let mut next =
+            || values.next().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"));
+        if fresh {
+            known.token = parse(next()?)?;
+        }
+        if generation {
+            known.generation_msg = Some(parse::<Option<i64>>(next()?)?.unwrap_or(-1));
+        }
+        for flid in missing {
+            let (fields, versions) = (next()?, next()?);
+            known.flights.insert(flid, flight_of(fields, versions)?);
+        }
+        self.known = Some(known);
+        Ok(())
+    }
+
+    /// The apply script's command for `round`, played on `known` (see [`APPLY`]).
+    fn apply_cmd(
+        &self,
+        known: &net::Known,
+        round: &net::Round,
+        docs: &[(i64, String)],
+        token: &str,
+    ) -> redis::Cmd {
+        let bytes = docs.iter().map(|(_, j)| j.len() + 24).sum::<usize>() + 64 * round.flights.len() + 256;
+        let mut cmd = redis::Cmd::with_capacity(16 + 2 * docs.len() + 8 * round.flights.len(), bytes);
+        cmd.arg("EVALSHA").arg(self.apply.get_hash()).arg(0);
+        cmd.arg(&self.prefix).arg(self.epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
+        cmd.arg(self.seen.0.join(",")).arg(token).arg(known.token.as_deref().unwrap_or(""));
+        cmd.arg(round.generations).arg(round.generation_msg);
+        cmd.arg(docs.last().map_or(0, |(m, _)| *m)).arg(docs.len());
+        for (m, doc) in docs {
+            cmd.arg(*m).arg(doc.as_str());
+        }
+        cmd.arg(round.flights.len());
+        let mut w = net::Writes::default();
+        for (flid, after) in &round.flights {
+            let before = &known.flights[flid];
+            net::diff(before, after, &mut w);
+            cmd.arg(flid.as_str()).arg(w.ttl.map_or("", net::Ttl::word));
+            cmd.arg(w.set.len());
+            for (f, v) in &w.set {
+                cmd.arg(*f).arg(*v);
+            }
+            cmd.arg(w.gone.len());
+            for f in &w.gone {
+                cmd.arg(*f);
+            }
+            cmd.arg(w.versions.len());
+            for (f, m) in &w.versions {
+                cmd.arg(*f).arg(*m);
+            }
+        }
+        cmd.arg(round.index_add.len());
+        for (sodt, flid) in &round.index_add {
+            cmd.arg(*sodt).arg(flid.as_str());
+        }
+        cmd.arg(round.index_remove.len());
+        for flid in &round.index_remove {
+            cmd.arg(flid.as_str());
+        }
+        cmd
+    }
+
+    /// One try at the round on what is known: `None` when Redis was written since it was read
+    /// (`MSGX_MOVED`, nothing written).
+    fn apply_known(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Option<Vec<bool>>> {
+        let known = self.known.take().expect("known before a round is played");
+        let round = net::play(&known, decisions);
+        let mut docs = Vec::with_capacity(decisions.len());
+        for ((m, d), applied) in decisions.iter().zip(&round.applied) {
+            let doc = match applied {
+                true => serde_json::to_string(&Journal { events: &d.events, references: &d.references })
+                    .map_err(|e| {
+                        StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
+                    })?,
+                false => EMPTY_JOURNAL.to_string(),
+            };
+            docs.push((*m, doc));
+        }
+        let token = crate::store::write_token();
+        let cmd = self.apply_cmd(&known, &round, &docs, &token);
+        let result = self.run(|c, script| match evalsha::<i64>(c, script, &cmd) {
+            // As the table reads a script's own errors: by their text, whatever code a server
+            // version puts before it.
+            Err(e) if e.to_string().contains("MSGX_MOVED") => Ok(None),
+            r => r.map(Some),
+        });
+        match &result {
+            Ok(Some(_)) => self.seen.after(token.clone(), true),
+            // Unavailable: it may have been written, or not. Refused or moved: it was not.
+            Err(e) if e.is_unavailable() => self.seen.after(token.clone(), false),
+            _ => {}
+        }
+        if let Ok(Some(_)) = result {
+            let mut known = known;
+            known.flights.extend(round.flights);
+            known.token = Some(token);
+            if round.generations > 0 {
+                known.generation_msg = Some(round.generation_msg);
+            }
+            self.known = Some(known);
+        }
+        Ok(result?.map(|_| round.applied))
+    }
+}
+
 impl FlightStore for RedisFlights {
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
         if need.msg_ids.is_empty() && need.flids.is_empty() && need.window.is_none() && forget.is_empty() {
@@ -792,14 +841,23 @@ impl FlightStore for RedisFlights {
         let journal = format!("{}journal", self.prefix);
         let flight_keys: Vec<(String, String)> =
             need.flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
-        let idx = format!("{}sodt", self.prefix);
-        // One round trip: the journal entries PostgreSQL now holds marked done, then the round's
-        // journal, every flight with its versions, and a snapshot's window.
+        let (idx, tkey, genkey) = (
+            format!("{}sodt", self.prefix),
+            format!("{}applied:token", self.prefix),
+            format!("{}schd:gen", self.prefix),
+        );
+        // One round trip: the journal entries PostgreSQL now holds marked done, then the token
+        // the flights stand under (read first: a write after it moves it), the round's journal,
+        // every flight with its versions, and a snapshot's generation and window.
         let forgetting = (!forget.is_empty()).then(|| self.forget_cmd(forget, now));
-        let mut values: Vec<Value> = self.run(|c, _| {
+        let reads = !need.msg_ids.is_empty() || !need.flids.is_empty() || need.window.is_some();
+        let values: Vec<Value> = self.run(|c, _| {
             let mut p = redis::pipe();
             if let Some(cmd) = &forgetting {
                 p.add_command(cmd.clone());
+            }
+            if reads {
+                p.get(&tkey);
             }
             if !need.msg_ids.is_empty() {
                 p.cmd("HMGET").arg(&journal).arg(&need.msg_ids);
@@ -809,20 +867,21 @@ impl FlightStore for RedisFlights {
                 p.hgetall(v);
             }
             if let Some((a, b)) = need.window {
+                p.hget(&genkey, "msg_id");
                 p.zrangebyscore(&idx, a, b);
             }
             query_bounded(c, &p, usize::from(!forget.is_empty()))
         })?;
-        let window: Vec<String> = match need.window {
-            Some(_) => parse(
-                values.pop().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"))?,
-            )?,
-            None => Vec::new(),
-        };
+        if !reads {
+            return Ok(Prepared::default()); // only told of what PostgreSQL holds
+        }
         let mut values = values.into_iter();
+        let mut next =
+            || values.next().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"));
+        let mut known = net::Known { token: parse(next()?)?, ..Default::default() };
         let mut applied = HashMap::new();
         if !need.msg_ids.is_empty() {
-            let texts: Vec<Option<String>> = parse(values.next().unwrap_or(Value::Nil))?;
+            let texts: Vec<Option<String>> = parse(next()?)?;
             for (m, text) in need.msg_ids.iter().zip(texts) {
                 if let Some(text) = text {
                     let d: Decision = serde_json::from_str(&text).map_err(|e| {
@@ -834,14 +893,21 @@ impl FlightStore for RedisFlights {
         }
         let mut flights = std::collections::BTreeMap::new();
         for flid in &need.flids {
-            let fields: crate::handlers::Flight = parse(values.next().unwrap_or(Value::Nil))?;
-            let mut versions: std::collections::BTreeMap<String, i64> =
-                parse(values.next().unwrap_or(Value::Nil))?;
-            let deleted = versions.remove("~del").unwrap_or(0);
-            if !fields.is_empty() || !versions.is_empty() || deleted > 0 {
-                flights.insert(flid.clone(), FlightState { fields, versions, deleted });
+            let (fields, versions) = (next()?, next()?);
+            let f = flight_of(fields, versions)?;
+            if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
+                flights.insert(flid.clone(), f.clone());
             }
+            known.flights.insert(flid.clone(), f);
         }
+        let mut window = Vec::new();
+        if need.window.is_some() {
+            known.generation_msg = Some(parse::<Option<i64>>(next()?)?.unwrap_or(-1));
+            window = parse(next()?)?;
+        }
+        // What a round's net writes are worked out from (an error above leaves the last one:
+        // the script refuses writes worked out under a token Redis no longer holds).
+        self.known = Some(known);
         if !applied.is_empty() {
             // Decisions an earlier attempt applied are reused, not applied again: they must be
             // on the replicas too before their messages are recorded SUCCEEDED.
@@ -850,48 +916,27 @@ impl FlightStore for RedisFlights {
         Ok(Prepared { applied, flights, window })
     }
 
+    /// The round is played on what the last read found (`net`), read first where it lacks a
+    /// flight; the script writes only the difference. Written since that read (`MSGX_MOVED`),
+    /// it is read again and tried once more.
     fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>> {
         if decisions.is_empty() {
             return Ok(Vec::new());
         }
         debug_assert!(decisions.windows(2).all(|w| w[0].0 < w[1].0), "a round is applied in MSG_ID order");
-        let unserialisable = |e: serde_json::Error| {
-            StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
-        };
-        let docs: Vec<(i64, bool, String)> = decisions
-            .iter()
-            .map(|(m, d)| {
-                serde_json::to_string(&Journal { events: &d.events, references: &d.references })
-                    .map(|j| (*m, d.snapshot, j))
-            })
-            .collect::<Result<_, _>>()
-            .map_err(unserialisable)?;
-        let flights = flight_groups(decisions).map_err(unserialisable)?;
-        let prefix = self.prefix.clone();
-        let (epoch, saw, token) = (self.epoch, self.seen.0.join(","), crate::store::write_token());
-        // The command is built once, straight from the documents: a `ScriptInvocation` would
-        // copy every argument into a vector of its own and then again into the command.
-        let bytes = docs.iter().map(|(_, _, j)| j.len() + 24).sum::<usize>() + flights.len() + 256;
-        let result: StoreResult<Vec<i64>> = self.run(|c, script| {
-            let mut cmd = redis::Cmd::with_capacity(10 + 3 * docs.len(), bytes);
-            cmd.arg("EVALSHA").arg(script.get_hash()).arg(0);
-            cmd.arg(&prefix).arg(epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
-            cmd.arg(&saw).arg(&token).arg(docs.len());
-            for (m, snapshot, journal) in &docs {
-                cmd.arg(*m).arg(if *snapshot { "1" } else { "0" }).arg(journal.as_str());
+        for _ in 0..2 {
+            self.know(decisions)?;
+            if let Some(flags) = self.apply_known(decisions)? {
+                self.durable()?;
+                return Ok(flags);
             }
-            cmd.arg(&flights);
-            evalsha(c, script, &cmd)
-        });
-        // Refused: nothing written. Unavailable: it may have been, or not.
-        match &result {
-            Ok(_) => self.seen.after(token, true),
-            Err(e) if e.is_unavailable() => self.seen.after(token, false),
-            Err(_) => {}
+            // Nothing was written: what was known is not what Redis holds.
+            self.known = None;
         }
-        let flags = result?;
-        self.durable()?;
-        Ok(flags.into_iter().map(|f| f == 1).collect())
+        Err(StoreError::unavailable(
+            Store::Redis,
+            "MSGX_MOVED redis was written since each of two reads of the round's flights; the round is tried again",
+        ))
     }
 
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()> {

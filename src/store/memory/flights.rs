@@ -1,4 +1,5 @@
-//! Live flight state (Redis), in memory: the same rules as the Redis apply script, which the
+//! Live flight state (Redis), in memory: the same rules as the Redis adapter
+//! ([`FlightState::apply`], the generation's compare-and-set, the index), which the
 //! FlightStore conformance suite checks case by case on both.
 
 use crate::error::Store;
@@ -62,7 +63,7 @@ pub fn forget_entries(s: &mut FlightsState, ids: &[i64], now: SystemTime, keep: 
     }
 }
 
-/// Applies one decision of message `m` as the Redis script does; false when a snapshot is not
+/// Applies one decision of message `m` as the Redis adapter does; false when a snapshot is not
 /// newer than the plan's generation (then only its empty journal entry is written).
 pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     if d.snapshot && s.generation.1 >= m {
@@ -90,7 +91,7 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     true
 }
 
-/// Applies a round as the APPLY script does: refused when the twin holds another history than
+/// Applies a round as the Redis adapter does: refused when the twin holds another history than
 /// this handle wrote (it forgot) or a newer epoch holds it; otherwise `token` is the current one.
 fn apply_round(
     s: &mut FlightsState,

@@ -1,0 +1,303 @@
+//! A round's decisions as the net writes they make to the flights Redis holds (#23).
+//!
+//! The adapter remembers what its last read found ([`Known`]: the flights, the plan's
+//! generation, and the `applied:token` they stood under). A round is played on those flights
+//! here with [`FlightState::apply`] — the one version rule the pump's overlay and the in-memory
+//! twin use — and only the difference goes to the apply script: the fields and versions that
+//! changed, the fields that went, a tombstone's time to live, the plan's index. The script
+//! writes them blindly once it has checked that nothing wrote to Redis since the read (the
+//! token is still the one read; every write of flights moves it): then the flights are what
+//! was read, and the difference is right. Pure: no I/O here.
+
+use std::collections::HashMap;
+
+use crate::handlers::{Decision, FlightState};
+
+/// What the adapter last read of Redis, as it stands after the handle's own applies since.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// `applied:token` when it was read (`None`: Redis had none).
+    pub token: Option<String>,
+    /// `schd:gen`'s `msg_id` (`-1`: none), when it was read.
+    pub generation_msg: Option<i64>,
+    /// Every flight read, as it stands (empty: it holds nothing).
+    pub flights: HashMap<String, FlightState>,
+}
+
+/// What becomes of a flight's versions' time to live (its tombstone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    Keep,
+    /// The flight holds nothing now: its versions go `TOMBSTONE_TTL` after this round.
+    Expire,
+    /// It was deleted once and holds fields again: its versions stay.
+    Persist,
+}
+
+impl Ttl {
+    pub fn word(self) -> &'static str {
+        match self {
+            Ttl::Keep => "",
+            Ttl::Expire => "expire",
+            Ttl::Persist => "persist",
+        }
+    }
+}
+
+/// The plan's index for one flight after the round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Index {
+    Untouched,
+    /// It holds nothing: out of the index.
+    Remove,
+    /// Scored by this SODT.
+    At(i64),
+}
+
+/// A round played on the known flights.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// Per decision: applied (a snapshot not newer than the plan's generation is not).
+    pub applied: Vec<bool>,
+    /// How many snapshots advance the generation, and the last one's MSG_ID.
+    pub generations: i64,
+    pub generation_msg: i64,
+    /// Every flight the applied decisions change, in the order first changed, as it ends.
+    pub flights: Vec<(String, FlightState)>,
+    /// The plan's index: (SODT, FLID) to add, FLIDs to remove.
+    pub index_add: Vec<(i64, String)>,
+    pub index_remove: Vec<String>,
+}
+
+/// The FLIDs the round's decisions change that `known` does not hold, each once.
+pub fn unknown_flids<'d>(known: &Known, decisions: &[(i64, &'d Decision)]) -> Vec<&'d str> {
+    let mut out: Vec<&str> = Vec::new();
+    for (_, d) in decisions {
+        for c in &d.flights {
+            if !known.flights.contains_key(&c.flid) && !out.contains(&c.flid.as_str()) {
+                out.push(&c.flid);
+            }
+        }
+    }
+    out
+}
+
+/// Plays `decisions` (MSG_ID order) on `known`'s flights, which must hold every flight they
+/// change ([`unknown_flids`] is empty) and the generation when one is a snapshot.
+pub fn play(known: &Known, decisions: &[(i64, &Decision)]) -> Round {
+    let mut last = known.generation_msg.unwrap_or(-1);
+    let mut round = Round::default();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut index: Vec<Index> = Vec::new();
+    for (m, d) in decisions {
+        let applied = !d.snapshot || *m > last;
+        round.applied.push(applied);
+        if !applied {
+            continue;
+        }
+        if d.snapshot {
+            assert!(known.generation_msg.is_some(), "a snapshot is played on a known generation");
+            last = *m;
+            round.generations += 1;
+        }
+        for c in &d.flights {
+            let k = *at.entry(c.flid.as_str()).or_insert_with(|| {
+                let base = known.flights.get(&c.flid).expect("every flight a round changes is known");
+                round.flights.push((c.flid.clone(), base.clone()));
+                index.push(Index::Untouched);
+                round.flights.len() - 1
+            });
+            let st = &mut round.flights[k].1;
+            st.apply(c, *m);
+            // As the twin: a flight that holds nothing is out of the index, one that holds
+            // something is scored by the last SODT a change gave it.
+            if !st.exists() {
+                index[k] = Index::Remove;
+            } else if let Some(s) = c.sodt {
+                index[k] = Index::At(s);
+            }
+        }
+    }
+    round.generation_msg = last;
+    for ((flid, _), i) in round.flights.iter().zip(index) {
+        match i {
+            Index::Untouched => {}
+            Index::Remove => round.index_remove.push(flid.clone()),
+            Index::At(s) => round.index_add.push((s, flid.clone())),
+        }
+    }
+    round
+}
+
+/// What one flight's script writes: fields set (name, value), fields gone, versions set
+/// (name, MSG_ID; `~del` the tombstone), and the versions' time to live.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Writes<'a> {
+    pub set: Vec<(&'a str, &'a str)>,
+    pub gone: Vec<&'a str>,
+    pub versions: Vec<(&'a str, i64)>,
+    pub ttl: Option<Ttl>,
+}
+
+/// The field that holds the tombstone in the versions hash.
+pub const TOMBSTONE: &str = "~del";
+
+/// What turns `before` into `after` in Redis (`writes` is cleared first: one buffer for a
+/// round's flights).
+pub fn diff<'a>(before: &'a FlightState, after: &'a FlightState, writes: &mut Writes<'a>) {
+    writes.set.clear();
+    writes.gone.clear();
+    writes.versions.clear();
+    for (f, v) in &after.fields {
+        if before.fields.get(f) != Some(v) || before.versions.get(f) != after.versions.get(f) {
+            writes.set.push((f, v));
+        }
+    }
+    writes.gone.extend(before.fields.keys().filter(|f| !after.fields.contains_key(*f)).map(String::as_str));
+    for (f, m) in &after.versions {
+        if before.versions.get(f) != Some(m) {
+            writes.versions.push((f, *m));
+        }
+    }
+    if after.deleted != before.deleted {
+        writes.versions.push((TOMBSTONE, after.deleted));
+    }
+    let changed = !writes.set.is_empty() || !writes.gone.is_empty() || !writes.versions.is_empty();
+    // Versions have a time to live only while the flight holds nothing: a flight that holds
+    // fields again keeps them, whether a delete or a clear left them behind.
+    let had_versions = before.deleted > 0 || !before.versions.is_empty();
+    writes.ttl = Some(if !after.exists() && changed {
+        Ttl::Expire
+    } else if after.exists() && !before.exists() && had_versions {
+        Ttl::Persist
+    } else {
+        Ttl::Keep
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handlers::FlightChange;
+
+    fn change(flid: &str, set: &[(&str, &str)], clear: &[&str], delete: bool) -> FlightChange {
+        FlightChange {
+            flid: flid.into(),
+            set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            clear: clear.iter().map(|c| c.to_string()).collect(),
+            delete,
+            sodt: None,
+        }
+    }
+
+    /// The writes done as the script does them: what Redis holds afterwards.
+    fn written(before: &FlightState, w: &Writes<'_>) -> FlightState {
+        let mut s = before.clone();
+        for (f, v) in &w.set {
+            s.fields.insert(f.to_string(), v.to_string());
+        }
+        for f in &w.gone {
+            s.fields.remove(*f);
+        }
+        for (f, m) in &w.versions {
+            match *f {
+                TOMBSTONE => s.deleted = *m,
+                f => drop(s.versions.insert(f.to_string(), *m)),
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn the_writes_turn_what_was_read_into_what_the_round_ends_as() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let names = ["STND", "GATE", "EOBT"];
+        for case in 0..2000 {
+            let mut before = FlightState::default();
+            for m in 1..=next(4) as i64 {
+                let f = names[next(3) as usize];
+                before.apply(&change("F", &[(f, &format!("v{}", next(3)))], &[], next(6) == 0), m * 10);
+            }
+            let mut after = before.clone();
+            for _ in 0..1 + next(4) {
+                let (f, m) = (names[next(3) as usize], next(60) as i64);
+                let set = [(f, format!("v{}", next(3)))];
+                let set: Vec<(&str, &str)> = set.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let c = match next(4) {
+                    0 => change("F", &[], &[f], false),
+                    1 => change("F", &set, &[], true),
+                    _ => change("F", &set, &[], false),
+                };
+                after.apply(&c, m);
+            }
+            let mut w = Writes::default();
+            diff(&before, &after, &mut w);
+            assert_eq!(written(&before, &w), after, "case {case}: {before:?} → {after:?} by {w:?}");
+            let unchanged = before == after;
+            assert_eq!(
+                w.set.is_empty() && w.gone.is_empty() && w.versions.is_empty(),
+                unchanged,
+                "case {case}"
+            );
+            if !after.exists() && !unchanged {
+                assert_eq!(w.ttl, Some(Ttl::Expire), "case {case}: an empty flight's versions expire");
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_restated_by_the_same_message_is_written_again_only_when_it_differs() {
+        let mut before = FlightState::default();
+        before.apply(&change("F", &[("STND", "A")], &[], false), 5);
+        let mut same = before.clone();
+        same.apply(&change("F", &[("STND", "A")], &[], false), 5);
+        let mut w = Writes::default();
+        diff(&before, &same, &mut w);
+        assert_eq!(w, Writes { ttl: Some(Ttl::Keep), ..Default::default() });
+        let mut other = before.clone();
+        other.apply(&change("F", &[("STND", "B")], &[], false), 5);
+        diff(&before, &other, &mut w);
+        assert_eq!(w.set, [("STND", "B")], "same MSG_ID, another value: written");
+    }
+
+    #[test]
+    fn a_flight_deleted_once_that_holds_fields_again_keeps_its_versions() {
+        let mut before = FlightState::default();
+        before.apply(&change("F", &[("STND", "A")], &[], false), 1);
+        before.apply(&change("F", &[], &[], true), 2);
+        let mut after = before.clone();
+        after.apply(&change("F", &[("GATE", "G1")], &[], false), 3);
+        let mut w = Writes::default();
+        diff(&before, &after, &mut w);
+        assert_eq!((w.set.as_slice(), w.ttl), ([("GATE", "G1")].as_slice(), Some(Ttl::Persist)));
+    }
+
+    #[test]
+    fn a_round_plays_snapshots_only_when_newer_and_indexes_as_the_twin() {
+        let mut known = Known { generation_msg: Some(10), ..Default::default() };
+        known.flights.insert("A".into(), FlightState::default());
+        known.flights.insert("B".into(), FlightState::default());
+        let mut a = change("A", &[("STND", "1")], &[], false);
+        a.sodt = Some(202601010800);
+        let mut snap = Decision { snapshot: true, flights: vec![a.clone()], ..Default::default() };
+        let stale = snap.clone();
+        snap.flights.push(change("B", &[], &[], true));
+        let plain =
+            Decision { flights: vec![change("A", &[("GATE", "G")], &[], false)], ..Default::default() };
+        let round = play(&known, &[(9, &stale), (11, &snap), (12, &plain), (13, &snap.clone())]);
+        assert_eq!(round.applied, [false, true, true, true]);
+        assert_eq!((round.generations, round.generation_msg), (2, 13));
+        assert_eq!(round.index_add, [(202601010800, "A".to_string())]);
+        assert_eq!(round.index_remove, ["B"], "a deleted flight leaves the index");
+        assert_eq!(round.flights.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(), ["A", "B"]);
+        assert!(unknown_flids(&known, &[(1, &plain)]).is_empty());
+        let other = Decision { flights: vec![change("C", &[], &[], true)], ..Default::default() };
+        assert_eq!(unknown_flids(&known, &[(1, &other), (2, &other)]), ["C"]);
+    }
+}
