@@ -90,3 +90,41 @@ fn regression_versions_left_by_a_clear_stay_once_the_flight_holds_fields_again()
     f.apply(&[(6, &change("D", &[("GATE", "G")], &[], false))]).unwrap();
     assert_eq!(ttl(&mut r, "D"), -1);
 }
+
+/// A flight the last round left known is not read again while Redis holds the token it
+/// stands under (#23); another writer moves the token, and the next read reads it again.
+#[test]
+fn a_flight_known_from_the_last_round_is_read_again_once_another_handle_wrote() {
+    use msgx::ports::{FlightStore, RoundNeed};
+    let (mut a, _s) = fresh();
+    let mut b = a.twin();
+    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None };
+    let at = std::time::SystemTime::UNIX_EPOCH;
+    a.apply(&[(1, &change("F", &[("STND", "A")], &[], false))]).unwrap();
+    assert_eq!(a.prepare(&need, &[], at).unwrap().flights["F"].fields["STND"], "A");
+    b.apply(&[(2, &change("F", &[("STND", "B")], &[], false))]).unwrap();
+    let f = &a.prepare(&need, &[], at).unwrap().flights["F"];
+    assert_eq!((f.fields["STND"].as_str(), f.versions["STND"]), ("B", 2), "the other handle's write is read");
+}
+
+/// The versions of a flight that holds nothing expire on their own, which moves no token: such
+/// a flight is read again every round, never taken from what an earlier round found.
+#[test]
+fn a_tombstone_that_expired_is_not_taken_from_an_earlier_read() {
+    use msgx::ports::{FlightStore, RoundNeed};
+    let (mut a, s) = fresh();
+    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None };
+    let at = std::time::SystemTime::UNIX_EPOCH;
+    a.apply(&[(1, &change("F", &[("STND", "A")], &[], false)), (2, &change("F", &[], &[], true))]).unwrap();
+    assert_eq!(a.prepare(&need, &[], at).unwrap().flights["F"].deleted, 2, "a tombstone");
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(format!("{}fver:F", s.cfg.redis_prefix))
+        .arg(1)
+        .query(&mut s.redis())
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(!a.prepare(&need, &[], at).unwrap().flights.contains_key("F"), "expired: nothing is left of F");
+    a.apply(&[(1, &change("F", &[("STND", "LATE")], &[], false))]).unwrap();
+    let f = &a.prepare(&need, &[], at).unwrap().flights["F"];
+    assert_eq!(f.fields["STND"], "LATE", "no tombstone refuses it any more, as Redis holds none");
+}

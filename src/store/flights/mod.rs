@@ -700,46 +700,64 @@ impl RedisFlights {
     /// generation (a snapshot), the flights the decisions change that were not read.
     fn know(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<()> {
         let fresh = self.known.is_none();
-        let mut known = self.known.take().unwrap_or_default();
+        let known = self.known.get_or_insert_with(Default::default);
         let missing: Vec<String> =
-            net::unknown_flids(&known, decisions).into_iter().map(str::to_string).collect();
+            net::unknown_flids(known, decisions).into_iter().map(str::to_string).collect();
         let generation = known.generation_msg.is_none() && decisions.iter().any(|(_, d)| d.snapshot);
-        if !fresh && missing.is_empty() && !generation {
-            self.known = Some(known);
-            return Ok(());
-        }
-        let (tkey, genkey) = (format!("{}applied:token", self.prefix), format!("{}schd:gen", self.prefix));
-        let keys: Vec<(String, String)> =
-            missing.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
-        let values: Vec<Value> = self.run(|c, _| {
-            let mut p = redis::pipe();
-            if fresh {
+        if fresh || generation {
+            let (tkey, genkey) =
+                (format!("{}applied:token", self.prefix), format!("{}schd:gen", self.prefix));
+            let got: StoreResult<Vec<Value>> = self.run(|c, _| {
+                let mut p = redis::pipe();
                 p.get(&tkey);
-            }
-            if generation {
                 p.hget(&genkey, "msg_id");
+                query_bounded(c, &p, 0)
+            });
+            let got = got.inspect_err(|_| self.known = None)?;
+            let mut got = got.into_iter();
+            let known = self.known.as_mut().expect("inserted above");
+            if fresh {
+                known.token = parse(got.next().unwrap_or(Value::Nil))?;
+            } else {
+                got.next();
             }
+            known.generation_msg =
+                Some(parse::<Option<i64>>(got.next().unwrap_or(Value::Nil))?.unwrap_or(-1));
+        }
+        if !missing.is_empty() {
+            let read = self.read_flights(&missing)?;
+            let known = self.known.as_mut().expect("inserted above");
+            known.flights.extend(missing.into_iter().zip(read));
+        }
+        Ok(())
+    }
+
+    /// `flids` read whole, in one round trip (an error forgets what was known).
+    fn read_flights(&mut self, flids: &[String]) -> StoreResult<Vec<FlightState>> {
+        if flids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<(String, String)> =
+            flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
+        let got: StoreResult<Vec<Value>> = self.run(|c, _| {
+            let mut p = redis::pipe();
             for (f, v) in &keys {
                 p.hgetall(f);
                 p.hgetall(v);
             }
             query_bounded(c, &p, 0)
-        })?;
-        let mut values = values.into_iter();
-        let mut next =
-            || values.next().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"));
-        if fresh {
-            known.token = parse(next()?)?;
+        });
+        let got = got.inspect_err(|_| self.known = None)?;
+        let mut got = got.into_iter();
+        let mut out = Vec::with_capacity(flids.len());
+        while let (Some(fields), Some(versions)) = (got.next(), got.next()) {
+            out.push(flight_of(fields, versions)?);
         }
-        if generation {
-            known.generation_msg = Some(parse::<Option<i64>>(next()?)?.unwrap_or(-1));
+        if out.len() != flids.len() {
+            self.known = None;
+            return Err(StoreError::rejected(Store::Redis, "short pipeline reply"));
         }
-        for flid in missing {
-            let (fields, versions) = (next()?, next()?);
-            known.flights.insert(flid, flight_of(fields, versions)?);
-        }
-        self.known = Some(known);
-        Ok(())
+        Ok(out)
     }
 
     /// The apply script's command for `round`, played on `known` (see [`APPLY`]).
@@ -834,13 +852,22 @@ impl RedisFlights {
 }
 
 impl FlightStore for RedisFlights {
+    /// Flights the last read or apply left known are not read again while Redis still holds
+    /// the token they stand under (`net::lasting`); the token is read first in the same round
+    /// trip, and when it moved they are read in a second one.
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
         if need.msg_ids.is_empty() && need.flids.is_empty() && need.window.is_none() && forget.is_empty() {
             return Ok(Prepared::default()); // nothing to ask: an empty pipeline is refused
         }
+        let mut known = self.known.take().unwrap_or_default();
+        if known.flights.len() > net::KNOWN_FLIGHTS_MAX {
+            known.flights.clear(); // bounded: this round reads its flights whole
+        }
+        let (unread, cached): (Vec<&String>, Vec<&String>) =
+            need.flids.iter().partition(|f| !known.flights.get(*f).is_some_and(net::lasting));
         let journal = format!("{}journal", self.prefix);
         let flight_keys: Vec<(String, String)> =
-            need.flids.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
+            unread.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
         let (idx, tkey, genkey) = (
             format!("{}sodt", self.prefix),
             format!("{}applied:token", self.prefix),
@@ -848,7 +875,7 @@ impl FlightStore for RedisFlights {
         );
         // One round trip: the journal entries PostgreSQL now holds marked done, then the token
         // the flights stand under (read first: a write after it moves it), the round's journal,
-        // every flight with its versions, and a snapshot's generation and window.
+        // the flights not known with their versions, and a snapshot's generation and window.
         let forgetting = (!forget.is_empty()).then(|| self.forget_cmd(forget, now));
         let reads = !need.msg_ids.is_empty() || !need.flids.is_empty() || need.window.is_some();
         let values: Vec<Value> = self.run(|c, _| {
@@ -873,12 +900,13 @@ impl FlightStore for RedisFlights {
             query_bounded(c, &p, usize::from(!forget.is_empty()))
         })?;
         if !reads {
+            self.known = Some(known);
             return Ok(Prepared::default()); // only told of what PostgreSQL holds
         }
         let mut values = values.into_iter();
         let mut next =
             || values.next().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"));
-        let mut known = net::Known { token: parse(next()?)?, ..Default::default() };
+        let token: Option<String> = parse(next()?)?;
         let mut applied = HashMap::new();
         if !need.msg_ids.is_empty() {
             let texts: Vec<Option<String>> = parse(next()?)?;
@@ -891,22 +919,38 @@ impl FlightStore for RedisFlights {
                 }
             }
         }
-        let mut flights = std::collections::BTreeMap::new();
-        for flid in &need.flids {
+        let mut read = Vec::with_capacity(unread.len());
+        for flid in &unread {
             let (fields, versions) = (next()?, next()?);
-            let f = flight_of(fields, versions)?;
+            read.push(((*flid).clone(), flight_of(fields, versions)?));
+        }
+        let window = match need.window {
+            Some(_) => {
+                known.generation_msg = Some(parse::<Option<i64>>(next()?)?.unwrap_or(-1));
+                parse(next()?)?
+            }
+            None => Vec::new(),
+        };
+        let cached: Vec<String> = cached.into_iter().cloned().collect();
+        if token != known.token {
+            // Written since: what was known is not what Redis holds.
+            let generation_msg = known.generation_msg.filter(|_| need.window.is_some());
+            known = net::Known { token, generation_msg, flights: HashMap::new() };
+            let again = self.read_flights(&cached)?;
+            read.extend(cached.iter().cloned().zip(again));
+        } else {
+            for flid in &cached {
+                let f = known.flights.get(flid).expect("partitioned above").clone();
+                read.push((flid.clone(), f));
+            }
+        }
+        let mut flights = std::collections::BTreeMap::new();
+        for (flid, f) in read {
             if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
                 flights.insert(flid.clone(), f.clone());
             }
-            known.flights.insert(flid.clone(), f);
+            known.flights.insert(flid, f);
         }
-        let mut window = Vec::new();
-        if need.window.is_some() {
-            known.generation_msg = Some(parse::<Option<i64>>(next()?)?.unwrap_or(-1));
-            window = parse(next()?)?;
-        }
-        // What a round's net writes are worked out from (an error above leaves the last one:
-        // the script refuses writes worked out under a token Redis no longer holds).
         self.known = Some(known);
         if !applied.is_empty() {
             // Decisions an earlier attempt applied are reused, not applied again: they must be

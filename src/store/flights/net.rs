@@ -24,6 +24,17 @@ pub struct Known {
     pub flights: HashMap<String, FlightState>,
 }
 
+/// How many flights the adapter keeps known between rounds (beyond it, the next round reads
+/// its flights whole): a bound on memory, about a busy hour's flights.
+pub const KNOWN_FLIGHTS_MAX: usize = 1024;
+
+/// A flight known from an earlier read that Redis cannot have changed but by a write (which
+/// moves the token): it holds fields — its versions have no time to live — or nothing at all.
+/// The versions of a flight that holds nothing expire on their own, so it is read again.
+pub fn lasting(f: &FlightState) -> bool {
+    f.exists() || (f.versions.is_empty() && f.deleted == 0)
+}
+
 /// What becomes of a flight's versions' time to live (its tombstone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ttl {
