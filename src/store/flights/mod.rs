@@ -138,8 +138,9 @@ return 1
 const FORGET: &str = r#"
 local prefix, now, keep, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
+-- The score as the text it came as: a Lua number handed to a command is printed again (printf).
 local marks = {}
-for i = 5, #ARGV do marks[#marks + 1] = now; marks[#marks + 1] = ARGV[i] end
+for i = 5, #ARGV do marks[#marks + 1] = ARGV[2]; marks[#marks + 1] = ARGV[i] end
 for k = 1, #marks, 1000 do
   redis.call('ZADD', dkey, 'NX', unpack(marks, k, math.min(k + 999, #marks)))
 end
