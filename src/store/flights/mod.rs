@@ -761,7 +761,8 @@ impl RedisFlights {
         Ok(out)
     }
 
-    /// The apply script's command for `round`, played on `known` (see [`APPLY`]).
+    /// The apply script's command for `round`, which left `known` as Redis will hold it (see
+    /// [`APPLY`]).
     fn apply_cmd(
         &self,
         known: &net::Known,
@@ -781,9 +782,8 @@ impl RedisFlights {
         }
         cmd.arg(round.flights.len());
         let mut w = net::Writes::default();
-        for (flid, after) in &round.flights {
-            let before = &known.flights[flid];
-            net::diff(before, after, &mut w);
+        for (flid, before) in &round.flights {
+            net::diff(before, &known.flights[flid], &mut w);
             cmd.arg(flid.as_str()).arg(w.ttl.map_or("", net::Ttl::word));
             cmd.arg(w.set.len());
             for (f, v) in &w.set {
@@ -812,8 +812,9 @@ impl RedisFlights {
     /// One try at the round on what is known: `None` when Redis was written since it was read
     /// (`MSGX_MOVED`, nothing written).
     fn apply_known(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Option<Vec<bool>>> {
-        let known = self.known.take().expect("known before a round is played");
-        let round = net::play(&known, decisions);
+        // Played in place: what is known is put back only once Redis took the writes.
+        let mut known = self.known.take().expect("known before a round is played");
+        let round = net::play(&mut known, decisions);
         let mut docs = Vec::with_capacity(decisions.len());
         for ((m, d), applied) in decisions.iter().zip(&round.applied) {
             let doc = match applied {
@@ -840,8 +841,6 @@ impl RedisFlights {
             _ => {}
         }
         if let Ok(Some(_)) = result {
-            let mut known = known;
-            known.flights.extend(round.flights);
             known.token = Some(token);
             if round.generations > 0 {
                 known.generation_msg = Some(round.generation_msg);

@@ -73,11 +73,49 @@ pub struct Round {
     /// How many snapshots advance the generation, and the last one's MSG_ID.
     pub generations: i64,
     pub generation_msg: i64,
-    /// Every flight the applied decisions change, in the order first changed, as it ends.
-    pub flights: Vec<(String, FlightState)>,
+    /// Every flight the applied decisions change, in the order first changed, with what it
+    /// was before them (its state after them is in the `Known` it was played on).
+    pub flights: Vec<(String, Before)>,
     /// The plan's index: (SODT, FLID) to add, FLIDs to remove.
     pub index_add: Vec<(i64, String)>,
     pub index_remove: Vec<String>,
+}
+
+/// What a flight was before a round, as far as the round can have changed it: the fields its
+/// changes name (value and version), every field's name when one deletes it, the tombstone.
+/// Only that is copied: the flight is played in place (#23).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Before {
+    named: Vec<(String, Option<String>, Option<i64>)>,
+    /// Every field's name, once a change deletes the flight.
+    all: Option<Vec<String>>,
+    deleted: i64,
+    existed: bool,
+    had_versions: bool,
+}
+
+impl Before {
+    fn of(st: &FlightState) -> Before {
+        Before {
+            deleted: st.deleted,
+            existed: st.exists(),
+            had_versions: st.deleted > 0 || !st.versions.is_empty(),
+            ..Default::default()
+        }
+    }
+
+    /// Remembers what `c` may change of `st` (before it is applied).
+    fn note(&mut self, st: &FlightState, c: &crate::handlers::FlightChange) {
+        let names = c.set.iter().map(|(f, _)| f).chain(&c.clear);
+        for f in names {
+            if !self.named.iter().any(|(n, _, _)| n == f) {
+                self.named.push((f.clone(), st.fields.get(f).cloned(), st.versions.get(f).copied()));
+            }
+        }
+        if c.delete && self.all.is_none() {
+            self.all = Some(st.fields.keys().cloned().collect());
+        }
+    }
 }
 
 /// The FLIDs the round's decisions change that `known` does not hold, each once.
@@ -93,9 +131,11 @@ pub fn unknown_flids<'d>(known: &Known, decisions: &[(i64, &'d Decision)]) -> Ve
     out
 }
 
-/// Plays `decisions` (MSG_ID order) on `known`'s flights, which must hold every flight they
-/// change ([`unknown_flids`] is empty) and the generation when one is a snapshot.
-pub fn play(known: &Known, decisions: &[(i64, &Decision)]) -> Round {
+/// Plays `decisions` (MSG_ID order) on `known`'s flights in place, which must hold every
+/// flight they change ([`unknown_flids`] is empty) and the generation when one is a snapshot.
+/// `known` is what Redis holds only once the round's writes are done: the caller drops it
+/// when they are not.
+pub fn play(known: &mut Known, decisions: &[(i64, &Decision)]) -> Round {
     let mut last = known.generation_msg.unwrap_or(-1);
     let mut round = Round::default();
     let mut at: HashMap<&str, usize> = HashMap::new();
@@ -112,13 +152,13 @@ pub fn play(known: &Known, decisions: &[(i64, &Decision)]) -> Round {
             round.generations += 1;
         }
         for c in &d.flights {
+            let st = known.flights.get_mut(&c.flid).expect("every flight a round changes is known");
             let k = *at.entry(c.flid.as_str()).or_insert_with(|| {
-                let base = known.flights.get(&c.flid).expect("every flight a round changes is known");
-                round.flights.push((c.flid.clone(), base.clone()));
+                round.flights.push((c.flid.clone(), Before::of(st)));
                 index.push(Index::Untouched);
                 round.flights.len() - 1
             });
-            let st = &mut round.flights[k].1;
+            round.flights[k].1.note(st, c);
             st.apply(c, *m);
             // As the twin: a flight that holds nothing is out of the index, one that holds
             // something is scored by the last SODT a change gave it.
@@ -153,21 +193,29 @@ pub struct Writes<'a> {
 /// The field that holds the tombstone in the versions hash.
 pub const TOMBSTONE: &str = "~del";
 
-/// What turns `before` into `after` in Redis (`writes` is cleared first: one buffer for a
-/// round's flights).
-pub fn diff<'a>(before: &'a FlightState, after: &'a FlightState, writes: &mut Writes<'a>) {
+/// What turns the flight `before` described into `after` in Redis (`writes` is cleared first:
+/// one buffer for a round's flights).
+pub fn diff<'a>(before: &'a Before, after: &'a FlightState, writes: &mut Writes<'a>) {
     writes.set.clear();
     writes.gone.clear();
     writes.versions.clear();
-    for (f, v) in &after.fields {
-        if before.fields.get(f) != Some(v) || before.versions.get(f) != after.versions.get(f) {
-            writes.set.push((f, v));
+    for (f, value, version) in &before.named {
+        let now = after.versions.get(f).copied();
+        match after.fields.get_key_value(f) {
+            Some((f, v)) if value.as_ref() != Some(v) || version != &now => writes.set.push((f, v)),
+            Some(_) => {}
+            None if value.is_some() => writes.gone.push(f),
+            None => {}
+        }
+        if let (Some(m), true) = (now, version != &now) {
+            writes.versions.push((f, m));
         }
     }
-    writes.gone.extend(before.fields.keys().filter(|f| !after.fields.contains_key(*f)).map(String::as_str));
-    for (f, m) in &after.versions {
-        if before.versions.get(f) != Some(m) {
-            writes.versions.push((f, *m));
+    // A delete takes fields no change names, and those a change names only after it (noted
+    // without the value the delete took).
+    for f in before.all.iter().flatten() {
+        if !after.fields.contains_key(f) && !writes.gone.contains(&f.as_str()) {
+            writes.gone.push(f);
         }
     }
     if after.deleted != before.deleted {
@@ -176,10 +224,9 @@ pub fn diff<'a>(before: &'a FlightState, after: &'a FlightState, writes: &mut Wr
     let changed = !writes.set.is_empty() || !writes.gone.is_empty() || !writes.versions.is_empty();
     // Versions have a time to live only while the flight holds nothing: a flight that holds
     // fields again keeps them, whether a delete or a clear left them behind.
-    let had_versions = before.deleted > 0 || !before.versions.is_empty();
     writes.ttl = Some(if !after.exists() && changed {
         Ttl::Expire
-    } else if after.exists() && !before.exists() && had_versions {
+    } else if after.exists() && !before.existed && before.had_versions {
         Ttl::Persist
     } else {
         Ttl::Keep
@@ -235,7 +282,7 @@ mod tests {
                 let f = names[next(3) as usize];
                 before.apply(&change("F", &[(f, &format!("v{}", next(3)))], &[], next(6) == 0), m * 10);
             }
-            let mut after = before.clone();
+            let mut changes = Vec::new();
             for _ in 0..1 + next(4) {
                 let (f, m) = (names[next(3) as usize], next(60) as i64);
                 let set = [(f, format!("v{}", next(3)))];
@@ -245,12 +292,19 @@ mod tests {
                     1 => change("F", &set, &[], true),
                     _ => change("F", &set, &[], false),
                 };
-                after.apply(&c, m);
+                changes.push((m, Decision { flights: vec![c], ..Default::default() }));
             }
+            let mut want = before.clone();
+            changes.iter().for_each(|(m, d)| want.apply(&d.flights[0], *m));
+            let mut known = Known::default();
+            known.flights.insert("F".into(), before.clone());
+            let round = play(&mut known, &changes.iter().map(|(m, d)| (*m, d)).collect::<Vec<_>>());
+            let after = &known.flights["F"];
+            assert_eq!(after, &want, "case {case}: played in place by the one rule");
             let mut w = Writes::default();
-            diff(&before, &after, &mut w);
-            assert_eq!(written(&before, &w), after, "case {case}: {before:?} → {after:?} by {w:?}");
-            let unchanged = before == after;
+            diff(&round.flights[0].1, after, &mut w);
+            assert_eq!(&written(&before, &w), after, "case {case}: {before:?} → {after:?} by {w:?}");
+            let unchanged = &before == after;
             assert_eq!(
                 w.set.is_empty() && w.gone.is_empty() && w.versions.is_empty(),
                 unchanged,
@@ -262,18 +316,28 @@ mod tests {
         }
     }
 
+    /// `changes` played on a known flight `F` that was `before`.
+    fn played(before: &FlightState, changes: &[(i64, FlightChange)]) -> (Known, Round) {
+        let mut known = Known::default();
+        known.flights.insert("F".into(), before.clone());
+        let ds: Vec<(i64, Decision)> = changes
+            .iter()
+            .map(|(m, c)| (*m, Decision { flights: vec![c.clone()], ..Default::default() }))
+            .collect();
+        let round = play(&mut known, &ds.iter().map(|(m, d)| (*m, d)).collect::<Vec<_>>());
+        (known, round)
+    }
+
     #[test]
     fn a_value_restated_by_the_same_message_is_written_again_only_when_it_differs() {
         let mut before = FlightState::default();
         before.apply(&change("F", &[("STND", "A")], &[], false), 5);
-        let mut same = before.clone();
-        same.apply(&change("F", &[("STND", "A")], &[], false), 5);
+        let (known, round) = played(&before, &[(5, change("F", &[("STND", "A")], &[], false))]);
         let mut w = Writes::default();
-        diff(&before, &same, &mut w);
+        diff(&round.flights[0].1, &known.flights["F"], &mut w);
         assert_eq!(w, Writes { ttl: Some(Ttl::Keep), ..Default::default() });
-        let mut other = before.clone();
-        other.apply(&change("F", &[("STND", "B")], &[], false), 5);
-        diff(&before, &other, &mut w);
+        let (known, round) = played(&before, &[(5, change("F", &[("STND", "B")], &[], false))]);
+        diff(&round.flights[0].1, &known.flights["F"], &mut w);
         assert_eq!(w.set, [("STND", "B")], "same MSG_ID, another value: written");
     }
 
@@ -282,11 +346,24 @@ mod tests {
         let mut before = FlightState::default();
         before.apply(&change("F", &[("STND", "A")], &[], false), 1);
         before.apply(&change("F", &[], &[], true), 2);
-        let mut after = before.clone();
-        after.apply(&change("F", &[("GATE", "G1")], &[], false), 3);
+        let (known, round) = played(&before, &[(3, change("F", &[("GATE", "G1")], &[], false))]);
         let mut w = Writes::default();
-        diff(&before, &after, &mut w);
+        diff(&round.flights[0].1, &known.flights["F"], &mut w);
         assert_eq!((w.set.as_slice(), w.ttl), ([("GATE", "G1")].as_slice(), Some(Ttl::Persist)));
+    }
+
+    /// A field a change clears after another change of the round deleted the flight: the
+    /// delete took its value, and the clear must still take it out of Redis.
+    #[test]
+    fn a_field_cleared_after_a_delete_in_the_same_round_goes() {
+        let mut before = FlightState::default();
+        before.apply(&change("F", &[("STND", "A"), ("GATE", "G")], &[], false), 1);
+        let changes =
+            [(2, change("F", &[], &[], true)), (3, change("F", &[("GATE", "H")], &["STND"], false))];
+        let (known, round) = played(&before, &changes);
+        let mut w = Writes::default();
+        diff(&round.flights[0].1, &known.flights["F"], &mut w);
+        assert_eq!((w.set.as_slice(), w.gone.as_slice()), ([("GATE", "H")].as_slice(), ["STND"].as_slice()));
     }
 
     #[test]
@@ -301,7 +378,7 @@ mod tests {
         snap.flights.push(change("B", &[], &[], true));
         let plain =
             Decision { flights: vec![change("A", &[("GATE", "G")], &[], false)], ..Default::default() };
-        let round = play(&known, &[(9, &stale), (11, &snap), (12, &plain), (13, &snap.clone())]);
+        let round = play(&mut known, &[(9, &stale), (11, &snap), (12, &plain), (13, &snap.clone())]);
         assert_eq!(round.applied, [false, true, true, true]);
         assert_eq!((round.generations, round.generation_msg), (2, 13));
         assert_eq!(round.index_add, [(202601010800, "A".to_string())]);
