@@ -767,18 +767,32 @@ impl RedisFlights {
         &self,
         known: &net::Known,
         round: &net::Round,
-        docs: &[(i64, String)],
+        decisions: &[(i64, &Decision)],
         token: &str,
-    ) -> redis::Cmd {
-        let bytes = docs.iter().map(|(_, j)| j.len() + 24).sum::<usize>() + 64 * round.flights.len() + 256;
-        let mut cmd = redis::Cmd::with_capacity(16 + 2 * docs.len() + 8 * round.flights.len(), bytes);
+    ) -> StoreResult<redis::Cmd> {
+        // The journal is most of the command: an event's payload, escaped, and its envelope.
+        let events: usize = decisions.iter().flat_map(|(_, d)| &d.events).map(|e| e.payload_json.len()).sum();
+        let bytes = events * 5 / 4 + 160 * decisions.len() + 64 * round.flights.len() + 256;
+        let mut cmd = redis::Cmd::with_capacity(16 + 2 * decisions.len() + 8 * round.flights.len(), bytes);
         cmd.arg("EVALSHA").arg(self.apply.get_hash()).arg(0);
         cmd.arg(&self.prefix).arg(self.epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
         cmd.arg(self.seen.0.join(",")).arg(token).arg(known.token.as_deref().unwrap_or(""));
         cmd.arg(round.generations).arg(round.generation_msg);
-        cmd.arg(docs.last().map_or(0, |(m, _)| *m)).arg(docs.len());
-        for (m, doc) in docs {
-            cmd.arg(*m).arg(doc.as_str());
+        cmd.arg(decisions.last().map_or(0, |(m, _)| *m)).arg(decisions.len());
+        // Each document is written into one buffer, reused, and copied into the command.
+        let mut doc = Vec::with_capacity(2048);
+        for ((m, d), applied) in decisions.iter().zip(&round.applied) {
+            doc.clear();
+            match applied {
+                true => {
+                    serde_json::to_writer(&mut doc, &Journal { events: &d.events, references: &d.references })
+                        .map_err(|e| {
+                            StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
+                        })?
+                }
+                false => doc.extend_from_slice(EMPTY_JOURNAL.as_bytes()),
+            }
+            cmd.arg(*m).arg(doc.as_slice());
         }
         cmd.arg(round.flights.len());
         let mut w = net::Writes::default();
@@ -806,7 +820,7 @@ impl RedisFlights {
         for flid in &round.index_remove {
             cmd.arg(flid.as_str());
         }
-        cmd
+        Ok(cmd)
     }
 
     /// One try at the round on what is known: `None` when Redis was written since it was read
@@ -815,19 +829,8 @@ impl RedisFlights {
         // Played in place: what is known is put back only once Redis took the writes.
         let mut known = self.known.take().expect("known before a round is played");
         let round = net::play(&mut known, decisions);
-        let mut docs = Vec::with_capacity(decisions.len());
-        for ((m, d), applied) in decisions.iter().zip(&round.applied) {
-            let doc = match applied {
-                true => serde_json::to_string(&Journal { events: &d.events, references: &d.references })
-                    .map_err(|e| {
-                        StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
-                    })?,
-                false => EMPTY_JOURNAL.to_string(),
-            };
-            docs.push((*m, doc));
-        }
         let token = crate::store::write_token();
-        let cmd = self.apply_cmd(&known, &round, &docs, &token);
+        let cmd = self.apply_cmd(&known, &round, decisions, &token)?;
         let result = self.run(|c, script| match evalsha::<i64>(c, script, &cmd) {
             // As the table reads a script's own errors: by their text, whatever code a server
             // version puts before it.
