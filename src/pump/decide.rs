@@ -49,16 +49,18 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// The Redis read for the round (and the journal entries PostgreSQL now makes redundant).
     fn prepare(&mut self, plan: &[Planned], now: SystemTime) -> StoreResult<Prepared> {
         let mut need = RoundNeed::default();
+        let mut flids: Vec<&str> = Vec::new();
         for p in plan {
             if let Step::Decide { msg, .. } = &p.step {
                 need.msg_ids.push(p.row.msg_id);
-                // Sorted and deduplicated once for the round, below.
-                need.flids.extend(handlers::flids_of(msg).map(str::to_string));
+                // Sorted and deduplicated once for the round, below; copied once each.
+                flids.extend(handlers::flids_of(msg));
                 need.window = need.window.or_else(|| handlers::window_of(msg));
             }
         }
-        need.flids.sort();
-        need.flids.dedup();
+        flids.sort_unstable();
+        flids.dedup();
+        need.flids = flids.into_iter().map(str::to_string).collect();
         if need.msg_ids.is_empty() && self.forget.is_empty() {
             return Ok(Prepared::default());
         }
