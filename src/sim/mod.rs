@@ -17,7 +17,7 @@
 
 mod check;
 mod mischief;
-mod rng;
+pub(crate) mod rng;
 #[cfg(test)]
 mod tests;
 mod upstream;

@@ -268,13 +268,8 @@ mod tests {
 
     #[test]
     fn the_writes_turn_what_was_read_into_what_the_round_ends_as() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::sim::rng::Rng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: u64| rng.below(n);
         let names = ["STND", "GATE", "EOBT"];
         for case in 0..2000 {
             let mut before = FlightState::default();
