@@ -798,7 +798,7 @@ impl RedisFlights {
         let mut w = net::Writes::default();
         for (flid, before) in &round.flights {
             net::diff(before, &known.flights[flid], &mut w);
-            cmd.arg(flid.as_str()).arg(w.ttl.map_or("", net::Ttl::word));
+            cmd.arg(flid.as_str()).arg(w.ttl.word());
             cmd.arg(w.set.len());
             for (f, v) in &w.set {
                 cmd.arg(*f).arg(*v);
@@ -934,24 +934,28 @@ impl FlightStore for RedisFlights {
             }
             None => Vec::new(),
         };
-        let cached: Vec<String> = cached.into_iter().cloned().collect();
+        // The round decides on a copy of each flight that holds something; what is known
+        // keeps its own (a flight known and unchanged is copied once, not put back).
+        let mut flights = std::collections::BTreeMap::new();
+        let mut hand = |flid: &String, f: &FlightState| {
+            if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
+                flights.insert(flid.clone(), f.clone());
+            }
+        };
         if token != known.token {
             // Written since: what was known is not what Redis holds.
             let generation_msg = known.generation_msg.filter(|_| need.window.is_some());
             known = net::Known { token, generation_msg, flights: HashMap::new() };
+            let cached: Vec<String> = cached.into_iter().cloned().collect();
             let again = self.read_flights(&cached)?;
-            read.extend(cached.iter().cloned().zip(again));
+            read.extend(cached.into_iter().zip(again));
         } else {
-            for flid in &cached {
-                let f = known.flights.get(flid).expect("partitioned above").clone();
-                read.push((flid.clone(), f));
+            for flid in cached {
+                hand(flid, known.flights.get(flid).expect("partitioned above"));
             }
         }
-        let mut flights = std::collections::BTreeMap::new();
         for (flid, f) in read {
-            if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
-                flights.insert(flid.clone(), f.clone());
-            }
+            hand(&flid, &f);
             known.flights.insert(flid, f);
         }
         self.known = Some(known);

@@ -36,8 +36,9 @@ pub fn lasting(f: &FlightState) -> bool {
 }
 
 /// What becomes of a flight's versions' time to live (its tombstone).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Ttl {
+    #[default]
     Keep,
     /// The flight holds nothing now: its versions go `TOMBSTONE_TTL` after this round.
     Expire,
@@ -187,7 +188,7 @@ pub struct Writes<'a> {
     pub set: Vec<(&'a str, &'a str)>,
     pub gone: Vec<&'a str>,
     pub versions: Vec<(&'a str, i64)>,
-    pub ttl: Option<Ttl>,
+    pub ttl: Ttl,
 }
 
 /// The field that holds the tombstone in the versions hash.
@@ -224,13 +225,13 @@ pub fn diff<'a>(before: &'a Before, after: &'a FlightState, writes: &mut Writes<
     let changed = !writes.set.is_empty() || !writes.gone.is_empty() || !writes.versions.is_empty();
     // Versions have a time to live only while the flight holds nothing: a flight that holds
     // fields again keeps them, whether a delete or a clear left them behind.
-    writes.ttl = Some(if !after.exists() && changed {
+    writes.ttl = if !after.exists() && changed {
         Ttl::Expire
     } else if after.exists() && !before.existed && before.had_versions {
         Ttl::Persist
     } else {
         Ttl::Keep
-    });
+    };
 }
 
 #[cfg(test)]
@@ -306,7 +307,7 @@ mod tests {
                 "case {case}"
             );
             if !after.exists() && !unchanged {
-                assert_eq!(w.ttl, Some(Ttl::Expire), "case {case}: an empty flight's versions expire");
+                assert_eq!(w.ttl, Ttl::Expire, "case {case}: an empty flight's versions expire");
             }
         }
     }
@@ -330,7 +331,7 @@ mod tests {
         let (known, round) = played(&before, &[(5, change("F", &[("STND", "A")], &[], false))]);
         let mut w = Writes::default();
         diff(&round.flights[0].1, &known.flights["F"], &mut w);
-        assert_eq!(w, Writes { ttl: Some(Ttl::Keep), ..Default::default() });
+        assert_eq!(w, Writes { ttl: Ttl::Keep, ..Default::default() });
         let (known, round) = played(&before, &[(5, change("F", &[("STND", "B")], &[], false))]);
         diff(&round.flights[0].1, &known.flights["F"], &mut w);
         assert_eq!(w.set, [("STND", "B")], "same MSG_ID, another value: written");
@@ -344,7 +345,7 @@ mod tests {
         let (known, round) = played(&before, &[(3, change("F", &[("GATE", "G1")], &[], false))]);
         let mut w = Writes::default();
         diff(&round.flights[0].1, &known.flights["F"], &mut w);
-        assert_eq!((w.set.as_slice(), w.ttl), ([("GATE", "G1")].as_slice(), Some(Ttl::Persist)));
+        assert_eq!((w.set.as_slice(), w.ttl), ([("GATE", "G1")].as_slice(), Ttl::Persist));
     }
 
     /// A field a change clears after another change of the round deleted the flight: the
