@@ -297,6 +297,11 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     result
 }
 
+/// How long the start waits for the broker to greet the producer (`KafkaProducer::greet`):
+/// long enough for a broker on the same network, short beside the lease; a broker that is down
+/// costs it once, and the dispatcher reports the outage on its first round.
+const KAFKA_GREETING: Duration = Duration::from_secs(1);
+
 /// How many times one process heals a store that forgot before it gives up (exit 6): a store
 /// that keeps forgetting needs a person.
 const MAX_HEALS: u32 = 5;
@@ -685,7 +690,7 @@ impl topology::Stores for Live<'_> {
     }
 
     fn dispatch(&mut self) -> Result<(Pg, KafkaProducer), StoreError> {
-        Ok((self.pg()?, KafkaProducer::new(self.cfg)?))
+        Ok((self.pg()?, KafkaProducer::new(self.cfg)?.greet(KAFKA_GREETING)))
     }
 
     fn outbound(&mut self) -> Result<(Pg, MysqlOutbound), StoreError> {
