@@ -161,6 +161,36 @@ pub fn a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing<T: 
         assert!(e.is_fenced(), "{e}");
         assert!(!s.mark_of(c).0, "closed at check {closes_at}: rolled back");
     }
+    // With a row someone else marked among them (the adapter then locks and reads the rows
+    // before it writes): whichever of the gate's checks closes, nothing is written.
+    let (theirs, counted) = (s.put("<t/>"), s.put("<u/>"));
+    s.mark_by_someone_else(theirs);
+    let asks = std::cell::Cell::new(0);
+    let counting = || {
+        asks.set(asks.get() + 1);
+        Ok(())
+    };
+    assert_eq!(
+        s.store().mark(&[theirs, counted], at(), &counting).unwrap(),
+        [Mark::AlreadyMarked, Mark::Written]
+    );
+    assert!(asks.get() >= 2, "the gate is asked before the write and before the commit");
+    let d = s.put("<d/>");
+    for closes_at in 1..=asks.get() {
+        let asked = std::cell::Cell::new(0);
+        let gate = || {
+            asked.set(asked.get() + 1);
+            if asked.get() >= closes_at {
+                Err(crate::error::StoreError::fenced(Store::Lease, "taken over"))
+            } else {
+                Ok(())
+            }
+        };
+        let e = s.store().mark(&[theirs, d], at(), &gate).unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert!(!s.mark_of(d).0, "closed at check {closes_at} of {}: rolled back", asks.get());
+    }
+    assert_eq!(s.store().mark(&[theirs, d], at(), &ours).unwrap(), [Mark::AlreadyMarked, Mark::Written]);
 }
 
 pub fn texts_keep_their_limit_and_the_round_budget<T: MailboxTwin>(mut s: T) {
@@ -178,6 +208,17 @@ pub fn texts_keep_their_limit_and_the_round_budget<T: MailboxTwin>(mut s: T) {
     assert!(matches!(got[&a], Raw::Body(_)));
     let got = s.store().raws(&[b, c], 10_000, 10).unwrap();
     assert!(matches!(got[&b], Raw::Body(_)), "the first text is always read");
+    // A text larger than its share of the budget (2 000 of 6 000 bytes for three) is read when
+    // the round's texts fit together, in any order of small and large.
+    let got = s.store().raws(&[a, b, c], 10_000, 6000).unwrap();
+    assert_eq!(got[&b], Raw::Body(big.clone().into_bytes()));
+    assert_eq!(
+        (&got[&a], &got[&c]),
+        (&Raw::Body(small.clone().into_bytes()), &Raw::Body(small.into_bytes()))
+    );
+    let got = s.store().raws(&[b, a, c, missing], 5000, 6000).unwrap();
+    assert_eq!(got[&b], Raw::TooLarge { bytes: big.len() as u64 }, "over the limit, whatever the budget");
+    assert!(matches!((&got[&a], &got[&c]), (Raw::Body(_), Raw::Body(_))) && !got.contains_key(&missing));
 }
 
 pub fn a_submitted_message_is_an_upstream_row<T: MailboxTwin>(mut s: T) {

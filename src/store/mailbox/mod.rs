@@ -335,41 +335,45 @@ impl MailboxTexts for MysqlMailbox {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        // Only when the bodies could pass the budget are their sizes asked first (one small
-        // read), so the round's memory stays within it whatever the rows hold.
-        let fetch = if (ids.len() as u64).saturating_mul(max_bytes) <= budget {
-            ids.len()
-        } else {
-            let sizes = self.sizes(ids)?;
-            within_budget(&sizes, max_bytes, budget)
-        };
-        let mut out = self.bodies(&ids[..fetch], max_bytes)?;
-        out.extend(ids[fetch..].iter().map(|id| (*id, Raw::Later)));
+        // One read when the texts are small: each body comes only if it is within its share of
+        // the budget, so that read holds at most the budget whatever the rows hold. Its sizes
+        // then say where the round ends; only a text over its share that still fits (over 16
+        // KiB at the defaults) is read again.
+        let share = (budget / ids.len() as u64).clamp(1, max_bytes);
+        let mut first = self.texts(ids, share)?;
+        let sizes: Vec<(i64, Option<u64>)> = ids.iter().map(|id| (*id, first.get(id).map(|t| t.0))).collect();
+        let cut = within_budget(&sizes, max_bytes, budget);
+        let mut out = HashMap::with_capacity(ids.len());
+        let mut again = Vec::new();
+        for id in &ids[..cut] {
+            match first.remove(id) {
+                None => {} // no row, or no text: absent
+                Some((bytes, _)) if bytes > max_bytes => {
+                    out.insert(*id, Raw::TooLarge { bytes });
+                }
+                Some((_, Some(body))) => {
+                    out.insert(*id, Raw::Body(body));
+                }
+                Some((_, None)) => again.push(*id),
+            }
+        }
+        drop(first); // the texts past the cut, before the second read
+        if !again.is_empty() {
+            for (id, (bytes, body)) in self.texts(&again, max_bytes)? {
+                out.insert(id, body.map(Raw::Body).unwrap_or(Raw::TooLarge { bytes }));
+            }
+        }
+        out.extend(ids[cut..].iter().map(|id| (*id, Raw::Later)));
         Ok(out)
     }
 }
 
 impl MysqlMailbox {
-    /// Each row's text size (`None`: no text), in the order of `ids`.
-    fn sizes(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, Option<u64>)>> {
-        let rows: Vec<(i64, Option<u64>)> = self.run(|c, n| {
-            let sql = format!(
-                "SELECT {id}, OCTET_LENGTH({body}) FROM {t} WHERE {id} IN ({ph})",
-                body = n.body_column,
-                t = n.table,
-                id = n.id_column,
-                ph = placeholders(ids.len())
-            );
-            c.exec(sql, ids.to_vec())
-        })?;
-        let by_id: HashMap<i64, Option<u64>> = rows.into_iter().collect();
-        Ok(ids.iter().map(|id| (*id, by_id.get(id).copied().flatten())).collect())
-    }
-
-    fn bodies(&mut self, ids: &[i64], max_bytes: u64) -> StoreResult<HashMap<i64, Raw>> {
+    /// Each row's text size, and its text when that is at most `up_to` bytes; a row without
+    /// text (NULL) is absent. The size comes first in the statement: a 20 MB CLOB is refused
+    /// without being read.
+    fn texts(&mut self, ids: &[i64], up_to: u64) -> StoreResult<HashMap<i64, (u64, Option<Vec<u8>>)>> {
         self.run(|c, n| {
-            // The size first, and the body only when it is within the limit: a 20 MB CLOB is
-            // refused without being read.
             let sql = format!(
                 "SELECT {id}, OCTET_LENGTH({body}), CASE WHEN OCTET_LENGTH({body}) > ? THEN NULL ELSE {body} END
                  FROM {t} WHERE {id} IN ({ph})",
@@ -378,22 +382,22 @@ impl MysqlMailbox {
                 id = n.id_column,
                 ph = placeholders(ids.len())
             );
-            let mut params: Vec<Value> = vec![max_bytes.into()];
+            let mut params: Vec<Value> = Vec::with_capacity(ids.len() + 1);
+            params.push(up_to.into());
             params.extend(ids.iter().map(|id| Value::from(*id)));
             let rows: Vec<Row> = c.exec(sql, params)?;
             let mut out = HashMap::with_capacity(rows.len());
             for mut r in rows {
                 let id: i64 = column(&mut r, 0, "id")?;
-                let len: Option<u64> = column(&mut r, 1, "length")?;
-                let body: Value = column(&mut r, 2, "body")?;
-                let raw = match (len, body) {
-                    (None, _) => continue, // NULL body: the text is missing
-                    (Some(n), _) if n > max_bytes => Raw::TooLarge { bytes: n },
-                    (Some(_), Value::Bytes(b)) => Raw::Body(b),
-                    (Some(_), Value::NULL) => continue,
-                    (Some(_), other) => Raw::Body(other.as_sql(true).into_bytes()),
+                let Some(bytes) = column::<Option<u64>>(&mut r, 1, "length")? else {
+                    continue; // NULL body: the text is missing
                 };
-                out.insert(id, raw);
+                let body = match column::<Value>(&mut r, 2, "body")? {
+                    Value::NULL => None,
+                    Value::Bytes(b) => Some(b),
+                    other => Some(other.as_sql(true).into_bytes()),
+                };
+                out.insert(id, (bytes, body));
             }
             Ok(out)
         })
@@ -410,11 +414,59 @@ impl MailboxMarks for MysqlMailbox {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        // Short by design: lock, check the gate, write, check the gate, commit. A frozen instance
+        // The common case in one statement: every row there and unmarked, so the write moves
+        // them all. Otherwise which rows were marked by someone else, or are gone, is known
+        // only by locking and reading them first: the write is taken back and done that way.
+        if let Some(written) = self.mark_all(ids, at, still_ours)? {
+            return written.map(|()| vec![Mark::Written; ids.len()]);
+        }
+        self.mark_each(ids, at, still_ours)
+    }
+}
+
+impl MysqlMailbox {
+    /// `UPDATE {proc} = at` on every row of `ids`. `None` (rolled back) when it did not move
+    /// exactly `ids.len()` rows: some were marked already, missing, or named twice.
+    fn mark_all(
+        &mut self,
+        ids: &[i64],
+        at: SystemTime,
+        still_ours: &dyn Fn() -> StoreResult<()>,
+    ) -> StoreResult<Option<StoreResult<()>>> {
+        // Short by design: check the gate, write, check the gate, commit. A frozen instance
         // holding these locks is cut off by the session's idle_transaction_timeout.
         self.run(|c, n| {
             let mut tx = c.start_transaction(mysql::TxOpts::default())?;
-            // Lock the rows first so "already marked by someone else" is known for sure.
+            if let Err(e) = still_ours() {
+                tx.rollback()?;
+                return Ok(Some(Err(e)));
+            }
+            let moved = write_marks(&mut tx, n, ids, at)?;
+            if moved != ids.len() as u64 {
+                tx.rollback()?;
+                return Ok(None);
+            }
+            // The marks were stamped before the write; one that woke after a takeover must not
+            // commit them.
+            if let Err(e) = still_ours() {
+                tx.rollback()?;
+                return Ok(Some(Err(e)));
+            }
+            tx.commit()?;
+            Ok(Some(Ok(())))
+        })
+    }
+
+    /// Locks the rows first so "already marked by someone else" is known for sure, then marks
+    /// the rest.
+    fn mark_each(
+        &mut self,
+        ids: &[i64],
+        at: SystemTime,
+        still_ours: &dyn Fn() -> StoreResult<()>,
+    ) -> StoreResult<Vec<Mark>> {
+        self.run(|c, n| {
+            let mut tx = c.start_transaction(mysql::TxOpts::default())?;
             let sql = format!(
                 "SELECT {id}, {proc} IS NOT NULL FROM {t} WHERE {id} IN ({ph}) FOR UPDATE",
                 id = n.id_column,
@@ -423,33 +475,21 @@ impl MailboxMarks for MysqlMailbox {
                 ph = placeholders(ids.len())
             );
             let rows: Vec<Row> = tx.exec(sql, ids.to_vec())?;
-            let mut found: Vec<(i64, bool)> = Vec::with_capacity(rows.len());
+            let mut found: HashMap<i64, bool> = HashMap::with_capacity(rows.len());
             for mut r in rows {
                 let id: i64 = column(&mut r, 0, "id")?;
                 let marked: i64 = column(&mut r, 1, "marked")?;
-                found.push((id, marked != 0));
+                found.insert(id, marked != 0);
             }
             if let Err(e) = still_ours() {
                 tx.rollback()?;
                 return Ok(Err(e));
             }
-            let to_write: Vec<i64> = found.iter().filter(|(_, marked)| !marked).map(|(id, _)| *id).collect();
+            let to_write: Vec<i64> =
+                found.iter().filter(|(_, marked)| !**marked).map(|(id, _)| *id).collect();
             if !to_write.is_empty() {
-                // Only an empty mark is ever written (INV-7, C-5).
-                let sql = format!(
-                    "UPDATE {t} SET {proc} = ?, {st} = ? WHERE {id} IN ({ph}) AND {proc} IS NULL",
-                    t = n.table,
-                    proc = n.processed_column,
-                    st = n.status_column,
-                    id = n.id_column,
-                    ph = placeholders(to_write.len())
-                );
-                let mut params: Vec<Value> = vec![to_value(at, &n.zone), n.processed_status.as_str().into()];
-                params.extend(to_write.iter().map(|id| Value::from(*id)));
-                tx.exec_drop(sql, params)?;
+                write_marks(&mut tx, n, &to_write, at)?;
             }
-            // The marks were stamped before the write; one that woke after a takeover must not
-            // commit them.
             if let Err(e) = still_ours() {
                 tx.rollback()?;
                 return Ok(Err(e));
@@ -457,14 +497,38 @@ impl MailboxMarks for MysqlMailbox {
             tx.commit()?;
             Ok(Ok(ids
                 .iter()
-                .map(|id| match found.iter().find(|(f, _)| f == id) {
+                .map(|id| match found.get(id) {
                     None => Mark::Missing,
-                    Some((_, true)) => Mark::AlreadyMarked,
-                    Some((_, false)) => Mark::Written,
+                    Some(true) => Mark::AlreadyMarked,
+                    Some(false) => Mark::Written,
                 })
                 .collect()))
         })?
     }
+}
+
+/// Stamps the processed mark on those of `ids` that hold none (only an empty mark is ever
+/// written, INV-7, C-5); how many rows it moved.
+fn write_marks(
+    tx: &mut mysql::Transaction<'_>,
+    n: &InboundMailbox,
+    ids: &[i64],
+    at: SystemTime,
+) -> Result<u64, mysql::Error> {
+    let sql = format!(
+        "UPDATE {t} SET {proc} = ?, {st} = ? WHERE {id} IN ({ph}) AND {proc} IS NULL",
+        t = n.table,
+        proc = n.processed_column,
+        st = n.status_column,
+        id = n.id_column,
+        ph = placeholders(ids.len())
+    );
+    let mut params: Vec<Value> = Vec::with_capacity(ids.len() + 2);
+    params.push(to_value(at, &n.zone));
+    params.push(n.processed_status.as_str().into());
+    params.extend(ids.iter().map(|id| Value::from(*id)));
+    tx.exec_drop(sql, params)?;
+    Ok(tx.affected_rows())
 }
 
 /// The outbound mailbox `COUTMSGS`: insert only (someone else reads and sends, C-14).
