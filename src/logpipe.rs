@@ -25,13 +25,32 @@ enum Item {
 
 static PIPE: OnceLock<Sender<Item>> = OnceLock::new();
 
+/// Line buffers the writer has written, back to the loggers. A line freed by the writer thread
+/// stays in that thread's cache of the allocator, so each new line was a fresh allocation: half
+/// of what a lifecycle line cost the pump (#23). Bounded in number and in size.
+static SPARE: OnceLock<(Sender<Vec<u8>>, Receiver<Vec<u8>>)> = OnceLock::new();
+const SPARE_LINES: usize = 256;
+/// A buffer grown past this by a long line is freed, not kept.
+const SPARE_LINE_BYTES: usize = 1024;
+
+fn spare() -> &'static (Sender<Vec<u8>>, Receiver<Vec<u8>>) {
+    SPARE.get_or_init(|| bounded(SPARE_LINES))
+}
+
 /// A `Write` for the logger: each write is one formatted record.
 pub struct LogPipe;
 
 impl Write for LogPipe {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match PIPE.get() {
-            Some(tx) if tx.send(Item::Line(buf.to_vec())).is_ok() => {}
+            Some(tx) => {
+                let mut line =
+                    spare().1.try_recv().unwrap_or_else(|_| Vec::with_capacity(buf.len().max(256)));
+                line.extend_from_slice(buf);
+                if tx.send(Item::Line(line)).is_err() {
+                    std::io::stderr().write_all(buf)?;
+                }
+            }
             // No writer (tests, or after it ended): straight to stderr.
             _ => std::io::stderr().write_all(buf)?,
         }
@@ -80,8 +99,12 @@ fn writer(rx: Receiver<Item>) {
         let mut next = Some(item);
         while let Some(item) = next.take() {
             match item {
-                Item::Line(l) => {
+                Item::Line(mut l) => {
                     let _ = sink.out.write_all(&l);
+                    if l.capacity() <= SPARE_LINE_BYTES {
+                        l.clear();
+                        let _ = spare().0.try_send(l);
+                    }
                 }
                 Item::To(file, path) => sink.to(file, path),
                 Item::Reopen => sink.reopen(),
