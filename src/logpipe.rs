@@ -28,12 +28,13 @@ static PIPE: OnceLock<Sender<Item>> = OnceLock::new();
 /// Line buffers the writer has written, back to the loggers. A line freed by the writer thread
 /// stays in that thread's cache of the allocator, so each new line was a fresh allocation: half
 /// of what a lifecycle line cost the pump (#23). Bounded in number and in size.
-static SPARE: OnceLock<(Sender<Vec<u8>>, Receiver<Vec<u8>>)> = OnceLock::new();
+static SPARE: OnceLock<Spare> = OnceLock::new();
+type Spare = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
 const SPARE_LINES: usize = 256;
 /// A buffer grown past this by a long line is freed, not kept.
 const SPARE_LINE_BYTES: usize = 1024;
 
-fn spare() -> &'static (Sender<Vec<u8>>, Receiver<Vec<u8>>) {
+fn spare() -> &'static Spare {
     SPARE.get_or_init(|| bounded(SPARE_LINES))
 }
 

@@ -368,11 +368,14 @@ impl MailboxTexts for MysqlMailbox {
     }
 }
 
+/// A row's text size in bytes, and the text when it was asked for.
+type Text = (u64, Option<Vec<u8>>);
+
 impl MysqlMailbox {
     /// Each row's text size, and its text when that is at most `up_to` bytes; a row without
     /// text (NULL) is absent. The size comes first in the statement: a 20 MB CLOB is refused
     /// without being read.
-    fn texts(&mut self, ids: &[i64], up_to: u64) -> StoreResult<HashMap<i64, (u64, Option<Vec<u8>>)>> {
+    fn texts(&mut self, ids: &[i64], up_to: u64) -> StoreResult<HashMap<i64, Text>> {
         self.run(|c, n| {
             let sql = format!(
                 "SELECT {id}, OCTET_LENGTH({body}), CASE WHEN OCTET_LENGTH({body}) > ? THEN NULL ELSE {body} END
