@@ -136,6 +136,16 @@ pub fn marks_only_go_from_empty_to_set<T: MailboxTwin>(mut s: T) {
     assert_eq!(s.mark_of(c), theirs, "someone else's mark is left as it is");
 }
 
+/// A lease gate that closes from its `closes_at`-th check on, counting the checks in `asked`.
+fn closing_at(asked: &std::cell::Cell<usize>, closes_at: usize) -> StoreResult<()> {
+    asked.set(asked.get() + 1);
+    if asked.get() >= closes_at {
+        Err(crate::error::StoreError::fenced(Store::Lease, "taken over"))
+    } else {
+        Ok(())
+    }
+}
+
 /// #21 items 4 and 10: a statement the mailbox refuses for one of its rows writes none of them;
 /// a lease gate that closes inside the transaction — before the write or before the commit —
 /// rolls it back and its error comes back.
@@ -147,16 +157,9 @@ pub fn a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing<T: 
     assert!(!s.mark_of(a).0, "the statement is all or nothing");
     assert_eq!(s.store().mark(&[a], at(), &ours).unwrap(), [Mark::Written], "alone it is marked");
     let c = s.put("<c/>");
-    for closes_at in [1, 2] {
+    for closes_at in [1usize, 2] {
         let asked = std::cell::Cell::new(0);
-        let gate = || {
-            asked.set(asked.get() + 1);
-            if asked.get() >= closes_at {
-                Err(crate::error::StoreError::fenced(Store::Lease, "taken over"))
-            } else {
-                Ok(())
-            }
-        };
+        let gate = || closing_at(&asked, closes_at);
         let e = s.store().mark(&[c], at(), &gate).unwrap_err();
         assert!(e.is_fenced(), "{e}");
         assert!(!s.mark_of(c).0, "closed at check {closes_at}: rolled back");
@@ -166,10 +169,7 @@ pub fn a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing<T: 
     let (theirs, counted) = (s.put("<t/>"), s.put("<u/>"));
     s.mark_by_someone_else(theirs);
     let asks = std::cell::Cell::new(0);
-    let counting = || {
-        asks.set(asks.get() + 1);
-        Ok(())
-    };
+    let counting = || closing_at(&asks, usize::MAX);
     assert_eq!(
         s.store().mark(&[theirs, counted], at(), &counting).unwrap(),
         [Mark::AlreadyMarked, Mark::Written]
@@ -178,14 +178,7 @@ pub fn a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing<T: 
     let d = s.put("<d/>");
     for closes_at in 1..=asks.get() {
         let asked = std::cell::Cell::new(0);
-        let gate = || {
-            asked.set(asked.get() + 1);
-            if asked.get() >= closes_at {
-                Err(crate::error::StoreError::fenced(Store::Lease, "taken over"))
-            } else {
-                Ok(())
-            }
-        };
+        let gate = || closing_at(&asked, closes_at);
         let e = s.store().mark(&[theirs, d], at(), &gate).unwrap_err();
         assert!(e.is_fenced(), "{e}");
         assert!(!s.mark_of(d).0, "closed at check {closes_at} of {}: rolled back", asks.get());
