@@ -410,7 +410,7 @@ fn floor_marker(s: &Services, input: Receiver<Vec<i64>>) {
 
 /// The floor's producer, made as msgx's daemon makes its own before its stages run: greeted,
 /// so that neither side's drain waits for librdkafka's producer-id timer (a first round
-/// waited 0.9 s for it in one start in two: the floor's "2.4× faster" runs of #23).
+/// waited 0.9 s for it in four starts of six: the floor's "2.4× faster" runs were the others, #23).
 fn floor_producer(s: &Services) -> KafkaProducer {
     KafkaProducer::new(&s.cfg).unwrap().greet(Duration::from_secs(1))
 }

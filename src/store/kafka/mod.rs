@@ -185,7 +185,7 @@ impl KafkaProducer {
     /// Asks the broker for its metadata now, waiting at most `timeout`, and drops the answer.
     /// librdkafka asks for the idempotent producer's id (D3) when a metadata answer arrives,
     /// or else on a 500 ms timer that tries again when no broker was up yet: a fresh
-    /// producer's first round waited for that timer, 0.9 s in one start in two (measured in
+    /// producer's first round waited for that timer, 0.9 s in four starts of six (measured in
     /// `cargo bench --bench e2e`, where it was the floor's "2.4× faster" runs, #23). Asked at
     /// creation, the id is there before the first record. A broker that is down costs
     /// `timeout` once; the first round then reports the outage as it would have.
