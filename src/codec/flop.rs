@@ -4,7 +4,7 @@
 //! (sorted keys), so equal states compare equal whatever the feed's spelling.
 
 use super::time;
-use super::xml::Element;
+use super::xml::{same_name, Element};
 use super::{codec_error, malformed, DecodeError};
 
 /// How a value is checked and normalised.
@@ -251,7 +251,7 @@ pub const SUBTYPES: &[Subtype] = &[
 ];
 
 pub fn subtype(styp: &str) -> Option<&'static Subtype> {
-    SUBTYPES.iter().find(|s| s.styp.eq_ignore_ascii_case(styp))
+    SUBTYPES.iter().find(|s| same_name(s.styp, styp))
 }
 
 /// One flight's part of a FLOP message.
@@ -303,7 +303,7 @@ fn checked<'a>(
     field: impl std::fmt::Display,
     flid: &str,
 ) -> Result<Val<'a>, DecodeError> {
-    let v = raw.trim();
+    let v = super::xml::trim(raw);
     let bad = |what: &str| codec_error(format!("{field} of FLID {flid}: {v:?} is not {what}"));
     match kind {
         Text => Ok(Val::Text(v)),
@@ -370,10 +370,11 @@ fn record<'d>(
     flid: &str,
     unknown: &mut Unknown,
 ) -> Result<Rec<'d>, DecodeError> {
-    let mut rec = Rec::default();
+    let mut rec = Rec::with_capacity(
+        attrs.len() + usize::from(seq.is_some()) + children.len() + usize::from(text.is_some()),
+    );
     for (name, v) in el.attrs() {
-        let spec =
-            attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| a.eq_ignore_ascii_case(name));
+        let spec = attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| same_name(a, name));
         let Some((a, kind)) = spec else {
             unknown_name(unknown, format!("{}@{name}", el.name()), || {
                 codec_error(format!(
@@ -383,12 +384,12 @@ fn record<'d>(
             })?;
             continue;
         };
-        if !v.trim().is_empty() {
+        if !super::xml::trim(v).is_empty() {
             rec.insert(a, checked(kind, v, format_args!("{}@{a}", el.name()), flid)?);
         }
     }
     for c in el.children() {
-        let Some((n, kind)) = children.iter().find(|(n, _)| n.eq_ignore_ascii_case(c.name())) else {
+        let Some((n, kind)) = children.iter().find(|(n, _)| same_name(n, c.name())) else {
             unknown_name(unknown, format!("{}/{}", el.name(), c.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an element <{}> this codec does not know",
@@ -421,11 +422,34 @@ fn record<'d>(
 /// same text) but in one vector: a record has a handful of values, and keys are the table's
 /// own names, never copied, and values are borrowed where they can be (#23).
 #[derive(Default)]
-struct Rec<'a>(Vec<(&'static str, Val<'a>)>);
+struct Rec<'a>(Vec<(Name<'static>, Val<'a>)>);
+
+/// A name with its place in name order: its first eight bytes as one big-endian integer,
+/// zero-padded. A smaller prefix is always an earlier name (bytes compare in order, and a
+/// shorter name pads with zeros), so only names whose prefixes tie are compared as text;
+/// comparing the names themselves called `memcmp` for every step of a record's inserts (#23).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Name<'n> {
+    prefix: u64,
+    text: &'n str,
+}
+
+impl<'n> Name<'n> {
+    fn new(text: &'n str) -> Self {
+        let prefix = text.bytes().take(8).enumerate().fold(0, |p, (i, b)| p | u64::from(b) << (56 - 8 * i));
+        Name { prefix, text }
+    }
+}
 
 impl<'a> Rec<'a> {
+    /// Room for `n` values: a record's table says how many it can hold.
+    fn with_capacity(n: usize) -> Self {
+        Rec(Vec::with_capacity(n))
+    }
+
     /// Sets `key`; a later value of the same name replaces the earlier, as in a map.
     fn insert(&mut self, key: &'static str, value: Val<'a>) {
+        let key = Name::new(key);
         match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(at) => self.0[at].1 = value,
             Err(at) => self.0.insert(at, (key, value)),
@@ -433,7 +457,8 @@ impl<'a> Rec<'a> {
     }
 
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.binary_search_by(|(k, _)| (*k).cmp(key)).ok().map(|at| self.0[at].1.as_str())
+        let key = Name::new(key);
+        self.0.binary_search_by(|(k, _)| k.cmp(&key)).ok().map(|at| self.0[at].1.as_str())
     }
 
     fn is_empty(&self) -> bool {
@@ -449,7 +474,7 @@ impl<'a> Rec<'a> {
             if i > 0 {
                 out.push(',');
             }
-            json_str(out, k);
+            json_str(out, k.text);
             out.push(':');
             json_str(out, v.as_str());
         }
@@ -475,10 +500,10 @@ fn record_json(rec: &Rec) -> String {
     out
 }
 
-fn list_json(items: &[Rec]) -> String {
-    let mut out = String::with_capacity(items.iter().map(|r| 16 * r.0.len() + 3).sum::<usize>() + 2);
+fn list_json<'r, 'a: 'r>(items: impl Iterator<Item = &'r Rec<'a>> + Clone) -> String {
+    let mut out = String::with_capacity(items.clone().map(|r| 16 * r.0.len() + 3).sum::<usize>() + 2);
     out.push('[');
-    for (i, rec) in items.iter().enumerate() {
+    for (i, rec) in items.enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -488,40 +513,63 @@ fn list_json(items: &[Rec]) -> String {
     out
 }
 
+/// The most elements a subtype carries (HNAG, TAOP): [`decode_record`] counts them on the stack.
+const MAX_ELEMENTS: usize = 3;
+const _: () = {
+    let mut i = 0;
+    while i < SUBTYPES.len() {
+        assert!(SUBTYPES[i].elements.len() <= MAX_ELEMENTS, "a subtype with more elements than MAX_ELEMENTS");
+        i += 1;
+    }
+};
+
 /// Decodes one `<FLOP>` record of subtype `st`; `unknown` collects the names the table does
 /// not know (tolerant) or is `None` (strict: they are refused).
 pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
-    let flid = flop.child_text("FLID").ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
-    let ffid = flop.child_text("FFID").map(str::to_string);
+    // One walk over the children finds FLID, FFID and each element's first place and count;
+    // the record was walked once per element and once more for strays (#23).
+    let (mut flid, mut ffid, mut stray) = (None, None, false);
+    let mut seen: [(Option<Element>, usize); MAX_ELEMENTS] = [(None, 0); MAX_ELEMENTS];
+    for c in flop.children() {
+        if same_name(c.name(), "FLID") {
+            flid.get_or_insert(c);
+        } else if same_name(c.name(), "FFID") {
+            ffid.get_or_insert(c);
+        } else if let Some(at) = st.elements.iter().position(|(n, _)| same_name(n, c.name())) {
+            seen[at].0.get_or_insert(c);
+            seen[at].1 += 1;
+        } else {
+            stray = true;
+        }
+    }
+    fn text<'d>(e: Option<Element<'d, '_>>) -> Option<&'d str> {
+        e.map(Element::text).filter(|t| !t.is_empty())
+    }
+    let flid = text(flid).ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
+    let ffid = text(ffid).map(str::to_string);
     if st.styp == "FDEL" {
         return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
     }
-    let body = || {
-        flop.children()
-            .filter(|c| !c.name().eq_ignore_ascii_case("FLID") && !c.name().eq_ignore_ascii_case("FFID"))
-    };
-    for stray in body().filter(|c| !st.elements.iter().any(|(n, _)| n.eq_ignore_ascii_case(c.name()))) {
-        unknown_name(unknown, stray.name().to_ascii_uppercase(), || {
-            codec_error(format!(
-                "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
-                st.styp,
-                stray.name()
-            ))
-        })?;
+    if stray {
+        let body = flop.children().filter(|c| !same_name(c.name(), "FLID") && !same_name(c.name(), "FFID"));
+        for stray in body.filter(|c| !st.elements.iter().any(|(n, _)| same_name(n, c.name()))) {
+            unknown_name(unknown, stray.name().to_ascii_uppercase(), || {
+                codec_error(format!(
+                    "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
+                    st.styp,
+                    stray.name()
+                ))
+            })?;
+        }
     }
     let mut fields = Vec::new();
-    for (name, shape) in st.elements {
-        // Looked up in place, not gathered into a vector per element (#23).
-        let found = || body().filter(|c| c.name().eq_ignore_ascii_case(name));
-        let Some(first) = found().next() else {
+    for ((name, shape), (first, times)) in st.elements.iter().zip(seen) {
+        let Some(first) = first else {
             continue;
         };
         // A list repeats its element; a value or a record appears once.
-        if !matches!(shape, Shape::List { .. }) {
-            let times = found().count();
-            if times > 1 {
-                return Err(codec_error(format!("<{name}> appears {times} times for FLID {flid}")));
-            }
+        if !matches!(shape, Shape::List { .. }) && times > 1 {
+            return Err(codec_error(format!("<{name}> appears {times} times for FLID {flid}")));
         }
         let v = match shape {
             Shape::Scalar(kind) => {
@@ -541,18 +589,19 @@ pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Resu
                 (!rec.is_empty()).then(|| record_json(&rec))
             }
             Shape::List { seq, attrs, children, text } => {
-                // A list is the complete current list; one empty element clears it.
+                // A list is the complete current list; one empty element clears it. Items
+                // go in sequence order, each item's number read once, not at every
+                // comparison (#23); without a sequence attribute, in document order.
                 let mut items = Vec::new();
-                for el in found() {
+                for el in first.and_following().filter(|c| same_name(c.name(), name)) {
                     let rec = record(el, attrs, *seq, children, *text, &flid, unknown)?;
                     if !rec.is_empty() {
-                        items.push(rec);
+                        let at = seq.and_then(|s| rec.get(s)?.parse::<i64>().ok()).unwrap_or(i64::MAX);
+                        items.push((at, rec));
                     }
                 }
-                if let Some(s) = seq {
-                    items.sort_by_key(|r| r.get(s).and_then(|n| n.parse::<i64>().ok()).unwrap_or(i64::MAX));
-                }
-                (!items.is_empty()).then(|| list_json(&items))
+                items.sort_by_key(|(at, _)| *at);
+                (!items.is_empty()).then(|| list_json(items.iter().map(|(_, r)| r)))
             }
         };
         fields.push((name.to_string(), v));
@@ -578,8 +627,23 @@ mod rec_tests {
 
     #[test]
     fn a_record_writes_the_json_a_map_of_it_writes() {
-        let keys = ["GATE", "GTNO", "PGOT", "A", "ZZ", "G", "GATE"];
-        let values = ["G21", "q\"uo\\te", "tab\tnl\n\u{1}", "", "中文", "x\u{7f}/\u{2028}", "last wins"];
+        // Names sharing their first eight bytes, and names that begin others, hold the
+        // order of the names' prefixes to the order of the names.
+        let keys =
+            ["GATE", "GTNO", "PGOT", "A", "ZZ", "G", "GATE", "GATEWAYS2", "GATEWAYS1", "GATEWAY", "GAT"];
+        let values = [
+            "G21",
+            "q\"uo\\te",
+            "tab\tnl\n\u{1}",
+            "",
+            "中文",
+            "x\u{7f}/\u{2028}",
+            "last wins",
+            "2",
+            "1",
+            "w",
+            "t",
+        ];
         for shift in 0..keys.len() {
             let (mut rec, mut map) = (Rec::default(), BTreeMap::new());
             for i in 0..keys.len() {
@@ -591,7 +655,7 @@ mod rec_tests {
             assert_eq!(record_json(&rec), json);
             assert_eq!(rec.get("GATE"), map.get("GATE").map(String::as_str));
             assert_eq!(rec.get("NONE"), None);
-            assert_eq!(list_json(&[Rec::default(), rec]), format!("[{{}},{json}]"));
+            assert_eq!(list_json([Rec::default(), rec].iter()), format!("[{{}},{json}]"));
         }
     }
 }

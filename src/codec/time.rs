@@ -69,18 +69,16 @@ impl Iso {
 
     /// `n` in `width` decimal digits, zero-padded, as `{n:0width$}` writes it for the values
     /// a [`SisTime`] holds (a year has four digits; a wider one keeps them all).
-    fn digits(&mut self, mut n: u32, width: usize) {
-        // Right to left into a scratch of the widest u32, then copied: no recursion (#23).
-        let mut scratch = [b'0'; 10];
-        let mut at = scratch.len();
-        while n > 0 || scratch.len() - at < width {
-            at -= 1;
-            scratch[at] = b'0' + (n % 10) as u8;
-            n /= 10;
+    fn digits(&mut self, n: u32, width: usize) {
+        // Counted first, then written right to left in place: no scratch copied with a
+        // `memcpy` call per part, which was a twentieth of a FLOP message's decoding (#23).
+        let count = std::iter::successors(Some(n), |v| (*v >= 10).then_some(v / 10)).count().max(width);
+        let mut v = n;
+        for at in (self.len..self.len + count).rev() {
+            self.buf[at] = b'0' + (v % 10) as u8;
+            v /= 10;
         }
-        let digits = &scratch[at..];
-        self.buf[self.len..self.len + digits.len()].copy_from_slice(digits);
-        self.len += digits.len();
+        self.len += count;
     }
 }
 

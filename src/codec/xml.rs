@@ -85,14 +85,19 @@ impl<'d, 'a> Element<'d, 'a> {
     }
 
     pub fn child(self, name: &str) -> Option<Element<'d, 'a>> {
-        self.children().find(|c| c.name().eq_ignore_ascii_case(name))
+        self.children().find(|c| same_name(c.name(), name))
+    }
+
+    /// This element and its later siblings, in document order.
+    pub fn and_following(self) -> impl Iterator<Item = Element<'d, 'a>> {
+        std::iter::once(self).chain(Children { doc: self.doc, next: self.node().next_sibling })
     }
 
     pub fn children_named<'n>(self, name: &'n str) -> impl Iterator<Item = Element<'d, 'a>> + 'n
     where
         'd: 'n,
     {
-        self.children().filter(move |c| c.name().eq_ignore_ascii_case(name))
+        self.children().filter(move |c| same_name(c.name(), name))
     }
 
     /// Text of a child, `None` when the child is absent or empty.
@@ -110,6 +115,29 @@ impl std::fmt::Debug for Element<'_, '_> {
             .field("children", &self.children().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// `s.trim()`, answered from its two end bytes when they are ASCII and not white space: then
+/// nothing is trimmed (every other white space `char::is_whitespace` knows is beyond ASCII),
+/// and most texts and values are such, where `str::trim` decoded and classed a `char` at
+/// each end (#23).
+#[inline]
+pub fn trim(s: &str) -> &str {
+    let solid = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii() && !b.is_ascii_whitespace() && *b != 0x0B);
+    match solid(s.as_bytes().first()) && solid(s.as_bytes().last()) {
+        true => s,
+        false => s.trim(),
+    }
+}
+
+/// Whether two element or attribute names are the same, ASCII case aside (SIS names are
+/// case-insensitive). Byte by byte, equal bytes first: names almost always match in case, and
+/// a name is compared with a table's names many times a message, where `eq_ignore_ascii_case`
+/// folded every byte of both and was a twelfth of decoding a FLOP message (#23).
+#[inline]
+pub fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y || x.eq_ignore_ascii_case(y))
 }
 
 /// The children of an element, following the sibling links.
@@ -232,7 +260,7 @@ impl<'a> Builder<'a> {
         match &mut el.text {
             // White space before an element's first text is trimmed anyway: the indentation
             // between children costs nothing.
-            t if t.is_empty() && s.trim().is_empty() => {}
+            t if t.is_empty() && trim(&s).is_empty() => {}
             t if t.is_empty() => *t = s,
             t => t.to_mut().push_str(&s),
         }
@@ -244,9 +272,9 @@ impl<'a> Builder<'a> {
         self.depth = self.depth.checked_sub(1).ok_or("closing tag without an opening one")?;
         let el = &mut self.doc.nodes[self.open[self.depth].0 as usize];
         match &mut el.text {
-            Cow::Borrowed(t) => *t = t.trim(),
+            Cow::Borrowed(t) => *t = trim(t),
             Cow::Owned(t) => {
-                let trimmed = t.trim();
+                let trimmed = trim(t);
                 if trimmed.len() != t.len() {
                     el.text = Cow::Owned(trimmed.to_string());
                 }
@@ -344,6 +372,28 @@ mod tests {
     fn within(text: &str, part: &str) -> bool {
         let range = text.as_bytes().as_ptr_range();
         range.contains(&part.as_ptr()) || part.is_empty()
+    }
+
+    #[test]
+    fn trim_is_str_trim() {
+        for s in [
+            "",
+            " ",
+            "a",
+            " a",
+            "a ",
+            "\u{b}a",
+            "a\u{b}",
+            "\u{85}a",
+            "a\u{a0}",
+            "a\u{2028}",
+            "\u{3000}中文",
+            "x y",
+            "\u{7f}",
+            "\u{1c}a",
+        ] {
+            assert_eq!(trim(s), s.trim(), "{s:?}");
+        }
     }
 
     #[test]
