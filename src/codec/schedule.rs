@@ -3,12 +3,11 @@
 //! read generically: plain elements become text (known time fields normalised to ISO),
 //! structured ones records, repeated ones lists.
 
-use std::collections::BTreeMap;
-
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use super::time;
-use super::xml::Element;
+use super::xml::{same_name, trim, Element};
 use super::{codec_error, malformed, DecodeError};
 
 /// One complete flight record.
@@ -19,7 +18,7 @@ pub struct Fltr {
     /// SODT as ISO (`2021-01-23T05:35`); required in SCHD, optional in SCHS.
     pub sodt: Option<String>,
     /// Every element but FLID, by name.
-    pub fields: BTreeMap<String, Value>,
+    pub fields: Map<String, Value>,
 }
 
 /// The season of an `SCHS` message.
@@ -39,14 +38,22 @@ pub struct Schedule {
     pub season: Option<Season>,
 }
 
-/// FLTR elements holding a time or a date.
+/// FLTR elements holding a time or a date: every one four letters, so only a four-letter
+/// name is looked up.
 const TIME_FIELDS: &[&str] = &[
     "SODT", "ESTT", "ACTT", "STDT", "EDDT", "SCHT", "SCAT", "SCDT", "STST", "STET", "PGOT", "PGCT", "GOTM",
     "GCTM",
 ];
+const _: () = {
+    let mut i = 0;
+    while i < TIME_FIELDS.len() {
+        assert!(TIME_FIELDS[i].len() == 4, "text_value looks up four-letter names only");
+        i += 1;
+    }
+};
 
 fn text_value(name: &str, text: &str, flid: &str) -> Result<Value, DecodeError> {
-    if TIME_FIELDS.iter().any(|t| t.eq_ignore_ascii_case(name)) && !text.is_empty() {
+    if !text.is_empty() && name.len() == 4 && TIME_FIELDS.iter().any(|t| same_name(t, name)) {
         if let Some(t) = time::parse(text) {
             return Ok(Value::String(t.iso()));
         }
@@ -69,12 +76,12 @@ fn element_value(el: Element, flid: &str) -> Result<Value, DecodeError> {
     if !el.has_children() && !el.has_attrs() {
         return text_value(el.name(), el.text(), flid);
     }
+    // A child of an attribute's name wins over the attribute (a later attribute over an
+    // earlier one), and the text over both.
     let mut obj = Map::new();
-    for (k, v) in el.attrs() {
-        obj.insert(k.to_ascii_uppercase(), Value::String(v.trim().to_string()));
-    }
-    for (name, v) in group(el.children(), flid)? {
-        obj.insert(name, v);
+    group_into(&mut obj, el.children(), flid)?;
+    for (k, v) in el.attrs().filter(|(k, _)| !el.children().any(|c| same_name(c.name(), k))) {
+        obj.insert(k.to_ascii_uppercase(), Value::String(trim(v).to_string()));
     }
     if !el.text().is_empty() {
         obj.insert("TEXT".into(), Value::String(el.text().to_string()));
@@ -82,19 +89,25 @@ fn element_value(el: Element, flid: &str) -> Result<Value, DecodeError> {
     Ok(Value::Object(obj))
 }
 
-/// Children grouped by upper-cased name; a repeated name becomes a list, in document order.
-fn group<'d, 'x: 'd>(
+/// Children by upper-cased name into `map`; a repeated name becomes a list, in document
+/// order. Straight into the map: an element's value is never a list itself, so a list there
+/// is one this made (#23: the children were gathered in a map of lists first, then copied).
+fn group_into<'d, 'x: 'd>(
+    map: &mut Map<String, Value>,
     children: impl IntoIterator<Item = Element<'d, 'x>>,
     flid: &str,
-) -> Result<BTreeMap<String, Value>, DecodeError> {
-    let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+) -> Result<(), DecodeError> {
     for c in children {
-        seen.entry(c.name().to_ascii_uppercase()).or_default().push(element_value(c, flid)?);
+        let v = element_value(c, flid)?;
+        match map.entry(c.name().to_ascii_uppercase()) {
+            Entry::Vacant(e) => drop(e.insert(v)),
+            Entry::Occupied(mut e) => match e.get_mut() {
+                Value::Array(list) => list.push(v),
+                first => *first = Value::Array(vec![first.take(), v]),
+            },
+        }
     }
-    Ok(seen
-        .into_iter()
-        .map(|(name, mut vs)| if vs.len() == 1 { (name, vs.remove(0)) } else { (name, Value::Array(vs)) })
-        .collect())
+    Ok(())
 }
 
 fn fltr(el: Element, daily: bool) -> Result<Fltr, DecodeError> {
@@ -104,7 +117,8 @@ fn fltr(el: Element, daily: bool) -> Result<Fltr, DecodeError> {
         None if daily => return Err(malformed("<FLTR> has no <FLID>")),
         None => format!("{}/{}", el.child_text("FLNO").unwrap_or("?"), el.child_text("MVIN").unwrap_or("?")),
     };
-    let mut fields = group(el.children().filter(|c| !c.name().eq_ignore_ascii_case("FLID")), &flid)?;
+    let mut fields = Map::new();
+    group_into(&mut fields, el.children().filter(|c| !same_name(c.name(), "FLID")), &flid)?;
     let sodt = match fields.get("SODT") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::String(_)) | None if daily => {

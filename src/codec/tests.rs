@@ -232,6 +232,26 @@ fn schd(styp: &str, body: &str) -> Message {
     decode(&fixtures::other(9, "SCHD", styp, &format!("<SCHD>{body}</SCHD>"))).unwrap()
 }
 
+/// Read straight into one map since #23: a repeated name still becomes a list in document
+/// order (at any depth), a child still wins over an attribute of its name, a later attribute
+/// over an earlier one, and the text over both.
+#[test]
+fn schd_record_names_that_meet_keep_their_precedence() {
+    let m = schd(
+        "ADFT",
+        "<FLTR><FLID>7</FLID><SODT>05MAR260905</SODT><REMK>a</REMK><remk>b</remk><REMK>c</REMK>\
+           <XTRA rtno=\"1\" RTNO=\"2\" APCD=\"PEK\" TEXT=\"t\"><APCD>SHA</APCD><NOTE>x</NOTE><note>y</note>words</XTRA></FLTR>",
+    );
+    let Body::Schedule(s) = m.body else { panic!() };
+    let f = &s.flights[0];
+    assert_eq!(f.fields["REMK"], serde_json::json!(["a", "b", "c"]));
+    assert_eq!(
+        f.fields["XTRA"],
+        serde_json::json!({"RTNO": "2", "APCD": "SHA", "NOTE": ["x", "y"], "TEXT": "words"})
+    );
+    assert_eq!(f.fields.keys().collect::<Vec<_>>(), ["REMK", "SODT", "XTRA"], "in name order");
+}
+
 #[test]
 fn schd_records_are_read_with_their_count_and_window_times() {
     let m = schd(
