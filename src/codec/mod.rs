@@ -303,25 +303,32 @@ fn meta_of(root: Element) -> Result<Meta, DecodeError> {
         return Err(malformed(format!("root element is <{}>, not <MSG>", root.name())));
     }
     let meta_el = root.child("META").ok_or_else(|| malformed("no <META> header"))?;
-    let field = |names: &[&str]| -> Result<String, DecodeError> {
-        names
-            .iter()
-            .find_map(|n| meta_el.child_text(n))
-            .map(str::to_string)
-            .ok_or_else(|| malformed(format!("<META> has no <{}>", names[0])))
-    };
-    let msg_type = field(&["TYPE"])?.to_ascii_uppercase();
-    let platform = meta_el.child("DTTM").is_none()
-        || ["RCVR", "SORC", "MGID", "RMID", "APOT"].iter().any(|n| meta_el.child(n).is_some())
+    // META's children found in one walk, the first of each name as `Element::child` finds
+    // it; each was a walk of its own, eleven a message (#23).
+    const NAMES: [&str; 11] =
+        ["TYPE", "SNDR", "SEQN", "DTTM", "DDTM", "STYP", "MGID", "RCVR", "SORC", "RMID", "APOT"];
+    let mut found: [Option<Element>; NAMES.len()] = [None; NAMES.len()];
+    for c in meta_el.children() {
+        if let Some(at) = NAMES.iter().position(|n| xml::same_name(n, c.name())) {
+            found[at].get_or_insert(c);
+        }
+    }
+    let [ty, sndr, seqn, dttm, ddtm, styp, mgid, rcvr, sorc, rmid, apot] = found;
+    let text =
+        |e: Option<Element<'_, '_>>| e.map(Element::text).filter(|t| !t.is_empty()).map(str::to_string);
+    let field = |e: Option<String>, name: &str| e.ok_or_else(|| malformed(format!("<META> has no <{name}>")));
+    let msg_type = field(text(ty), "TYPE")?.to_ascii_uppercase();
+    let platform = dttm.is_none()
+        || [rcvr, sorc, mgid, rmid, apot].iter().any(Option::is_some)
         || PLATFORM_TYPES.contains(&msg_type.as_str());
     let meta = Meta {
-        sndr: field(&["SNDR"])?,
-        seqn: field(&["SEQN"])?,
-        dttm: field(&["DTTM", "DDTM"])?,
+        sndr: field(text(sndr), "SNDR")?,
+        seqn: field(text(seqn), "SEQN")?,
+        dttm: field(text(dttm).or_else(|| text(ddtm)), "DTTM")?,
         msg_type,
-        styp: field(&["STYP"])?.to_ascii_uppercase(),
+        styp: field(text(styp), "STYP")?.to_ascii_uppercase(),
         dialect: if platform { Dialect::B } else { Dialect::A },
-        mgid: meta_el.child_text("MGID").map(|s| s.trim().to_string()),
+        mgid: mgid.map(Element::text).filter(|t| !t.is_empty()).map(|s| s.trim().to_string()),
     };
     Ok(meta)
 }

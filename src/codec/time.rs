@@ -91,11 +91,13 @@ impl std::fmt::Debug for Iso {
 const MONTHS: [&str; 12] =
     ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
 
+/// Decimal digits only (no sign, no space), at most nine of them; read byte by byte, as
+/// `str::parse` would after the same check (#23: a time's four numbers were checked twice).
 fn num(s: &str) -> Option<u32> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+    if s.is_empty() || s.len() > 9 {
         return None;
     }
-    s.parse().ok()
+    s.bytes().try_fold(0u32, |n, b| b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0')))
 }
 
 fn days_in(year: u16, month: u8) -> u8 {
@@ -109,7 +111,7 @@ fn days_in(year: u16, month: u8) -> u8 {
 
 /// Parses `ddMMMyyHHmm` or `ddMMMyy`. Two-digit years are 20yy (the feed starts in 2002).
 pub fn parse(s: &str) -> Option<SisTime> {
-    let s = s.trim();
+    let s = super::xml::trim(s);
     if !s.is_ascii() || (s.len() != 7 && s.len() != 11) {
         return None;
     }
@@ -134,7 +136,7 @@ pub fn parse(s: &str) -> Option<SisTime> {
 
 /// Parses META's `yyyyMMddHHmmss` (17 digits with milliseconds are tolerated, family B).
 pub fn parse_dttm(s: &str) -> Option<SisTime> {
-    let s = s.trim();
+    let s = super::xml::trim(s);
     if (s.len() != 14 && s.len() != 17) || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
