@@ -4,7 +4,7 @@
 //! poller holds an [`Intake`] and cannot record an outcome, backfill holds a [`MarkLedger`] and
 //! cannot touch the FIFO, and only the pump holds a [`Fifo`] and a [`FlightStore`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, SkipReason, Target};
@@ -469,8 +469,9 @@ pub struct Prepared {
     /// Decisions an earlier attempt already applied, by MSG_ID: reused, never decided or
     /// applied again (I2).
     pub applied: HashMap<i64, Decision>,
-    /// The flights the round's messages name, with their field versions.
-    pub flights: BTreeMap<String, FlightState>,
+    /// The flights the round's messages name, with their field versions: shared with the
+    /// store's own cache where it keeps one ([`crate::handlers::FlightView`]).
+    pub flights: crate::handlers::FlightView,
     /// A snapshot's window: the FLIDs the daily plan holds in `[min SODT, max SODT]`.
     pub window: Vec<String>,
 }

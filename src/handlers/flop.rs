@@ -60,7 +60,7 @@ pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64
     for (i, rec) in recs.iter().enumerate() {
         let state = working
             .entry(rec.flid.as_str())
-            .or_insert_with(|| view.get(&rec.flid).map_or_else(Cow::default, Cow::Borrowed));
+            .or_insert_with(|| view.get(&rec.flid).map_or_else(Cow::default, |s| Cow::Borrowed(&**s)));
         if rec.delete {
             delete(state.to_mut(), rec, &tag, msg_id, &mut d);
             continue;
@@ -164,7 +164,7 @@ mod tests {
 
     fn view(flid: &str, fields: &[(&str, &str)]) -> View {
         let f = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        View { flights: FlightView::from([(flid.to_string(), FlightState::of(f))]), window: vec![] }
+        View { flights: FlightView::from([(flid.to_string(), FlightState::of(f).into())]), window: vec![] }
     }
 
     #[test]
@@ -201,7 +201,7 @@ mod tests {
         let view = View { flights: state.clone(), window: vec![] };
         let d = decide(&view, &decode(raw).unwrap(), m).unwrap();
         for c in &d.flights {
-            state.entry(c.flid.clone()).or_default().apply(c, m);
+            std::sync::Arc::make_mut(state.entry(c.flid.clone()).or_default()).apply(c, m);
         }
         d
     }

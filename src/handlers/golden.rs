@@ -63,7 +63,7 @@ fn held() -> View {
     View {
         flights: [(
             "77".to_string(),
-            super::FlightState::of(f.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            super::FlightState::of(f.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()).into(),
         )]
         .into(),
         window: vec![],
@@ -152,7 +152,10 @@ fn platform_every_kind() {
     );
     let held = |fields: &[(&str, &str)]| {
         let f: crate::handlers::Flight = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        View { flights: [("9001".to_string(), crate::handlers::FlightState::of(f))].into(), window: vec![] }
+        View {
+            flights: [("9001".to_string(), crate::handlers::FlightState::of(f).into())].into(),
+            window: vec![],
+        }
     };
     let flight = held(&[("FFID", "MU-9001-20260305090000-D"), ("STAT", ""), ("CFTP", "A320")]);
     out.push_str("-- DFOE-DFIE: a flight added\n");

@@ -14,6 +14,7 @@ pub mod state;
 pub use state::FlightState;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +26,12 @@ pub type Flight = BTreeMap<String, String>;
 
 /// The flights a message concerns, by FLID, with their field versions. Absent flights are
 /// absent (or present without fields, when a tombstone remains).
-pub type FlightView = BTreeMap<String, FlightState>;
+///
+/// Shared with the flight store's cache of what it last read (`store::flights::net::Known`):
+/// a round decides on the same states the store keeps, and a state is copied only when a
+/// decision changes it and a later message of the round reads it (#23: every flight a round
+/// named was copied for the round, then dropped with it).
+pub type FlightView = BTreeMap<String, Arc<FlightState>>;
 
 /// What a handler sees: the flights it asked for, and for a snapshot the FLIDs the daily plan
 /// holds in the snapshot's window.

@@ -1,7 +1,8 @@
 //! Step 3 of a round: the flights the round names in one Redis read, then each message
 //! decided in MSG_ID order against an overlay of the decisions before it (pure handlers).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use log::warn;
@@ -11,13 +12,48 @@ use super::rules::Failing;
 use super::Pump;
 use crate::codec::Message;
 use crate::error::ErrorClass;
-use crate::handlers::{self, Decision, FlightState, Reject, View};
+use crate::handlers::{self, Decision, FlightView, Reject, View};
 use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, Prepared, RoundNeed, StoreResult};
 
 /// What the round decides against: Redis's flights with the round's decisions laid over them.
 struct Overlay {
-    flights: BTreeMap<String, FlightState>,
+    /// Shared with the flight store's cache: a state is copied when a decision changes it
+    /// while the cache still holds it, and only for a flight a later message reads.
+    flights: FlightView,
     window: Vec<String>,
+    /// Each FLID the round's messages read, by its hash, with the last message reading it
+    /// ([`last_readers`]).
+    last_read: HashMap<u64, usize>,
+}
+
+impl Overlay {
+    /// Whether a message after the `k`-th reads `flid`. A hash that two FLIDs share says yes
+    /// for both: the change is laid on, as it always may be.
+    fn read_after(&self, flid: &str, k: usize) -> bool {
+        self.last_read.get(&flid_hash(flid)).is_some_and(|last| *last > k)
+    }
+}
+
+fn flid_hash(flid: &str) -> u64 {
+    std::hash::BuildHasher::hash_one(
+        &std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default(),
+        flid,
+    )
+}
+
+/// For each flight a message of the plan reads (its view: `handlers::flids_of`), the index of
+/// the last such message. A change no later message reads is not laid on the overlay: most
+/// rounds name most flights once, and their states are then never copied (#23).
+fn last_readers(plan: &[Planned]) -> HashMap<u64, usize> {
+    let mut last = HashMap::new();
+    for (k, p) in plan.iter().enumerate() {
+        if let Step::Decide { msg, .. } = &p.step {
+            for f in handlers::flids_of(msg) {
+                last.insert(flid_hash(f), k);
+            }
+        }
+    }
+    last
 }
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
@@ -27,7 +63,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     pub(super) fn decide(&mut self, plan: &mut Vec<Planned>, now: SystemTime) -> StoreResult<()> {
         let prepared = self.prepare(plan, now)?;
         let mut applied_before = prepared.applied;
-        let mut overlay = Overlay { flights: prepared.flights, window: prepared.window };
+        let last_read = last_readers(plan);
+        let mut overlay = Overlay { flights: prepared.flights, window: prepared.window, last_read };
         for k in 0..plan.len() {
             let p = &mut plan[k];
             self.report_unknown(p.tag.as_deref(), &p.unknown);
@@ -35,7 +72,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 let Step::Decide { msg, identity } = p.take_step() else { unreachable!() };
                 p.step = match applied_before.remove(&p.row.msg_id) {
                     Some(d) => Step::Settled(succeeded(identity, d)),
-                    None => self.decide_one(p, &msg, identity, &mut overlay, now),
+                    None => self.decide_one(p, k, &msg, identity, &mut overlay, now),
                 };
             }
             if p.backs_off() {
@@ -73,6 +110,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     fn decide_one(
         &self,
         p: &Planned,
+        k: usize,
         msg: &Message,
         identity: String,
         overlay: &mut Overlay,
@@ -115,10 +153,15 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             return failed(ErrorClass::Protocol, &why);
         }
         for c in &d.flights {
+            if !overlay.read_after(&c.flid, k) {
+                continue;
+            }
             // The key is copied only for a flight the overlay does not hold yet.
             match overlay.flights.get_mut(&c.flid) {
-                Some(s) => s.apply(c, row.msg_id),
-                None => overlay.flights.entry(c.flid.clone()).or_default().apply(c, row.msg_id),
+                Some(s) => Arc::make_mut(s).apply(c, row.msg_id),
+                None => {
+                    Arc::make_mut(overlay.flights.entry(c.flid.clone()).or_default()).apply(c, row.msg_id)
+                }
             }
         }
         // A decision that changes no flight has nothing for Redis and needs no journal: it
@@ -146,5 +189,49 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 )
             })
             .or_else(|| handlers::keys_too_long(d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{ProcRow, ProcStatus};
+
+    fn row(msg_id: i64) -> ProcRow {
+        ProcRow {
+            msg_id,
+            state: ProcStatus::Pending,
+            attempts: 0,
+            next_attempt_at: None,
+            error_class: None,
+            last_error: None,
+            identity_key: None,
+            first_failed_at: None,
+            type_tag: None,
+            received_at: None,
+        }
+    }
+
+    /// A change is laid on the overlay for exactly the flights a later message of the round
+    /// reads: message 2 reads what message 0 changed of A, nothing reads B after message 1,
+    /// and a message already settled reads nothing.
+    #[test]
+    fn a_change_is_laid_on_only_for_a_flight_a_later_message_reads() {
+        let rows: Vec<ProcRow> = (1..=4).map(row).collect();
+        fn decide<'r>(flid: &str, r: &'r ProcRow) -> Planned<'r> {
+            let raw = crate::fixtures::flop(r.msg_id as u64, "STND", flid, &[("STND", Some("A1"))]);
+            let msg = Box::new(crate::codec::decode(&raw).expect("fixture decodes"));
+            Planned::new(r, Step::Decide { msg, identity: r.msg_id.to_string() })
+        }
+        let settled = Planned::new(
+            &rows[3],
+            Step::Settled(Outcome::Skipped { reason: crate::domain::SkipReason::Ignored("x".into()) }),
+        );
+        let plan = vec![decide("A", &rows[0]), decide("B", &rows[1]), decide("A", &rows[2]), settled];
+        let overlay =
+            Overlay { flights: FlightView::new(), window: Vec::new(), last_read: last_readers(&plan) };
+        assert!(overlay.read_after("A", 0), "message 2 reads A");
+        assert!(!overlay.read_after("A", 2) && !overlay.read_after("B", 1), "nothing reads them after");
+        assert!(!overlay.read_after("C", 0), "no message reads C");
     }
 }

@@ -354,7 +354,8 @@ fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String
     for id in succeeded {
         let raw = &sim.upstream.rows[id].raw;
         let msg = crate::codec::decode(raw).map_err(|e| format!("model: msg {id} does not decode: {e:?}"))?;
-        let view = View { flights: model.clone(), window: Vec::new() };
+        let flights = model.iter().map(|(f, s)| (f.clone(), std::sync::Arc::new(s.clone()))).collect();
+        let view = View { flights, window: Vec::new() };
         let d = handlers::decide(&view, &msg, *id).map_err(|e| format!("model: msg {id}: {e:?}"))?;
         for c in &d.flights {
             model.entry(c.flid.clone()).or_default().apply(c, *id);

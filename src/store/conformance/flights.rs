@@ -260,7 +260,7 @@ pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut 
     s.restore(&restore, at(0)).unwrap();
     assert_eq!(s.audit().unwrap().seq, before + 1, "a restore counts as a write a rollback can lose");
     let got = read(&mut s, &["F", "X"], &[5]);
-    assert_eq!(got.flights["F"], f, "the flight is exactly the rebuilt one (GATE gone)");
+    assert_eq!(*got.flights["F"], f, "the flight is exactly the rebuilt one (GATE gone)");
     assert!(!got.flights.get("X").is_some_and(|x| x.exists()), "a rebuilt delete deletes");
     assert_eq!(got.applied[&5].events, journal.events, "the journal entry is back");
     assert_eq!(s.generation_of().unwrap(), (4, 3));
@@ -374,7 +374,7 @@ pub fn a_round_merged_per_flight_ends_as_its_changes_one_by_one<S: FlightTwin>(m
             model
                 .iter()
                 .filter(|(_, (st, _))| !st.fields.is_empty() || !st.versions.is_empty() || st.deleted > 0)
-                .map(|(f, (st, _))| (f.clone(), st.clone()))
+                .map(|(f, (st, _))| (f.clone(), std::sync::Arc::new(st.clone())))
                 .collect(),
             index.into_iter().map(|(_, f)| f.clone()).collect::<Vec<_>>(),
         );

@@ -31,12 +31,13 @@ mod net;
 
 use crate::error::Store;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, Script, Value};
 
 use crate::error::StoreError;
-use crate::handlers::{Decision, FlightState};
+use crate::handlers::{Decision, FlightState, FlightView};
 use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
@@ -603,7 +604,7 @@ impl FlightAudit for RedisFlights {
             })?;
             for (flid, sodt) in chunk.iter().zip(scores) {
                 if let Some(f) = got.get(flid) {
-                    out.push((flid.clone(), f.clone(), sodt));
+                    out.push((flid.clone(), FlightState::clone(f), sodt));
                 }
             }
         }
@@ -728,7 +729,7 @@ impl RedisFlights {
         if !missing.is_empty() {
             let read = self.read_flights(&missing)?;
             let known = self.known.as_mut().expect("inserted above");
-            known.flights.extend(missing.into_iter().zip(read));
+            known.flights.extend(missing.into_iter().zip(read.into_iter().map(Arc::new)));
         }
         Ok(())
     }
@@ -867,7 +868,7 @@ impl FlightStore for RedisFlights {
             known.flights.clear(); // bounded: this round reads its flights whole
         }
         let (unread, cached): (Vec<&String>, Vec<&String>) =
-            need.flids.iter().partition(|f| !known.flights.get(*f).is_some_and(net::lasting));
+            need.flids.iter().partition(|f| !known.flights.get(*f).is_some_and(|f| net::lasting(f)));
         let journal = format!("{}journal", self.prefix);
         let flight_keys: Vec<(String, String)> =
             unread.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
@@ -925,7 +926,7 @@ impl FlightStore for RedisFlights {
         let mut read = Vec::with_capacity(unread.len());
         for flid in &unread {
             let (fields, versions) = (next()?, next()?);
-            read.push(((*flid).clone(), flight_of(fields, versions)?));
+            read.push(((*flid).clone(), Arc::new(flight_of(fields, versions)?)));
         }
         let window = match need.window {
             Some(_) => {
@@ -934,12 +935,12 @@ impl FlightStore for RedisFlights {
             }
             None => Vec::new(),
         };
-        // The round decides on a copy of each flight that holds something; what is known
-        // keeps its own (a flight known and unchanged is copied once, not put back).
-        let mut flights = std::collections::BTreeMap::new();
-        let mut hand = |flid: &String, f: &FlightState| {
+        // The round decides on each flight that holds something, shared with what is known
+        // (a state is copied only where the round changes one that is still shared).
+        let mut flights = FlightView::new();
+        let mut hand = |flid: &String, f: &Arc<FlightState>| {
             if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
-                flights.insert(flid.clone(), f.clone());
+                flights.insert(flid.clone(), Arc::clone(f));
             }
         };
         if token != known.token {
@@ -948,7 +949,7 @@ impl FlightStore for RedisFlights {
             known = net::Known { token, generation_msg, flights: HashMap::new() };
             let cached: Vec<String> = cached.into_iter().cloned().collect();
             let again = self.read_flights(&cached)?;
-            read.extend(cached.into_iter().zip(again));
+            read.extend(cached.into_iter().zip(again.into_iter().map(Arc::new)));
         } else {
             for flid in cached {
                 hand(flid, known.flights.get(flid).expect("partitioned above"));

@@ -10,6 +10,7 @@
 //! was read, and the difference is right. Pure: no I/O here.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::handlers::{Decision, FlightState};
 
@@ -20,8 +21,9 @@ pub struct Known {
     pub token: Option<String>,
     /// `schd:gen`'s `msg_id` (`-1`: none), when it was read.
     pub generation_msg: Option<i64>,
-    /// Every flight read, as it stands (empty: it holds nothing).
-    pub flights: HashMap<String, FlightState>,
+    /// Every flight read, as it stands (empty: it holds nothing); shared with the round that
+    /// decides on it ([`crate::handlers::FlightView`]).
+    pub flights: HashMap<String, Arc<FlightState>>,
 }
 
 /// How many flights the adapter keeps known between rounds (beyond it, the next round reads
@@ -153,7 +155,10 @@ pub fn play(known: &mut Known, decisions: &[(i64, &Decision)]) -> Round {
             round.generations += 1;
         }
         for c in &d.flights {
-            let st = known.flights.get_mut(&c.flid).expect("every flight a round changes is known");
+            // The round's decisions are made and their view dropped: a state is shared with
+            // nothing now, and is played in place, not copied.
+            let st =
+                Arc::make_mut(known.flights.get_mut(&c.flid).expect("every flight a round changes is known"));
             let k = *at.entry(c.flid.as_str()).or_insert_with(|| {
                 round.flights.push((c.flid.clone(), Before::of(st)));
                 index.push(Index::Untouched);
@@ -293,9 +298,9 @@ mod tests {
             let mut want = before.clone();
             changes.iter().for_each(|(m, d)| want.apply(&d.flights[0], *m));
             let mut known = Known::default();
-            known.flights.insert("F".into(), before.clone());
+            known.flights.insert("F".into(), Arc::new(before.clone()));
             let round = play(&mut known, &changes.iter().map(|(m, d)| (*m, d)).collect::<Vec<_>>());
-            let after = &known.flights["F"];
+            let after = &*known.flights["F"];
             assert_eq!(after, &want, "case {case}: played in place by the one rule");
             let mut w = Writes::default();
             diff(&round.flights[0].1, after, &mut w);
@@ -315,7 +320,7 @@ mod tests {
     /// `changes` played on a known flight `F` that was `before`.
     fn played(before: &FlightState, changes: &[(i64, FlightChange)]) -> (Known, Round) {
         let mut known = Known::default();
-        known.flights.insert("F".into(), before.clone());
+        known.flights.insert("F".into(), Arc::new(before.clone()));
         let ds: Vec<(i64, Decision)> = changes
             .iter()
             .map(|(m, c)| (*m, Decision { flights: vec![c.clone()], ..Default::default() }))
@@ -365,8 +370,8 @@ mod tests {
     #[test]
     fn a_round_plays_snapshots_only_when_newer_and_indexes_as_the_twin() {
         let mut known = Known { generation_msg: Some(10), ..Default::default() };
-        known.flights.insert("A".into(), FlightState::default());
-        known.flights.insert("B".into(), FlightState::default());
+        known.flights.insert("A".into(), Arc::default());
+        known.flights.insert("B".into(), Arc::default());
         let mut a = change("A", &[("STND", "1")], &[], false);
         a.sodt = Some(202601010800);
         let mut snap = Decision { snapshot: true, flights: vec![a.clone()], ..Default::default() };

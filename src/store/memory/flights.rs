@@ -4,6 +4,7 @@
 
 use crate::error::Store;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{fault_controls, Shared};
@@ -289,8 +290,11 @@ impl FlightStore for MemFlights {
             }
             let applied =
                 need.msg_ids.iter().filter_map(|m| s.applied.get(m).map(|d| (*m, d.clone()))).collect();
-            let flights =
-                need.flids.iter().filter_map(|f| s.flights.get(f).map(|v| (f.clone(), v.clone()))).collect();
+            let flights = need
+                .flids
+                .iter()
+                .filter_map(|f| s.flights.get(f).map(|v| (f.clone(), Arc::new(v.clone()))))
+                .collect();
             let window = match need.window {
                 Some((a, b)) => {
                     let mut w: Vec<(i64, String)> = s
