@@ -4,6 +4,7 @@
 //! poller holds an [`Intake`] and cannot record an outcome, backfill holds a [`MarkLedger`] and
 //! cannot touch the FIFO, and only the pump holds a [`Fifo`] and a [`FlightStore`].
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
@@ -584,20 +585,36 @@ pub trait FlightAudit {
     fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>>;
 }
 
-/// One Kafka record.
+/// One Kafka record: borrowed from the outbox rows it is made of while it is sent (#23: each
+/// event's topic, key, payload and header names were copied into an owned record for every
+/// send, and dropped after it), owned where one is kept (a twin's delivered list, what a
+/// consumer read back).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub topic: String,
-    pub key: String,
-    pub payload: String,
-    pub headers: Vec<(String, String)>,
+pub struct Record<'a> {
+    pub topic: Cow<'a, str>,
+    pub key: Cow<'a, str>,
+    pub payload: Cow<'a, str>,
+    pub headers: Vec<(Cow<'a, str>, String)>,
+}
+
+impl Record<'_> {
+    /// The record with nothing borrowed.
+    pub fn into_owned(self) -> Record<'static> {
+        let own = |c: Cow<'_, str>| Cow::Owned(c.into_owned());
+        Record {
+            topic: own(self.topic),
+            key: own(self.key),
+            payload: own(self.payload),
+            headers: self.headers.into_iter().map(|(k, v)| (own(k), v)).collect(),
+        }
+    }
 }
 
 /// The Kafka producer (D3: idempotent, acks=all, one request in flight).
 pub trait Producer {
     /// Sends `records` in order and waits for each one's acknowledgement. The result has one
     /// entry per record; only a prefix of `Ok`s may be counted as delivered in order.
-    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>>;
+    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<(), StoreError>>;
 }
 
 /// The one who asks for the lease: this process.

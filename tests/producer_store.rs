@@ -26,15 +26,15 @@ impl ProducerTwin for Broker {
         self.s.topic().to_string()
     }
 
-    fn read(&mut self, want: usize) -> Vec<Record> {
+    fn read(&mut self, want: usize) -> Vec<Record<'static>> {
         common::consume_from(&self.s.cfg.kafka_brokers, self.s.topic(), want, Duration::from_secs(20))
             .into_iter()
             .take(want)
             .map(|c| Record {
-                topic: self.topic(),
-                key: c.key,
-                payload: c.payload.to_string(),
-                headers: c.headers,
+                topic: self.topic().into(),
+                key: c.key.into(),
+                payload: c.payload.to_string().into(),
+                headers: c.headers.into_iter().map(|(k, v)| (k.into(), v)).collect(),
             })
             .collect()
     }

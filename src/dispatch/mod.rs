@@ -339,9 +339,9 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         let payload =
             format!("[{}]", latest.iter().map(|e| e.payload_json.as_str()).collect::<Vec<_>>().join(","));
         let record = Record {
-            topic: self.settings.topic_schd.clone(),
-            key: "FLTR".to_string(),
-            payload,
+            topic: self.settings.topic_schd.as_str().into(),
+            key: "FLTR".into(),
+            payload: payload.into(),
             headers: vec![
                 ("first_event_id".into(), ready[0].event_id.to_string()),
                 ("last_event_id".into(), ready[ready.len() - 1].event_id.to_string()),
@@ -387,16 +387,18 @@ pub fn batch_key(latest: &[&MsgEvent]) -> String {
     format!("schd:{hex}")
 }
 
-fn msg_record(topic: &str, e: &MsgEvent) -> Record {
-    let mut headers =
-        vec![("event_id".to_string(), e.event_id.to_string()), ("event_key".to_string(), e.key())];
+/// An event's record, borrowed from its row: only the headers' values are written.
+fn msg_record<'a>(topic: &'a str, e: &'a MsgEvent) -> Record<'a> {
+    let mut headers = Vec::with_capacity(3);
+    headers.push(("event_id".into(), e.event_id.to_string()));
+    headers.push(("event_key".into(), e.key()));
     if let Some(m) = e.msg_id {
-        headers.push(("msg_id".to_string(), m.to_string()));
+        headers.push(("msg_id".into(), m.to_string()));
     }
     Record {
-        topic: topic.to_string(),
-        key: e.partition_key.clone(),
-        payload: e.payload_json.clone(),
+        topic: topic.into(),
+        key: e.partition_key.as_str().into(),
+        payload: e.payload_json.as_str().into(),
         headers,
     }
 }

@@ -83,9 +83,9 @@ fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
     let got = w.producer.delivered();
-    let payloads: Vec<_> = got.iter().map(|r| r.payload.as_str()).collect();
+    let payloads: Vec<_> = got.iter().map(|r| r.payload.as_ref()).collect();
     assert_eq!(payloads, ["{\"n\":1}", "{\"n\":2}", "{\"n\":3}"]);
-    assert_eq!((got[0].key.as_str(), got[0].topic.as_str()), ("F1", "t.msg"));
+    assert_eq!((got[0].key.as_ref(), got[0].topic.as_ref()), ("F1", "t.msg"));
     assert_eq!(
         got[0].headers,
         vec![
@@ -189,7 +189,7 @@ fn schd_is_one_fltr_array_per_flush_period_with_the_latest_per_flight() {
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
     let got = w.producer.delivered();
     assert_eq!(got.len(), 1, "never one by one");
-    assert_eq!((got[0].topic.as_str(), got[0].key.as_str()), ("t.schd", "FLTR"));
+    assert_eq!((got[0].topic.as_ref(), got[0].key.as_ref()), ("t.schd", "FLTR"));
     let arr: serde_json::Value = serde_json::from_str(&got[0].payload).unwrap();
     assert_eq!(arr, serde_json::json!([{"FLID": "A", "v": 2}, {"FLID": "B", "v": 1}]));
     // The next flush waits for the period, however much arrives meanwhile.
@@ -312,7 +312,7 @@ fn a_broker_away_for_two_hours_dead_letters_nothing_and_delivers_in_order_after(
         w.round().unwrap();
     }
     let ns: Vec<String> =
-        w.producer.delivered().iter().filter(|r| r.topic == "t.msg").map(|r| r.payload.clone()).collect();
+        w.producer.delivered().iter().filter(|r| r.topic == "t.msg").map(|r| r.payload.to_string()).collect();
     assert_eq!(ns, (1..=6).map(|n| format!("{{\"n\":{n}}}")).collect::<Vec<_>>(), "in order, nothing lost");
 }
 

@@ -145,7 +145,7 @@ impl Checker {
                         return Err(format!("event {id} delivered first after event {}", self.last_event_id));
                     }
                     self.last_event_id = id;
-                    self.event_keys.insert(key, r.payload.clone());
+                    self.event_keys.insert(key, r.payload.to_string());
                 }
             }
         }
@@ -377,7 +377,7 @@ fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String
     for r in sim.kafka.delivered().iter().filter(|r| r.topic == sim.cfg.topic_msg) {
         let (Some(e), Some(m)) = (event_key(r), header(r, "msg_id")) else { continue };
         if seen.insert(e) {
-            got.entry(m).or_default().push(r.payload.clone());
+            got.entry(m).or_default().push(r.payload.to_string());
         }
     }
     let late = sim.upstream.late_flights();

@@ -31,9 +31,9 @@ fn raw_floor() -> f64 {
     let mut producer = KafkaProducer::new(&s.cfg).unwrap();
     let records: Vec<Record> = (1..=N)
         .map(|n| Record {
-            topic: s.cfg.topic_msg.clone(),
-            key: format!("F{}", n % 100),
-            payload: payload(n),
+            topic: s.cfg.topic_msg.as_str().into(),
+            key: format!("F{}", n % 100).into(),
+            payload: payload(n).into(),
             headers: vec![("event_id".into(), n.to_string()), ("msg_id".into(), n.to_string())],
         })
         .collect();

@@ -375,12 +375,13 @@ fn floor_dispatcher(s: &Services, mut producer: KafkaProducer, input: Receiver<V
         }
         let batch: Vec<i64> = pending.drain(..pending.len().min(FLOOR_DISPATCH)).collect();
         let rows = pg.query(&read, &[&batch]).unwrap();
+        // Borrowed from the rows, as msgx's records are (#23).
         let records: Vec<Record> = rows
             .iter()
             .map(|r| Record {
-                topic: s.cfg.topic_msg.clone(),
-                key: r.get(1),
-                payload: r.get(2),
+                topic: s.cfg.topic_msg.as_str().into(),
+                key: r.get::<_, &str>(1).into(),
+                payload: r.get::<_, &str>(2).into(),
                 headers: vec![("event_id".into(), r.get::<_, i64>(0).to_string())],
             })
             .collect();

@@ -12,7 +12,7 @@ pub trait ProducerTwin {
     /// The topic the suite writes to.
     fn topic(&self) -> String;
     /// The first `want` records on the topic, as a consumer reads them.
-    fn read(&mut self, want: usize) -> Vec<Record>;
+    fn read(&mut self, want: usize) -> Vec<Record<'static>>;
     /// A producer whose broker cannot be reached.
     fn unreachable(&mut self) -> Self::P;
 }
@@ -31,7 +31,7 @@ impl ProducerTwin for crate::store::memory::MemProducer {
         "msgx.suite".into()
     }
 
-    fn read(&mut self, want: usize) -> Vec<Record> {
+    fn read(&mut self, want: usize) -> Vec<Record<'static>> {
         self.delivered().into_iter().filter(|r| r.topic == "msgx.suite").take(want).collect()
     }
 
@@ -42,11 +42,11 @@ impl ProducerTwin for crate::store::memory::MemProducer {
     }
 }
 
-fn record(topic: &str, n: usize, payload: String) -> Record {
+fn record(topic: &str, n: usize, payload: String) -> Record<'static> {
     Record {
-        topic: topic.into(),
-        key: format!("K{}", n % 5),
-        payload,
+        topic: topic.to_string().into(),
+        key: format!("K{}", n % 5).into(),
+        payload: payload.into(),
         headers: vec![("event_id".into(), n.to_string()), ("msg_id".into(), (n * 10).to_string())],
     }
 }

@@ -229,7 +229,12 @@ impl KafkaProducer {
     /// Queues `records` in order; stops at the first the client refuses. A full local queue
     /// drains as the broker acknowledges: wait for reports, bounded by `deadline`. How many
     /// were queued, and the refusal.
-    fn queue(&mut self, records: &[Record], round: u64, deadline: Instant) -> (usize, Option<StoreError>) {
+    fn queue(
+        &mut self,
+        records: &[Record<'_>],
+        round: u64,
+        deadline: Instant,
+    ) -> (usize, Option<StoreError>) {
         let mut queued = 0;
         let mut refused: Option<StoreError> = None;
         'records: for (i, r) in records.iter().enumerate() {
@@ -238,8 +243,8 @@ impl KafkaProducer {
                 headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
             }
             let mut record = BaseRecord::with_opaque_to(&r.topic, Box::new((round, i)))
-                .key(&r.key)
-                .payload(&r.payload)
+                .key(r.key.as_ref())
+                .payload(r.payload.as_ref())
                 .headers(headers);
             // A full local queue drains as the broker acknowledges; wait for reports, bounded.
             loop {
@@ -268,7 +273,7 @@ impl KafkaProducer {
 }
 
 impl Producer for KafkaProducer {
-    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<(), StoreError>> {
         self.round += 1;
         let round = self.round;
         {

@@ -8,7 +8,7 @@ use crate::ports::{Producer, Record};
 
 #[derive(Debug, Default)]
 pub struct ProducerState {
-    pub delivered: Vec<Record>,
+    pub delivered: Vec<Record<'static>>,
     /// A record whose payload is longer than this is refused (MSG_SIZE_TOO_LARGE) and ends
     /// the send, as a broker's `message.max.bytes` does; 0: no limit.
     pub max_bytes: usize,
@@ -28,7 +28,7 @@ impl MemProducer {
         Self::default()
     }
 
-    pub fn delivered(&self) -> Vec<Record> {
+    pub fn delivered(&self) -> Vec<Record<'static>> {
         self.0.lock().state.delivered.clone()
     }
 
@@ -44,7 +44,7 @@ impl MemProducer {
 }
 
 impl Producer for MemProducer {
-    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<(), StoreError>> {
         let mut out = Vec::with_capacity(records.len());
         let res = self.0.write(Store::Kafka, |s| {
             let mut budget = s.ack_then_fail.take();
@@ -70,7 +70,7 @@ impl Producer for MemProducer {
                     )));
                     continue;
                 }
-                s.delivered.push(r.clone());
+                s.delivered.push(r.clone().into_owned());
                 budget = budget.map(|b| b - 1);
                 out.push(Ok(()));
             }
