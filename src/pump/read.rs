@@ -14,9 +14,14 @@ use crate::domain::{ProcRow, SkipReason};
 use crate::error::ErrorClass;
 use crate::ports::{Failure, Fifo, FlightStore, MailboxTexts, Outcome, Raw, StoreResult};
 
-/// What decoding one text gave: the META (for the tag), and the message unless an ignore
-/// rule matched it.
-type Decoded = Result<Result<(codec::Meta, Option<Message>), DecodeError>, DecodeError>;
+/// What decoding one text gave: the message, or the META of one an ignore rule matched. The
+/// tag is read from either (#23: the META was copied for it, five strings a message).
+enum Read {
+    Message(Box<Message>),
+    Ignored(codec::Meta),
+}
+
+type Decoded = Result<Result<Read, DecodeError>, DecodeError>;
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// The round ends after the first message that will be FAILED (it becomes the head in
@@ -148,37 +153,40 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Some(Raw::Body(b)) => b,
             Some(Raw::Later) => unreachable!("a round ends before a text it did not read"),
         };
-        let (meta, msg) = match pure(|| self.decode_text(&body)) {
+        let read = match pure(|| self.decode_text(&body)) {
             Err(panic) => return Planned::new(row, fail(ErrorClass::Infra, &panic)),
             // META unreadable, or read but the body is not: the text fails either way.
             Ok(Err(e)) | Ok(Ok(Err(e))) => return Planned::new(row, fail(e.class, &e.detail)),
-            Ok(Ok(Ok(m))) => m,
+            Ok(Ok(Ok(r))) => r,
         };
         let mut planned =
             Planned::new(row, Step::Settled(Outcome::Skipped { reason: SkipReason::Ignored(String::new()) }));
-        planned.tag = Some(MsgKind::of(&meta).type_tag());
-        let Some(msg) = msg else {
-            let rule = self.ignore.matching(&meta).unwrap_or("?").to_string();
-            planned.settle(Outcome::Skipped { reason: SkipReason::Ignored(rule) });
-            return planned;
+        let msg = match read {
+            Read::Ignored(meta) => {
+                planned.tag = Some(MsgKind::of(&meta).type_tag());
+                let rule = self.ignore.matching(&meta).unwrap_or("?").to_string();
+                planned.settle(Outcome::Skipped { reason: SkipReason::Ignored(rule) });
+                return planned;
+            }
+            Read::Message(msg) => msg,
         };
+        planned.tag = Some(MsgKind::of(&msg.meta).type_tag());
         planned.unknown = msg.unknown.clone();
         if let Some(why) = msg.kind.not_for_us() {
             planned.settle(Outcome::Skipped { reason: SkipReason::NotForMsgx(why.to_string()) });
             return planned;
         }
         let identity = codec::identity(&msg.meta, self.include_day_boundary);
-        planned.step = Step::Decide { msg: Box::new(msg), identity };
+        planned.step = Step::Decide { msg, identity };
         planned
     }
 
     fn decode_text(&self, body: &[u8]) -> Decoded {
         let text = codec::text_of(body)?;
         let env = codec::decode_meta(text)?;
-        let meta = env.meta.clone();
-        if self.ignore.matching(&meta).is_some() {
-            return Ok(Ok((meta, None)));
+        if self.ignore.matching(&env.meta).is_some() {
+            return Ok(Ok(Read::Ignored(env.meta)));
         }
-        Ok(codec::decode_body_with(env, self.strict).map(|m| (meta, Some(m))))
+        Ok(codec::decode_body_with(env, self.strict).map(|m| Read::Message(Box::new(m))))
     }
 }
