@@ -246,25 +246,28 @@ pub fn clip(s: &str, max_chars: usize) -> String {
 const TERMINAL: &str = "('SUCCEEDED', 'SKIPPED', 'DEAD')";
 const UNFINISHED: &str = "('PENDING', 'FAILED')";
 
+/// A row of [`PROC_ROW`]'s columns, read by their place in it: by name, each `get` looked
+/// through the columns comparing names, ten a row (#23).
 fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
-    let state: String = r.get("state");
-    let attempts: i32 = r.get("attempts");
+    let state: &str = r.get(1);
+    let attempts: i32 = r.get(2);
     Ok(ProcRow {
-        msg_id: r.get("msg_id"),
-        state: ProcStatus::parse(&state).ok_or_else(|| {
+        msg_id: r.get(0),
+        state: ProcStatus::parse(state).ok_or_else(|| {
             StoreError::rejected(Store::Postgres, format!("unknown PROC_STATE.STATE {state:?}"))
         })?,
         attempts: attempts.max(0) as u32,
-        next_attempt_at: r.get("next_attempt_at"),
-        error_class: r.get::<_, Option<String>>("error_class").and_then(|c| ErrorClass::parse(&c)),
-        last_error: r.get("last_error"),
-        identity_key: r.get("identity_key"),
-        first_failed_at: r.get("first_failed_at"),
-        type_tag: r.get("type_tag"),
-        received_at: r.get("received_at"),
+        next_attempt_at: r.get(3),
+        error_class: r.get::<_, Option<&str>>(4).and_then(ErrorClass::parse),
+        last_error: r.get(5),
+        identity_key: r.get(6),
+        first_failed_at: r.get(7),
+        type_tag: r.get(8),
+        received_at: r.get(9),
     })
 }
 
+/// The columns [`proc_row`] reads, in the order it reads them.
 const PROC_ROW: &str =
     "msg_id, state, attempts, next_attempt_at, error_class, last_error, identity_key, first_failed_at, type_tag, received_at";
 
@@ -871,6 +874,25 @@ impl Housekeeping for Pg {
 #[cfg(test)]
 mod tests {
     use super::clip;
+
+    /// `proc_row` reads by place: the places are these columns'.
+    #[test]
+    fn proc_row_reads_the_columns_of_proc_row_in_their_order() {
+        let columns: Vec<&str> = super::PROC_ROW.split(", ").collect();
+        let read = [
+            "msg_id",
+            "state",
+            "attempts",
+            "next_attempt_at",
+            "error_class",
+            "last_error",
+            "identity_key",
+            "first_failed_at",
+            "type_tag",
+            "received_at",
+        ];
+        assert_eq!(columns, read);
+    }
 
     #[test]
     fn a_span_is_the_lowest_and_highest_id_and_none_matches_nothing() {
