@@ -71,6 +71,24 @@ pub struct ProcRow {
     pub received_at: Option<SystemTime>,
 }
 
+impl ProcRow {
+    /// A row as enqueued: PENDING, never tried.
+    pub fn pending(msg_id: i64, received_at: Option<SystemTime>) -> ProcRow {
+        ProcRow {
+            msg_id,
+            state: ProcStatus::Pending,
+            attempts: 0,
+            next_attempt_at: None,
+            error_class: None,
+            last_error: None,
+            identity_key: None,
+            first_failed_at: None,
+            type_tag: None,
+            received_at,
+        }
+    }
+}
+
 /// Why a message was SKIPPED, as `PROC_STATE.LAST_ERROR` keeps it (`kind:detail`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {

@@ -195,29 +195,14 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{ProcRow, ProcStatus};
-
-    fn row(msg_id: i64) -> ProcRow {
-        ProcRow {
-            msg_id,
-            state: ProcStatus::Pending,
-            attempts: 0,
-            next_attempt_at: None,
-            error_class: None,
-            last_error: None,
-            identity_key: None,
-            first_failed_at: None,
-            type_tag: None,
-            received_at: None,
-        }
-    }
+    use crate::domain::ProcRow;
 
     /// A change is laid on the overlay for exactly the flights a later message of the round
     /// reads: message 2 reads what message 0 changed of A, nothing reads B after message 1,
     /// and a message already settled reads nothing.
     #[test]
     fn a_change_is_laid_on_only_for_a_flight_a_later_message_reads() {
-        let rows: Vec<ProcRow> = (1..=4).map(row).collect();
+        let rows: Vec<ProcRow> = (1..=4).map(|m| ProcRow::pending(m, None)).collect();
         fn decide<'r>(flid: &str, r: &'r ProcRow) -> Planned<'r> {
             let raw = crate::fixtures::flop(r.msg_id as u64, "STND", flid, &[("STND", Some("A1"))]);
             let msg = Box::new(crate::codec::decode(&raw).expect("fixture decodes"));

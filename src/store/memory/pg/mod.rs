@@ -273,18 +273,7 @@ fn unfinished(procs: &mut BTreeMap<i64, MemProc>, id: i64) -> StoreResult<&mut M
 
 fn new_proc(r: &InboundRow, now: SystemTime) -> MemProc {
     MemProc {
-        row: ProcRow {
-            msg_id: r.id,
-            state: ProcStatus::Pending,
-            attempts: 0,
-            next_attempt_at: None,
-            error_class: None,
-            last_error: None,
-            identity_key: None,
-            first_failed_at: None,
-            type_tag: None,
-            received_at: r.received_at,
-        },
+        row: ProcRow::pending(r.id, r.received_at),
         updated_at: now,
         received_at: r.received_at,
         backfill_next_at: None,
