@@ -542,11 +542,9 @@ pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Resu
             stray = true;
         }
     }
-    fn text<'d>(e: Option<Element<'d, '_>>) -> Option<&'d str> {
-        e.map(Element::text).filter(|t| !t.is_empty())
-    }
-    let flid = text(flid).ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
-    let ffid = text(ffid).map(str::to_string);
+    let flid =
+        flid.and_then(Element::filled_text).ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
+    let ffid = ffid.and_then(Element::filled_text).map(str::to_string);
     if st.styp == "FDEL" {
         return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
     }

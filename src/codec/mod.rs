@@ -314,8 +314,7 @@ fn meta_of(root: Element) -> Result<Meta, DecodeError> {
         }
     }
     let [ty, sndr, seqn, dttm, ddtm, styp, mgid, rcvr, sorc, rmid, apot] = found;
-    let text =
-        |e: Option<Element<'_, '_>>| e.map(Element::text).filter(|t| !t.is_empty()).map(str::to_string);
+    let text = |e: Option<Element<'_, '_>>| e.and_then(Element::filled_text).map(str::to_string);
     let field = |e: Option<String>, name: &str| e.ok_or_else(|| malformed(format!("<META> has no <{name}>")));
     let msg_type = field(text(ty), "TYPE")?.to_ascii_uppercase();
     let platform = dttm.is_none()
@@ -328,7 +327,7 @@ fn meta_of(root: Element) -> Result<Meta, DecodeError> {
         msg_type,
         styp: field(text(styp), "STYP")?.to_ascii_uppercase(),
         dialect: if platform { Dialect::B } else { Dialect::A },
-        mgid: mgid.map(Element::text).filter(|t| !t.is_empty()).map(|s| s.trim().to_string()),
+        mgid: mgid.and_then(Element::filled_text).map(|s| s.trim().to_string()),
     };
     Ok(meta)
 }

@@ -102,7 +102,12 @@ impl<'d, 'a> Element<'d, 'a> {
 
     /// Text of a child, `None` when the child is absent or empty.
     pub fn child_text(self, name: &str) -> Option<&'d str> {
-        self.child(name).map(Element::text).filter(|t| !t.is_empty())
+        self.child(name).and_then(Element::filled_text)
+    }
+
+    /// Its text, `None` when it is empty.
+    pub fn filled_text(self) -> Option<&'d str> {
+        Some(self.text()).filter(|t| !t.is_empty())
     }
 }
 
