@@ -9,6 +9,15 @@ use log::error;
 
 mod cli;
 
+/// jemalloc, not glibc's malloc: every stage allocates small short-lived pieces (a message's
+/// tree and records, a round's rows, a log line), many freed on another thread than the one that
+/// made them, and glibc's allocator was a third of the process thread's samples. jemalloc took
+/// about a sixth off msgx's own CPU per message in the e2e bench, for some 7 MiB more peak RSS
+/// (#23, docs/performance.md); mimalloc took nothing off and tripled the RSS. Only the binary
+/// chooses: the library's tests and benches keep the system allocator.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// One log line: `text` scrubbed of every secret, whatever a driver echoed (#21 item 3), in
 /// env_logger's own shape (`[time LEVEL target] message`) or the JSON one.
 fn write_line(buf: &mut env_logger::fmt::Formatter, record: &log::Record, text: &str) -> std::io::Result<()> {

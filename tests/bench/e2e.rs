@@ -33,6 +33,11 @@ use msgx::fixtures;
 use msgx::ports::{Producer, Record};
 use msgx::store::kafka::KafkaProducer;
 
+/// The floor runs in this process, under the allocator the msgx binary has (src/main.rs): the
+/// floor is to be at least as fast as msgx could be, so it gets whatever msgx gets.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 struct Args {
     n: u64,
     runs: usize,
