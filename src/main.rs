@@ -13,7 +13,8 @@ mod cli;
 /// tree and records, a round's rows, a log line), many freed on another thread than the one that
 /// made them, and glibc's allocator was a third of the process thread's samples. jemalloc took
 /// about a sixth off msgx's own CPU per message in the e2e bench, for some 7 MiB more peak RSS
-/// (#23, docs/performance.md); mimalloc took nothing off and tripled the RSS. The library does
+/// (#23, docs/performance.md); mimalloc took nothing off and tripled the RSS. It is linked
+/// unprefixed, so librdkafka's C code allocates from the same heap. The library does
 /// not choose one: its tests keep the system allocator; the e2e and decode benches take this
 /// one, to measure what the daemon runs.
 #[global_allocator]
