@@ -38,6 +38,10 @@ use msgx::store::kafka::KafkaProducer;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// And with the binary's options (src/main.rs).
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: &[u8; 10] = b"narenas:1\0";
+
 struct Args {
     n: u64,
     runs: usize,
