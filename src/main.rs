@@ -12,18 +12,18 @@ mod cli;
 /// jemalloc, not glibc's malloc: every stage allocates small short-lived pieces (a message's
 /// tree and records, a round's rows, a log line), many freed on another thread than the one that
 /// made them, and glibc's allocator was a third of the process thread's samples. jemalloc took
-/// about a sixth off msgx's own CPU per message in the e2e bench, for some 7 MiB more peak RSS
-/// (#23, docs/performance.md); mimalloc took nothing off and tripled the RSS. It is linked
-/// unprefixed, so librdkafka's C code allocates from the same heap. The library does
-/// not choose one: its tests keep the system allocator; the e2e and decode benches take this
-/// one, to measure what the daemon runs.
+/// a fifth off msgx's own CPU per message in the e2e bench (22 to 18 ms per 1000, medians of 15
+/// runs) for 1 MiB more peak RSS at 20 K and 3-5 at 100 K (#23, docs/performance.md); mimalloc
+/// took nothing off and tripled the RSS. It is linked unprefixed, so librdkafka's C code
+/// allocates from the same heap. The library does not choose one: its tests keep the system
+/// allocator; the e2e and decode benches take this one, to measure what the daemon runs.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read before `main` (its `malloc_conf`, which jemalloc declares weak so a
 /// program can set it; `MALLOC_CONF` in the environment is read after it and wins). One arena:
 /// the default of four per core kept each thread's freed pages apart, and the 100 K backlog's
-/// peak RSS went from 45-46 MiB to 41-42 (the 48 MiB goal of #23) at no measured CPU cost —
+/// peak RSS went from 45-46 MiB to 41-43 (the 48 MiB goal of #23) at no measured CPU cost —
 /// every thread's own cache takes nearly all of its allocations before the arena does.
 #[export_name = "malloc_conf"]
 static MALLOC_CONF: &[u8; 10] = b"narenas:1\0";

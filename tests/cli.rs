@@ -130,6 +130,23 @@ fn check_passes_on_a_good_setup_and_never_prints_a_password() {
     assert!(!out.contains("msgx-secret"), "password leaked: {out}");
 }
 
+/// The binary runs on the allocator src/main.rs chooses, with its options (#23). jemalloc prints
+/// its options at exit when `stats_print` is asked for, and it reads msgx's `malloc_conf` only
+/// under the unprefixed name: a build that lost the allocator says nothing, one that went back to
+/// the prefixed build says the default arena count.
+#[test]
+fn the_binary_allocates_with_jemalloc_and_one_arena() {
+    let o = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .arg("--version")
+        .env("MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("Begin jemalloc statistics"), "{err}");
+    assert!(err.lines().any(|l| l.trim() == "opt.narenas: 1"), "{err}");
+}
+
 #[test]
 fn unreachable_store_exits_4_naming_it() {
     let s = Services::migrated("");
