@@ -7,6 +7,12 @@
 //! Kafka ([`dispatch`]) and marks each mailbox row processed ([`backfill`]).
 //! See docs/architecture.md for the map.
 
+/// The options the binary gives its allocator, jemalloc (`malloc_conf`, src/main.rs): one
+/// arena (#23, docs/performance.md). Here, not in the binary, so that the e2e bench's floor,
+/// which runs in the bench's own process, takes the same ones. The library itself chooses no
+/// allocator.
+pub const ALLOCATOR_OPTIONS: &[u8; 10] = b"narenas:1\0";
+
 pub mod backfill;
 pub mod clock;
 pub mod codec;

@@ -26,7 +26,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// peak RSS went from 45-46 MiB to 41-43 (the 48 MiB goal of #23) at no measured CPU cost —
 /// every thread's own cache takes nearly all of its allocations before the arena does.
 #[export_name = "malloc_conf"]
-static MALLOC_CONF: &[u8; 10] = b"narenas:1\0";
+static MALLOC_CONF: &[u8; 10] = msgx::ALLOCATOR_OPTIONS;
 
 /// One log line: `text` scrubbed of every secret, whatever a driver echoed (#21 item 3), in
 /// env_logger's own shape (`[time LEVEL target] message`) or the JSON one.

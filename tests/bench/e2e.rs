@@ -38,9 +38,9 @@ use msgx::store::kafka::KafkaProducer;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// And with the binary's options (src/main.rs).
+/// And with the binary's options.
 #[export_name = "malloc_conf"]
-static MALLOC_CONF: &[u8; 10] = b"narenas:1\0";
+static MALLOC_CONF: &[u8; 10] = msgx::ALLOCATOR_OPTIONS;
 
 struct Args {
     n: u64,
