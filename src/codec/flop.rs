@@ -3,6 +3,7 @@
 //! normalised: times become ISO (`2021-01-23T05:35`), records and lists become canonical JSON
 //! (sorted keys), so equal states compare equal whatever the feed's spelling.
 
+use super::canonical::{json_str, Name};
 use super::time;
 use super::xml::{same_name, Element};
 use super::{codec_error, malformed, DecodeError};
@@ -424,23 +425,6 @@ fn record<'d>(
 #[derive(Default)]
 struct Rec<'a>(Vec<(Name<'static>, Val<'a>)>);
 
-/// A name with its place in name order: its first eight bytes as one big-endian integer,
-/// zero-padded. A smaller prefix is always an earlier name (bytes compare in order, and a
-/// shorter name pads with zeros), so only names whose prefixes tie are compared as text;
-/// comparing the names themselves called `memcmp` for every step of a record's inserts (#23).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Name<'n> {
-    prefix: u64,
-    text: &'n str,
-}
-
-impl<'n> Name<'n> {
-    fn new(text: &'n str) -> Self {
-        let prefix = text.bytes().take(8).enumerate().fold(0, |p, (i, b)| p | u64::from(b) << (56 - 8 * i));
-        Name { prefix, text }
-    }
-}
-
 impl<'a> Rec<'a> {
     /// Room for `n` values: a record's table says how many it can hold.
     fn with_capacity(n: usize) -> Self {
@@ -474,23 +458,11 @@ impl<'a> Rec<'a> {
             if i > 0 {
                 out.push(',');
             }
-            json_str(out, k.text);
+            json_str(out, k.as_str());
             out.push(':');
             json_str(out, v.as_str());
         }
         out.push('}');
-    }
-}
-
-/// A JSON string: as it stands when nothing in it needs an escape (the common case, codes and
-/// times), else as serde_json escapes it.
-fn json_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-    } else {
-        out.push_str(&serde_json::to_string(s).expect("a string serialises"));
     }
 }
 

@@ -7,6 +7,7 @@
 //! The order matters (US-04): [`decode_meta`] runs first so that the ignore rules can end a
 //! message before its body is read; only then [`decode_body`].
 
+mod canonical;
 pub mod flop;
 pub mod ignore;
 pub mod platform;

@@ -196,13 +196,20 @@ fn event(
     version: i64,
     payload: impl serde::Serialize,
 ) -> NewEvent {
+    // Strings, numbers and maps with string keys: serialising them cannot fail.
+    let payload_json = serde_json::to_string(&payload).expect("an event payload is plain JSON");
+    event_json(target, key, event_type, version, payload_json)
+}
+
+/// [`event`], its payload's JSON already written (a daily plan's records, from their decoded
+/// text).
+fn event_json(target: Target, key: &str, event_type: &str, version: i64, payload_json: String) -> NewEvent {
     NewEvent {
         target,
         partition_key: key.to_string(),
         event_type: event_type.to_string(),
         state_version: version,
-        // Strings, numbers and maps with string keys: serialising them cannot fail.
-        payload_json: serde_json::to_string(&payload).expect("an event payload is plain JSON"),
+        payload_json,
     }
 }
 

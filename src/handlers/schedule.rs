@@ -10,18 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
-use super::{event, sodt_key, Decision, FlightChange, RefChange, Reject, View};
+use super::{event, event_json, sodt_key, Decision, FlightChange, RefChange, Reject, View};
+use crate::codec::schedule::FieldValue;
 use crate::codec::{Message, SchdKind, Schedule};
 use crate::domain::Target;
-
-fn flat(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
 
 /// Checks the whole package before anything of it is applied.
 pub fn validate(s: &Schedule) -> Result<(), Reject> {
@@ -53,7 +45,7 @@ fn season_key(f: &crate::codec::Fltr) -> String {
     if let Some(flid) = &f.flid {
         return flid.clone();
     }
-    let part = |n: &str| f.fields.get(n).map(flat).unwrap_or_else(|| "-".into());
+    let part = |n: &str| f.fields.get(n).map_or("-", FieldValue::flat);
     format!("{}/{}/{}", part("FLNO"), part("MVIN"), part("STDT"))
 }
 
@@ -81,7 +73,7 @@ pub fn decide_season(s: &Schedule) -> Result<Decision, Reject> {
     let mut records: BTreeMap<String, String> = BTreeMap::new();
     for f in &s.flights {
         let key = season_key(f);
-        let json = serde_json::to_string(&f.fields).expect("JSON values serialise");
+        let json = f.fields.to_json();
         if records.insert(key.clone(), json).is_some() {
             return Err(Reject::Protocol(format!("seasonal record {key} appears twice")));
         }
@@ -109,17 +101,19 @@ pub fn decide(
     let mut carried = Vec::with_capacity(s.flights.len());
     for f in &s.flights {
         let flid = f.flid.clone().unwrap_or_default();
-        let set: Vec<(String, String)> = f.fields.iter().map(|(k, v)| (k.clone(), flat(v))).collect();
+        let set: Vec<(String, String)> =
+            f.fields.iter().map(|(k, v)| (k.to_string(), v.flat().to_string())).collect();
         d.flights.push(FlightChange {
             flid: flid.clone(),
             set,
             sodt: f.sodt.as_deref().and_then(sodt_key),
             ..Default::default()
         });
-        let mut fltr = serde_json::Map::new();
-        fltr.insert("FLID".into(), Value::String(flid.clone()));
-        fltr.extend(f.fields.iter().map(|(k, v)| (k.clone(), v.clone())));
-        d.events.push(event(Target::KafkaSchd, &flid, "UPSERT", msg_id, Value::Object(fltr)));
+        // The record with its FLID, written from the decoded text once (#23: the record's map
+        // was copied whole into a new one, then serialised).
+        let mut payload = String::new();
+        f.fields.write_object(Some(("FLID", &flid)), &mut payload);
+        d.events.push(event_json(Target::KafkaSchd, &flid, "UPSERT", msg_id, payload));
         carried.push(flid);
     }
     if d.snapshot {
@@ -177,7 +171,7 @@ mod tests {
         let targets: Vec<(&str, &str)> =
             d.events.iter().map(|e| (e.target.as_str(), e.event_type.as_str())).collect();
         assert_eq!(targets, [("KAFKA:schd", "UPSERT"), ("KAFKA:schd", "UPSERT"), ("KAFKA:schd", "DELETE")]);
-        let p: Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
+        let p: serde_json::Value = serde_json::from_str(&d.events[0].payload_json).unwrap();
         assert_eq!(p["FLID"], "1");
         assert_eq!(p["SODT"], "2026-03-05T09:00");
     }
