@@ -275,6 +275,23 @@ fn write_value(el: Element, flid: &str, out: &mut String) -> Result<(), DecodeEr
     Ok(())
 }
 
+/// A JSON list of `items`, each written by `write`.
+fn write_list<T>(
+    items: &[T],
+    out: &mut String,
+    mut write: impl FnMut(&T, &mut String) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write(item, out)?;
+    }
+    out.push(']');
+    Ok(())
+}
+
 /// What a record's key stands for.
 enum Part<'d, 'x> {
     Child(Element<'d, 'x>),
@@ -330,16 +347,7 @@ fn write_record(el: Element, flid: &str, out: &mut String) -> Result<(), DecodeE
         match group {
             [(_, p)] => part(p, out)?,
             // Only children repeat a name: attributes and the text are one each.
-            many => {
-                out.push('[');
-                for (j, (_, p)) in many.iter().enumerate() {
-                    if j > 0 {
-                        out.push(',');
-                    }
-                    part(p, out)?;
-                }
-                out.push(']');
-            }
+            many => write_list(many, out, |(_, p), out| part(p, out))?,
         }
     }
     out.push('}');
@@ -376,17 +384,8 @@ fn fields<'d, 'x>(
             })?,
             [_] if !LISTS.contains(&name) => fields.push(name, true, |out| write_record(first, flid, out))?,
             // Repeated, or a list's single record.
-            _ => fields.push(name, true, |out| {
-                out.push('[');
-                for (j, (_, el)) in group.iter().enumerate() {
-                    if j > 0 {
-                        out.push(',');
-                    }
-                    write_value(*el, flid, out)?;
-                }
-                out.push(']');
-                Ok(())
-            })?,
+            _ => fields
+                .push(name, true, |out| write_list(group, out, |(_, el), out| write_value(*el, flid, out)))?,
         }
     }
     scratch.text_len = fields.text.len();
