@@ -68,9 +68,13 @@ pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64
         let created = !state.exists();
         let mut change = FlightChange { flid: rec.flid.clone(), ..Default::default() };
         let mut diffs = Vec::new();
-        if created {
-            if let Some(ffid) = rec.ffid.as_ref().filter(|_| state.writable("FFID", msg_id)) {
-                change.set.push(("FFID".into(), ffid.clone()));
+        // Every record restates its flight's FFID, not only the one that creates it: then a
+        // delete older than this message, processed after it (a late row), leaves the FFID
+        // this message would have created the flight with in MSG_ID order (found by the
+        // simulator once it sent deletes: `regression_a_late_delete_keeps_the_ffid_a_newer_update_restated`).
+        if let Some(ffid) = rec.ffid.as_ref().filter(|_| state.writable("FFID", msg_id)) {
+            change.set.push(("FFID".into(), ffid.clone()));
+            if created {
                 change.sodt = sodt_from_ffid(ffid);
             }
         }
@@ -171,11 +175,12 @@ mod tests {
     fn flop_sets_a_field_and_notifies_with_old_and_new() {
         let msg = decode(&fixtures::flop_stnd(1, "1001", "A12")).unwrap();
         let d = decide(&view("1001", &[("STND", "A10")]), &msg, 77).unwrap();
+        let ffid = ("FFID".to_string(), "MX-1001-D-01JAN260900-D".to_string());
         assert_eq!(
             d.flights,
             vec![FlightChange {
                 flid: "1001".into(),
-                set: vec![("STND".into(), "A12".into())],
+                set: vec![ffid, ("STND".into(), "A12".into())],
                 ..Default::default()
             }]
         );
@@ -191,9 +196,32 @@ mod tests {
         assert!(d.events.is_empty());
         assert_eq!(
             d.flights[0].set,
-            vec![("STND".to_string(), "A12".to_string())],
+            vec![("FFID".into(), "MX-1001-D-01JAN260900-D".into()), ("STND".to_string(), "A12".to_string())],
             "the version still moves"
         );
+    }
+
+    /// Found by the simulator once its upstream sent deletes (#37): FDEL 8 committed late,
+    /// processed after updates 12 and 14 of the same flight. In MSG_ID order 12 re-created the
+    /// flight with its FFID; processed first, it only set ACFT, and the late delete took the
+    /// FFID message 4 had written — Redis held a flight without its identity.
+    #[test]
+    fn regression_a_late_delete_keeps_the_ffid_a_newer_update_restated() {
+        let (create, delete, update) = (
+            fixtures::flop_stnd(4, "F2", "A1"),
+            fixtures::flop(8, "FDEL", "F2", &[]),
+            fixtures::flop(12, "ACFT", "F2", &[("ACFT", Some("B7"))]),
+        );
+        let mut in_order = FlightView::new();
+        for (raw, m) in [(&create, 4), (&delete, 8), (&update, 12)] {
+            apply(&mut in_order, raw, m);
+        }
+        let mut late = FlightView::new();
+        for (raw, m) in [(&create, 4), (&update, 12), (&delete, 8)] {
+            apply(&mut late, raw, m);
+        }
+        assert_eq!(late["F2"].fields, in_order["F2"].fields, "the same flight whatever the order");
+        assert_eq!(late["F2"].fields.get("FFID").map(String::as_str), Some("MX-F2-D-01JAN260900-D"));
     }
 
     /// Applies `raw` as message `m` to `state` (the pump's overlay does the same).
