@@ -11,7 +11,7 @@ mod reference;
 mod schedule;
 pub mod state;
 
-pub use state::FlightState;
+pub use state::{FlightState, TOMBSTONE_KEEP};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Flight, FlightChange};
 
+/// How long a flight that holds nothing keeps its versions (its tombstone) after the last write
+/// that left it so: a message older than the delete that arrives within it changes nothing.
+pub const TOMBSTONE_KEEP: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
+
 /// One flight as Redis holds it: fields, their versions, and the last delete.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FlightState {

@@ -23,36 +23,94 @@ pub fn write_token() -> String {
     format!("{nonce:016x}.{}", COUNT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// The tokens a handle accepts as Redis's current one: the last it wrote, and one it wrote
-/// whose answer was lost (it may or may not be there). Empty: none seen yet.
+/// How many writes with a lost answer a handle remembers since the token it last confirmed:
+/// each one is an outage the stage waited out, and the next read of the token settles them.
+const PENDING_MAX: usize = 32;
+
+/// The tokens a handle accepts as Redis's current one (#20): the last one it confirmed — wrote
+/// and was answered, or read back — and every one it wrote since whose answer was lost. Such a
+/// write may land late, but only on the token it was worked out under (the script refuses it on
+/// any other), so it stays acceptable until a read shows which history Redis holds (#37: two
+/// lost answers in a row were taken for a Redis that forgot). Empty: none seen yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tokens(pub Vec<String>);
+pub struct Tokens {
+    confirmed: Option<String>,
+    pending: Vec<String>,
+}
 
 impl Tokens {
     pub fn of(token: Option<String>) -> Tokens {
-        Tokens(token.into_iter().collect())
+        Tokens { confirmed: token, pending: Vec::new() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.confirmed.is_none() && self.pending.is_empty()
     }
 
     /// Whether `current` is a history this handle wrote (or nothing was seen yet).
     pub fn accepts(&self, current: Option<&str>) -> bool {
-        self.0.is_empty() || current.is_some_and(|c| self.0.iter().any(|t| t == c))
+        self.is_empty()
+            || current
+                .is_some_and(|c| self.confirmed.as_deref() == Some(c) || self.pending.iter().any(|t| t == c))
     }
 
-    /// After a write of `token`: `Ok` it is the current one; an unknown outcome keeps both —
-    /// or, when nothing was seen before, still accepts any.
+    /// After a write of `token`: `known`, it is the current one; a lost answer keeps it as one
+    /// that may be — or, when nothing was seen before, still accepts any.
     pub fn after(&mut self, token: String, known: bool) {
         if known {
-            self.0 = vec![token];
-        } else if !self.0.is_empty() {
-            self.0.truncate(1);
-            self.0.push(token);
+            *self = Tokens::of(Some(token));
+        } else if !self.is_empty() {
+            if self.pending.len() == PENDING_MAX {
+                self.pending.remove(0);
+            }
+            self.pending.push(token);
         }
+    }
+
+    /// A read found `current` in Redis: a write whose answer was lost that it names landed, and
+    /// the others cannot any more (they were worked out under an older token). A token this
+    /// handle did not write is left for the next apply to refuse (`MSGX_FORGOT`); with nothing
+    /// seen yet, the first token read is where this handle starts.
+    pub fn observe(&mut self, current: Option<&str>) {
+        let Some(c) = current else { return };
+        if self.is_empty() || self.pending.iter().any(|t| t == c) {
+            *self = Tokens::of(Some(c.to_string()));
+        }
+    }
+
+    /// The accepted tokens as the apply script takes them (comma-separated; empty: any).
+    pub fn list(&self) -> String {
+        self.confirmed.iter().chain(&self.pending).map(String::as_str).collect::<Vec<_>>().join(",")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::Tokens;
+
+    #[test]
+    fn regression_two_lost_answers_in_a_row_are_both_this_handles_history() {
+        let mut t = Tokens::of(Some("read".into()));
+        t.after("first".into(), false);
+        t.after("second".into(), false);
+        for landed in ["read", "first", "second"] {
+            assert!(t.accepts(Some(landed)), "{landed} may be what Redis holds");
+        }
+        assert!(!t.accepts(Some("theirs")));
+        t.observe(Some("first"));
+        assert!(t.accepts(Some("first")) && !t.accepts(Some("second")) && !t.accepts(Some("read")));
+        assert_eq!(t.list(), "first");
+    }
+
+    #[test]
+    fn an_observed_token_of_another_history_is_left_for_the_apply_to_refuse() {
+        let mut t = Tokens::of(Some("mine".into()));
+        t.observe(Some("theirs"));
+        assert!(!t.accepts(Some("theirs")) && t.accepts(Some("mine")));
+        let mut fresh = Tokens::default();
+        fresh.observe(Some("there"));
+        assert!(fresh.accepts(Some("there")) && !fresh.accepts(Some("other")));
+    }
 
     #[test]
     fn regression_a_lost_answer_before_anything_was_seen_still_accepts_any_token() {

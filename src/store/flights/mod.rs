@@ -11,12 +11,16 @@
 //!   last advanced it);
 //! - `{prefix}journal` — hash, MSG_ID → the events and references of the decision applied for
 //!   that message, so a retry after "Redis applied, PostgreSQL failed" writes the same events
-//!   (I2), kept `redis.journal-keep` after PostgreSQL holds the outcome; the whole hash expires
-//!   a week after the last apply;
-//! - `{prefix}journal:done`, `{prefix}journal:pruned` — when PostgreSQL held each journalled
-//!   outcome, and the highest MSG_ID whose entry was dropped `redis.journal-keep` later (#20);
-//! - `{prefix}applied:seq`, `applied:max`, `applied:token` — writes so far, the highest MSG_ID
-//!   applied, and the token of the last write, by which a Redis that went back is told (#20);
+//!   (I2), kept `redis.journal-keep` after PostgreSQL holds the outcome;
+//! - `{prefix}journal:done`, `{prefix}journal:pruned` — every message whose outcome PostgreSQL
+//!   holds (SUCCEEDED, SKIPPED, DEAD; told after its commit) with when it was told, and the
+//!   highest MSG_ID whose entry was dropped `redis.journal-keep` later: above it, both are
+//!   complete (#20, #37). The three keys share one time to live, a week after the last write to
+//!   any of them, and go together (a quiet week leaves no `journal:pruned` that claims entries
+//!   the expiry took); the next apply marks the journal complete from its first MSG_ID;
+//! - `{prefix}applied:seq`, `applied:max`, `applied:token`, `applied:settled` — writes so far,
+//!   the highest MSG_ID applied, the token of the last write (by which a Redis that went back is
+//!   told), and the highest MSG_ID whose outcome PostgreSQL said it holds (#20, #37);
 //! - `{prefix}lease:epoch` — the newest lease epoch that wrote here (the fence, PRE-5).
 //!
 //! A round's decisions are applied by ONE Lua script: flights, versions, index, generation and
@@ -43,7 +47,7 @@ use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, Rou
 /// How long the journal is kept after the last apply (an instance stopped for good).
 const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
 /// How long the versions of a deleted flight are kept (its tombstone).
-const TOMBSTONE_TTL_SECS: u64 = 7 * 86_400;
+const TOMBSTONE_TTL_SECS: u64 = crate::handlers::TOMBSTONE_KEEP.as_secs();
 
 /// Applies a round's net writes, worked out by the adapter from what it read (`net`, #23).
 /// ARGV: prefix, epoch, tombstone ttl, journal ttl, the tokens this handle accepts as Redis's
@@ -65,6 +69,12 @@ local prefix, epoch, tomb, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
 local saw, token, read = ARGV[5], ARGV[6], ARGV[7]
 local seqkey, tkey = prefix .. 'applied:seq', prefix .. 'applied:token'
 local cur = redis.call('GET', tkey)
+-- Fenced first: a stale instance is told it is stale, not that Redis forgot (#37).
+local ekey = prefix .. 'lease:epoch'
+local held = tonumber(redis.call('GET', ekey) or '0')
+if epoch > 0 and held > epoch then
+  return redis.error_reply('MSGX_FENCED epoch ' .. held .. ' holds the flights, this instance has ' .. epoch)
+end
 if saw ~= '' then
   local ok = false
   for t in string.gmatch(saw, '[^,]+') do
@@ -74,18 +84,17 @@ if saw ~= '' then
     return redis.error_reply('MSGX_FORGOT redis holds another history than this instance wrote (' .. (redis.call('GET', seqkey) or '0') .. ' applies)')
   end
 end
-if epoch > 0 then
-  local ekey = prefix .. 'lease:epoch'
-  local held = tonumber(redis.call('GET', ekey) or '0')
-  if held > epoch then
-    return redis.error_reply('MSGX_FENCED epoch ' .. held .. ' holds the flights, this instance has ' .. epoch)
-  end
-  if held < epoch then redis.call('SET', ekey, epoch) end
-end
+if epoch > 0 and held < epoch then redis.call('SET', ekey, epoch) end
 if (cur or '') ~= read then
   return redis.error_reply('MSGX_MOVED redis was written since this round read its flights')
 end
 local gens, last, top = tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
+-- No journal:pruned (a new store, or the journal expired with it after a quiet week): the
+-- journal is complete from this round on.
+if tonumber(ARGV[11]) > 0 and redis.call('EXISTS', pkey) == 0 then
+  redis.call('SET', pkey, tonumber(ARGV[12]) - 1)
+end
 -- Arguments ARGV[a..b] to `cmd` on `key`, at most 1000 a call.
 local function chunked(cmd, key, a, b)
   for k = a, b, 1000 do
@@ -94,7 +103,6 @@ local function chunked(cmd, key, a, b)
 end
 local i = 11
 local n = tonumber(ARGV[i])
-local jkey = prefix .. 'journal'
 chunked('HSET', jkey, i + 1, i + 2 * n)
 i = i + 1 + 2 * n
 local f = tonumber(ARGV[i])
@@ -124,7 +132,9 @@ if gens > 0 then
   redis.call('HINCRBY', genkey, 'gen', gens)
   redis.call('HSET', genkey, 'msg_id', last)
 end
-if n > 0 then redis.call('EXPIRE', jkey, jttl) end
+if n > 0 then
+  for _, k in ipairs({jkey, dkey, pkey}) do redis.call('EXPIRE', k, jttl) end
+end
 local maxkey = prefix .. 'applied:max'
 if tonumber(top) > tonumber(redis.call('GET', maxkey) or '0') then redis.call('SET', maxkey, top) end
 redis.call('SET', tkey, token)
@@ -132,19 +142,29 @@ redis.call('INCR', seqkey)
 return 1
 "#;
 
-/// Journal entries PostgreSQL now holds the outcome of are done (ARGV: prefix, now ms, keep ms,
-/// journal ttl, msg_id…); those done longer than the keep window go, at most 1000 a call, and
-/// `journal:pruned` keeps the highest MSG_ID ever dropped: every entry above it is still there
-/// (the evidence the consistency check and the PostgreSQL heal stand on, #20).
+/// Messages PostgreSQL now holds the outcome of are done (ARGV: prefix, now ms, keep ms, journal
+/// ttl, msg_id…): each is marked in `journal:done` with the time it was told, and
+/// `applied:settled` keeps the highest (the evidence that PostgreSQL held it, #37). Those done
+/// longer than the keep window go with their journal entries, at most 1000 a call, and
+/// `journal:pruned` keeps the highest MSG_ID ever dropped: every entry and mark above it is still
+/// there (the evidence the consistency check and the PostgreSQL heal stand on, #20). The three
+/// journal keys' time to live is renewed together.
 const FORGET: &str = r#"
 local prefix, now, keep, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
+local skey = prefix .. 'applied:settled'
 -- The score as the text it came as: a Lua number handed to a command is printed again (printf).
 local marks = {}
-for i = 5, #ARGV do marks[#marks + 1] = ARGV[2]; marks[#marks + 1] = ARGV[i] end
+local settled = tonumber(redis.call('GET', skey) or '0')
+for i = 5, #ARGV do
+  marks[#marks + 1] = ARGV[2]; marks[#marks + 1] = ARGV[i]
+  local m = tonumber(ARGV[i])
+  if m > settled then settled = m end
+end
 for k = 1, #marks, 1000 do
   redis.call('ZADD', dkey, 'NX', unpack(marks, k, math.min(k + 999, #marks)))
 end
+if #ARGV >= 5 then redis.call('SET', skey, settled) end
 local old = redis.call('ZRANGEBYSCORE', dkey, '-inf', now - keep, 'LIMIT', 0, 1000)
 if #old > 0 then
   redis.call('HDEL', jkey, unpack(old))
@@ -156,7 +176,7 @@ if #old > 0 then
   end
   redis.call('SET', pkey, top)
 end
-if redis.call('EXISTS', dkey) == 1 then redis.call('EXPIRE', dkey, jttl) end
+for _, k in ipairs({jkey, dkey, pkey}) do redis.call('EXPIRE', k, jttl) end
 return #old
 "#;
 
@@ -407,6 +427,11 @@ impl RedisFlights {
         format!("{}flight:{flid}", self.prefix)
     }
 
+    /// The journal's three keys, which share one time to live (module documentation).
+    fn journal_keys(&self) -> [String; 3] {
+        ["journal", "journal:done", "journal:pruned"].map(|k| format!("{}{k}", self.prefix))
+    }
+
     fn key(&self, what: &str, id: impl std::fmt::Display) -> String {
         format!("{}{what}:{id}", self.prefix)
     }
@@ -474,8 +499,15 @@ impl RedisFlights {
 
 impl FlightAudit for RedisFlights {
     fn audit(&mut self) -> StoreResult<FlightMarks> {
-        let keys = ["lease:epoch", "journal:pruned", "applied:seq", "applied:max", "applied:token"]
-            .map(|k| format!("{}{k}", self.prefix));
+        let keys = [
+            "lease:epoch",
+            "journal:pruned",
+            "applied:seq",
+            "applied:max",
+            "applied:token",
+            "applied:settled",
+        ]
+        .map(|k| format!("{}{k}", self.prefix));
         let got: Vec<Option<String>> = self.run(|c, _| redis::cmd("MGET").arg(&keys).query(c))?;
         let v = |k: usize| got.get(k).cloned().flatten().and_then(|x| x.parse::<i64>().ok());
         Ok(FlightMarks {
@@ -484,6 +516,7 @@ impl FlightAudit for RedisFlights {
             seq: v(2).unwrap_or(0),
             applied_max: v(3).unwrap_or(0),
             token: got.get(4).cloned().flatten(),
+            settled_max: v(5).unwrap_or(0),
         })
     }
 
@@ -513,9 +546,44 @@ impl FlightAudit for RedisFlights {
         Ok(keys)
     }
 
+    fn recorded(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>> {
+        let (journal, done) = (format!("{}journal", self.prefix), format!("{}journal:done", self.prefix));
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let got: Vec<Value> = self.run(|c, _| {
+                let mut p = redis::pipe();
+                chunk.iter().for_each(|m| {
+                    p.hexists(&journal, *m);
+                    p.zscore(&done, *m);
+                });
+                query_bounded(c, &p, 0)
+            })?;
+            let mut got = got.into_iter();
+            while let (Some(entry), Some(mark)) = (got.next(), got.next()) {
+                out.push(parse::<bool>(entry)? || parse::<Option<f64>>(mark)?.is_some());
+            }
+        }
+        Ok(out)
+    }
+
+    fn settled_ids(&mut self) -> StoreResult<Vec<i64>> {
+        let done = format!("{}journal:done", self.prefix);
+        let mut ids: Vec<i64> = self.run(|c, _| redis::cmd("ZRANGE").arg(&done).arg(0).arg(-1).query(c))?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
     fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
         let key = format!("{}journal:pruned", self.prefix);
-        self.run(|c, _| redis::cmd("SET").arg(&key).arg(id).query::<()>(c))
+        let keys = self.journal_keys();
+        self.run(|c, _| {
+            let mut p = redis::pipe();
+            p.cmd("SET").arg(&key).arg(id).ignore();
+            keys.iter().for_each(|k| {
+                p.expire(k, JOURNAL_TTL_SECS as i64).ignore();
+            });
+            p.query::<()>(c)
+        })
     }
 
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
@@ -535,6 +603,7 @@ impl FlightAudit for RedisFlights {
         }
         let (jkey, dkey) = (format!("{}journal", self.prefix), format!("{}journal:done", self.prefix));
         let top = r.journal.iter().map(|(m, _)| *m).max();
+        let keys = self.journal_keys();
         for chunk in r.journal.chunks(500) {
             let mut docs = Vec::with_capacity(chunk.len());
             for (m, d) in chunk {
@@ -550,8 +619,9 @@ impl FlightAudit for RedisFlights {
                     p.hset(&jkey, *m, doc).ignore();
                     p.zadd(&dkey, *m, unix_millis(now)).ignore();
                 }
-                p.expire(&jkey, JOURNAL_TTL_SECS as i64).ignore();
-                p.expire(&dkey, JOURNAL_TTL_SECS as i64).ignore();
+                for k in &keys {
+                    p.expire(k, JOURNAL_TTL_SECS as i64).ignore();
+                }
                 p.query::<()>(c)
             })?;
         }
@@ -720,6 +790,7 @@ impl RedisFlights {
             let known = self.known.as_mut().expect("inserted above");
             if fresh {
                 known.token = parse(got.next().unwrap_or(Value::Nil))?;
+                self.seen.observe(known.token.as_deref());
             } else {
                 got.next();
             }
@@ -777,7 +848,7 @@ impl RedisFlights {
         let mut cmd = redis::Cmd::with_capacity(16 + 2 * decisions.len() + 8 * round.flights.len(), bytes);
         cmd.arg("EVALSHA").arg(self.apply.get_hash()).arg(0);
         cmd.arg(&self.prefix).arg(self.epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
-        cmd.arg(self.seen.0.join(",")).arg(token).arg(known.token.as_deref().unwrap_or(""));
+        cmd.arg(self.seen.list()).arg(token).arg(known.token.as_deref().unwrap_or(""));
         cmd.arg(round.generations).arg(round.generation_msg);
         cmd.arg(decisions.last().map_or(0, |(m, _)| *m)).arg(decisions.len());
         // Each document is written into one buffer, reused, and copied into the command.
@@ -911,6 +982,7 @@ impl FlightStore for RedisFlights {
         let mut next =
             || values.next().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"));
         let token: Option<String> = parse(next()?)?;
+        self.seen.observe(token.as_deref());
         let mut applied = HashMap::new();
         if !need.msg_ids.is_empty() {
             let texts: Vec<Option<String>> = parse(next()?)?;

@@ -31,6 +31,8 @@ pub struct FlightsState {
     /// Applies so far (`applied:seq`) and the highest MSG_ID applied (`applied:max`).
     pub seq: i64,
     pub applied_max: i64,
+    /// The highest MSG_ID whose outcome PostgreSQL said it holds (`applied:settled`).
+    pub settled_max: i64,
     /// The token of the last write (`applied:token`).
     pub token: Option<String>,
 }
@@ -51,6 +53,7 @@ pub struct Handle {
 pub fn forget_entries(s: &mut FlightsState, ids: &[i64], now: SystemTime, keep: Duration) {
     for id in ids {
         s.done.entry(*id).or_insert(now);
+        s.settled_max = s.settled_max.max(*id);
     }
     let cutoff = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
     let mut old: Vec<(SystemTime, i64)> =
@@ -71,6 +74,14 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
         s.applied.insert(m, Decision::default());
         return false;
     }
+    // The planted store bug: a decision that changes no value leaves no journal entry.
+    let dropped = crate::planted::on(crate::planted::Bug::NoOpJournalDropped)
+        && d.flights.iter().all(|c| {
+            let st = s.flights.get(&c.flid);
+            !c.delete
+                && c.clear.is_empty()
+                && c.set.iter().all(|(k, v)| st.and_then(|f| f.fields.get(k)) == Some(v))
+        });
     for c in &d.flights {
         let st = s.flights.entry(c.flid.clone()).or_default();
         st.apply(c, m);
@@ -88,7 +99,9 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     // As the Redis journal: what a retry must emit again, not the flight changes.
     let journal =
         Decision { events: d.events.clone(), references: d.references.clone(), ..Default::default() };
-    s.applied.insert(m, journal);
+    if !dropped {
+        s.applied.insert(m, journal);
+    }
     true
 }
 
@@ -100,6 +113,13 @@ fn apply_round(
     token: &str,
     decisions: &[(i64, &Decision)],
 ) -> StoreResult<Vec<bool>> {
+    // Fenced first, as the script: a stale instance is told it is stale (#37).
+    if let Some(e) = h.fence.filter(|e| s.epoch > *e) {
+        return Err(StoreError::fenced(
+            Store::Redis,
+            format!("MSGX_FENCED: epoch {} holds the flights, this instance has {e}", s.epoch),
+        ));
+    }
     if !h.seen.accepts(s.token.as_deref()) {
         return Err(StoreError::forgot(
             Store::Redis,
@@ -107,13 +127,11 @@ fn apply_round(
         ));
     }
     if let Some(e) = h.fence {
-        if s.epoch > e {
-            return Err(StoreError::fenced(
-                Store::Redis,
-                format!("MSGX_FENCED: epoch {} holds the flights, this instance has {e}", s.epoch),
-            ));
-        }
         s.epoch = e;
+    }
+    if s.pruned.is_none() {
+        // As the script: the journal is complete from this round on.
+        s.pruned = decisions.first().map(|(m, _)| m - 1);
     }
     let flags = decisions.iter().map(|(m, d)| apply_decision(s, *m, d)).collect();
     if let Some(top) = decisions.iter().map(|(m, _)| *m).max() {
@@ -221,6 +239,7 @@ impl FlightAudit for MemFlights {
                 seq: s.seq,
                 applied_max: s.applied_max,
                 token: s.token.clone(),
+                settled_max: s.settled_max,
             })
         })
     }
@@ -231,6 +250,16 @@ impl FlightAudit for MemFlights {
 
     fn journal_ids(&mut self) -> StoreResult<Vec<i64>> {
         self.0.write(Store::Redis, |s| Ok(s.applied.keys().copied().collect()))
+    }
+
+    fn recorded(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>> {
+        self.0.write(Store::Redis, |s| {
+            Ok(ids.iter().map(|m| s.applied.contains_key(m) || s.done.contains_key(m)).collect())
+        })
+    }
+
+    fn settled_ids(&mut self) -> StoreResult<Vec<i64>> {
+        self.0.write(Store::Redis, |s| Ok(s.done.keys().copied().collect()))
     }
 
     fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
@@ -284,9 +313,14 @@ impl FlightStore for MemFlights {
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
         // One round trip: `forget` rides along with the reads.
         let keep = self.1.keep;
+        let seen = &mut self.1.seen;
         self.0.write(Store::Redis, |s| {
             if !forget.is_empty() {
                 forget_entries(s, forget, now, keep);
+            }
+            // As the adapter's read of the token, in the same round trip.
+            if !need.msg_ids.is_empty() || !need.flids.is_empty() || need.window.is_some() {
+                seen.observe(s.token.as_deref());
             }
             let applied =
                 need.msg_ids.iter().filter_map(|m| s.applied.get(m).map(|d| (*m, d.clone()))).collect();
