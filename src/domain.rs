@@ -133,6 +133,43 @@ impl std::fmt::Display for SkipReason {
     }
 }
 
+/// What Redis acknowledged of a SUCCEEDED message's decision, recorded with the outcome
+/// (`PROC_STATE.REDIS_RECORD`, #37): the evidence the consistency check stands on. A message
+/// whose decision changed no flight (reference data, an update a newer message superseded, one
+/// for a flight a newer message deleted, a record of unknown elements only) never reaches Redis
+/// and records nothing (`None`): its missing journal entry proves nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RedisRecord {
+    /// A journal entry; its changes applied or not (a decision an earlier attempt applied and
+    /// this one reused, a snapshot not newer than the plan's generation).
+    Journal,
+    /// A journal entry and every change of the decision, at version MSG_ID.
+    Applied,
+    /// As `Applied`, and the plan's generation advanced to this snapshot.
+    Generation,
+}
+
+impl RedisRecord {
+    pub const ALL: [RedisRecord; 3] = [RedisRecord::Journal, RedisRecord::Applied, RedisRecord::Generation];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedisRecord::Journal => "journal",
+            RedisRecord::Applied => "applied",
+            RedisRecord::Generation => "generation",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RedisRecord> {
+        RedisRecord::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether Redis holds the decision's fields at version MSG_ID (the version sample's proof).
+    pub fn wrote_fields(self) -> bool {
+        matches!(self, RedisRecord::Applied | RedisRecord::Generation)
+    }
+}
+
 /// A mailbox row the poller found (nothing is parsed at ingress).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboundRow {

@@ -128,6 +128,21 @@ impl Store {
             Store::Daemon => "daemon",
         }
     }
+
+    pub const ALL: [Store; 7] = [
+        Store::Postgres,
+        Store::Mailbox,
+        Store::Redis,
+        Store::Kafka,
+        Store::Lease,
+        Store::CompatHttp,
+        Store::Daemon,
+    ];
+
+    /// The store a [`Store::name`] names.
+    pub fn parse(name: &str) -> Option<Store> {
+        Store::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 impl fmt::Display for Store {

@@ -8,7 +8,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::domain::{InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, SkipReason, Target};
+use crate::domain::{
+    InboundRow, MailboxRow, MsgEvent, NewEvent, ProcRow, ProcStatus, RedisRecord, SkipReason, Target,
+};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightState, RefChange};
 
@@ -40,7 +42,12 @@ impl Settle {
         Settle {
             msg_id,
             type_tag: None,
-            outcome: Outcome::Succeeded { identity: identity.to_string(), events, references: Vec::new() },
+            outcome: Outcome::Succeeded {
+                identity: identity.to_string(),
+                events,
+                references: Vec::new(),
+                record: None,
+            },
         }
     }
 
@@ -56,11 +63,12 @@ impl Settle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// SUCCEEDED: binds `identity` (INV-9), inserts `events`, writes `references`
-    /// (REF_MASTER), with the backfill intent.
+    /// (REF_MASTER), with the backfill intent, and what Redis acknowledged of its decision.
     Succeeded {
         identity: String,
         events: Vec<NewEvent>,
         references: Vec<RefChange>,
+        record: Option<RedisRecord>,
     },
     /// SKIPPED for `reason` (stored as `ignored:<rule>`, `duplicate-of:<id>`,
     /// `not-for-msgx:<why>`), with the backfill intent.
@@ -78,6 +86,7 @@ pub struct Succeeded<'a> {
     pub identity: &'a str,
     pub events: &'a [NewEvent],
     pub references: &'a [RefChange],
+    pub record: Option<RedisRecord>,
 }
 
 /// A SKIPPED outcome of a round.
@@ -129,8 +138,8 @@ impl<'a> RoundRecord<'a> {
             let tag = s.type_tag.as_deref();
             let msg_id = s.msg_id;
             match &s.outcome {
-                Outcome::Succeeded { identity, events, references } => {
-                    r.succeeded.push(Succeeded { msg_id, tag, identity, events, references })
+                Outcome::Succeeded { identity, events, references, record } => {
+                    r.succeeded.push(Succeeded { msg_id, tag, identity, events, references, record: *record })
                 }
                 Outcome::Skipped { reason } => r.skipped.push(Skipped { msg_id, tag, reason }),
                 Outcome::Failed(Failure::Retry { class, error, next_attempt_at, failing_since }) => {
@@ -503,6 +512,15 @@ pub trait FlightStore {
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()>;
 }
 
+/// A SUCCEEDED message as the consistency check reads it: what Redis acknowledged of its
+/// decision and when it was recorded (`UPDATED_AT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SucceededRow {
+    pub msg_id: i64,
+    pub record: Option<RedisRecord>,
+    pub at: SystemTime,
+}
+
 /// Own PostgreSQL, what the consistency check reads (#20): never written through.
 pub trait StateAudit {
     /// The highest MSG_ID `PROC_STATE` holds a row for (archived ones keep a shadow); 0: none.
@@ -510,17 +528,36 @@ pub trait StateAudit {
     /// Those of `ids` (ascending) `PROC_STATE` has no row for, ascending.
     fn unknown(&mut self, ids: &[i64]) -> StoreResult<Vec<i64>>;
     /// SUCCEEDED messages above `after` (archived ones too), ascending, at most `limit`.
-    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>>;
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<SucceededRow>>;
     /// The newest `limit` SUCCEEDED messages still in `PROC_STATE`, ascending.
-    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>>;
-    /// The newest SUCCEEDED message (archived ones too) whose type tag is one of `tags`.
-    fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>>;
+    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<SucceededRow>>;
+    /// The newest SUCCEEDED snapshot above `after` (archived ones too) whose decision Redis
+    /// acknowledged advancing the plan's generation to (`REDIS_RECORD = generation`).
+    fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>>;
     /// When own PostgreSQL last changed one of its newest 1 000 messages (`UPDATED_AT`): the
     /// moment a restored database stands at.
     fn newest_write(&mut self) -> StoreResult<Option<SystemTime>>;
     /// The outbox events of `ids` as their messages made them, in their order (a `KAFKA:schd`
     /// row, upserted per flight, belongs to the newest message only).
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>>;
+}
+
+/// One heal of a store that forgot which changed something (`CONSISTENCY_HEAL`, #37).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealRecord {
+    pub at: SystemTime,
+    pub epoch: i64,
+    /// The store healed (`postgres`, `redis`).
+    pub store: crate::error::Store,
+    pub summary: String,
+}
+
+/// Own PostgreSQL, the heals' log: the heal budget is counted there, shared by every instance
+/// (`msgx.consistency-check.max-heals-per-hour`), and `msgx status` shows it.
+pub trait HealLog {
+    /// Heals recorded at or after `since`, oldest first.
+    fn heals_since(&mut self, since: SystemTime) -> StoreResult<Vec<HealRecord>>;
+    fn record_heal(&mut self, heal: &HealRecord) -> StoreResult<()>;
 }
 
 /// A mailbox row msgx has or had to process: unmarked and in the status filter, or marked
@@ -538,6 +575,9 @@ pub trait MailboxAudit {
     /// Rows with `from <= ID <= to` msgx has or had to process (only the marked ones with
     /// `marked_only`), in ID order, at most `limit`.
     fn ours(&mut self, from: i64, to: i64, limit: usize, marked_only: bool) -> StoreResult<Vec<OursRow>>;
+    /// Whether only msgx marks rows with its processed status (`mailbox.inbound.exclusive-marks`):
+    /// then a mark is msgx's own, and evidence of what it settled (#37).
+    fn exclusive_marks(&self) -> bool;
 }
 
 /// Redis's own marks, as the consistency check reads them (#20).
@@ -551,6 +591,8 @@ pub struct FlightMarks {
     /// Applies so far and the highest MSG_ID applied.
     pub seq: i64,
     pub applied_max: i64,
+    /// The highest MSG_ID whose outcome PostgreSQL said it holds (`applied:settled`, #37).
+    pub settled_max: i64,
     /// The token of the last write (`applied:token`): which history Redis holds.
     pub token: Option<String>,
 }
@@ -574,6 +616,10 @@ pub trait FlightAudit {
     fn journal_has(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>>;
     /// Every MSG_ID with a journal entry, ascending.
     fn journal_ids(&mut self) -> StoreResult<Vec<i64>>;
+    /// Every MSG_ID Redis was told PostgreSQL holds the outcome of (`journal:done`), ascending.
+    fn settled_ids(&mut self) -> StoreResult<Vec<i64>>;
+    /// Whether Redis holds a record of each of `ids`: a journal entry or an outcome told.
+    fn recorded(&mut self, ids: &[i64]) -> StoreResult<Vec<bool>>;
     /// Sets `journal:pruned` (a store msgx wrote before the journal was kept: everything up to
     /// `id` counts as dropped).
     fn set_pruned(&mut self, id: i64) -> StoreResult<()>;

@@ -9,6 +9,7 @@ use log::info;
 use super::plan::{succeeded, Planned, Step};
 use super::rules::Failing;
 use super::Pump;
+use crate::domain::RedisRecord;
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::Decision;
 use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, StoreResult};
@@ -35,7 +36,14 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             }
             let Step::Apply { identity, decision } = p.take_step() else { unreachable!() };
             match taken.next() {
-                Some(changed) => p.settle(succeeded(identity, self.as_applied(p, decision, changed))),
+                Some(changed) => {
+                    let record = match (decision.snapshot, changed) {
+                        (false, _) => RedisRecord::Applied,
+                        (true, true) => RedisRecord::Generation,
+                        (true, false) => RedisRecord::Journal,
+                    };
+                    p.settle(succeeded(identity, self.as_applied(p, decision, changed), Some(record)))
+                }
                 None => {
                     let e = refused.as_ref().map(|e| e.to_string()).unwrap_or_default();
                     let error = format!("redis refused the decision: {e}");

@@ -11,7 +11,7 @@ use super::plan::Planned;
 use super::rules::Failing;
 use super::{Pump, Round};
 use crate::error::{ErrorClass, StoreError};
-use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, RoundRecord, Settle, StoreResult};
+use crate::ports::{Failure, Fifo, FlightStore, MailboxTexts, Outcome, RoundRecord, Settle, StoreResult};
 
 /// What waiting for the lane found.
 pub(super) enum Landing {
@@ -99,10 +99,15 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         Ok(n)
     }
 
-    /// PostgreSQL holds these outcomes: their journal entries can go at the next Redis read.
+    /// PostgreSQL holds these outcomes: Redis is told at its next read — their journal entries
+    /// can go, and every terminal one (SUCCEEDED, SKIPPED, DEAD) is recorded as settled: the
+    /// evidence that PostgreSQL held it, should it forget (#37).
     fn done<'s>(&mut self, settles: impl Iterator<Item = &'s Settle>) {
-        self.forget
-            .extend(settles.filter(|s| matches!(s.outcome, Outcome::Succeeded { .. })).map(|s| s.msg_id));
+        self.forget.extend(
+            settles
+                .filter(|s| !matches!(s.outcome, Outcome::Failed(Failure::Retry { .. })))
+                .map(|s| s.msg_id),
+        );
     }
 
     /// Drops journal entries while there is nothing else to do.

@@ -10,6 +10,7 @@ use super::plan::{pure, succeeded, Planned, Step};
 use super::rules::Failing;
 use super::Pump;
 use crate::codec::Message;
+use crate::domain::RedisRecord;
 use crate::error::ErrorClass;
 use crate::handlers::{self, Decision, FlightView, Reject, View};
 use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, Prepared, RoundNeed, StoreResult};
@@ -71,7 +72,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             if let Step::Decide { .. } = p.step {
                 let Step::Decide { msg, identity } = p.take_step() else { unreachable!() };
                 p.step = match applied_before.remove(&p.row.msg_id) {
-                    Some(d) => Step::Settled(succeeded(identity, d)),
+                    // Its journal entry is there; whether its changes were is not known here.
+                    Some(d) => Step::Settled(succeeded(identity, d, Some(RedisRecord::Journal))),
                     None => self.decide_one(p, k, &msg, identity, &mut overlay, now),
                 };
             }
@@ -164,11 +166,13 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 }
             }
         }
-        // A decision that changes no flight has nothing for Redis and needs no journal: it
-        // depends on its message alone (reference data, a seasonal plan), so a retry decides
-        // it the same. Its outcome is final now.
+        // A decision that changes no flight has nothing for Redis and needs no journal: a retry
+        // decides it the same (reference data, a seasonal plan depend on their message alone;
+        // an update a newer message superseded, or one for a flight a newer message deleted,
+        // stays superseded, as versions only grow). Its outcome is final now, and it records
+        // no Redis write: the consistency check expects no journal entry for it (#37).
         if d.flights.is_empty() && !d.snapshot {
-            return Step::Settled(succeeded(identity, d));
+            return Step::Settled(succeeded(identity, d, None));
         }
         Step::Apply { identity, decision: d }
     }

@@ -5,7 +5,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::codec::{Message, MsgKind, SchdKind};
-use crate::domain::{ProcRow, SkipReason};
+use crate::domain::{ProcRow, RedisRecord, SkipReason};
 use crate::handlers::Decision;
 use crate::ports::{Failure, Outcome, Settle};
 
@@ -66,9 +66,9 @@ impl<'r> Planned<'r> {
     }
 }
 
-/// The outcome of a decision Redis took (or that needs no Redis).
-pub(super) fn succeeded(identity: String, d: Decision) -> Outcome {
-    Outcome::Succeeded { identity, events: d.events, references: d.references }
+/// The outcome of a decision, with what Redis acknowledged of it (`None`: it needs no Redis).
+pub(super) fn succeeded(identity: String, d: Decision, record: Option<RedisRecord>) -> Outcome {
+    Outcome::Succeeded { identity, events: d.events, references: d.references, record }
 }
 
 /// Runs pure code, turning a panic into an error text (logged by the panic hook).

@@ -233,6 +233,10 @@ impl crate::ports::MailboxAudit for MysqlMailbox {
                 .collect()
         })
     }
+
+    fn exclusive_marks(&self) -> bool {
+        self.names.exclusive_marks
+    }
 }
 
 impl MysqlMailbox {

@@ -26,6 +26,8 @@ pub struct MemRow {
 pub struct MailboxState {
     pub rows: BTreeMap<i64, MemRow>,
     pub processed_status: String,
+    /// `mailbox.inbound.exclusive-marks`: only msgx marks rows with `processed_status`.
+    pub exclusive_marks: bool,
     /// The next AUTO_INCREMENT value to hand out (0: one past the highest row).
     pub next_id: i64,
     /// Rows a text read refuses (as a view whose expression fails for one row does): a read
@@ -101,6 +103,17 @@ impl MemMailbox {
         f(&mut self.0.lock().state)
     }
 
+    /// Marks a row with msgx's own processed status, as another system that uses the same value
+    /// would (the legacy system, a shadow deployment, an operator: #37).
+    pub fn mark_as_processed(&self, id: i64, at: SystemTime) {
+        let mut m = self.0.lock();
+        let status = m.state.processed_status.clone();
+        if let Some(r) = m.state.rows.get_mut(&id) {
+            r.processed_at = Some(at);
+            r.status = status;
+        }
+    }
+
     /// Marks a row as another system would.
     pub fn mark_externally(&self, id: i64, at: SystemTime) {
         if let Some(r) = self.0.lock().state.rows.get_mut(&id) {
@@ -172,6 +185,10 @@ impl crate::ports::MailboxAudit for MemMailbox {
                 .take(limit)
                 .collect())
         })
+    }
+
+    fn exclusive_marks(&self) -> bool {
+        self.0.lock().state.exclusive_marks
     }
 }
 

@@ -1,9 +1,9 @@
 //! What the consistency check reads of own PostgreSQL (#20).
 
 use super::Pg;
-use crate::domain::{NewEvent, Target};
+use crate::domain::{NewEvent, RedisRecord, Target};
 use crate::error::{Store, StoreError};
-use crate::ports::{StateAudit, StoreResult};
+use crate::ports::{HealLog, HealRecord, StateAudit, StoreResult, SucceededRow};
 
 impl StateAudit for Pg {
     fn known_max(&mut self) -> StoreResult<i64> {
@@ -21,38 +21,41 @@ impl StateAudit for Pg {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id FROM (
-                     SELECT msg_id FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
+                "SELECT msg_id, redis_record, updated_at FROM (
+                     SELECT msg_id, redis_record, updated_at FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
                      UNION ALL
-                     SELECT msg_id FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
+                     SELECT msg_id, redis_record, updated_at FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
                  ) s ORDER BY msg_id LIMIT $2",
                 &[&after, &(limit as i64)],
             )
         })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(succeeded_row).collect()
     }
 
-    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>> {
+    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id FROM (SELECT msg_id FROM proc_state WHERE state = 'SUCCEEDED'
-                     ORDER BY msg_id DESC LIMIT $1) s ORDER BY msg_id",
+                "SELECT msg_id, redis_record, updated_at FROM (SELECT msg_id, redis_record, updated_at FROM proc_state
+                     WHERE state = 'SUCCEEDED' ORDER BY msg_id DESC LIMIT $1) s ORDER BY msg_id",
                 &[&(limit as i64)],
             )
         })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(succeeded_row).collect()
     }
 
-    fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>> {
+    fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>> {
+        // A range on the key: the rows since the snapshot Redis holds, not the whole table.
         self.run(|c| {
             Ok(c.query_one(
                 "SELECT GREATEST(
-                     (SELECT max(msg_id) FROM proc_state WHERE state = 'SUCCEEDED' AND type_tag = ANY($1)),
-                     (SELECT max(msg_id) FROM proc_state_hst WHERE state = 'SUCCEEDED' AND type_tag = ANY($1)))",
-                &[&tags],
+                     (SELECT max(msg_id) FROM proc_state
+                      WHERE msg_id > $1 AND state = 'SUCCEEDED' AND redis_record = 'generation'),
+                     (SELECT max(msg_id) FROM proc_state_hst
+                      WHERE msg_id > $1 AND state = 'SUCCEEDED' AND redis_record = 'generation'))",
+                &[&after],
             )?
             .get(0))
         })
@@ -96,5 +99,55 @@ impl StateAudit for Pg {
                 Ok((r.get(0), e))
             })
             .collect()
+    }
+}
+
+/// A `(msg_id, redis_record, updated_at)` row; a record no msgx writes is an error that names it.
+fn succeeded_row(r: &postgres::Row) -> StoreResult<SucceededRow> {
+    let text: Option<String> = r.get(1);
+    let record = match text {
+        None => None,
+        Some(t) => Some(RedisRecord::parse(&t).ok_or_else(|| {
+            StoreError::rejected(
+                Store::Postgres,
+                format!("proc_state.redis_record {t:?} is no record msgx writes"),
+            )
+        })?),
+    };
+    Ok(SucceededRow { msg_id: r.get(0), record, at: r.get(2) })
+}
+
+impl HealLog for Pg {
+    fn heals_since(&mut self, since: std::time::SystemTime) -> StoreResult<Vec<HealRecord>> {
+        let rows = self.run(|c| {
+            c.query(
+                "SELECT healed_at, epoch, store, summary FROM consistency_heal WHERE healed_at >= $1
+                 ORDER BY healed_at, heal_id LIMIT 1000",
+                &[&since],
+            )
+        })?;
+        rows.iter()
+            .map(|r| {
+                let name: String = r.get(2);
+                let store = Store::parse(&name).ok_or_else(|| {
+                    StoreError::rejected(
+                        Store::Postgres,
+                        format!("consistency_heal.store {name:?} is no store msgx knows"),
+                    )
+                })?;
+                Ok(HealRecord { at: r.get(0), epoch: r.get(1), store, summary: r.get(3) })
+            })
+            .collect()
+    }
+
+    fn record_heal(&mut self, h: &HealRecord) -> StoreResult<()> {
+        let summary = super::clip(&h.summary, 1000);
+        self.run(|c| {
+            c.execute(
+                "INSERT INTO consistency_heal (healed_at, epoch, store, summary) VALUES ($1, $2, $3, $4)",
+                &[&h.at, &h.epoch, &h.store.name(), &summary],
+            )
+        })?;
+        Ok(())
     }
 }

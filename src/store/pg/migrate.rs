@@ -39,6 +39,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(11, "dead_letter_dismissed", "V011__dead_letter_dismissed.sql"),
     migration!(12, "metrics_indexes", "V012__metrics_indexes.sql"),
     migration!(13, "event_ordinal", "V013__event_ordinal.sql"),
+    migration!(14, "redis_record_and_heal_log", "V014__redis_record_and_heal_log.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

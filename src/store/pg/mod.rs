@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use postgres::{Client, NoTls};
 
-use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, Target};
+use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, RedisRecord, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, RefChange};
 use crate::ports::{
@@ -462,15 +462,16 @@ fn record_succeeded(
     let ids: Vec<i64> = round.succeeded.iter().map(|x| x.msg_id).collect();
     let t = tags(round.succeeded.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let keys: Vec<String> = round.succeeded.iter().map(|x| clip(x.identity, 200)).collect();
+    let records: Vec<Option<&str>> = round.succeeded.iter().map(|x| x.record.map(|r| r.as_str())).collect();
     let (lo, hi) = span(ids.iter().copied());
-    c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi])
+    c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records])
 }
 
 fn succeed_sql() -> String {
     format!(
         "UPDATE proc_state p SET state = 'SUCCEEDED', identity_key = x.k, type_tag = COALESCE(x.t, p.type_tag),
-             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4
-         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[]) AS x(id, k, t)
+             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4, redis_record = x.r
+         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $7::varchar[]) AS x(id, k, t, r)
          WHERE p.msg_id = x.id AND p.state IN {UNFINISHED} AND p.msg_id BETWEEN $5 AND $6"
     )
 }
@@ -566,7 +567,8 @@ impl Pg {
         let t: Vec<Option<String>> = vec![None; ids.len()];
         let (lo, hi) = span(ids.iter().copied());
         let now = SystemTime::UNIX_EPOCH;
-        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi])
+        let records: Vec<Option<&str>> = vec![Some(RedisRecord::Applied.as_str()); ids.len()];
+        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records])
     }
 
     /// The plan PostgreSQL uses to find who holds `keys` (INV-9), as msgx's sessions run it.
@@ -809,7 +811,7 @@ impl Outbox for Pg {
 const PROC_COLUMNS: &str = "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
      received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
      backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note, \
-     dismissed_at, dismissed_note";
+     dismissed_at, dismissed_note, redis_record";
 
 /// An archive candidate ($2 settled before, $4 DEAD since before): terminal, mark written or
 /// abandoned-and-reconciled (C-16); a DEAD row only once dismissed or past `dead-keep`.

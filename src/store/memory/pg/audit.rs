@@ -1,6 +1,7 @@
 //! What the consistency sentinel reads (#20).
 
 use super::*;
+use crate::ports::SucceededRow;
 
 impl crate::ports::StateAudit for MemPg {
     fn known_max(&mut self) -> StoreResult<i64> {
@@ -11,44 +12,44 @@ impl crate::ports::StateAudit for MemPg {
         self.read(|s| Ok(ids.iter().copied().filter(|m| !s.procs.contains_key(m)).collect()))
     }
 
-    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<i64>> {
+    fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         self.read(|s| {
-            let ok = |p: &MemProc| p.row.state == ProcStatus::Succeeded;
-            let mut ids: Vec<i64> = s
+            let mut rows: Vec<SucceededRow> = s
                 .procs
                 .range(after + 1..)
                 .chain(s.hst.range(after + 1..))
-                .filter(|(_, p)| ok(p))
-                .map(|(m, _)| *m)
-                .collect();
-            ids.sort_unstable();
-            ids.truncate(limit);
-            Ok(ids)
-        })
-    }
-
-    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<i64>> {
-        self.read(|s| {
-            let mut ids: Vec<i64> = s
-                .procs
-                .iter()
-                .rev()
                 .filter(|(_, p)| p.row.state == ProcStatus::Succeeded)
-                .take(limit)
-                .map(|(m, _)| *m)
+                .map(|(_, p)| succeeded_row(p))
                 .collect();
-            ids.reverse();
-            Ok(ids)
+            rows.sort_unstable_by_key(|r| r.msg_id);
+            rows.truncate(limit);
+            Ok(rows)
         })
     }
 
-    fn newest_succeeded_of(&mut self, tags: &[String]) -> StoreResult<Option<i64>> {
+    fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<SucceededRow>> {
+        self.read(|s| {
+            let mut rows: Vec<SucceededRow> = s
+                .procs
+                .values()
+                .rev()
+                .filter(|p| p.row.state == ProcStatus::Succeeded)
+                .take(limit)
+                .map(succeeded_row)
+                .collect();
+            rows.reverse();
+            Ok(rows)
+        })
+    }
+
+    fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>> {
         self.read(|s| {
             Ok(s.procs
-                .values()
-                .chain(s.hst.values())
+                .range(after + 1..)
+                .chain(s.hst.range(after + 1..))
+                .map(|(_, p)| p)
                 .filter(|p| p.row.state == ProcStatus::Succeeded)
-                .filter(|p| p.row.type_tag.as_ref().is_some_and(|t| tags.contains(t)))
+                .filter(|p| p.redis_record == Some(crate::domain::RedisRecord::Generation))
                 .map(|p| p.row.msg_id)
                 .max())
         })
@@ -83,5 +84,22 @@ impl MemPg {
             .collect();
         out.sort_by_key(|(m, o, id, _)| (*m, o.unwrap_or(i32::MAX), *id));
         out.into_iter().map(|(m, _, _, e)| (m, e)).collect()
+    }
+}
+
+fn succeeded_row(p: &MemProc) -> SucceededRow {
+    SucceededRow { msg_id: p.row.msg_id, record: p.redis_record, at: p.updated_at }
+}
+
+impl crate::ports::HealLog for MemPg {
+    fn heals_since(&mut self, since: SystemTime) -> StoreResult<Vec<crate::ports::HealRecord>> {
+        self.read(|s| Ok(s.heals.iter().filter(|h| h.at >= since).cloned().collect()))
+    }
+
+    fn record_heal(&mut self, heal: &crate::ports::HealRecord) -> StoreResult<()> {
+        self.write(|s| {
+            s.heals.push(heal.clone());
+            Ok(())
+        })
     }
 }

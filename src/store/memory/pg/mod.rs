@@ -37,6 +37,8 @@ pub struct MemProc {
     /// A DEAD message a person dismissed (`msgx dismiss`): it leaves the dead-letter queue.
     pub dismissed_at: Option<SystemTime>,
     pub dismissed_note: Option<String>,
+    /// What Redis acknowledged of its decision (`REDIS_RECORD`, #37).
+    pub redis_record: Option<crate::domain::RedisRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +94,8 @@ pub struct PgState {
     pub clock: Arc<dyn Clock>,
     /// Bumped by a rollback ([`MemPg::roll_back_to`]).
     pub timeline: u64,
+    /// CONSISTENCY_HEAL: the heals recorded, oldest first.
+    pub heals: Vec<crate::ports::HealRecord>,
 }
 
 impl Default for PgState {
@@ -108,6 +112,7 @@ impl Default for PgState {
             refuse_outcome_of: None,
             clock: Arc::new(FakeClock::new()),
             timeline: 0,
+            heals: Vec::new(),
         }
     }
 }
@@ -287,6 +292,7 @@ fn new_proc(r: &InboundRow, now: SystemTime) -> MemProc {
         backfill_reconciled_note: None,
         dismissed_at: None,
         dismissed_note: None,
+        redis_record: None,
     }
 }
 

@@ -56,7 +56,7 @@ impl Tables {
         round_keys: &mut HashMap<&'a str, i64>,
         now: SystemTime,
     ) -> StoreResult<()> {
-        let crate::ports::Succeeded { msg_id: id, tag, identity, events, references } = *x;
+        let crate::ports::Succeeded { msg_id: id, tag, identity, events, references, record } = *x;
         if planted::on(Bug::IdentityUnchecked) {
             round_keys.clear();
         } else if let Some(other) = round_keys.insert(identity, id) {
@@ -81,6 +81,7 @@ impl Tables {
             p.row.type_tag = Some(t.to_string());
         }
         p.row.identity_key = Some(identity.to_string());
+        p.redis_record = record;
         terminal(p, ProcStatus::Succeeded, now);
         self.references(id, references, now);
         for (ordinal, e) in events.iter().enumerate() {
