@@ -52,7 +52,8 @@ counters! {
     outages: "times a stage stalled on a store that was unavailable or refused it (SPEC 4.9)",
     outage_ms: "milliseconds stages spent stalled, summed over stages and outages",
     consistency_findings: "findings of the consistency sentinel: a store behind what it acknowledged (U25, #20)",
-    heals: "stores healed after they forgot (mailbox rows enqueued again, flights rebuilt)",
+    consistency_suspicions: "suspicions of the consistency sentinel: evidence that does not prove a store forgot, reported and left alone (#37)",
+    heals: "heals of a store that forgot that changed something (mailbox rows enqueued again, flights or journal entries rebuilt)",
 }
 
 /// Seconds from the mailbox's `DATE_RECEIVED` to SUCCEEDED (processing), and from SUCCEEDED to

@@ -299,6 +299,18 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Ratio,
         "U25: the share of the day's SUCCEEDED messages whose flight versions the sentinel stage checks in Redis once a day (0: off)",
     ),
+    k(
+        "msgx.consistency-check.interval",
+        "\"15s\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "U25: how often the sentinel stage compares the newest messages across the stores; a store that forgot is found within this",
+    ),
+    k(
+        "msgx.consistency-check.max-heals-per-hour",
+        "3",
+        Kind::Int { min: 1, max: 100 },
+        "#37: at most this many heals that changed something in any hour, counted in own PostgreSQL for every instance; one more stops msgx (exit 6) for a person to decide",
+    ),
     // --- msgx.proc-state, msgx.schd, msgx.identity, msgx.codec ---
     k(
         "msgx.proc-state.archive-after",
@@ -446,6 +458,12 @@ pub const KEYS: &[KeySpec] = &[
         "\"PROCESSED\"",
         Kind::Str,
         "status written with the mark (C-5: a value of the mailbox owner's set)",
+    ),
+    k(
+        "mailbox.inbound.exclusive-marks",
+        "false",
+        Kind::Bool,
+        "#37: true when no one but msgx marks rows with processed-status: a mark own PostgreSQL has no row for is then proof that it forgot (healed even when Redis went back too); false: only a suspicion (WARN), as an operator, the legacy system or a shadow deployment may mark rows",
     ),
     k("mailbox.outbound.table", "\"coutmsgs\"", Kind::Ident, "outbound mailbox table (target COUTMSGS)"),
     k("mailbox.outbound.id-column", "\"COUTMSGS_ID\"", Kind::Ident, "outbound row id"),

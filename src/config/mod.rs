@@ -60,6 +60,10 @@ pub struct Pipeline {
     pub check_on_startup: bool,
     /// `msgx.consistency-check.daily-sample-ratio` (U25).
     pub check_sample_ratio: f64,
+    /// `msgx.consistency-check.interval`: how often the sentinel compares the newest messages.
+    pub check_interval: Duration,
+    /// `msgx.consistency-check.max-heals-per-hour` (#37).
+    pub max_heals_per_hour: u32,
     /// `redis.journal-keep`.
     pub journal_keep: Duration,
     pub schd_flush_period: Duration,
@@ -94,6 +98,8 @@ pub struct InboundMailbox {
     pub status_column: String,
     pub status_filter: Vec<String>,
     pub processed_status: String,
+    /// `mailbox.inbound.exclusive-marks`: only msgx marks rows with `processed_status` (#37).
+    pub exclusive_marks: bool,
     /// `mailbox.time-zone`: the zone of the DATETIMEs msgx writes and reads.
     pub zone: crate::clock::zone::MailboxZone,
 }
@@ -536,6 +542,8 @@ fn pipeline(v: &Values) -> Result<Pipeline, ConfigError> {
         dead_keep: duration(v, "msgx.proc-state.dead-keep")?,
         check_on_startup: boolean(v, "msgx.consistency-check.on-startup")?,
         check_sample_ratio: ratio(v, "msgx.consistency-check.daily-sample-ratio")?,
+        check_interval: duration(v, "msgx.consistency-check.interval")?,
+        max_heals_per_hour: int(v, "msgx.consistency-check.max-heals-per-hour")? as u32,
         journal_keep: duration(v, "redis.journal-keep")?,
         schd_flush_period: duration(v, "msgx.schd.flush-period")?,
         schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
@@ -579,6 +587,7 @@ fn mailboxes(v: &Values) -> Result<(InboundMailbox, OutboundMailbox), ConfigErro
         status_column: string(v, "mailbox.inbound.status-column")?,
         status_filter: strings(v, "mailbox.inbound.status-filter")?,
         processed_status: string(v, "mailbox.inbound.processed-status")?,
+        exclusive_marks: boolean(v, "mailbox.inbound.exclusive-marks")?,
         zone: zone.clone(),
     };
     let outbound = OutboundMailbox {

@@ -1,23 +1,27 @@
 //! Healing a store that forgot, where the evidence proves what to do (#20); otherwise an error
 //! that says what a person must decide. Never a guess.
 //!
-//! - **PostgreSQL behind**: every mailbox row msgx has or had to process above the highest
-//!   MSG_ID PostgreSQL knows is enqueued again, its mark ignored, with the rows Redis's journal
-//!   holds decisions for; the pump then processes them in MSG_ID order, reusing each decision
-//!   Redis already applied (its journal, I2), so the outbox gets the same events under the same
-//!   identities. Proven only while the journal still holds every decision above the first
-//!   forgotten row (`journal:pruned` below it).
+//! - **PostgreSQL behind**: every message Redis holds a record of (a journal entry, an outcome
+//!   told) that PostgreSQL has no row for is enqueued again, its mark ignored, with the mailbox
+//!   rows not marked yet up to the highest of them; the pump then processes them in MSG_ID
+//!   order, reusing each decision Redis already applied (its journal, I2), so the outbox gets the
+//!   same events under the same identities. The watermark moves to the highest of them, never
+//!   past a row msgx had not processed (the poller's commit grace stays in force above it,
+//!   §4.9). Proven only while the journal still holds every decision above the first forgotten
+//!   row (`journal:pruned` below it). A marked row without such a record is enqueued only where
+//!   no one but msgx marks rows (`mailbox.inbound.exclusive-marks`): else someone else marked it.
 //! - **Redis behind**: the flights are rebuilt from the mailbox texts of the SUCCEEDED messages
 //!   in MSG_ID order through the same pure handlers, on top of what Redis still holds (field
 //!   versions make a message already there change nothing), and written whole — Redis only, no
-//!   new events. Proven only while the mailbox still holds every text.
+//!   new events; each journal entry Redis acknowledged and lost is written again with the events
+//!   its message made. Proven only while the mailbox still holds every text.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use log::{info, warn};
 
-use super::{texts, Behind, FindingKind, Report, Stores};
+use super::{texts, unknown_now, Behind, FindingKind, Report, Stores};
 use crate::codec;
 use crate::domain::InboundRow;
 use crate::error::StoreError;
@@ -43,10 +47,45 @@ pub struct Healed {
     pub enqueued: usize,
     pub marked: usize,
     pub range: Option<(i64, i64)>,
-    /// Redis: flights written, from how many messages, from which MSG_ID.
+    /// Redis: flights written, journal entries written again, from how many messages, from
+    /// which MSG_ID.
     pub flights: usize,
+    pub journal: usize,
     pub messages: usize,
     pub from: Option<i64>,
+}
+
+impl Healed {
+    /// Whether the heal changed any store (what the heal budget counts).
+    pub fn changed(&self) -> bool {
+        self.enqueued > 0 || self.flights > 0 || self.journal > 0
+    }
+
+    /// One line for the heal log and `msgx status`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some((a, b)) = self.range {
+            parts.push(format!("{} row(s) enqueued again (MSG_ID {a}..{b})", self.enqueued));
+        }
+        if self.flights > 0 || self.journal > 0 {
+            parts.push(format!(
+                "{} flight(s) and {} journal entry(ies) rebuilt from MSG_ID {}",
+                self.flights,
+                self.journal,
+                self.from.unwrap_or(0)
+            ));
+        }
+        parts.join("; ")
+    }
+
+    /// The store a heal's record names: PostgreSQL when it enqueued rows (it heals first).
+    pub fn store(&self) -> crate::error::Store {
+        if self.enqueued > 0 {
+            crate::error::Store::Postgres
+        } else {
+            crate::error::Store::Redis
+        }
+    }
 }
 
 /// Heals what `report` found, PostgreSQL first (the rebuild reads its SUCCEEDED messages).
@@ -66,24 +105,25 @@ pub fn heal(st: &mut Stores<'_>, report: &Report, now: SystemTime) -> Result<Hea
                 .min()
                 .unwrap_or(0)
         };
-        let (flights, messages) = rebuild(st, from, None, now, true)?;
+        let (flights, journal, messages) = rebuild(st, from, None, now, true)?;
         if empty {
             // Nothing of the old journal is there: everything up to now counts as dropped.
-            let top = st.pg.succeeded_last(1)?.first().copied().unwrap_or(0);
+            let top = st.pg.succeeded_last(1)?.first().map_or(0, |m| m.msg_id);
             st.flights.set_pruned(top)?;
         }
-        info!("healed redis: {flights} flight(s) rebuilt from {messages} SUCCEEDED message(s) from MSG_ID {from}");
-        (healed.flights, healed.messages, healed.from) = (flights, messages, Some(from));
+        info!("healed redis: {flights} flight(s) and {journal} journal entry(ies) rebuilt from {messages} SUCCEEDED message(s) from MSG_ID {from}");
+        (healed.flights, healed.journal, healed.messages, healed.from) =
+            (flights, journal, messages, Some(from));
     }
     if report.needs_pruned_mark && !report.behind(Behind::Redis) {
-        let top = st.pg.succeeded_last(1)?.first().copied().unwrap_or(0);
+        let top = st.pg.succeeded_last(1)?.first().map_or(0, |m| m.msg_id);
         st.flights.set_pruned(top)?;
         info!("consistency: the Redis journal is kept from now on (journal:pruned set to {top})");
     }
     Ok(healed)
 }
 
-/// Enqueues again, ignoring their marks, the rows PostgreSQL forgot (module documentation).
+/// Enqueues again, ignoring their marks, the messages PostgreSQL forgot (module documentation).
 fn heal_postgres(
     st: &mut Stores<'_>,
     report: &Report,
@@ -91,70 +131,133 @@ fn heal_postgres(
     healed: &mut Healed,
 ) -> Result<(), HealError> {
     let known = report.pg_known_max;
-    let mut rows: Vec<InboundRow> = Vec::new();
-    let mut marked = 0;
-    let mut from = known + 1;
-    loop {
-        let page = st.mailbox.ours(from, i64::MAX, 5_000, false)?;
-        marked += page.iter().filter(|r| r.marked).count();
-        rows.extend(page.iter().map(|r| r.row));
-        match page.last() {
-            Some(last) if page.len() == 5_000 => from = last.row.id + 1,
-            _ => break,
-        }
-    }
-    // Journal entries below the highest known MSG_ID whose row is gone too (a late row).
-    let lost_below: Vec<i64> = st.flights.journal_ids()?.into_iter().filter(|m| *m <= known).collect();
-    let mut lost_below = st.pg.unknown(&lost_below)?;
-    lost_below.extend(super::late_forgotten(st, known)?);
-    lost_below.sort_unstable();
-    lost_below.dedup();
-    rows.extend(lost_below.iter().map(|id| InboundRow { id: *id, received_at: None }));
-    rows.sort_by_key(|r| r.id);
-    rows.dedup_by_key(|r| r.id);
-    let first_forgotten = lost_below.first().copied().or_else(|| rows.first().map(|r| r.id));
-    let covered = match (first_forgotten, report.redis.pruned) {
-        (None, _) => true,
-        (Some(first), Some(pruned)) => first > pruned,
-        (Some(_), None) => false,
-    };
-    if !covered {
+    let (by_redis, proven) = forgotten(st, known)?;
+    let Some(top) = proven.last().copied() else { return Ok(()) };
+    let span = Span::read(st, known, top, &proven)?;
+    // Deciding a row again is the same decision only for a row Redis still holds a record of
+    // (its journal entry, or an outcome that needed none), or one never settled: a row at or
+    // below `journal:pruned` may have been settled and its record dropped — deciding it again
+    // could publish different events (and a mark there may be msgx's own).
+    let pruned = report.redis.pruned;
+    let doubtful = span.seen.iter().chain(&proven).copied().filter(|m| !by_redis.contains(m)).min();
+    if let Some(first) = doubtful.filter(|f| pruned.is_none_or(|p| *f <= p)) {
         return Err(HealError::Person(format!(
-            "postgres lost the outcome of {} mailbox row(s) from MSG_ID {} on, and the Redis journal no longer holds every decision above MSG_ID {} (redis.journal-keep): processing them again would decide them on today's flight state and could publish different events. A person must decide: restore own PostgreSQL from a newer backup, or accept deciding them again",
-            rows.len(),
-            first_forgotten.unwrap_or(0),
-            report.redis.pruned.map_or("?".to_string(), |p| p.to_string())
+            "postgres lost the outcome of mailbox rows from MSG_ID {first} on ({} proven, up to MSG_ID {top}), and the Redis journal no longer holds every decision above MSG_ID {} (redis.journal-keep): processing them again would decide them on today's flight state and could publish different events. A person must decide: restore own PostgreSQL from a newer backup, or accept deciding them again",
+            proven.len(),
+            pruned.map_or("?".to_string(), |p| p.to_string())
         )));
     }
+    let rows = span.rows;
     let watermark = st.pg.watermark()?;
     for chunk in rows.chunks(1_000) {
-        let top = chunk.last().map(|r| r.id).unwrap_or(0).max(watermark);
-        st.pg.enqueue(chunk, Some(top), now)?;
+        // Never past a row msgx had not processed: the highest proven row at most.
+        let wm = chunk.last().map_or(watermark, |r| r.id).min(top).max(watermark);
+        st.pg.enqueue(chunk, Some(wm), now)?;
     }
     if let (Some(a), Some(b)) = (rows.first(), rows.last()) {
         healed.range = Some((a.id, b.id));
         info!(
-            "healed postgres: {} mailbox row(s) enqueued again from MSG_ID {} to {} ({marked} of them marked processed before); each is processed again in MSG_ID order, a decision Redis already applied is reused with its events",
+            "healed postgres: {} mailbox row(s) enqueued again from MSG_ID {} to {} ({} of them marked processed before); each is processed again in MSG_ID order, a decision Redis already applied is reused with its events",
             rows.len(),
             a.id,
-            b.id
+            b.id,
+            span.marked
         );
     }
-    (healed.enqueued, healed.marked) = (rows.len(), marked);
+    if span.foreign > 0 {
+        warn!("consistency: {} mailbox row(s) up to MSG_ID {top} are marked processed without a record that msgx settled them; left alone", span.foreign);
+    }
+    (healed.enqueued, healed.marked) = (rows.len(), span.marked);
     Ok(())
+}
+
+/// What PostgreSQL forgot that msgx settled: what Redis holds a record of (a journal entry, an
+/// outcome told, its highest MSG_IDs) and PostgreSQL has no row for; and those with the marks
+/// where only msgx marks rows (#37).
+fn forgotten(st: &mut Stores<'_>, known: i64) -> Result<(BTreeSet<i64>, BTreeSet<i64>), HealError> {
+    let mut recorded: BTreeSet<i64> = st.flights.journal_ids()?.into_iter().collect();
+    recorded.extend(st.flights.settled_ids()?);
+    let marks = st.flights.audit()?;
+    recorded.extend([marks.applied_max, marks.settled_max].into_iter().filter(|m| *m > 0));
+    let recorded: Vec<i64> = recorded.into_iter().collect();
+    let by_redis: BTreeSet<i64> = unknown_now(st, &recorded)?.into_iter().collect();
+    let mut proven = by_redis.clone();
+    if st.mailbox.exclusive_marks() {
+        let mut marked = marked_above(st, known)?;
+        marked.extend(super::late_marked(st, known)?);
+        proven.extend(unknown_now(st, &marked)?);
+    }
+    Ok((by_redis, proven))
+}
+
+/// The mailbox rows from the highest MSG_ID PostgreSQL knows to the highest forgotten one.
+struct Span {
+    /// To enqueue again, in MSG_ID order: each one proven forgotten, or not marked yet (not
+    /// processed, or processed and not marked: its record is then there unless dropped); and
+    /// the proven late rows below.
+    rows: Vec<InboundRow>,
+    /// Every row of the span the mailbox holds for msgx, marked or not.
+    seen: Vec<i64>,
+    /// Rows enqueued that were marked; marked rows left alone (someone else marked them).
+    marked: usize,
+    foreign: usize,
+}
+
+impl Span {
+    fn read(st: &mut Stores<'_>, known: i64, top: i64, proven: &BTreeSet<i64>) -> Result<Span, HealError> {
+        let mut span = Span { rows: Vec::new(), seen: Vec::new(), marked: 0, foreign: 0 };
+        let mut from = known + 1;
+        while from <= top {
+            let page = st.mailbox.ours(from, top, 5_000, false)?;
+            for r in &page {
+                span.seen.push(r.row.id);
+                match (proven.contains(&r.row.id), r.marked) {
+                    (true, m) => {
+                        span.marked += usize::from(m);
+                        span.rows.push(r.row);
+                    }
+                    (false, false) => span.rows.push(r.row),
+                    (false, true) => span.foreign += 1,
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == 5_000 => from = last.row.id + 1,
+                _ => break,
+            }
+        }
+        // Proven rows the read above did not cover (late rows below the highest known).
+        let listed: BTreeSet<i64> = span.rows.iter().map(|r| r.id).collect();
+        let late = proven.iter().filter(|m| !listed.contains(m));
+        span.rows.extend(late.map(|id| InboundRow { id: *id, received_at: None }));
+        span.rows.sort_by_key(|r| r.id);
+        Ok(span)
+    }
+}
+
+/// Every mailbox row marked with msgx's status above `known`, in pages.
+fn marked_above(st: &mut Stores<'_>, known: i64) -> Result<Vec<i64>, HealError> {
+    let (mut out, mut from) = (Vec::new(), known + 1);
+    loop {
+        let page = st.mailbox.ours(from, i64::MAX, 5_000, true)?;
+        out.extend(page.iter().map(|r| r.row.id));
+        match page.last() {
+            Some(last) if page.len() == 5_000 => from = last.row.id + 1,
+            _ => return Ok(out),
+        }
+    }
 }
 
 /// Rebuilds flights from the SUCCEEDED messages from MSG_ID `from` on, on top of what Redis
 /// holds (`seed`), and writes those that changed — only `only`'s when given. With `write` false
 /// nothing is written (`msgx rebuild-flights` without `--yes`). Returns (flights that differ,
-/// messages read).
+/// journal entries written again, messages read).
 fn rebuild(
     st: &mut Stores<'_>,
     from: i64,
     only: Option<&[String]>,
     now: SystemTime,
     write: bool,
-) -> Result<(usize, usize), HealError> {
+) -> Result<(usize, usize, usize), HealError> {
     let pruned = st.flights.audit()?.pruned;
     let seed: BTreeMap<String, (FlightState, Option<i64>)> =
         st.flights.all_flights()?.into_iter().map(|(k, f, s)| (k, (f, s))).collect();
@@ -175,17 +278,18 @@ fn rebuild(
         .filter(|(k, f)| seed.get(*k).map(|(s, i)| (s, *i)) != Some((*f, state.sodt.get(*k).copied())))
         .map(|(k, f)| (k.clone(), f.clone(), state.sodt.get(k).copied()))
         .collect();
+    let journal = if only.is_some() { Vec::new() } else { journal };
+    let entries = journal.len();
     if write {
-        let journal = if only.is_some() { Vec::new() } else { journal };
         let generation = (state.generation != generation).then_some(state.generation);
         st.flights.restore(&Restore { flights: changed.clone(), generation, journal }, now)?;
     }
-    Ok((changed.len(), messages))
+    Ok((changed.len(), entries, messages))
 }
 
 /// Every SUCCEEDED message from MSG_ID `from` on decided again, in order, on `scratch`; the
-/// journal entries Redis is missing above `pruned` (with the events the outbox holds); and how
-/// many messages were read.
+/// journal entries Redis acknowledged and is missing above `pruned` (with the events the outbox
+/// holds); and how many messages were read.
 #[allow(clippy::type_complexity)]
 fn replay_onto(
     st: &mut Stores<'_>,
@@ -197,24 +301,25 @@ fn replay_onto(
     let mut messages = 0;
     let mut after = from - 1;
     loop {
-        let ids = st.pg.succeeded_above(after, 2_000)?;
-        let Some(last) = ids.last().copied() else { break };
-        // Only a missing entry is written, with the events its message made then (the outbox):
-        // deciding it again on today's flights could say less.
-        let has = st.flights.journal_has(&ids)?;
-        let missing: Vec<i64> = ids
+        let rows = st.pg.succeeded_above(after, 2_000)?;
+        let Some(last) = rows.last().map(|m| m.msg_id) else { break };
+        let ids: Vec<i64> = rows.iter().map(|m| m.msg_id).collect();
+        // Only an entry Redis acknowledged is owed, with the events its message made then (the
+        // outbox): deciding it again on today's flights could say less.
+        let owed: Vec<i64> = rows
             .iter()
-            .zip(has)
-            .filter(|(m, h)| !h && pruned.is_some_and(|p| **m > p))
-            .map(|(m, _)| *m)
+            .filter(|m| m.record.is_some() && pruned.is_some_and(|p| m.msg_id > p))
+            .map(|m| m.msg_id)
             .collect();
+        let has = st.flights.journal_has(&owed)?;
+        let missing: Vec<i64> = owed.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m).collect();
         let mut made: BTreeMap<i64, Vec<crate::domain::NewEvent>> = BTreeMap::new();
         for (m, e) in st.pg.events_of(&missing)? {
             made.entry(m).or_default().push(e);
         }
         for (m, text) in texts(st, &ids)? {
-            let names = redecide(scratch, m, text, from)?;
-            if missing.contains(&m) && (names || made.contains_key(&m)) {
+            redecide(scratch, m, text, from)?;
+            if missing.contains(&m) {
                 let events = made.remove(&m).unwrap_or_default();
                 journal.push((m, Decision { events, ..Default::default() }));
             }
@@ -225,9 +330,8 @@ fn replay_onto(
     Ok((journal, messages))
 }
 
-/// Decides message `m` again on the scratch flights and applies it there; whether it names
-/// flights (its journal entry is then owed, even when every change of it is superseded by now).
-fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -> Result<bool, HealError> {
+/// Decides message `m` again on the scratch flights and applies it there.
+fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -> Result<(), HealError> {
     let Some(text) = text else {
         return Err(HealError::Person(format!(
             "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
@@ -237,20 +341,19 @@ fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -
         Ok(msg) => msg,
         Err(e) => {
             warn!("rebuild: SUCCEEDED message {m} no longer decodes ({e}); left out");
-            return Ok(false);
+            return Ok(());
         }
     };
     let need = handlers::need_of(&msg);
-    let names = need.names_flights();
     let read = RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window };
     let p = scratch.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
     let Ok(d) = handlers::decide(&View { flights: p.flights, window: p.window }, &msg, m) else {
-        return Ok(names);
+        return Ok(());
     };
     if !d.flights.is_empty() || d.snapshot {
         scratch.apply(&[(m, &d)])?;
     }
-    Ok(names)
+    Ok(())
 }
 
 /// `msgx rebuild-flights`: every flight (or those of `only`) rebuilt from every SUCCEEDED message
@@ -261,5 +364,5 @@ pub fn rebuild_flights(
     now: SystemTime,
     write: bool,
 ) -> Result<(usize, usize), HealError> {
-    rebuild(st, 0, only, now, write)
+    rebuild(st, 0, only, now, write).map(|(flights, _, messages)| (flights, messages))
 }

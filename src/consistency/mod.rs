@@ -2,44 +2,54 @@
 //!
 //! msgx loses nothing while a store is *away*; this module is for a store that comes back having
 //! *forgotten* — an asynchronous replica promoted with a lost tail, a restore from a backup, a
-//! Redis restarted from an older dump or emptied. Each store keeps evidence of the others:
+//! Redis restarted from an older dump or emptied. Each store keeps evidence of the others, and a
+//! finding is only ever *proof*: something msgx wrote that only a store that forgot can have
+//! lost (#37; docs/architecture.md, "A finding is proof"):
 //!
-//! - own PostgreSQL is **behind** when the mailbox holds rows marked with msgx's processed status
-//!   above the highest MSG_ID PostgreSQL knows, when Redis's journal holds decisions for messages
-//!   PostgreSQL has no row for, or when Redis was written under a lease epoch PostgreSQL never
-//!   handed out (only PostgreSQL hands them out);
-//! - Redis is **behind** when it holds nothing of msgx's while PostgreSQL holds SUCCEEDED
-//!   messages, when a SUCCEEDED message that changes flights has no journal entry although its
-//!   entry cannot have been dropped yet (above `journal:pruned`), or when a sampled SUCCEEDED
-//!   message's fields carry an older version in Redis.
+//! - own PostgreSQL is **behind** when Redis was written under a lease epoch PostgreSQL never
+//!   handed out (only PostgreSQL hands them out), or when Redis holds a journal entry, or was
+//!   told an outcome was committed, for a message PostgreSQL has no row for (its PENDING row
+//!   came before either);
+//! - Redis is **behind** when it holds nothing of msgx's while PostgreSQL holds a SUCCEEDED
+//!   message whose decision Redis acknowledged, when such a message's journal entry is gone
+//!   although it cannot have been dropped (above `journal:pruned`), when a sampled message's
+//!   fields Redis acknowledged writing carry an older version, or when the plan's generation is
+//!   below a snapshot Redis acknowledged advancing it to.
+//!
+//! What only *suggests* a store forgot — mailbox rows marked processed that neither PostgreSQL
+//! nor Redis knows msgx settled (someone else marked them, or both stores went back together)
+//! — is a [`Suspicion`]: a WARN and a counter, never a stop.
 //!
 //! [`check`] reads the evidence through narrow ports and returns a [`Report`]; [`heal`] (module
 //! `heal`) acts on it where it can be proven, else says what a person must decide. The daemon runs
 //! both before its stages start and after a stage stopped on a store that forgot; `msgx verify`
-//! runs the check by hand; the jobs thread runs the check on the newest messages every round.
+//! runs the check by hand; the sentinel stage runs the check on the newest messages.
 
+mod budget;
 mod heal;
 pub mod stage;
 #[cfg(test)]
 mod tests;
 
+pub use budget::{HealBudget, HOUR};
 pub use heal::{heal, rebuild_flights, HealError, Healed};
 
-use std::time::SystemTime;
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
 
-use log::error;
+use log::{error, warn};
 
 use crate::codec;
 use crate::error::StoreError;
-use crate::handlers::{self, View};
+use crate::handlers::{self, View, TOMBSTONE_KEEP};
 use crate::ports::{
-    FlightAudit, FlightMarks, FlightStore, Intake, LeaseStore, MailboxAudit, MailboxTexts, Raw, RoundNeed,
-    StateAudit, StoreResult,
+    FlightAudit, FlightMarks, FlightStore, HealLog, Intake, LeaseStore, MailboxAudit, MailboxTexts, Raw,
+    RoundNeed, StateAudit, StoreResult, SucceededRow,
 };
 
 /// Own PostgreSQL as the sentinel uses it.
-pub trait PgSide: StateAudit + Intake + LeaseStore {}
-impl<T: StateAudit + Intake + LeaseStore> PgSide for T {}
+pub trait PgSide: StateAudit + Intake + LeaseStore + HealLog {}
+impl<T: StateAudit + Intake + LeaseStore + HealLog> PgSide for T {}
 /// The shared mailbox as the sentinel uses it.
 pub trait MailboxSide: MailboxAudit + MailboxTexts {}
 impl<T: MailboxAudit + MailboxTexts> MailboxSide for T {}
@@ -60,26 +70,76 @@ const NAMED: usize = 10;
 const PAGE: usize = 5_000;
 /// The largest text the check reads back (as `msgx.codec.max-message-bytes` allows at most).
 const TEXT_BUDGET: u64 = 64 << 20;
+/// A message is sampled for versions only this long after its outcome at most: a flight a later
+/// message deleted keeps its versions (the tombstone) for `TOMBSTONE_KEEP`, and a sample of an
+/// older message could find them expired — no proof of anything (#37).
+const SAMPLE_WITHIN: Duration = TOMBSTONE_KEEP.saturating_sub(Duration::from_secs(3600));
 
-/// What a finding is evidence of.
+/// What a finding is evidence of (each one a proof: docs/architecture.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FindingKind {
-    /// Mailbox rows marked with msgx's processed status above the highest MSG_ID PostgreSQL knows.
-    MarkedUnknown,
-    /// Redis's journal holds decisions for messages PostgreSQL has no row for.
+    /// Redis journalled, or was told PostgreSQL committed, messages PostgreSQL has no row for.
     JournalUnknown,
+    /// Mailbox rows marked with msgx's processed status, which only msgx writes
+    /// (`mailbox.inbound.exclusive-marks`), that PostgreSQL has no row for.
+    MarkedUnknown,
     /// Redis was written under a lease epoch above PostgreSQL's.
     EpochAhead,
-    /// Redis holds nothing of msgx's while PostgreSQL holds SUCCEEDED messages.
+    /// Redis holds nothing of msgx's while PostgreSQL holds messages Redis acknowledged.
     FlightsEmpty,
-    /// SUCCEEDED messages that change flights have no journal entry (not dropped yet).
+    /// SUCCEEDED messages whose journal entry Redis acknowledged have none (not dropped yet).
     JournalMissing,
-    /// Sampled SUCCEEDED messages whose fields carry an older version in Redis.
+    /// Sampled SUCCEEDED messages whose fields Redis acknowledged carry an older version.
     VersionsBehind,
-    /// The daily plan's generation in Redis was advanced by an older snapshot than the newest
-    /// one PostgreSQL holds SUCCEEDED.
+    /// The daily plan's generation in Redis is below a snapshot Redis acknowledged advancing it
+    /// to.
     GenerationBehind,
+}
+
+/// What a suspicion suggests: a WARN and a counter, never a stop (#37).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SuspicionKind {
+    /// Mailbox rows marked with msgx's processed status that PostgreSQL has no row for and that
+    /// Redis holds no record of msgx settling.
+    MarkedUnrecorded,
+}
+
+impl SuspicionKind {
+    pub const ALL: [SuspicionKind; 1] = [SuspicionKind::MarkedUnrecorded];
+
+    /// The name in `msgx verify --json` and the counter's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuspicionKind::MarkedUnrecorded => "marked-unrecorded",
+        }
+    }
+}
+
+/// Something the evidence suggests and does not prove, with the first few IDs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Suspicion {
+    pub kind: SuspicionKind,
+    /// How many (at least this many when `more`).
+    pub count: usize,
+    pub more: bool,
+    pub ids: Vec<i64>,
+}
+
+impl Suspicion {
+    /// The WARN line that reports it.
+    pub fn line(&self) -> String {
+        let ids: Vec<String> = self.ids.iter().map(i64::to_string).collect();
+        let (at_least, more) = if self.more { ("at least ", " …") } else { ("", "") };
+        match self.kind {
+            SuspicionKind::MarkedUnrecorded => format!(
+                "consistency: suspicion: {at_least}{} mailbox row(s) marked processed that neither postgres nor Redis knows msgx settled (MSG_IDs {}{more}): marked by someone else, or processed by msgx before own PostgreSQL and Redis both went back; msgx leaves them alone (docs/operations.md, \"A suspicion\")",
+                self.count,
+                ids.join(", ")
+            ),
+        }
+    }
 }
 
 /// Which store a finding says is behind.
@@ -105,8 +165,8 @@ impl Behind {
 
 impl FindingKind {
     pub const ALL: [FindingKind; 7] = [
-        FindingKind::MarkedUnknown,
         FindingKind::JournalUnknown,
+        FindingKind::MarkedUnknown,
         FindingKind::EpochAhead,
         FindingKind::FlightsEmpty,
         FindingKind::JournalMissing,
@@ -116,7 +176,7 @@ impl FindingKind {
 
     pub fn behind(self) -> Behind {
         match self {
-            FindingKind::MarkedUnknown | FindingKind::JournalUnknown | FindingKind::EpochAhead => {
+            FindingKind::JournalUnknown | FindingKind::MarkedUnknown | FindingKind::EpochAhead => {
                 Behind::Postgres
             }
             _ => Behind::Redis,
@@ -126,8 +186,8 @@ impl FindingKind {
     /// The name in `msgx verify --json` and the counter's label.
     pub fn as_str(self) -> &'static str {
         match self {
-            FindingKind::MarkedUnknown => "marked-unknown",
             FindingKind::JournalUnknown => "journal-unknown",
+            FindingKind::MarkedUnknown => "marked-unknown",
             FindingKind::EpochAhead => "epoch-ahead",
             FindingKind::FlightsEmpty => "flights-empty",
             FindingKind::JournalMissing => "journal-missing",
@@ -138,24 +198,24 @@ impl FindingKind {
 
     fn evidence(self) -> &'static str {
         match self {
-            FindingKind::MarkedUnknown => {
-                "mailbox row(s) marked processed by msgx that postgres has no row for"
-            }
             FindingKind::JournalUnknown => {
-                "decision(s) in the Redis journal for messages postgres has no row for"
+                "message(s) Redis journalled, or was told postgres committed, that postgres has no row for"
+            }
+            FindingKind::MarkedUnknown => {
+                "mailbox row(s) marked processed, which only msgx does here (mailbox.inbound.exclusive-marks), that postgres has no row for"
             }
             FindingKind::EpochAhead => "lease epoch(s) seen in Redis that postgres never handed out",
             FindingKind::FlightsEmpty => {
-                "Redis holds nothing of msgx's while postgres holds SUCCEEDED messages"
+                "Redis holds nothing of msgx's while postgres holds SUCCEEDED messages Redis acknowledged"
             }
             FindingKind::GenerationBehind => {
-                "the daily plan's generation was advanced by an older snapshot than the newest SUCCEEDED one"
+                "the daily plan's generation is below a snapshot Redis acknowledged advancing it to"
             }
             FindingKind::JournalMissing => {
-                "SUCCEEDED message(s) that change flights without their Redis journal entry"
+                "SUCCEEDED message(s) whose journal entry Redis acknowledged, without it"
             }
             FindingKind::VersionsBehind => {
-                "sampled SUCCEEDED message(s) whose fields carry an older version in Redis"
+                "sampled SUCCEEDED message(s) whose fields Redis acknowledged writing carry an older version"
             }
         }
     }
@@ -212,19 +272,22 @@ impl Finding {
     }
 }
 
-/// What the check saw: the evidence it stood on and what it found.
+/// What the check saw: the evidence it stood on, what it found, and what it only suspects.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Report {
     pub findings: Vec<Finding>,
+    pub suspicions: Vec<Suspicion>,
     /// The highest MSG_ID own PostgreSQL knows and its lease epoch.
     pub pg_known_max: i64,
     pub pg_epoch: i64,
     #[serde(skip)]
     pub redis: FlightMarks,
-    /// SUCCEEDED messages compared with Redis's journal, and sampled for versions.
+    /// SUCCEEDED messages whose journal entries were compared with Redis's journal, and those
+    /// sampled for versions.
     pub journal_checked: usize,
     pub sampled: usize,
-    /// Redis has no `journal:pruned` yet (written by an older msgx, or new): the heal sets it.
+    /// Redis has no `journal:pruned` (new, written by an older msgx, or expired after a quiet
+    /// week): no journal evidence yet; the heal sets it.
     pub needs_pruned_mark: bool,
 }
 
@@ -241,9 +304,18 @@ impl Report {
         self.findings.iter().find(|f| f.kind == kind)
     }
 
+    pub fn suspicion(&self, kind: SuspicionKind) -> Option<&Suspicion> {
+        self.suspicions.iter().find(|f| f.kind == kind)
+    }
+
     /// Every finding as an ERROR line.
     pub fn log(&self) {
         self.findings.iter().for_each(|f| error!("{}", f.line()));
+    }
+
+    /// Every suspicion as a WARN line.
+    pub fn warn(&self) {
+        self.suspicions.iter().for_each(|s| warn!("{}", s.line()));
     }
 }
 
@@ -252,19 +324,19 @@ impl Report {
 pub enum Depth {
     /// Everything the evidence covers (start-up, after a store forgot, `msgx verify`).
     Full { sample: f64 },
-    /// The newest `n` SUCCEEDED messages only (the jobs thread, every round).
+    /// The newest `n` SUCCEEDED messages only (the sentinel stage, every round).
     Recent(usize),
 }
 
-/// Compares the stores (read only) and says which one forgot what.
+/// Compares the stores (read only) and says which one forgot what, at `now`.
 ///
 /// The stores are read in the order that makes a race with a running pipeline impossible to
 /// mistake for forgetting: a store is read *after* the one it writes after — PostgreSQL hands out
 /// an epoch and enqueues a row before Redis sees them, Redis applies before PostgreSQL records
-/// SUCCEEDED, PostgreSQL records it before the mailbox is marked — so evidence read from the later
-/// store is always confirmed against a fresh read of the earlier one (`unknown`), and a journal
-/// entry dropped meanwhile is told by a fresh `journal:pruned` (#20, found by the suite).
-pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
+/// SUCCEEDED, PostgreSQL records it before Redis is told and the mailbox is marked — so evidence
+/// read from the later store is always confirmed against a fresh read of the earlier one, and
+/// evidence read from the earlier one against a fresh read of the later (#20, #37).
+pub fn check(st: &mut Stores<'_>, depth: Depth, now: SystemTime) -> StoreResult<Report> {
     let redis = st.flights.audit()?;
     let mut r = Report {
         pg_known_max: st.pg.known_max()?,
@@ -275,11 +347,18 @@ pub fn check(st: &mut Stores<'_>, depth: Depth) -> StoreResult<Report> {
     if r.redis.epoch > r.pg_epoch {
         r.findings.push(Finding::pair(FindingKind::EpochAhead, r.redis.epoch, r.pg_epoch));
     }
-    let marked = marked_unknown(st, r.pg_known_max)?;
-    r.findings.extend(Finding::of(FindingKind::MarkedUnknown, &marked));
-    let journal = journal_unknown(st, r.pg_known_max, depth, &r.redis)?;
-    r.findings.extend(Finding::of(FindingKind::JournalUnknown, &journal));
-    redis_side(st, depth, &mut r)?;
+    let unknown = recorded_unknown(st, depth, &r.redis)?;
+    r.findings.extend(Finding::of(FindingKind::JournalUnknown, &unknown));
+    if let Some((ids, more)) = marked_unrecorded(st, r.pg_known_max, depth)? {
+        // A mark is msgx's own only where no one else marks rows (#37).
+        if st.mailbox.exclusive_marks() {
+            r.findings.extend(Finding::of(FindingKind::MarkedUnknown, &ids));
+        } else {
+            let (kind, count) = (SuspicionKind::MarkedUnrecorded, ids.len());
+            r.suspicions.push(Suspicion { kind, count, more, ids: ids.into_iter().take(NAMED).collect() });
+        }
+    }
+    redis_side(st, depth, now, &mut r)?;
     Ok(r)
 }
 
@@ -292,129 +371,150 @@ fn unknown_now(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
     Ok(out)
 }
 
+/// Every MSG_ID Redis holds a record of (a journal entry, or PostgreSQL's outcome told), the
+/// cheap check's the highest two only: what PostgreSQL must have a row for.
+fn recorded_ids(st: &mut Stores<'_>, depth: Depth, marks: &FlightMarks) -> StoreResult<Vec<i64>> {
+    let ids: BTreeSet<i64> = match depth {
+        Depth::Recent(_) => [marks.applied_max, marks.settled_max].into_iter().filter(|m| *m > 0).collect(),
+        Depth::Full { .. } => {
+            let mut ids: BTreeSet<i64> = st.flights.journal_ids()?.into_iter().collect();
+            ids.extend(st.flights.settled_ids()?);
+            ids.extend([marks.applied_max, marks.settled_max].into_iter().filter(|m| *m > 0));
+            ids
+        }
+    };
+    Ok(ids.into_iter().collect())
+}
+
+/// What Redis holds a record of that PostgreSQL has no row for, confirmed by a read after
+/// Redis's (its PENDING row came before the record, so only a PostgreSQL that went back lacks
+/// it).
+fn recorded_unknown(st: &mut Stores<'_>, depth: Depth, marks: &FlightMarks) -> StoreResult<Vec<i64>> {
+    let ids = recorded_ids(st, depth, marks)?;
+    unknown_now(st, &ids)
+}
+
 /// How far below the highest MSG_ID PostgreSQL knows a forgotten late row (PRE-2) is looked for.
 const LATE_ROWS: i64 = 1_000;
 /// A mark this much older than PostgreSQL's newest write still counts as made after it (the
 /// clocks of the hosts msgx ran on).
-const MARK_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
+const MARK_SLACK: Duration = Duration::from_secs(60);
 
-/// Late rows (PRE-2) PostgreSQL forgot: below the highest MSG_ID it knows, marked with msgx's
-/// status since the moment it stands at, and without a row. With Redis's journal gone too,
-/// this is the only evidence of them.
-pub(crate) fn late_forgotten(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
+/// Late rows (PRE-2) below the highest MSG_ID PostgreSQL knows, marked with msgx's status since
+/// the moment it stands at.
+pub(crate) fn late_marked(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
     let Some(since) = st.pg.newest_write()?.and_then(|t| t.checked_sub(MARK_SLACK)) else {
         return Ok(Vec::new());
     };
-    let rows = st.mailbox.ours((known_max - LATE_ROWS).max(1), known_max, LATE_ROWS as usize, true)?;
-    let ids: Vec<i64> =
-        rows.iter().filter(|r| r.marked_at.is_some_and(|t| t >= since)).map(|r| r.row.id).collect();
-    unknown_now(st, &ids)
+    let late = st.mailbox.ours((known_max - LATE_ROWS).max(1), known_max, LATE_ROWS as usize, true)?;
+    Ok(late.iter().filter(|r| r.marked_at.is_some_and(|t| t >= since)).map(|r| r.row.id).collect())
 }
 
-/// Mailbox rows marked with msgx's status that PostgreSQL forgot: above the highest MSG_ID it
-/// knows, and late rows below it.
-fn marked_unknown(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
-    let mut out = late_forgotten(st, known_max)?;
-    let mut above = Vec::new();
-    let mut from = known_max + 1;
-    loop {
-        let rows = st.mailbox.ours(from, i64::MAX, PAGE, true)?;
-        above.extend(rows.iter().filter(|r| r.marked).map(|r| r.row.id));
-        match rows.last() {
-            Some(last) if rows.len() == PAGE => from = last.row.id + 1,
-            _ => break,
-        }
-    }
-    // Marked after `known_max` was read: PostgreSQL recorded them before; it says so now.
-    out.extend(unknown_now(st, &above)?);
-    out.sort_unstable();
-    Ok(out)
-}
-
-/// Journal entries PostgreSQL has no row for, confirmed by a read after the journal's. The
-/// newest-messages check looks at the highest MSG_ID applied only.
-fn journal_unknown(
+/// Mailbox rows marked with msgx's status that PostgreSQL has no row for — above the highest
+/// MSG_ID it knows (one page at most), and late rows below it — and that Redis holds no record
+/// of msgx settling (a row Redis recorded is a finding already, [`recorded_unknown`]), with
+/// whether there may be more. Proof only where no one else marks rows.
+fn marked_unrecorded(
     st: &mut Stores<'_>,
     known_max: i64,
     depth: Depth,
-    marks: &FlightMarks,
-) -> StoreResult<Vec<i64>> {
-    let ids = match depth {
-        Depth::Recent(_) if marks.applied_max > known_max => vec![marks.applied_max],
-        Depth::Recent(_) => return Ok(Vec::new()),
-        Depth::Full { .. } => st.flights.journal_ids()?,
+) -> StoreResult<Option<(Vec<i64>, bool)>> {
+    let mut marked = late_marked(st, known_max)?;
+    let above = st.mailbox.ours(known_max + 1, i64::MAX, PAGE, true)?;
+    let more = above.len() == PAGE;
+    marked.extend(above.iter().filter(|r| r.marked).map(|r| r.row.id));
+    if marked.is_empty() {
+        return Ok(None);
+    }
+    // Read after the mailbox: a mark comes after PostgreSQL's outcome and Redis's record.
+    let unknown = unknown_now(st, &marked)?;
+    let recorded = match depth {
+        Depth::Full { .. } => {
+            let mut all: BTreeSet<i64> = st.flights.journal_ids()?.into_iter().collect();
+            all.extend(st.flights.settled_ids()?);
+            unknown.iter().map(|m| all.contains(m)).collect()
+        }
+        Depth::Recent(_) => st.flights.recorded(&unknown)?,
     };
-    unknown_now(st, &ids)
+    let ids: Vec<i64> = unknown.iter().zip(recorded).filter(|(_, r)| !r).map(|(m, _)| *m).collect();
+    Ok((!ids.is_empty()).then_some((ids, more)))
 }
 
-/// The Redis-behind evidence: an empty store, missing journal entries, older versions.
-fn redis_side(st: &mut Stores<'_>, depth: Depth, r: &mut Report) -> StoreResult<()> {
-    let empty = r.redis.epoch == 0 && r.redis.seq == 0 && r.redis.pruned.is_none();
-    if empty {
-        // Evidence, not absence: a SUCCEEDED message whose text names flights.
-        let recent = st.pg.succeeded_last(50)?;
-        let named =
-            texts(st, &recent)?.into_iter().rev().find(|(_, t)| names_flights(t.as_deref()) == Some(true));
-        match named {
-            Some((m, _)) => r.findings.extend(Finding::of(FindingKind::FlightsEmpty, &[m])),
-            None => r.needs_pruned_mark = true,
-        }
-        return Ok(());
+/// The Redis-behind evidence: an empty store, missing journal entries, a generation behind,
+/// older versions.
+fn redis_side(st: &mut Stores<'_>, depth: Depth, now: SystemTime, r: &mut Report) -> StoreResult<()> {
+    if is_empty(&r.redis) {
+        return empty_store(st, r);
     }
     let Some(pruned) = r.redis.pruned else {
-        // Written by an msgx that dropped its journal at once: no evidence to compare yet.
+        // No journal evidence: the heal (or the next apply) starts it.
         r.needs_pruned_mark = true;
         return Ok(());
     };
-    let succeeded = match depth {
+    let rows = match depth {
         Depth::Full { .. } => all_succeeded_above(st, pruned)?,
-        Depth::Recent(n) => st.pg.succeeded_last(n)?.into_iter().filter(|m| *m > pruned).collect(),
+        Depth::Recent(n) => st.pg.succeeded_last(n)?.into_iter().filter(|m| m.msg_id > pruned).collect(),
     };
-    r.journal_checked = succeeded.len();
-    let mut unjournalled = Vec::new();
-    for chunk in succeeded.chunks(PAGE) {
+    // Only a message whose entry Redis acknowledged is owed one.
+    let journalled: Vec<i64> = rows.iter().filter(|m| m.record.is_some()).map(|m| m.msg_id).collect();
+    r.journal_checked = journalled.len();
+    let mut missing = Vec::new();
+    for chunk in journalled.chunks(PAGE) {
         let has = st.flights.journal_has(chunk)?;
-        unjournalled.extend(chunk.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m));
+        missing.extend(chunk.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m));
     }
     // An entry dropped after its keep window while the check ran is not missing.
     let pruned_now = st.flights.audit()?.pruned.unwrap_or(pruned);
-    unjournalled.retain(|m| *m > pruned_now);
-    let missing = changing_flights(st, &unjournalled)?;
+    missing.retain(|m| *m > pruned_now);
     r.findings.extend(Finding::of(FindingKind::JournalMissing, &missing));
-    // The full check only: the newest snapshot is not indexed, and between full checks a Redis
-    // that went back is caught by the token at its next apply.
-    let tags = snapshot_tags();
-    let newest = match depth {
-        Depth::Full { .. } => st.pg.newest_succeeded_of(&tags)?,
-        Depth::Recent(_) => None,
-    };
-    if let Some(snapshot) = newest {
-        let (_, advanced_by) = st.flights.generation_of()?;
-        if advanced_by < snapshot {
-            r.findings.push(Finding::pair(FindingKind::GenerationBehind, snapshot, advanced_by));
-        }
-    }
     if let Depth::Full { sample } = depth {
-        let behind = sample_versions(st, sample, r)?;
+        generation_behind(st, r)?;
+        let behind = sample_versions(st, sample, now, r)?;
         r.findings.extend(Finding::of(FindingKind::VersionsBehind, &behind));
     }
     Ok(())
 }
 
-/// The type tags of the messages that are complete snapshots of the daily plan's window (their
-/// decisions advance the generation): SCHD DNLD and RESP, DFOE DFDL.
-fn snapshot_tags() -> Vec<String> {
-    use crate::codec::{DfoeKind, MsgKind, SchdKind};
-    [MsgKind::Schd(SchdKind::Dnld), MsgKind::Schd(SchdKind::Resp), MsgKind::Dfoe(DfoeKind::Sync)]
-        .iter()
-        .map(|k| k.type_tag().into_owned())
-        .collect()
+/// Redis holds nothing of msgx's: no write, no journal mark, no outcome told. A lease epoch
+/// alone is no write: a new holder claims the flights before the stores are compared.
+fn is_empty(m: &FlightMarks) -> bool {
+    m.seq == 0 && m.pruned.is_none() && m.settled_max == 0
 }
 
-fn all_succeeded_above(st: &mut Stores<'_>, after: i64) -> StoreResult<Vec<i64>> {
-    let mut out: Vec<i64> = Vec::new();
+/// How many of PostgreSQL's newest SUCCEEDED messages an empty Redis is compared with.
+const EMPTY_LOOK: usize = 10_000;
+
+/// An empty Redis is behind when PostgreSQL holds a SUCCEEDED message whose decision Redis
+/// acknowledged — confirmed by a read of Redis after PostgreSQL's (a first apply may have just
+/// landed).
+fn empty_store(st: &mut Stores<'_>, r: &mut Report) -> StoreResult<()> {
+    let newest = st.pg.succeeded_last(EMPTY_LOOK)?.into_iter().rev().find(|m| m.record.is_some());
+    match newest {
+        Some(m) if is_empty(&st.flights.audit()?) => {
+            r.findings.extend(Finding::of(FindingKind::FlightsEmpty, &[m.msg_id]))
+        }
+        Some(_) => {}
+        None => r.needs_pruned_mark = true,
+    }
+    Ok(())
+}
+
+/// The plan's generation below a snapshot Redis acknowledged advancing it to — confirmed by a
+/// read of Redis after PostgreSQL's (the snapshot may have been applied and recorded meanwhile).
+fn generation_behind(st: &mut Stores<'_>, r: &mut Report) -> StoreResult<()> {
+    let (_, advanced_by) = st.flights.generation_of()?;
+    let Some(snapshot) = st.pg.generation_above(advanced_by)? else { return Ok(()) };
+    let (_, now_by) = st.flights.generation_of()?;
+    if now_by < snapshot {
+        r.findings.push(Finding::pair(FindingKind::GenerationBehind, snapshot, now_by));
+    }
+    Ok(())
+}
+
+fn all_succeeded_above(st: &mut Stores<'_>, after: i64) -> StoreResult<Vec<SucceededRow>> {
+    let mut out: Vec<SucceededRow> = Vec::new();
     loop {
-        let page = st.pg.succeeded_above(out.last().copied().unwrap_or(after), PAGE)?;
+        let page = st.pg.succeeded_above(out.last().map_or(after, |m| m.msg_id), PAGE)?;
         let done = page.len() < PAGE;
         out.extend(page);
         if done {
@@ -444,36 +544,36 @@ pub(crate) fn texts(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<(i64, O
     Ok(out)
 }
 
-/// Those of `ids` whose message names flights or a plan window: Redis must have journalled
-/// them (a decision that changes no flight is never applied there). A text that is gone
-/// counts: nothing says it did not.
-fn changing_flights(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
-    let mut out = Vec::new();
-    for (m, text) in texts(st, ids)? {
-        if names_flights(text.as_deref()) != Some(false) {
-            out.push(m);
-        }
-    }
-    Ok(out)
-}
-
-/// Whether a message text names flights or a plan window; `None`: no text, or not decodable.
-fn names_flights(text: Option<&str>) -> Option<bool> {
-    let msg = codec::decode(text?).ok()?;
-    Some(handlers::need_of(&msg).names_flights())
-}
-
-/// Every `1/ratio`-th SUCCEEDED message still in PROC_STATE, decided again on the flights Redis
-/// holds now: a field it would set or clear whose version in Redis is older than the message
-/// (and no later delete) is a write Redis lost. Deciding on today's flights cannot make a
-/// message look newer than it is, so a clean store never shows a finding here.
-fn sample_versions(st: &mut Stores<'_>, ratio: f64, r: &mut Report) -> StoreResult<Vec<i64>> {
+/// Every `1/ratio`-th SUCCEEDED message still in PROC_STATE whose fields Redis acknowledged
+/// writing within [`SAMPLE_WITHIN`], decided again on the flights Redis holds now: a field it
+/// sets or clears whose version in Redis is older than the message (and no later delete) is a
+/// write Redis lost. Redis wrote those fields at version MSG_ID; only a newer message, or a
+/// delete whose tombstone outlives the window, replaces them — and deciding on today's flights
+/// cannot make a message look newer than it is, so a clean store never shows a finding here.
+/// A message that changed nothing (no record), a snapshot not newer than the plan, and one
+/// whose decision was reused from the journal are not sampled: Redis never acknowledged their
+/// fields (#37).
+fn sample_versions(
+    st: &mut Stores<'_>,
+    ratio: f64,
+    now: SystemTime,
+    r: &mut Report,
+) -> StoreResult<Vec<i64>> {
     if ratio <= 0.0 {
         return Ok(Vec::new());
     }
     let stride = ((1.0 / ratio).round() as usize).max(1);
+    let since = now.checked_sub(SAMPLE_WITHIN).unwrap_or(SystemTime::UNIX_EPOCH);
     let recent = st.pg.succeeded_last(200_000)?;
-    let picked: Vec<i64> = recent.iter().rev().step_by(stride).copied().collect();
+    let picked: Vec<i64> = recent
+        .iter()
+        .rev()
+        .filter(|m| m.record.is_some_and(|x| x.wrote_fields()) && m.at >= since)
+        .step_by(stride)
+        .map(|m| m.msg_id)
+        .collect();
+    let mut picked = picked;
+    picked.sort_unstable();
     r.sampled = picked.len();
     let mut behind = Vec::new();
     for (m, text) in texts(st, &picked)? {
@@ -506,4 +606,109 @@ fn sample_versions(st: &mut Stores<'_>, ratio: f64, r: &mut Report) -> StoreResu
 /// A check that could not finish: the store that did not answer.
 pub fn unreachable(e: &StoreError) -> String {
     format!("consistency check not done: {e}")
+}
+
+/// What a consistency pass before the stages run needs to know besides the stores.
+#[derive(Debug, Clone, Copy)]
+pub struct PassPolicy {
+    /// The lease epoch the pass runs under (its heal is recorded with it).
+    pub epoch: i64,
+    pub sample: f64,
+    pub budget: HealBudget,
+}
+
+/// How a consistency pass ended.
+#[derive(Debug)]
+pub enum Pass {
+    /// The stores agree, after a heal if one was needed: the token of Redis's last write
+    /// (where the pump's handle starts), the first report and what the heal did.
+    Agreed { token: Option<String>, report: Box<Report>, healed: Option<Healed> },
+    /// A store did not answer: an outage, never a heal.
+    Away(StoreError),
+    /// A store refused in a way that stops the stages (it forgot, or this instance is fenced).
+    Stopped(StoreError),
+    /// The evidence is not enough, the heal budget is spent, or the stores still disagree
+    /// after a heal: what a person must decide (exit 6).
+    Person(String),
+}
+
+/// The consistency pass the daemon and the simulator run before an instance's stages start
+/// (U25, #20, #37): the check in full; when it found something, the heal budget asked, the
+/// heal, the heal recorded when it changed something, and the check again. Logs its findings
+/// (ERROR), suspicions (WARN) and outcome; the caller decides what the outcome means for the
+/// instance.
+pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
+    let report = match check(st, Depth::Full { sample: policy.sample }, now) {
+        Ok(r) => r,
+        Err(e) => return failed(e),
+    };
+    report.warn();
+    if report.is_clean() {
+        return match heal(st, &report, now) {
+            Ok(_) => {
+                Pass::Agreed { token: report.redis.token.clone(), report: Box::new(report), healed: None }
+            }
+            Err(e) => healing_failed(e),
+        };
+    }
+    report.log();
+    match st.pg.heals_since(HealBudget::since(now)) {
+        Ok(recent) => {
+            if let Err(why) = policy.budget.allows(&recent, now) {
+                error!("consistency: not healed: {why}");
+                return Pass::Person(why);
+            }
+        }
+        Err(e) => return failed(e),
+    }
+    let healed = match heal(st, &report, now) {
+        Ok(h) => h,
+        Err(e) => return healing_failed(e),
+    };
+    if healed.changed() {
+        let record = crate::ports::HealRecord {
+            at: now,
+            epoch: policy.epoch,
+            store: healed.store(),
+            summary: healed.summary(),
+        };
+        if let Err(e) = st.pg.record_heal(&record) {
+            warn!("consistency: the heal was not recorded in the heal log ({e}); it does not count against the budget");
+        }
+    }
+    let after = match check(st, Depth::Full { sample: policy.sample }, now) {
+        Ok(r) => r,
+        Err(e) => return failed(e),
+    };
+    if let Some(f) = after.findings.first() {
+        after.log();
+        error!("consistency: still behind after healing; a person must decide (docs/operations.md)");
+        return Pass::Person(f.line());
+    }
+    log::info!("consistency: healed; the stores agree again");
+    Pass::Agreed { token: after.redis.token, report: Box::new(report), healed: Some(healed) }
+}
+
+/// A heal that did not finish: a store away is an outage; not enough evidence is a person's.
+fn healing_failed(e: HealError) -> Pass {
+    match e {
+        HealError::Person(why) => {
+            error!("consistency: not healed: {why}");
+            Pass::Person(why)
+        }
+        HealError::Store(e) => failed(e),
+    }
+}
+
+/// A store error during the pass: away (waited out), stopping (forgot, fenced), or a refusal a
+/// person must look at.
+fn failed(e: StoreError) -> Pass {
+    if e.is_unavailable() {
+        Pass::Away(e)
+    } else if e.stops() {
+        Pass::Stopped(e)
+    } else {
+        error!("consistency: not healed: {e}");
+        Pass::Person(e.to_string())
+    }
 }

@@ -1,20 +1,20 @@
 //! The sentinel stage: the consistency check on a schedule, on its own thread (U25, #20).
 //!
-//! Every [`EVERY`] it compares the newest messages (cheap: a few indexed reads); once a day the
-//! whole evidence with `msgx.consistency-check.daily-sample-ratio` of the messages sampled for
-//! versions. A finding stops the stage as `forgot`: every stage stops, and the daemon checks
-//! again in full and heals before they start again — never a pump writing on a store that forgot.
+//! Every `msgx.consistency-check.interval` it compares the newest messages (cheap: a few indexed
+//! reads); once a day the whole evidence with `msgx.consistency-check.daily-sample-ratio` of the
+//! messages sampled for versions. A finding — proof that a store forgot (#37) — stops the stage
+//! as `forgot`: every stage stops, and the daemon checks again in full and heals before they
+//! start again, never a pump writing on a store that forgot. A suspicion is a WARN (once per new
+//! row named) and a counter: the stages go on.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{check, Depth, FlightsSide, MailboxSide, PgSide, Stores};
+use super::{check, Depth, FlightsSide, MailboxSide, PgSide, Report, Stores};
 use crate::error::StoreError;
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
-/// How often the cheap check runs: a store that forgot is found within this, plus a round.
-pub const EVERY: Duration = crate::stage::SENTINEL_EVERY;
 /// How many of the newest SUCCEEDED messages the cheap check compares with Redis's journal.
 pub const RECENT: usize = 500;
 const DAY: Duration = Duration::from_secs(86_400);
@@ -24,8 +24,11 @@ pub struct Sentinel<P, M, F> {
     mailbox: M,
     flights: F,
     sample: f64,
+    every: Duration,
     next: Option<SystemTime>,
     next_full: Option<SystemTime>,
+    /// The highest MSG_ID a suspicion already named: a WARN says only what is new.
+    suspected: i64,
     stats: Arc<Stats>,
 }
 
@@ -45,8 +48,18 @@ impl RoundReport for Round {
 
 impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
     /// The daily full check first runs a day after start-up (start-up ran one).
-    pub fn new(pg: P, mailbox: M, flights: F, sample: f64, stats: Arc<Stats>) -> Self {
-        Sentinel { pg, mailbox, flights, sample, next: None, next_full: None, stats }
+    pub fn new(pg: P, mailbox: M, flights: F, cfg: &crate::config::Pipeline, stats: Arc<Stats>) -> Self {
+        Sentinel {
+            pg,
+            mailbox,
+            flights,
+            sample: cfg.check_sample_ratio,
+            every: cfg.check_interval,
+            next: None,
+            next_full: None,
+            suspected: 0,
+            stats,
+        }
     }
 
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
@@ -56,24 +69,38 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
         let full = *self.next_full.get_or_insert(now + DAY) <= now;
         let depth = if full { Depth::Full { sample: self.sample } } else { Depth::Recent(RECENT) };
         let mut st = Stores { pg: &mut self.pg, mailbox: &mut self.mailbox, flights: &mut self.flights };
-        let report = check(&mut st, depth)?;
+        let report = check(&mut st, depth, now)?;
         if full {
             self.next_full = Some(now + DAY);
             log::info!(
-                "consistency: daily check: {} finding(s), {} message(s) compared with the journal, {} sampled for versions",
+                "consistency: daily check: {} finding(s), {} suspicion(s), {} message(s) compared with the journal, {} sampled for versions",
                 report.findings.len(),
+                report.suspicions.len(),
                 report.journal_checked,
                 report.sampled
             );
         }
+        self.suspect(&report);
         if let Some(first) = report.findings.first() {
             report.log();
             stats::add(&self.stats.consistency_findings, report.findings.len() as u64);
             return Err(StoreError::forgot(first.store.store(), first.line()));
         }
-        let next = now + EVERY;
+        let next = now + self.every;
         self.next = Some(next);
         Ok(Round(next))
+    }
+
+    /// Reports the suspicions that name a row not named before.
+    fn suspect(&mut self, report: &Report) {
+        for s in &report.suspicions {
+            let top = s.ids.iter().copied().max().unwrap_or(0);
+            if top > self.suspected {
+                log::warn!("{}", s.line());
+                stats::add(&self.stats.consistency_suspicions, s.count as u64);
+                self.suspected = top;
+            }
+        }
     }
 }
 

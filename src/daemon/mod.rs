@@ -33,7 +33,7 @@ use log::{error, info, warn};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::consistency::{self, Depth, HealError, Stores};
+use crate::consistency::{self, Pass, Stores};
 use crate::error::StoreError;
 use crate::ingress::compat::{self, CompatServer};
 use crate::lease::{LeaseGate, LeasePolicy};
@@ -302,13 +302,11 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
 /// costs it once, and the dispatcher reports the outage on its first round.
 const KAFKA_GREETING: Duration = Duration::from_secs(1);
 
-/// How many times one process heals a store that forgot before it gives up (exit 6): a store
-/// that keeps forgetting needs a person.
-const MAX_HEALS: u32 = 5;
-
 /// Stands by, takes the lease, checks the stores and serves — and again after a store forgot
 /// what it acknowledged (#20): the stages stopped, the stores are compared and healed, and they
-/// start again under a fresh epoch above every one seen.
+/// start again under a fresh epoch above every one seen. Heals are limited by rate
+/// (`msgx.consistency-check.max-heals-per-hour`, counted in own PostgreSQL), and a store away
+/// during the comparison or the heal is an outage, waited out, never a heal (#37).
 fn lifetimes(
     cfg: &Config,
     clock: &Arc<dyn Clock>,
@@ -316,7 +314,9 @@ fn lifetimes(
     me: &Claimant,
     ops: &Arc<Ops>,
 ) -> Result<(), DaemonError> {
-    let mut heals = 0;
+    let mut recheck = false;
+    // Consecutive passes a store was away for: the pause before the next (SPEC §4.9's backoff).
+    let mut away: u32 = 0;
     loop {
         let mut lease = Pg::new(&cfg.pg_url)?;
         let floor = epoch_seen_by_redis(cfg);
@@ -325,16 +325,41 @@ fn lifetimes(
             return Ok(());
         };
         let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
-        let checked = if cfg.pipeline.check_on_startup || heals > 0 {
-            consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats)
-        } else {
-            Ok(None)
-        };
-        let result = checked.and_then(|seen| {
-            let seen = seen.or_else(|| redis_token(cfg));
-            let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen };
-            serve(cfg, clock.clone(), stop.clone(), me, tenure, ops)
+        // The flights are this epoch's before the stores are compared: an older instance's apply
+        // from now on is refused, so the token the comparison reads stays Redis's (#37).
+        let claimed = claim_flights(cfg, epoch, &mut lease);
+        let checked = claimed.and_then(|()| match cfg.pipeline.check_on_startup || recheck {
+            true => consistency_pass(cfg, clock.as_ref(), epoch, recheck, &ops.stats),
+            false => Ok(Pass::Agreed { token: None, report: Default::default(), healed: None }),
         });
+        let result = match checked {
+            Ok(Pass::Agreed { token: seen, .. }) => {
+                away = 0;
+                let seen = seen.or_else(|| redis_token(cfg));
+                let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen };
+                serve(cfg, clock.clone(), stop.clone(), me, tenure, ops)
+            }
+            Ok(Pass::Stopped(e)) if e.is_fenced() => Err(DaemonError::Fenced(e.to_string())),
+            Ok(Pass::Away(e) | Pass::Stopped(e)) => {
+                // An outage (or a store that moved on while compared), not a heal: the lease goes
+                // to whoever can reach the stores first, and they are compared again.
+                release(cfg, me, epoch);
+                recheck |= e.stops();
+                away += 1;
+                let pause =
+                    crate::policy::doubling(cfg.pipeline.outage.backoff, away, cfg.pipeline.outage.cap);
+                warn!("consistency: the stores could not be compared or healed ({e}); an outage, not a heal: tried again in {}", human(pause));
+                if pause_or_stop(stop, None, pause) {
+                    return Ok(());
+                }
+                continue;
+            }
+            Ok(Pass::Person(why)) => {
+                release(cfg, me, epoch);
+                return Err(DaemonError::Forgot(why));
+            }
+            Err(e) => Err(e),
+        };
         let forgot = matches!(result, Err(DaemonError::Forgot(_)));
         if forgot {
             // The server as it is now is the baseline: it is compared and healed next.
@@ -342,22 +367,25 @@ fn lifetimes(
         }
         if !gate.is_stale() || forgot {
             // Released at once so a standby takes over without waiting for the expiry.
-            match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(me, epoch)) {
-                Ok(()) => info!("lease released epoch={epoch}"),
-                Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
-            }
+            release(cfg, me, epoch);
         }
         match result {
-            Err(DaemonError::Forgot(why))
-                if heals < MAX_HEALS && stop.try_recv() != Err(TryRecvError::Disconnected) =>
-            {
-                heals += 1;
+            Err(DaemonError::Forgot(why)) if stop.try_recv() != Err(TryRecvError::Disconnected) => {
+                recheck = true;
                 warn!(
-                    "a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again (heal {heals} of at most {MAX_HEALS})"
+                    "a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again"
                 );
             }
             other => return other,
         }
+    }
+}
+
+/// Gives the lease back at once, so a standby takes over without waiting for it to expire.
+fn release(cfg: &Config, me: &Claimant, epoch: i64) {
+    match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(me, epoch)) {
+        Ok(()) => info!("lease released epoch={epoch}"),
+        Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
     }
 }
 
@@ -378,53 +406,47 @@ fn epoch_seen_by_redis(cfg: &Config) -> i64 {
     }
 }
 
-/// The consistency check in full, then the heal of what it found, before any stage runs (U25,
-/// #20). A store that cannot be reached is left to the sentinel stage; evidence that is not
-/// enough to heal stops msgx (exit 6) with what a person must decide.
-/// `Some`: the token of Redis's last write once the stores agree — the pump's Redis handle
-/// starts from it, so a Redis that forgets before the first apply is caught there too.
+/// The consistency pass before any stage runs (`consistency::pass`, shared with the simulator).
+/// A store that cannot be reached is left to the sentinel stage at start-up, and waited out
+/// after a store forgot (`recheck`): never serve on a forget not healed. Evidence that is not
+/// enough to heal, or a heal budget spent, stops msgx (exit 6) with what a person must decide.
 fn consistency_pass(
     cfg: &Config,
     clock: &dyn Clock,
     epoch: i64,
+    recheck: bool,
     stats: &Stats,
-) -> Result<Option<String>, DaemonError> {
+) -> Result<Pass, DaemonError> {
+    let away = |e: StoreError| -> Pass {
+        warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
+        if recheck {
+            Pass::Away(e)
+        } else {
+            Pass::Agreed { token: None, report: Default::default(), healed: None }
+        }
+    };
     let (mut pg, mut mailbox, mut flights) = match check_stores(cfg, epoch) {
         Ok(s) => s,
-        Err(e) => {
-            warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
-            return Ok(None);
-        }
+        Err(e) if e.is_unavailable() => return Ok(away(e)),
+        Err(e) => return Err(DaemonError::Store(e)),
     };
     let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
-    let report = match consistency::check(&mut st, Depth::Full { sample: 0.0 }) {
-        Ok(r) => r,
-        Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
-        Err(e) => {
-            warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
-            return Ok(None);
-        }
+    let policy = consistency::PassPolicy {
+        epoch,
+        sample: cfg.pipeline.check_sample_ratio,
+        budget: consistency::HealBudget { per_hour: cfg.pipeline.max_heals_per_hour },
     };
-    say(&report, stats);
-    match consistency::heal(&mut st, &report, clock.now()) {
-        Ok(_) if report.is_clean() => return Ok(report.redis.token.clone()),
-        Ok(_) => crate::stats::add(&stats.heals, 1),
-        Err(HealError::Person(why)) => {
-            error!("consistency: not healed: {why}");
-            return Err(DaemonError::Forgot(why));
+    match consistency::pass(&mut st, policy, clock.now()) {
+        Pass::Agreed { token, report, healed } => {
+            say(&report, stats);
+            if healed.is_some_and(|h| h.changed()) {
+                crate::stats::add(&stats.heals, 1);
+            }
+            Ok(Pass::Agreed { token, report, healed: None })
         }
-        // A store that went away meanwhile: stop, and compare again from the start.
-        Err(HealError::Store(e)) if e.is_unavailable() => return Err(DaemonError::Forgot(e.to_string())),
-        Err(HealError::Store(e)) => return Err(DaemonError::Store(e)),
+        Pass::Away(e) => Ok(away(e)),
+        other => Ok(other),
     }
-    let after = consistency::check(&mut st, Depth::Full { sample: 0.0 })?;
-    if let Some(f) = after.findings.first() {
-        after.log();
-        error!("consistency: still behind after healing; a person must decide (docs/operations.md)");
-        return Err(DaemonError::Forgot(f.line()));
-    }
-    info!("consistency: healed; the stores agree again");
-    Ok(after.redis.token)
 }
 
 /// The three stores the consistency pass reads, connected now.
@@ -436,8 +458,11 @@ fn check_stores(cfg: &Config, epoch: i64) -> Result<(Pg, MysqlMailbox, RedisFlig
     ))
 }
 
-/// What the pass found: one INFO line when the stores agree, the findings otherwise.
+/// What the pass found, counted; one INFO line when the stores agreed at once (the pass logged
+/// its findings and suspicions).
 fn say(report: &consistency::Report, stats: &Stats) {
+    let suspected: usize = report.suspicions.iter().map(|x| x.count).sum();
+    crate::stats::add(&stats.consistency_suspicions, suspected as u64);
     if report.is_clean() {
         info!(
             "consistency: postgres (highest MSG_ID {}, epoch {}), the mailbox marks and Redis (epoch {}, journal complete above MSG_ID {}) agree",
@@ -447,7 +472,6 @@ fn say(report: &consistency::Report, stats: &Stats) {
             report.redis.pruned.map_or("-".to_string(), |p| p.to_string())
         );
     } else {
-        report.log();
         crate::stats::add(&stats.consistency_findings, report.findings.len() as u64);
     }
 }
@@ -565,7 +589,7 @@ pub fn serve(
     tenure: Tenure,
     ops: &Ops,
 ) -> Result<(), DaemonError> {
-    let Tenure { mut lease, gate, redis_token } = tenure;
+    let Tenure { lease, gate, redis_token } = tenure;
     let epoch = gate.epoch();
     let p = &cfg.pipeline;
     let ctx = Context {
@@ -577,11 +601,6 @@ pub fn serve(
     };
     ops.active(ctx.gate.clone(), ctx.board.clone());
     let stats = ctx.stats.clone();
-    // The flights are this epoch's before any stage runs: a stale pump's next apply is refused.
-    if let Err(e) = claim_flights(cfg, epoch, &mut lease) {
-        ctx.gate.stale();
-        return Err(e);
-    }
     let mut bells = Doorbells::new();
     let to_process = bells.door(StageId::Process);
     let mut threads = stages(cfg, epoch, redis_token, &ctx, &mut bells)?;

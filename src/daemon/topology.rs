@@ -105,7 +105,7 @@ pub fn stages<S: Stores>(
         ),
         backfill: Backfill::new(ledger, marks, p, gate, stats.clone()),
         jobs: Jobs::new(stores.jobs()?, p, stats.clone()),
-        sentinel: Sentinel::new(audit, mailbox_audit, flight_audit, p.check_sample_ratio, stats.clone()),
+        sentinel: Sentinel::new(audit, mailbox_audit, flight_audit, p, stats.clone()),
     })
 }
 

@@ -119,7 +119,7 @@ impl Metrics {
     fn plain_counters(&self, r: &mut Registry) {
         let s = &self.ops.stats;
         let get = |c: &AtomicU64| c.load(Relaxed);
-        let plain: [(&str, &str, &AtomicU64); 11] = [
+        let plain: [(&str, &str, &AtomicU64); 12] = [
             ("msgx_polled", "Mailbox rows seen by the poller", &s.polled),
             ("msgx_enqueued", "PROC_STATE rows created (PENDING)", &s.enqueued),
             ("msgx_rescued", "Unmarked mailbox rows the compensating rescan enqueued", &s.rescued),
@@ -134,7 +134,12 @@ impl Metrics {
                 "Findings of the consistency sentinel: a store behind what it acknowledged",
                 &s.consistency_findings,
             ),
-            ("msgx_heals", "Stores healed after they forgot", &s.heals),
+            (
+                "msgx_consistency_suspicions",
+                "Suspicions of the consistency sentinel: evidence that does not prove a store forgot",
+                &s.consistency_suspicions,
+            ),
+            ("msgx_heals", "Heals of a store that forgot that changed something", &s.heals),
         ];
         for (name, help, c) in plain {
             let counter = Counter::<u64>::default();
@@ -249,6 +254,7 @@ pub const SERIES: &[&str] = &[
     "msgx_outages_total",
     "msgx_outage_seconds_total",
     "msgx_consistency_findings_total",
+    "msgx_consistency_suspicions_total",
     "msgx_heals_total",
     "msgx_processing_latency_seconds",
     "msgx_delivery_latency_seconds",

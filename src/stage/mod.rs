@@ -13,9 +13,6 @@ use crate::error::{StoreError, StoreErrorKind};
 
 pub mod runner;
 
-/// How often the sentinel compares the newest messages of the stores (#20).
-pub const SENTINEL_EVERY: Duration = Duration::from_secs(15);
-
 /// The stages of an active instance, in the order the daemon starts them. Upstream first: a
 /// stage that makes work rings the doorbells of [`StageId::rings`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,7 +69,7 @@ impl StageId {
     pub fn idle(self, cfg: &crate::config::Pipeline) -> Duration {
         match self {
             StageId::Jobs => cfg.jobs_interval,
-            StageId::Sentinel => SENTINEL_EVERY,
+            StageId::Sentinel => cfg.check_interval,
             _ => cfg.poll_interval,
         }
     }
