@@ -2,7 +2,7 @@
 //! A bug is a switch a test turns on for its own thread; outside test builds every switch is a
 //! constant `false`. No stage and no lease code asks one (#24): the simulator plants them in
 //! port wrappers (`sim::mischief`) and in its own consistency pass; only the in-memory twins
-//! of own PostgreSQL and the mailbox ask theirs, where the store itself would misbehave.
+//! of own PostgreSQL, the mailbox and Redis ask theirs, where the store itself would misbehave.
 
 /// One planted bug per invariant the simulator checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,9 @@ pub enum Bug {
     OutageCharged,
     /// The consistency pass finds a store that forgot and heals nothing (#20).
     HealSkipped,
+    /// Redis drops the journal entry of a decision that changes no value (the same value
+    /// again) although it answers that it applied it (#37).
+    NoOpJournalDropped,
 }
 
 #[cfg(test)]

@@ -36,6 +36,9 @@ fn unfinished(s: ProcStatus) -> bool {
 
 impl Checker {
     pub fn check(&mut self, sim: &Sim) -> Result<(), String> {
+        if let Some(alarm) = &sim.false_alarm {
+            return Err(alarm.clone());
+        }
         sim.pg.inspect(|s| self.check_own(sim, s))?;
         self.marks_only_empty_to_set(sim)?;
         self.delivery_in_order(sim)?;
@@ -45,6 +48,11 @@ impl Checker {
     fn check_own(&mut self, sim: &Sim, s: &PgState) -> Result<(), String> {
         for id in s.procs.keys() {
             self.enqueued.entry(*id).or_insert(sim.step);
+        }
+        // A row an operator replayed joins the FIFO again at that step.
+        for (id, step) in &sim.replayed {
+            let at = self.enqueued.entry(*id).or_insert(*step);
+            *at = (*at).max(*step);
         }
         self.fifo(s)?;
         for (id, p) in &s.procs {
@@ -243,6 +251,14 @@ fn writes(sim: &Sim, id: i64) -> Option<(String, String)> {
     })
 }
 
+/// The flight a message concerns, whatever its kind.
+fn flight_of(sim: &Sim, id: i64) -> Option<String> {
+    match &sim.upstream.rows.get(&id)?.kind {
+        Kind::Delete { flid, .. } | Kind::Vendor { flid, .. } => Some(flid.clone()),
+        _ => writes(sim, id).map(|(f, _)| f),
+    }
+}
+
 /// I2: an event in the outbox means its decision is in Redis — the field carries that
 /// message's version or a later one.
 fn redis_first(sim: &Sim, s: &PgState) -> Result<(), String> {
@@ -280,8 +296,9 @@ pub fn what_remains(sim: &Sim) -> String {
         m.rows.iter().filter(|(_, r)| !r.uncommitted).map(|(id, r)| (*id, r.processed_at.is_some())).collect()
     });
     let unmarked = rows.iter().filter(|(_, marked)| !marked).count();
+    let elsewhere = |id: &i64| sim.upstream.rows.get(id).is_some_and(|r| r.kind == Kind::MarkedElsewhere);
     sim.pg.inspect(|s| {
-        let missing = rows.iter().filter(|(id, _)| !s.procs.contains_key(id)).count();
+        let missing = rows.iter().filter(|(id, _)| !s.procs.contains_key(id) && !elsewhere(id)).count();
         let open = s.procs.values().filter(|p| unfinished(p.row.state)).count();
         let owed = s
             .procs
@@ -325,6 +342,16 @@ pub fn at_the_end(sim: &Sim) -> Result<(), String> {
 fn outcomes(sim: &Sim, s: &PgState) -> Result<(), String> {
     let mut by_identity: BTreeMap<u64, Vec<(i64, ProcStatus)>> = BTreeMap::new();
     for (id, row) in sim.upstream.rows.iter().filter(|(_, r)| !r.rolled_back) {
+        if row.kind == Kind::MarkedElsewhere {
+            // Another system's: msgx never takes it, and never heals it as its own (#37).
+            if let Some(p) = final_row(s, *id) {
+                return Err(format!(
+                    "msg {id}, marked processed by another system, was taken by msgx: {:?}",
+                    p.row.state
+                ));
+            }
+            continue;
+        }
         let p = final_row(s, *id).ok_or(format!("msg {id} was never enqueued"))?;
         let state = p.row.state;
         let ok = match &row.kind {
@@ -332,8 +359,10 @@ fn outcomes(sim: &Sim, s: &PgState) -> Result<(), String> {
                 by_identity.entry(*seqn).or_default().push((*id, state));
                 matches!(state, ProcStatus::Succeeded | ProcStatus::Skipped)
             }
+            Kind::Delete { .. } | Kind::Vendor { .. } => state == ProcStatus::Succeeded,
             Kind::Ignored => state == ProcStatus::Skipped,
             Kind::Malformed | Kind::Unsupported => state == ProcStatus::Dead,
+            Kind::MarkedElsewhere => unreachable!("left out above"),
         };
         if !ok {
             return Err(format!("msg {id} ({:?}) ended {state:?}: {:?}", row.kind, p.row.last_error));
@@ -382,7 +411,7 @@ fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String
     }
     let late = sim.upstream.late_flights();
     for (id, want) in &expected {
-        if writes(sim, *id).is_some_and(|(f, _)| late.contains(&f)) {
+        if flight_of(sim, *id).is_some_and(|f| late.contains(&f)) {
             continue; // processed out of MSG_ID order legitimately (PRE-2): other diffs
         }
         let have = got.get(id).cloned().unwrap_or_default();

@@ -93,6 +93,9 @@ struct Instance {
     name: String,
     me: Claimant,
     life: Life,
+    /// The step of the consistency pass that let it serve: a forget it stops on must have
+    /// been injected after it (#37).
+    clean_at: u64,
 }
 
 /// A write only the lease gate guards (Kafka, mailbox marks, COUTMSGS), with the writer's epoch
@@ -137,6 +140,15 @@ pub struct Sim {
     pub step: u64,
     /// Whether this seed's pumps commit on a deferred lane.
     lanes: bool,
+    /// Whether only msgx marks mailbox rows (`mailbox.inbound.exclusive-marks`): else another
+    /// system marks some, and both own PostgreSQL and Redis never go back together — nothing
+    /// could prove what msgx had settled (#37).
+    exclusive: bool,
+    /// Where marks are not msgx's own: the one store that may forget in this seed (0 own
+    /// PostgreSQL, 1 Redis).
+    seed_parity: u64,
+    /// Rows an operator replayed (DEAD back to PENDING), with the step: they join the FIFO then.
+    pub replayed: std::collections::BTreeMap<i64, u64>,
     /// Dumps of own PostgreSQL and Redis taken along the way, which a store that forgets goes
     /// back to (#20): (step, PostgreSQL, Redis).
     backups: std::collections::VecDeque<(u64, PgState, FlightsState)>,
@@ -145,6 +157,13 @@ pub struct Sim {
     pub forgotten: bool,
     /// How many times own PostgreSQL went back (its EVENT_IDs are handed out again after).
     pub pg_rollbacks: u64,
+    /// The step of the last forget injected, and of the last consistency pass that left the
+    /// stores agreeing: a finding with no forget between is a false alarm (#37).
+    last_forget: Option<u64>,
+    last_clean_pass: u64,
+    /// A false alarm seen: an instance stopped as `forgot`, or a pass found something, with no
+    /// forget injected since the stores were last found to agree (#37). Fails the seed.
+    pub false_alarm: Option<String>,
 }
 
 impl Sim {
@@ -165,15 +184,22 @@ impl Sim {
         p.jobs_interval = Duration::from_secs(rng.range(1, 60));
         cfg.lease.duration = Duration::from_secs(rng.range(3, 12));
         cfg.lease.renew_every = cfg.lease.duration / 4;
+        // Every message sampled for versions: the most evidence, the most chances of a false
+        // alarm (#37).
+        cfg.pipeline.check_sample_ratio = 1.0;
         let pg = MemPg::new();
         pg.set_clock(Arc::new(clock.clone()));
         let lanes = rng.chance(500);
+        let exclusive = rng.chance(500);
+        cfg.inbound.exclusive_marks = exclusive;
+        let mailbox = MemMailbox::new();
+        mailbox.tamper(|s| s.exclusive_marks = exclusive);
         let mut sim = Sim {
             rng,
             clock,
             cfg,
             pg,
-            mailbox: MemMailbox::new(),
+            mailbox,
             flights: MemFlights::new(),
             kafka: MemProducer::new(),
             outbound: MemOutbound::new(),
@@ -184,9 +210,15 @@ impl Sim {
             log: Vec::new(),
             step: 0,
             lanes,
+            exclusive,
+            seed_parity: seed % 2,
+            replayed: Default::default(),
             backups: Default::default(),
             forgotten: false,
             pg_rollbacks: 0,
+            last_forget: None,
+            last_clean_pass: 0,
+            false_alarm: None,
         };
         sim.spawn_standby(Duration::ZERO);
         sim
@@ -213,7 +245,8 @@ impl Sim {
         }
         match self.rng.below(1000) {
             0..=79 => {
-                let line = self.upstream.write(&mut self.rng, &self.mailbox, self.clock.now());
+                let foreign = !self.exclusive;
+                let line = self.upstream.write(&mut self.rng, &self.mailbox, self.clock.now(), foreign);
                 self.say(line);
             }
             80..=104 => self.fault(),
@@ -226,6 +259,7 @@ impl Sim {
                 }
             }
             117..=118 => self.forget(),
+            119 => self.replay_dead(),
             _ => self.run_something(),
         }
     }
@@ -277,7 +311,7 @@ impl Sim {
         }
         let (mut pg, mut mb, mut fl) = (self.pg.session(), self.mailbox.clone(), self.flights.handle());
         let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
-        match check(&mut st, Depth::Full { sample: 1.0 }) {
+        match check(&mut st, Depth::Full { sample: 1.0 }, self.clock.now()) {
             Ok(r) if r.is_clean() => {
                 self.forgotten = false;
                 false
@@ -333,7 +367,8 @@ impl Sim {
         let store = *self.rng.pick(&STORES);
         let (fault, calls, down) = match self.rng.below(100) {
             0..=44 => (Fault::Unavailable, self.rng.range(1, 3) as u32, None),
-            45..=69 => (Fault::Lost, 1, None),
+            // One or two answers in a row lost (#37: two were taken for a forget).
+            45..=69 => (Fault::Lost, self.rng.range(1, 3) as u32, None),
             _ => (Fault::Unavailable, 0, Some(Duration::from_millis(self.rng.range(500, 20_000)))),
         };
         let apply = |inject: &dyn Fn(Fault, u32), set_down: &dyn Fn(bool)| match down {
@@ -405,7 +440,7 @@ impl Sim {
         let name = format!("i{n}");
         let me = Claimant { id: format!("sim:{n}"), host: "sim".into(), pid: n };
         let wake = self.clock.now() + delay;
-        self.instances.push(Instance { name: name.clone(), me, life: Life::Standby { wake } });
+        self.instances.push(Instance { name: name.clone(), me, life: Life::Standby { wake }, clean_at: 0 });
         self.say(format!("{name} starts (standby)"));
     }
 
@@ -470,7 +505,11 @@ impl Sim {
         let k = self.rng.below(self.backups.len() as u64) as usize;
         let (at, pg, flights) = self.backups[k].clone();
         let before = self.flights.inspect(|f| f.seq);
-        let what = match self.rng.below(3) {
+        // Both back over the same rows only where msgx's marks are its own: else nothing proves
+        // what it had settled, and the rows it marked are left alone as someone else's (#37).
+        // There, one store of the two forgets, for the whole seed.
+        let which = if self.exclusive { self.rng.below(3) } else { self.seed_parity };
+        let what = match which {
             0 => {
                 self.pg.roll_back_to(pg);
                 self.pg_rollbacks += 1;
@@ -488,39 +527,75 @@ impl Sim {
             }
         };
         self.forgotten = true;
+        self.last_forget = Some(self.step);
         let seq = self.flights.inspect(|f| f.seq);
         self.say(format!("{what} forgot: back to the dump of step {at} (redis applies {before} -> {seq})"));
     }
 
-    /// The daemon's consistency pass before the stages start (`daemon::consistency_pass`):
-    /// `Err` when it cannot heal (the process exits 6).
-    fn consistency_pass(&mut self, epoch: i64) -> Result<Option<String>, String> {
-        use crate::consistency::{check, heal, Depth, Stores};
+    /// An operator replays the DEAD rows an operator may replay (`msgx replay`): back to
+    /// PENDING, at the head of the FIFO again.
+    fn replay_dead(&mut self) {
+        use crate::ports::{Operator, ReplaySelection};
+        let dead: Vec<i64> = self.pg.inspect(|s| {
+            s.procs
+                .values()
+                .filter(|p| p.row.state == crate::domain::ProcStatus::Dead)
+                .map(|p| p.row.msg_id)
+                .collect()
+        });
+        let Some(&id) = dead.first() else { return };
+        let now = self.clock.now();
+        if let Ok(done) = self.pg.session().replay(&ReplaySelection::Ids(vec![id]), 10, now) {
+            if done.iter().any(|r| r.verdict.is_ok()) {
+                self.replayed.insert(id, self.step);
+                self.say(format!("operator replays DEAD msg {id}"));
+            }
+        }
+    }
+
+    /// The daemon's consistency pass before the stages start (`consistency::pass`, the same
+    /// function): `Ok` the token to start from, `Err` why not (a store away: stand by again;
+    /// else the process exits 6).
+    fn consistency_pass(&mut self, epoch: i64) -> Result<Option<String>, (bool, String)> {
+        use crate::consistency::{check, pass, Depth, HealBudget, Pass, PassPolicy, Stores};
         let keep = self.cfg.pipeline.journal_keep;
         let (mut pg, mut mb, mut fl) =
             (self.pg.session().fenced(epoch), self.mailbox.clone(), self.flights.handle().keeping(keep));
         let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
-        let report = check(&mut st, Depth::Full { sample: 1.0 }).map_err(|e| e.to_string())?;
-        if !report.is_clean() {
-            let found: Vec<&str> = report.findings.iter().map(|f| f.kind.as_str()).collect();
-            self.say(format!("consistency: {found:?}"));
-        }
+        let now = self.clock.now();
         // The planted bug: a pass that finds a store that forgot and heals nothing.
-        let healed = if planted::on(Bug::HealSkipped) {
-            Default::default()
-        } else {
-            heal(&mut st, &report, self.clock.now()).map_err(|e| e.to_string())?
-        };
-        if !report.is_clean() {
-            self.say(format!("healed: {healed:?}; findings {:?}", report.findings));
+        if planted::on(Bug::HealSkipped) {
+            let r = check(&mut st, Depth::Full { sample: 1.0 }, now)
+                .map_err(|e| (e.is_unavailable(), e.to_string()))?;
+            return Ok(r.redis.token);
         }
-        let after = check(&mut st, Depth::Full { sample: 1.0 }).map_err(|e| e.to_string())?;
-        match after.findings.first() {
-            None => {
+        let p = &self.cfg.pipeline;
+        let policy = PassPolicy {
+            epoch,
+            sample: p.check_sample_ratio,
+            budget: HealBudget { per_hour: p.max_heals_per_hour },
+        };
+        match pass(&mut st, policy, now) {
+            Pass::Agreed { token, report, healed } => {
+                if !report.is_clean() {
+                    self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
+                    if self.last_forget.is_none_or(|f| f < self.last_clean_pass) {
+                        self.false_alarm.get_or_insert(format!(
+                            "false alarm: the pass at step {} found {:?} with no forget since the stores last agreed (step {})",
+                            self.step, report.findings, self.last_clean_pass
+                        ));
+                    }
+                }
+                if !report.suspicions.is_empty() {
+                    self.say(format!("consistency suspicions: {:?}", report.suspicions));
+                }
                 self.forgotten = false;
-                Ok(after.redis.token)
+                self.last_clean_pass = self.step;
+                Ok(token)
             }
-            Some(f) => Err(format!("still behind after healing: {}", f.line())),
+            Pass::Away(e) => Err((true, e.to_string())),
+            Pass::Stopped(e) => Err((e.is_unavailable(), e.to_string())),
+            Pass::Person(why) => Err((false, why)),
         }
     }
 
@@ -539,9 +614,9 @@ impl Sim {
                 }
                 let seen = match self.consistency_pass(epoch) {
                     Ok(token) => token,
-                    Err(e) => {
+                    Err((away, e)) => {
                         self.say(format!("{} consistency pass: {e}", self.instances[k].name));
-                        if e.contains("unavailable") {
+                        if away {
                             self.instances[k].life = Life::Standby { wake: now + renew };
                         } else {
                             self.stop(k, &format!("not healed (exit 6): {e}"));
@@ -551,6 +626,7 @@ impl Sim {
                 };
                 let active = self.activate(epoch, now, seen);
                 self.instances[k].life = Life::Active(Box::new(active));
+                self.instances[k].clean_at = self.step;
                 self.say(format!("{} acquired the lease, epoch {epoch}", self.instances[k].name));
             }
             Ok(Claim::HeldBy(_)) | Err(_) => self.instances[k].life = Life::Standby { wake: now + renew },
@@ -567,7 +643,7 @@ impl Sim {
         let renewed = lease.renew(&me, a.epoch, policy.duration, &Keeper::status(&a.board));
         match a.keeper.turn(renewed, self.clock.mono(), &a.gate, &a.stats, now) {
             Some(Halt::Fenced(_)) => self.stop(k, "lost the lease"),
-            Some(Halt::Forgot(e)) => self.stop(k, &format!("lease keeper: {e}")),
+            Some(Halt::Forgot(e)) => self.stop_forgot(k, &format!("lease keeper: {e}")),
             None => {}
         }
     }
@@ -580,6 +656,20 @@ impl Sim {
         let name = self.instances[k].name.clone();
         self.say(format!("{name} stops: {why}"));
         self.spawn_standby(Duration::from_secs(1));
+    }
+
+    /// An instance that stops because a store forgot: a false alarm unless a forget was
+    /// injected after the pass that let it serve (#37).
+    fn stop_forgot(&mut self, k: usize, why: &str) {
+        let clean_at = self.instances[k].clean_at;
+        if self.last_forget.is_none_or(|f| f < clean_at) {
+            let name = &self.instances[k].name;
+            self.false_alarm.get_or_insert(format!(
+                "false alarm: {name} stopped as forgot at step {} with no forget injected since its pass at step {clean_at} found the stores agreeing: {why}",
+                self.step
+            ));
+        }
+        self.stop(k, why);
     }
 
     /// One turn of the daemon's runner for slot `n` of instance `k`.
@@ -605,7 +695,7 @@ impl Sim {
                 self.say(format!("{name} {stage} error: {error}"));
             }
             Turn::Stop(Halt::Fenced(e)) => self.stop(k, &format!("{stage} fenced: {e}")),
-            Turn::Stop(Halt::Forgot(e)) => self.stop(k, &format!("{stage} forgot: {e}")),
+            Turn::Stop(Halt::Forgot(e)) => self.stop_forgot(k, &format!("{stage} forgot: {e}")),
         }
     }
 

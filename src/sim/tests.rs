@@ -91,5 +91,6 @@ planted_bug!(finds_an_outage_charged_to_an_event, Bug::OutageCharged, ["outage c
 planted_bug!(
     finds_a_store_that_forgot_left_unhealed,
     Bug::HealSkipped,
-    ["I2", "never enqueued", "Redis differs", "delivered events", "did not drain"]
+    ["I2", "never enqueued", "Redis differs", "delivered events", "did not drain", "since its pass"]
 );
+planted_bug!(finds_a_journal_entry_dropped_for_a_no_op, Bug::NoOpJournalDropped, ["false alarm", "journal"]);

@@ -1,6 +1,8 @@
-//! The upstream writer: mailbox rows as AODB writes them — mostly flight updates, and
-//! duplicates, ignored kinds, malformed and unsupported ones, commits that arrive late and
-//! transactions that roll back (PRE-2).
+//! The upstream writer: mailbox rows as AODB writes them — mostly flight updates (the same
+//! value again among them), and deletes, records of vendor elements only, duplicates, ignored
+//! kinds, malformed and unsupported ones, commits that arrive late (superseded by the time they
+//! are read, or for a flight deleted since) and transactions that roll back (PRE-2); and rows
+//! another system marks processed before msgx sees them (#37).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -22,6 +24,13 @@ pub enum Kind {
     Malformed,
     /// A TYPE no handler knows: FAILED until its attempts are used up.
     Unsupported,
+    /// The flight deleted (FLOP-FDEL); SEQN unique.
+    Delete { flid: String, seqn: u64 },
+    /// A FLOP-STND whose only child is an element the tolerant reader skips: SUCCEEDED,
+    /// nothing changed (#37).
+    Vendor { flid: String, seqn: u64 },
+    /// An update another system marked processed before msgx saw it: never msgx's (#37).
+    MarkedElsewhere,
 }
 
 #[derive(Debug, Clone)]
@@ -48,10 +57,13 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// Writes one row; returns the step log line.
-    pub fn write(&mut self, rng: &mut Rng, mailbox: &MemMailbox, now: SystemTime) -> String {
+    /// Writes one row; returns the step log line. `foreign`: another system marks rows too.
+    pub fn write(&mut self, rng: &mut Rng, mailbox: &MemMailbox, now: SystemTime, foreign: bool) -> String {
         let kind = match rng.below(100) {
-            0..=71 => self.update(rng),
+            0..=63 => self.update(rng),
+            64..=66 => Kind::Delete { flid: rng.pick(&FLIGHTS).to_string(), seqn: self.seqn() },
+            67..=69 => Kind::Vendor { flid: rng.pick(&FLIGHTS).to_string(), seqn: self.seqn() },
+            70..=71 if foreign => Kind::MarkedElsewhere,
             72..=79 if !self.updates.is_empty() => {
                 let of = *rng.pick(&self.updates);
                 match &self.rows[&of].kind {
@@ -76,13 +88,19 @@ impl Upstream {
                     .find(|id| matches!(&self.rows[id].kind, Kind::Update { seqn: s, .. } if s == seqn));
                 self.rows[id.expect("resent update exists")].raw.clone()
             }
+            Kind::Delete { flid, seqn } => fixtures::flop(*seqn, "FDEL", flid, &[]),
+            Kind::Vendor { flid, seqn } => fixtures::flop(*seqn, "STND", flid, &[("XSTND", Some("9"))]),
+            Kind::MarkedElsewhere => fixtures::flop_stnd(self.seqn(), FLIGHTS[0], "ELSEWHERE"),
             Kind::Ignored => fixtures::other(self.seqn(), "LDM", "X", "<LDM><A/></LDM>"),
             Kind::Malformed => "<MSG><META><SNDR>AODB".to_string(),
             Kind::Unsupported => fixtures::other(self.seqn(), "ZZZZ", "Q", ""),
         };
         let id = mailbox.tamper(|s| s.allocate());
-        let late = rng.chance(80);
-        if late {
+        let late = rng.chance(80) && kind != Kind::MarkedElsewhere;
+        if kind == Kind::MarkedElsewhere {
+            mailbox.insert(id, Some(&raw));
+            mailbox.mark_as_processed(id, now);
+        } else if late {
             mailbox.insert_uncommitted(id, &raw);
             let ends = now + Duration::from_millis(rng.range(1, 6000));
             let commits = !rng.chance(150);
@@ -154,7 +172,9 @@ impl Upstream {
             .values()
             .filter(|r| r.late)
             .filter_map(|r| match &r.kind {
-                Kind::Update { flid, .. } => Some(flid.clone()),
+                Kind::Update { flid, .. } | Kind::Delete { flid, .. } | Kind::Vendor { flid, .. } => {
+                    Some(flid.clone())
+                }
                 Kind::Resend { seqn } => seqn_flight.get(seqn).map(|f| f.to_string()),
                 _ => None,
             })
