@@ -494,6 +494,11 @@ pub struct RoundNeed {
     /// A snapshot's window `[min SODT, max SODT]` as `yyyyMMddHHmm` numbers (a snapshot is
     /// always a round of its own).
     pub window: Option<(i64, i64)>,
+    /// Every message the round takes, recorded in Redis as being settled by msgx before
+    /// PostgreSQL records any outcome of them (`journal:done`, no time yet): proof, should own
+    /// PostgreSQL forget them, that it held their rows (#37) — a mark the backfill writes right
+    /// after the commit is then never the only evidence.
+    pub taken: Vec<i64>,
 }
 
 /// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).

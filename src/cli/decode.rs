@@ -59,7 +59,7 @@ pub(super) fn decision(
         Some(r) => {
             let need = need_of(&msg);
             let p = r.prepare(
-                &RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window },
+                &RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window, ..Default::default() },
                 &[],
                 SystemClock.now(),
             )?;

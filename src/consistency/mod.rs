@@ -117,7 +117,7 @@ impl SuspicionKind {
     }
 }
 
-/// Something the evidence suggests and does not prove, with the first few IDs.
+/// Something the evidence suggests and does not prove, with its IDs (one page of rows at most).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Suspicion {
     pub kind: SuspicionKind,
@@ -128,10 +128,18 @@ pub struct Suspicion {
 }
 
 impl Suspicion {
-    /// The WARN line that reports it.
+    /// The same suspicion for the IDs above `seen` only (`None`: nothing new).
+    pub fn above(&self, seen: i64) -> Option<Suspicion> {
+        let ids: Vec<i64> = self.ids.iter().copied().filter(|m| *m > seen).collect();
+        (!ids.is_empty()).then(|| Suspicion { count: ids.len(), ids, ..self.clone() })
+    }
+
+    /// The WARN line that reports it (the first [`NAMED`] IDs).
     pub fn line(&self) -> String {
-        let ids: Vec<String> = self.ids.iter().map(i64::to_string).collect();
-        let (at_least, more) = if self.more { ("at least ", " …") } else { ("", "") };
+        let ids: Vec<String> = self.ids.iter().take(NAMED).map(i64::to_string).collect();
+        let more = self.more || self.ids.len() > NAMED;
+        let at_least = if self.more { "at least " } else { "" };
+        let more = if more { " …" } else { "" };
         match self.kind {
             SuspicionKind::MarkedUnrecorded => format!(
                 "consistency: suspicion: {at_least}{} mailbox row(s) marked processed that neither postgres nor Redis knows msgx settled (MSG_IDs {}{more}): marked by someone else, or processed by msgx before own PostgreSQL and Redis both went back; msgx leaves them alone (docs/operations.md, \"A suspicion\")",
@@ -347,15 +355,25 @@ pub fn check(st: &mut Stores<'_>, depth: Depth, now: SystemTime) -> StoreResult<
     if r.redis.epoch > r.pg_epoch {
         r.findings.push(Finding::pair(FindingKind::EpochAhead, r.redis.epoch, r.pg_epoch));
     }
-    let unknown = recorded_unknown(st, depth, &r.redis)?;
+    let mut unknown = recorded_unknown(st, depth, &r.redis)?;
+    let marked = marked_unknown(st, r.pg_known_max, depth)?;
+    // A marked row Redis recorded msgx taking is proof, as any record is.
+    unknown.extend(marked.recorded);
+    unknown.sort_unstable();
+    unknown.dedup();
     r.findings.extend(Finding::of(FindingKind::JournalUnknown, &unknown));
-    if let Some((ids, more)) = marked_unrecorded(st, r.pg_known_max, depth)? {
+    if !marked.unrecorded.is_empty() {
+        let (ids, more) = (marked.unrecorded, marked.more);
         // A mark is msgx's own only where no one else marks rows (#37).
         if st.mailbox.exclusive_marks() {
             r.findings.extend(Finding::of(FindingKind::MarkedUnknown, &ids));
         } else {
-            let (kind, count) = (SuspicionKind::MarkedUnrecorded, ids.len());
-            r.suspicions.push(Suspicion { kind, count, more, ids: ids.into_iter().take(NAMED).collect() });
+            r.suspicions.push(Suspicion {
+                kind: SuspicionKind::MarkedUnrecorded,
+                count: ids.len(),
+                more,
+                ids,
+            });
         }
     }
     redis_side(st, depth, now, &mut r)?;
@@ -410,21 +428,27 @@ pub(crate) fn late_marked(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Ve
     Ok(late.iter().filter(|r| r.marked_at.is_some_and(|t| t >= since)).map(|r| r.row.id).collect())
 }
 
+/// Mailbox rows marked with msgx's status that PostgreSQL has no row for.
+struct Marked {
+    /// Those Redis holds a record of msgx taking: proof.
+    recorded: Vec<i64>,
+    /// Those it holds none of: proof only where no one else marks rows.
+    unrecorded: Vec<i64>,
+    /// Whether there may be more (one page of rows is read).
+    more: bool,
+}
+
 /// Mailbox rows marked with msgx's status that PostgreSQL has no row for — above the highest
-/// MSG_ID it knows (one page at most), and late rows below it — and that Redis holds no record
-/// of msgx settling (a row Redis recorded is a finding already, [`recorded_unknown`]), with
-/// whether there may be more. Proof only where no one else marks rows.
-fn marked_unrecorded(
-    st: &mut Stores<'_>,
-    known_max: i64,
-    depth: Depth,
-) -> StoreResult<Option<(Vec<i64>, bool)>> {
+/// MSG_ID it knows (one page at most), and late rows below it — split by whether Redis holds a
+/// record of msgx taking them.
+fn marked_unknown(st: &mut Stores<'_>, known_max: i64, depth: Depth) -> StoreResult<Marked> {
     let mut marked = late_marked(st, known_max)?;
     let above = st.mailbox.ours(known_max + 1, i64::MAX, PAGE, true)?;
     let more = above.len() == PAGE;
     marked.extend(above.iter().filter(|r| r.marked).map(|r| r.row.id));
+    let mut out = Marked { recorded: Vec::new(), unrecorded: Vec::new(), more };
     if marked.is_empty() {
-        return Ok(None);
+        return Ok(out);
     }
     // Read after the mailbox: a mark comes after PostgreSQL's outcome and Redis's record.
     let unknown = unknown_now(st, &marked)?;
@@ -436,8 +460,14 @@ fn marked_unrecorded(
         }
         Depth::Recent(_) => st.flights.recorded(&unknown)?,
     };
-    let ids: Vec<i64> = unknown.iter().zip(recorded).filter(|(_, r)| !r).map(|(m, _)| *m).collect();
-    Ok((!ids.is_empty()).then_some((ids, more)))
+    for (m, r) in unknown.into_iter().zip(recorded) {
+        if r {
+            out.recorded.push(m)
+        } else {
+            out.unrecorded.push(m)
+        }
+    }
+    Ok(out)
 }
 
 /// The Redis-behind evidence: an empty store, missing journal entries, a generation behind,
@@ -475,10 +505,12 @@ fn redis_side(st: &mut Stores<'_>, depth: Depth, now: SystemTime, r: &mut Report
     Ok(())
 }
 
-/// Redis holds nothing of msgx's: no write, no journal mark, no outcome told. A lease epoch
-/// alone is no write: a new holder claims the flights before the stores are compared.
+/// Redis holds no write of flights msgx made (`applied:seq`, which every apply and restore
+/// counts and nothing else resets). A lease epoch, the journal's marks and the outcomes told
+/// are no such write: a new holder claims the flights before the stores are compared, and a
+/// pump tells Redis what it takes and settles before it finds Redis forgot.
 fn is_empty(m: &FlightMarks) -> bool {
-    m.seq == 0 && m.pruned.is_none() && m.settled_max == 0
+    m.seq == 0
 }
 
 /// How many of PostgreSQL's newest SUCCEEDED messages an empty Redis is compared with.
@@ -579,7 +611,8 @@ fn sample_versions(
     for (m, text) in texts(st, &picked)? {
         let Some(msg) = text.and_then(|t| codec::decode(&t).ok()) else { continue };
         let need = handlers::need_of(&msg);
-        let read = RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window };
+        let read =
+            RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window, ..Default::default() };
         let p = st.flights.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
         let view = View { flights: p.flights, window: p.window };
         let Ok(d) = handlers::decide(&view, &msg, m) else { continue };
@@ -587,7 +620,7 @@ fn sample_versions(
         let mut held = view.flights;
         let flids: Vec<String> =
             d.flights.iter().map(|c| c.flid.clone()).filter(|f| !held.contains_key(f)).collect();
-        let written = RoundNeed { msg_ids: Vec::new(), flids, window: None };
+        let written = RoundNeed { flids, ..Default::default() };
         held.extend(st.flights.prepare(&written, &[], SystemTime::UNIX_EPOCH)?.flights);
         let lost = d.flights.iter().any(|c| {
             let f = held.get(&c.flid);

@@ -158,6 +158,25 @@ fn regression_redis_emptied_is_rebuilt_from_every_succeeded_message() {
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
 
+/// Found on the real services (tests/forgetful.rs, once Redis was told what msgx takes and
+/// settles, #37): after a FLUSHALL the pump's next read wrote `journal:done` and
+/// `applied:settled` before it found Redis had forgotten, and the check no longer saw an empty
+/// store — the start-up pass then agreed on a Redis without a flight.
+#[test]
+fn regression_an_emptied_redis_is_found_after_the_pump_told_it_what_it_settled() {
+    use crate::ports::{FlightStore, RoundNeed};
+    let w = World::new(KEEP);
+    w.process(1..=7);
+    let before = w.flights.all();
+    w.flights.replace_state(Default::default());
+    let need = RoundNeed { taken: vec![8], ..Default::default() };
+    w.flights.handle().keeping(KEEP).prepare(&need, &[6, 7], w.clock.now()).unwrap();
+    let r = w.check();
+    assert!(r.finding(FindingKind::FlightsEmpty).is_some(), "{r:?}");
+    w.heal(&r).unwrap();
+    assert_eq!(w.flights.all(), before);
+}
+
 #[test]
 fn a_rollback_older_than_the_journal_keeps_is_left_to_a_person() {
     let w = World::new(Duration::ZERO);

@@ -90,6 +90,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let mut need = RoundNeed::default();
         let mut flids: Vec<&str> = Vec::new();
         for p in plan {
+            need.taken.push(p.row.msg_id);
             if let Step::Decide { msg, .. } = &p.step {
                 need.msg_ids.push(p.row.msg_id);
                 // Sorted and deduplicated once for the round, below; copied once each.
@@ -100,7 +101,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         flids.sort_unstable();
         flids.dedup();
         need.flids = flids.into_iter().map(str::to_string).collect();
-        if need.msg_ids.is_empty() && self.forget.is_empty() {
+        if need.taken.is_empty() && self.forget.is_empty() {
             return Ok(Prepared::default());
         }
         let prepared = self.flights.prepare(&need, &self.forget, now)?;

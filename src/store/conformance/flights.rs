@@ -83,6 +83,7 @@ fn read<S: FlightTwin>(s: &mut S, flids: &[&str], msg_ids: &[i64]) -> crate::por
         msg_ids: msg_ids.to_vec(),
         flids: flids.iter().map(|f| f.to_string()).collect(),
         window: None,
+        taken: Vec::new(),
     };
     s.prepare(&need, &[], at(0)).unwrap()
 }
@@ -175,7 +176,12 @@ pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
         c.sodt = Some(sodt);
         s.apply(&[(1, &decision(vec![c], 0))]).unwrap();
     }
-    let need = RoundNeed { msg_ids: vec![], flids: vec![], window: Some((202601010000, 202601012359)) };
+    let need = RoundNeed {
+        msg_ids: vec![],
+        flids: vec![],
+        window: Some((202601010000, 202601012359)),
+        ..Default::default()
+    };
     assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["A", "B"], "in SODT order");
     let mut gone = change("A", &[], &[]);
     gone.delete = true;
@@ -185,7 +191,7 @@ pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
 
 pub fn forgotten_journal_entries_are_gone<S: FlightTwin>(mut s: S) {
     s.apply(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")]))]).unwrap();
-    let need = RoundNeed { msg_ids: vec![1, 2], flids: vec![], window: None };
+    let need = RoundNeed { msg_ids: vec![1, 2], flids: vec![], window: None, ..Default::default() };
     let p = s.prepare(&need, &[1], at(0)).unwrap();
     assert_eq!(p.applied.keys().copied().collect::<Vec<_>>(), [2], "forget rides along with the read");
     s.forget(&[2], at(0)).unwrap();
@@ -217,7 +223,7 @@ pub fn journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept<
     ])
     .unwrap();
     s.forget(&[1, 2], at(0)).unwrap();
-    let need = RoundNeed { msg_ids: vec![1, 2, 3], flids: vec![], window: None };
+    let need = RoundNeed { msg_ids: vec![1, 2, 3], flids: vec![], window: None, ..Default::default() };
     let kept = s.prepare(&need, &[], at(59)).unwrap();
     assert_eq!(kept.applied.len(), 3, "within the keep window every entry stays");
     assert_eq!(s.audit().unwrap().pruned, Some(0), "nothing dropped yet: complete from the first apply on");
@@ -264,7 +270,12 @@ pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut 
     assert!(!got.flights.get("X").is_some_and(|x| x.exists()), "a rebuilt delete deletes");
     assert_eq!(got.applied[&5].events, journal.events, "the journal entry is back");
     assert_eq!(s.generation_of().unwrap(), (4, 3));
-    let need = RoundNeed { msg_ids: vec![], flids: vec![], window: Some((202612010000, 202612020000)) };
+    let need = RoundNeed {
+        msg_ids: vec![],
+        flids: vec![],
+        window: Some((202612010000, 202612020000)),
+        ..Default::default()
+    };
     assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["F"], "the plan index follows");
 }
 
@@ -282,7 +293,12 @@ pub fn regression_a_late_message_does_not_index_a_deleted_flight<S: FlightTwin>(
     let mut late = change("F", &[("STND", "OLD")], &[]);
     late.sodt = Some(202601010800);
     s.apply(&[(15, &decision(vec![late], 0))]).unwrap();
-    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: Some((0, i64::MAX)) };
+    let need = RoundNeed {
+        msg_ids: vec![],
+        flids: vec!["F".into()],
+        window: Some((0, i64::MAX)),
+        ..Default::default()
+    };
     let p = s.prepare(&need, &[], at(0)).unwrap();
     assert!(p.flights.get("F").is_some_and(|f| f.fields.is_empty()), "the tombstone refused the late value");
     assert!(p.window.is_empty(), "a deleted flight is not in the index: {:?}", p.window);
@@ -364,6 +380,7 @@ pub fn a_round_merged_per_flight_ends_as_its_changes_one_by_one<S: FlightTwin>(m
             msg_ids: Vec::new(),
             flids: flids.iter().map(|f| f.to_string()).collect(),
             window: Some((0, i64::MAX)),
+            taken: Vec::new(),
         };
         let p = s.prepare(&need, &[], at(0)).unwrap();
         let got = (p.flights, p.window);

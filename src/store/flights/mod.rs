@@ -161,8 +161,9 @@ for i = 5, #ARGV do
   local m = tonumber(ARGV[i])
   if m > settled then settled = m end
 end
+-- LT: a message recorded as taken (no time yet) gets its time now; an earlier time stays.
 for k = 1, #marks, 1000 do
-  redis.call('ZADD', dkey, 'NX', unpack(marks, k, math.min(k + 999, #marks)))
+  redis.call('ZADD', dkey, 'LT', unpack(marks, k, math.min(k + 999, #marks)))
 end
 if #ARGV >= 5 then redis.call('SET', skey, settled) end
 local old = redis.call('ZRANGEBYSCORE', dkey, '-inf', now - keep, 'LIMIT', 0, 1000)
@@ -663,7 +664,8 @@ impl FlightAudit for RedisFlights {
         let idx = format!("{}sodt", self.prefix);
         let mut out = Vec::with_capacity(flids.len());
         for chunk in flids.chunks(500) {
-            let need = RoundNeed { msg_ids: Vec::new(), flids: chunk.to_vec(), window: None };
+            let need =
+                RoundNeed { msg_ids: Vec::new(), flids: chunk.to_vec(), window: None, ..Default::default() };
             let got = self.prepare(&need, &[], SystemTime::UNIX_EPOCH)?.flights;
             let scores: Vec<Option<i64>> = self.run(|c, _| {
                 let mut p = redis::pipe();
@@ -726,6 +728,20 @@ fn unix_millis(t: SystemTime) -> i64 {
 }
 
 impl RedisFlights {
+    /// The commands that record `ids` taken (`journal:done`, no time yet: `+inf`), and keep the
+    /// journal's three keys' common time to live.
+    fn taken_cmds(&self, ids: &[i64]) -> Vec<redis::Cmd> {
+        let [jkey, dkey, pkey] = self.journal_keys();
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(&dkey).arg("NX");
+        for id in ids {
+            zadd.arg("+inf").arg(*id);
+        }
+        let mut cmds = vec![zadd];
+        cmds.extend([jkey, dkey, pkey].iter().map(|k| redis::Cmd::expire(k, JOURNAL_TTL_SECS as i64)));
+        cmds
+    }
+
     /// The FORGET script for `msg_ids` at `now`.
     fn forget_cmd(&self, msg_ids: &[i64], now: SystemTime) -> redis::Cmd {
         let mut cmd = redis::cmd("EVAL");
@@ -931,7 +947,8 @@ impl FlightStore for RedisFlights {
     /// the token they stand under (`net::lasting`); the token is read first in the same round
     /// trip, and when it moved they are read in a second one.
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared> {
-        if need.msg_ids.is_empty() && need.flids.is_empty() && need.window.is_none() && forget.is_empty() {
+        let asks = !need.msg_ids.is_empty() || !need.flids.is_empty() || need.window.is_some();
+        if !asks && forget.is_empty() && need.taken.is_empty() {
             return Ok(Prepared::default()); // nothing to ask: an empty pipeline is refused
         }
         let mut known = self.known.take().unwrap_or_default();
@@ -952,10 +969,15 @@ impl FlightStore for RedisFlights {
         // the flights stand under (read first: a write after it moves it), the round's journal,
         // the flights not known with their versions, and a snapshot's generation and window.
         let forgetting = (!forget.is_empty()).then(|| self.forget_cmd(forget, now));
-        let reads = !need.msg_ids.is_empty() || !need.flids.is_empty() || need.window.is_some();
+        let taking = (!need.taken.is_empty()).then(|| self.taken_cmds(&need.taken));
+        let skip = usize::from(forgetting.is_some()) + taking.as_ref().map_or(0, Vec::len);
+        let reads = asks;
         let values: Vec<Value> = self.run(|c, _| {
             let mut p = redis::pipe();
             if let Some(cmd) = &forgetting {
+                p.add_command(cmd.clone());
+            }
+            for cmd in taking.iter().flatten() {
                 p.add_command(cmd.clone());
             }
             if reads {
@@ -972,7 +994,7 @@ impl FlightStore for RedisFlights {
                 p.hget(&genkey, "msg_id");
                 p.zrangebyscore(&idx, a, b);
             }
-            query_bounded(c, &p, usize::from(!forget.is_empty()))
+            query_bounded(c, &p, skip)
         })?;
         if !reads {
             self.known = Some(known);

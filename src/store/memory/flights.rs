@@ -52,7 +52,9 @@ pub struct Handle {
 /// the FORGET script does.
 pub fn forget_entries(s: &mut FlightsState, ids: &[i64], now: SystemTime, keep: Duration) {
     for id in ids {
-        s.done.entry(*id).or_insert(now);
+        // As `ZADD LT`: a message recorded as taken gets its time now; an earlier time stays.
+        let at = s.done.entry(*id).or_insert(now);
+        *at = (*at).min(now);
         s.settled_max = s.settled_max.max(*id);
     }
     let cutoff = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
@@ -64,6 +66,19 @@ pub fn forget_entries(s: &mut FlightsState, ids: &[i64], now: SystemTime, keep: 
         s.done.remove(&m);
         s.applied.remove(&m);
         s.pruned = Some(s.pruned.unwrap_or(0).max(m));
+    }
+}
+
+/// When a message taken by a round, whose outcome PostgreSQL does not hold yet, counts as done
+/// (`+inf` in Redis): never, until it is told.
+pub fn not_yet() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 40)
+}
+
+/// Records `ids` taken by a round (`journal:done` without a time), as the adapter's prepare does.
+pub fn take(s: &mut FlightsState, ids: &[i64]) {
+    for id in ids {
+        s.done.entry(*id).or_insert(not_yet());
     }
 }
 
@@ -318,6 +333,7 @@ impl FlightStore for MemFlights {
             if !forget.is_empty() {
                 forget_entries(s, forget, now, keep);
             }
+            take(s, &need.taken);
             // As the adapter's read of the token, in the same round trip.
             if !need.msg_ids.is_empty() || !need.flids.is_empty() || need.window.is_some() {
                 seen.observe(s.token.as_deref());
