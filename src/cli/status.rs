@@ -37,19 +37,60 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
 pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     let mut pg = own_pg(cfg)?;
     let s = pg.status(100).map_err(unreachable)?;
-    let r = running(&mut pg, SystemClock.now())?;
+    let now = SystemClock.now();
+    let r = running(&mut pg, now)?;
+    let heals = Heals::read(&mut pg, cfg, now)?;
     if json {
-        print_json(&s, &r);
+        print_json(&s, &r, &heals);
         return Ok(());
     }
     print_lease(&r);
     print_messages(&s);
     print_outbox(&s);
+    heals.print();
     Ok(())
 }
 
-fn print_json(s: &msgx::store::pg::Status, r: &Running) {
+/// The heals of the last hour against the budget (#37).
+struct Heals {
+    recent: Vec<msgx::ports::HealRecord>,
+    per_hour: u32,
+}
+
+impl Heals {
+    fn read(pg: &mut Pg, cfg: &Config, now: std::time::SystemTime) -> Result<Heals, (Exit, anyhow::Error)> {
+        use msgx::ports::HealLog;
+        let recent = pg.heals_since(msgx::consistency::HealBudget::since(now)).map_err(unreachable)?;
+        Ok(Heals { recent, per_hour: cfg.pipeline.max_heals_per_hour })
+    }
+
+    fn print(&self) {
+        println!(
+            "heals in the last hour: {} of at most {} (msgx.consistency-check.max-heals-per-hour)",
+            self.recent.len(),
+            self.per_hour
+        );
+        for h in &self.recent {
+            let at = msgx::clock::CivilTime::from_system(h.at).to_rfc3339();
+            println!("  {at} {} epoch={}: {}", h.store, h.epoch, h.summary);
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let recent: Vec<serde_json::Value> = self
+            .recent
+            .iter()
+            .map(|h| {
+                serde_json::json!({"at_ms": msgx::clock::unix_millis(h.at), "store": h.store.name(), "epoch": h.epoch, "summary": h.summary})
+            })
+            .collect();
+        serde_json::json!({"last_hour": recent.len(), "per_hour": self.per_hour, "recent": recent})
+    }
+}
+
+fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals) {
     let mut v = serde_json::to_value(s).expect("status serialises");
+    v["heals"] = heals.json();
     v["lease"] = serde_json::json!({
         "held": !r.holder.free,
         "host": r.holder.host, "pid": r.holder.pid, "epoch": r.holder.epoch,

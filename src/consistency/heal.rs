@@ -345,7 +345,8 @@ fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -
         }
     };
     let need = handlers::need_of(&msg);
-    let read = RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window };
+    let read =
+        RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window, ..Default::default() };
     let p = scratch.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
     let Ok(d) = handlers::decide(&View { flights: p.flights, window: p.window }, &msg, m) else {
         return Ok(());

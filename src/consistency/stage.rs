@@ -91,15 +91,13 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
         Ok(Round(next))
     }
 
-    /// Reports the suspicions that name a row not named before.
+    /// Reports the rows of each suspicion not reported before.
     fn suspect(&mut self, report: &Report) {
-        for s in &report.suspicions {
-            let top = s.ids.iter().copied().max().unwrap_or(0);
-            if top > self.suspected {
-                log::warn!("{}", s.line());
-                stats::add(&self.stats.consistency_suspicions, s.count as u64);
-                self.suspected = top;
-            }
+        let seen = self.suspected;
+        for s in report.suspicions.iter().filter_map(|s| s.above(seen)) {
+            log::warn!("{}", s.line());
+            stats::add(&self.stats.consistency_suspicions, s.count as u64);
+            self.suspected = self.suspected.max(s.ids.iter().copied().max().unwrap_or(0));
         }
     }
 }

@@ -329,7 +329,7 @@ fn lifetimes(
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
         let claimed = claim_flights(cfg, epoch, &mut lease);
         let checked = claimed.and_then(|()| match cfg.pipeline.check_on_startup || recheck {
-            true => consistency_pass(cfg, clock.as_ref(), epoch, recheck, &ops.stats),
+            true => consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats),
             false => Ok(Pass::Agreed { token: None, report: Default::default(), healed: None }),
         });
         let result = match checked {
@@ -407,27 +407,14 @@ fn epoch_seen_by_redis(cfg: &Config) -> i64 {
 }
 
 /// The consistency pass before any stage runs (`consistency::pass`, shared with the simulator).
-/// A store that cannot be reached is left to the sentinel stage at start-up, and waited out
-/// after a store forgot (`recheck`): never serve on a forget not healed. Evidence that is not
-/// enough to heal, or a heal budget spent, stops msgx (exit 6) with what a person must decide.
-fn consistency_pass(
-    cfg: &Config,
-    clock: &dyn Clock,
-    epoch: i64,
-    recheck: bool,
-    stats: &Stats,
-) -> Result<Pass, DaemonError> {
-    let away = |e: StoreError| -> Pass {
-        warn!("{}; the sentinel checks again once the stores answer", consistency::unreachable(&e));
-        if recheck {
-            Pass::Away(e)
-        } else {
-            Pass::Agreed { token: None, report: Default::default(), healed: None }
-        }
-    };
+/// A store that cannot be reached is an outage: the pass is tried again, and no stage runs on
+/// stores never compared (a Redis emptied while msgx was down would be written over, its
+/// evidence gone, #37). Evidence that is not enough to heal, or a heal budget spent, stops msgx
+/// (exit 6) with what a person must decide.
+fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) -> Result<Pass, DaemonError> {
     let (mut pg, mut mailbox, mut flights) = match check_stores(cfg, epoch) {
         Ok(s) => s,
-        Err(e) if e.is_unavailable() => return Ok(away(e)),
+        Err(e) if e.is_unavailable() => return Ok(Pass::Away(e)),
         Err(e) => return Err(DaemonError::Store(e)),
     };
     let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
@@ -436,17 +423,14 @@ fn consistency_pass(
         sample: cfg.pipeline.check_sample_ratio,
         budget: consistency::HealBudget { per_hour: cfg.pipeline.max_heals_per_hour },
     };
-    match consistency::pass(&mut st, policy, clock.now()) {
-        Pass::Agreed { token, report, healed } => {
-            say(&report, stats);
-            if healed.is_some_and(|h| h.changed()) {
-                crate::stats::add(&stats.heals, 1);
-            }
-            Ok(Pass::Agreed { token, report, healed: None })
+    let pass = consistency::pass(&mut st, policy, clock.now());
+    if let Pass::Agreed { report, healed, .. } = &pass {
+        say(report, stats);
+        if healed.as_ref().is_some_and(|h| h.changed()) {
+            crate::stats::add(&stats.heals, 1);
         }
-        Pass::Away(e) => Ok(away(e)),
-        other => Ok(other),
     }
+    Ok(pass)
 }
 
 /// The three stores the consistency pass reads, connected now.
