@@ -1,8 +1,9 @@
 //! The upstream writer: mailbox rows as AODB writes them — mostly flight updates (the same
 //! value again among them), and deletes, records of vendor elements only, duplicates, ignored
 //! kinds, malformed and unsupported ones, commits that arrive late (superseded by the time they
-//! are read, or for a flight deleted since) and transactions that roll back (PRE-2); and rows
-//! another system marks processed before msgx sees them (#37).
+//! are read, or for a flight deleted since) and transactions that roll back (PRE-2), daily
+//! plans (a stale one among them when it commits late); and rows another system marks
+//! processed before msgx sees them (#37).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -31,6 +32,10 @@ pub enum Kind {
     Vendor { flid: String, seqn: u64 },
     /// An update another system marked processed before msgx saw it: never msgx's (#37).
     MarkedElsewhere,
+    /// The daily plan (SCHD-DNLD) of the planned flights, every one of them with a gate: the
+    /// same window each time, so a stale one (committed late, after a newer one) changes
+    /// nothing a newer one would not have overwritten.
+    Snapshot { seqn: u64 },
 }
 
 #[derive(Debug, Clone)]
@@ -43,6 +48,8 @@ pub struct Row {
 }
 
 const FLIGHTS: [&str; 5] = ["F0", "F1", "F2", "F3", "F4"];
+/// The flights of the daily plan: only snapshots write them.
+const PLANNED: [&str; 3] = ["P0", "P1", "P2"];
 const FIELDS: [(&str, &str); 2] = [("STND", "STND"), ("ACFT", "ACFT")];
 const VALUES: [&str; 4] = ["A1", "A2", "B7", "C3"];
 
@@ -63,6 +70,7 @@ impl Upstream {
             0..=63 => self.update(rng),
             64..=66 => Kind::Delete { flid: rng.pick(&FLIGHTS).to_string(), seqn: self.seqn() },
             67..=69 => Kind::Vendor { flid: rng.pick(&FLIGHTS).to_string(), seqn: self.seqn() },
+            98..=99 => Kind::Snapshot { seqn: self.seqn() },
             70..=71 if foreign => Kind::MarkedElsewhere,
             72..=79 if !self.updates.is_empty() => {
                 let of = *rng.pick(&self.updates);
@@ -91,6 +99,18 @@ impl Upstream {
             Kind::Delete { flid, seqn } => fixtures::flop(*seqn, "FDEL", flid, &[]),
             Kind::Vendor { flid, seqn } => fixtures::flop(*seqn, "STND", flid, &[("XSTND", Some("9"))]),
             Kind::MarkedElsewhere => fixtures::flop_stnd(self.seqn(), FLIGHTS[0], "ELSEWHERE"),
+            Kind::Snapshot { seqn } => {
+                let body: String = PLANNED
+                    .iter()
+                    .enumerate()
+                    .map(|(k, f)| {
+                        let gate = rng.pick(&VALUES);
+                        format!("<FLTR><FLID>{f}</FLID><FLNO>MU{f}</FLNO><SODT>05MAR26{:02}00</SODT><GATE>{gate}</GATE></FLTR>", 8 + k)
+                    })
+                    .collect();
+                let recs = PLANNED.len();
+                fixtures::other(*seqn, "SCHD", "DNLD", &format!("<SCHD><RECS>{recs}</RECS>{body}</SCHD>"))
+            }
             Kind::Ignored => fixtures::other(self.seqn(), "LDM", "X", "<LDM><A/></LDM>"),
             Kind::Malformed => "<MSG><META><SNDR>AODB".to_string(),
             Kind::Unsupported => fixtures::other(self.seqn(), "ZZZZ", "Q", ""),
