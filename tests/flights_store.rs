@@ -31,7 +31,7 @@ fn regression_an_apply_on_a_server_that_dropped_its_scripts_loads_the_script_aga
     // script is gone and EVALSHA answers NOSCRIPT. Every other script msgx runs loads itself.
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.redis()).unwrap();
     assert_eq!(f.apply(&[(2, &stand("A2"))]).unwrap(), vec![true]);
-    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None };
+    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None, ..Default::default() };
     let read = f.prepare(&need, &[], std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert_eq!(read.flights["F"].fields["STND"], "A2");
     assert_eq!(read.flights["F"].versions["STND"], 2);
@@ -58,7 +58,7 @@ fn a_write_between_the_read_and_the_apply_is_read_again_not_overwritten() {
     use msgx::ports::{FlightStore, RoundNeed};
     let (mut a, s) = fresh();
     let mut b = a.twin();
-    let need = RoundNeed { msg_ids: vec![10], flids: vec!["F".into()], window: None };
+    let need = RoundNeed { msg_ids: vec![10], flids: vec!["F".into()], window: None, ..Default::default() };
     let read = a.prepare(&need, &[], std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert!(read.flights.is_empty(), "nothing there yet");
     b.apply(&[(20, &change("F", &[("STND", "NEWER")], &[], false))]).unwrap();
@@ -98,7 +98,7 @@ fn a_flight_known_from_the_last_round_is_read_again_once_another_handle_wrote() 
     use msgx::ports::{FlightStore, RoundNeed};
     let (mut a, _s) = fresh();
     let mut b = a.twin();
-    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None };
+    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None, ..Default::default() };
     let at = std::time::SystemTime::UNIX_EPOCH;
     a.apply(&[(1, &change("F", &[("STND", "A")], &[], false))]).unwrap();
     assert_eq!(a.prepare(&need, &[], at).unwrap().flights["F"].fields["STND"], "A");
@@ -113,7 +113,7 @@ fn a_flight_known_from_the_last_round_is_read_again_once_another_handle_wrote() 
 fn a_tombstone_that_expired_is_not_taken_from_an_earlier_read() {
     use msgx::ports::{FlightStore, RoundNeed};
     let (mut a, s) = fresh();
-    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None };
+    let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None, ..Default::default() };
     let at = std::time::SystemTime::UNIX_EPOCH;
     a.apply(&[(1, &change("F", &[("STND", "A")], &[], false)), (2, &change("F", &[], &[], true))]).unwrap();
     assert_eq!(a.prepare(&need, &[], at).unwrap().flights["F"].deleted, 2, "a tombstone");

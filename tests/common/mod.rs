@@ -590,7 +590,8 @@ pub fn reference_flights(s: &Services) -> std::collections::BTreeMap<String, msg
     for (id, raw) in rows {
         let Ok(msg) = msgx::codec::decode(&raw) else { continue };
         let need = msgx::handlers::need_of(&msg);
-        let read = RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window };
+        let read =
+            RoundNeed { msg_ids: vec![], flids: need.flids, window: need.window, ..Default::default() };
         let p = twin.prepare(&read, &[], std::time::UNIX_EPOCH).unwrap();
         let view = msgx::handlers::View { flights: p.flights, window: p.window };
         if let Ok(d) = msgx::handlers::decide(&view, &msg, id) {
@@ -649,12 +650,24 @@ pub fn verify(s: &Services) -> (Option<i32>, String) {
 
 /// `msgx verify` with own PostgreSQL at `pg_url`.
 pub fn verify_on(s: &Services, pg_url: &str) -> (Option<i32>, String) {
+    msgx_cli(s, pg_url, &["verify"])
+}
+
+/// `msgx verify --sample 1`: every SUCCEEDED message sampled for versions too.
+pub fn verify_all(s: &Services) -> (Option<i32>, String) {
+    msgx_cli(s, &s.cfg.pg_url, &["verify", "--sample", "1"])
+}
+
+/// A `msgx` command (the real binary) on `s`'s stores, own PostgreSQL at `pg_url`: its exit
+/// code and output.
+pub fn msgx_cli(s: &Services, pg_url: &str, args: &[&str]) -> (Option<i32>, String) {
     let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("verify.toml");
+    let config = dir.join("cli.toml");
     std::fs::write(&config, &s.toml).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_msgx"))
-        .args(["--config", config.to_str().unwrap(), "verify"])
+        .args(["--config", config.to_str().unwrap()])
+        .args(args)
         .env("MSGX_PG_URL", pg_url)
         .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
         .env("MSGX_REDIS_URL", &s.cfg.redis_url)
@@ -663,4 +676,116 @@ pub fn verify_on(s: &Services, pg_url: &str) -> (Option<i32>, String) {
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.code(), text)
+}
+
+/// Runs `tests/support/services.sh` with `args`; it must succeed.
+pub fn script(args: &[&str]) {
+    let s = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh");
+    let out = Command::new(s).args(args).output().expect("services.sh");
+    assert!(out.status.success(), "services.sh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A primary and its replica, each in its own directory.
+pub struct Pair {
+    dir: std::path::PathBuf,
+    pub primary: u16,
+    pub replica: u16,
+}
+
+impl Pair {
+    pub fn start(name: &str, synchronous: bool) -> Pair {
+        let dir = std::env::temp_dir().join(format!("msgx-pair-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = Pair { dir, primary: free_port(), replica: free_port() };
+        script(&["pg-primary", p.at("p"), &p.primary.to_string()]);
+        script(&["pg-replica", p.at("r"), &p.replica.to_string(), &p.primary.to_string(), "replica1"]);
+        if synchronous {
+            let mut c = p.admin(p.primary);
+            c.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'replica1'").unwrap();
+            c.batch_execute("SELECT pg_reload_conf()").unwrap();
+            assert!(eventually(Duration::from_secs(20), || count(
+                &mut c,
+                "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+            ) == 1));
+        }
+        p
+    }
+
+    pub fn at(&self, which: &str) -> &str {
+        let d = self.dir.join(which);
+        std::fs::create_dir_all(&d).unwrap();
+        Box::leak(d.to_string_lossy().into_owned().into_boxed_str())
+    }
+
+    pub fn admin(&self, port: u16) -> postgres::Client {
+        postgres::Client::connect(
+            &format!("host=127.0.0.1 port={port} user=msgx dbname=postgres"),
+            postgres::NoTls,
+        )
+        .unwrap()
+    }
+
+    /// The admin URL, primary first (where the test's database is created).
+    pub fn url(&self) -> String {
+        format!("postgres://msgx@127.0.0.1:{},127.0.0.1:{}/msgx", self.primary, self.replica)
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh"))
+            .args(["halt", "pg", self.at("p")])
+            .output();
+        let _ = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh"))
+            .args(["halt", "pg", self.at("r")])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The log's ERROR lines of the consistency sentinel, and its heals.
+pub fn alarms(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| (l.contains("ERROR") && l.contains("consistency:")) || l.contains("healed "))
+        .collect()
+}
+
+/// A message inserted in a transaction left open: its ID is allocated, the row invisible until
+/// [`Open::commit`] (PRE-2: a late row).
+pub struct Open(mysql::Conn, pub i64);
+
+impl Open {
+    pub fn insert(s: &Services, raw: &str) -> Open {
+        let mut c = s.mysql();
+        c.query_drop("START TRANSACTION").unwrap();
+        c.exec_drop(
+            "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')",
+            (raw,),
+        )
+        .unwrap();
+        let id = c.last_insert_id() as i64;
+        Open(c, id)
+    }
+
+    pub fn commit(mut self) -> i64 {
+        self.0.query_drop("COMMIT").unwrap();
+        self.1
+    }
+}
+
+/// Inserts a message another system already marked processed, with msgx's own status.
+pub fn insert_marked_elsewhere(s: &Services, raw: &str) -> i64 {
+    let mut c = s.mysql();
+    c.exec_drop(
+        "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_DATE_PROCESSED, CMINMSGS_STATUS)
+         VALUES (?, UTC_TIMESTAMP(), UTC_TIMESTAMP(), 'PROCESSED')",
+        (raw,),
+    )
+    .unwrap();
+    c.last_insert_id() as i64
 }
