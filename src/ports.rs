@@ -536,6 +536,9 @@ pub trait StateAudit {
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<SucceededRow>>;
     /// The newest `limit` SUCCEEDED messages still in `PROC_STATE`, ascending.
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<SucceededRow>>;
+    /// The newest SUCCEEDED message (archived ones too) whose decision Redis acknowledged
+    /// (`REDIS_RECORD` set).
+    fn newest_recorded(&mut self) -> StoreResult<Option<i64>>;
     /// The newest SUCCEEDED snapshot above `after` (archived ones too) whose decision Redis
     /// acknowledged advancing the plan's generation to (`REDIS_RECORD = generation`).
     fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>>;

@@ -177,6 +177,27 @@ fn regression_an_emptied_redis_is_found_after_the_pump_told_it_what_it_settled()
     assert_eq!(w.flights.all(), before);
 }
 
+/// Found by the simulator (seed 973 of 3000, after a clock jump past the archive delay): every
+/// SUCCEEDED message archived, then Redis emptied — the check looked at `PROC_STATE` only,
+/// found nothing Redis had acknowledged, and agreed on a Redis without a flight.
+#[test]
+fn regression_a_redis_emptied_after_every_message_was_archived_is_found() {
+    let w = World::new(KEEP);
+    w.process(1..=5);
+    let before = w.flights.all();
+    let mut archived = w.pg.state();
+    for (id, p) in archived.procs.iter_mut() {
+        archived.hst.insert(*id, p.clone());
+        p.row.state = crate::domain::ProcStatus::Archived;
+    }
+    w.pg.replace_state(archived);
+    w.flights.replace_state(Default::default());
+    let r = w.check();
+    assert_eq!(r.finding(FindingKind::FlightsEmpty).map(|f| f.ids.clone()), Some(vec![5]), "{r:?}");
+    w.heal(&r).unwrap();
+    assert_eq!(w.flights.all(), before, "rebuilt from the archive's messages");
+}
+
 #[test]
 fn a_rollback_older_than_the_journal_keeps_is_left_to_a_person() {
     let w = World::new(Duration::ZERO);
@@ -279,6 +300,9 @@ impl crate::ports::StateAudit for ReadEarly {
     }
     fn succeeded_last(&mut self, limit: usize) -> crate::ports::StoreResult<Vec<SucceededRow>> {
         self.0.succeeded_last(limit)
+    }
+    fn newest_recorded(&mut self) -> crate::ports::StoreResult<Option<i64>> {
+        self.0.newest_recorded()
     }
     fn generation_above(&mut self, after: i64) -> crate::ports::StoreResult<Option<i64>> {
         self.0.generation_above(after)

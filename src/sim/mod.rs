@@ -575,7 +575,12 @@ impl Sim {
             sample: p.check_sample_ratio,
             budget: HealBudget { per_hour: p.max_heals_per_hour },
         };
-        match pass(&mut st, policy, now) {
+        let outcome = pass(&mut st, policy, now);
+        if std::env::var("SIM_DEBUG").is_ok() {
+            let seq = self.flights.inspect(|f| f.seq);
+            eprintln!("pass at step {} (redis seq {seq}): {outcome:?}", self.step);
+        }
+        match outcome {
             Pass::Agreed { token, report, healed } => {
                 if !report.is_clean() {
                     self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
@@ -882,6 +887,12 @@ pub fn run(seed: u64, steps: u64) -> Result<Sim, String> {
     let mut sim = Sim::new(seed);
     let mut checker = Checker::default();
     let fail = |sim: &Sim, what: String| {
+        if std::env::var("SIM_DEBUG").is_ok() {
+            // The stores as the failure left them, for a replay.
+            sim.pg
+                .inspect(|s| s.procs.values().for_each(|p| eprintln!("pg {:?} {:?}", p.row, p.redis_record)));
+            sim.flights.inspect(|f| eprintln!("redis {f:?}"));
+        }
         // A replay (SIM_SEED set) shows the whole log, a run of many seeds its end.
         let keep = if std::env::var("SIM_SEED").is_ok() { usize::MAX } else { 60 };
         let tail: Vec<&String> =

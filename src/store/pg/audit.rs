@@ -46,6 +46,20 @@ impl StateAudit for Pg {
         rows.iter().map(succeeded_row).collect()
     }
 
+    fn newest_recorded(&mut self) -> StoreResult<Option<i64>> {
+        // Newest first on the key: it stops at the first such row, which is recent while msgx
+        // runs; only a PostgreSQL that never recorded one reads every row (an empty Redis).
+        self.run(|c| {
+            Ok(c.query_one(
+                "SELECT GREATEST(
+                     (SELECT max(msg_id) FROM proc_state WHERE state = 'SUCCEEDED' AND redis_record IS NOT NULL),
+                     (SELECT max(msg_id) FROM proc_state_hst WHERE state = 'SUCCEEDED' AND redis_record IS NOT NULL))",
+                &[],
+            )?
+            .get(0))
+        })
+    }
+
     fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>> {
         // A range on the key: the rows since the snapshot Redis holds, not the whole table.
         self.run(|c| {

@@ -42,6 +42,17 @@ impl crate::ports::StateAudit for MemPg {
         })
     }
 
+    fn newest_recorded(&mut self) -> StoreResult<Option<i64>> {
+        self.read(|s| {
+            Ok(s.procs
+                .values()
+                .chain(s.hst.values())
+                .filter(|p| p.row.state == ProcStatus::Succeeded && p.redis_record.is_some())
+                .map(|p| p.row.msg_id)
+                .max())
+        })
+    }
+
     fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>> {
         self.read(|s| {
             Ok(s.procs
