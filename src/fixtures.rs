@@ -123,8 +123,30 @@ pub fn platform(seqn: u64, msg_type: &str, styp: &str, body: &str) -> String {
 
 /// A family-B flight record of my own, departing `hhmm` on 5 March 2026.
 pub fn dflt(flid: &str, hhmm: &str, extra: &str) -> String {
+    dflt_on(flid, "20260305", hhmm, extra)
+}
+
+/// A family-B flight record of my own, departing `hhmm` on `ymd` (`20260306`).
+pub fn dflt_on(flid: &str, ymd: &str, hhmm: &str, extra: &str) -> String {
     format!(
-        "<DFLT><FLID>{flid}</FLID><FFID>MU-{flid}-20260305{hhmm}00-D</FFID><AWCD>MU</AWCD><FLNO>{flid}</FLNO>\
-         <FEXD>20260305</FEXD><FLIO>D</FLIO><BAPT>XXX</BAPT><CFTP>A320</CFTP><STAT/>{extra}</DFLT>"
+        "<DFLT><FLID>{flid}</FLID><FFID>MU-{flid}-{ymd}{hhmm}00-D</FFID><AWCD>MU</AWCD><FLNO>{flid}</FLNO>\
+         <FEXD>{ymd}</FEXD><FLIO>D</FLIO><BAPT>XXX</BAPT><CFTP>A320</CFTP><STAT/>{extra}</DFLT>"
     )
+}
+
+/// A family-B full table (DFOE-DFDL) of flights `(FLID, hhmm)` departing on `ymd`.
+pub fn dfdl(seqn: u64, ymd: &str, flights: &[(&str, &str)]) -> String {
+    let records: String = flights.iter().map(|(f, t)| dflt_on(f, ymd, t, "")).collect();
+    platform(seqn, "DFOE", "DFDL", &format!("<RECD>{}</RECD>{records}", flights.len()))
+}
+
+/// A daily-plan snapshot (SCHD `styp`, DNLD or RESP) of flights `(FLID, ddMMMyyHHmm SODT)`.
+pub fn schd(seqn: u64, styp: &str, flights: &[(&str, &str)]) -> String {
+    let body: String = flights
+        .iter()
+        .map(|(f, sodt)| {
+            format!("<FLTR><FLID>{f}</FLID><FLNO>MU{f}</FLNO><SODT>{sodt}</SODT><STND>S{f}</STND></FLTR>")
+        })
+        .collect();
+    other(seqn, "SCHD", styp, &format!("<SCHD><RECS>{}</RECS>{body}</SCHD>", flights.len()))
 }

@@ -153,6 +153,15 @@ impl MsgKind {
 
     /// A constant for the kinds the feed sends most (FLOP, FDEL, SCHD, SCHS), written out for
     /// the rest: it names every message in a log line and every FLOP event (#23).
+    /// A snapshot of a window of the daily plan (SPEC §4.12): SCHD DNLD and RESP, family B's
+    /// DFOE-DFDL. Every flight of its window it does not carry is deleted, and the plan's
+    /// generation advances. The one definition: the pump gives each a round of its own, the
+    /// handlers read its window and advance the generation, the simulator's model decides it
+    /// on its window.
+    pub fn is_snapshot(&self) -> bool {
+        matches!(self, MsgKind::Schd(SchdKind::Dnld | SchdKind::Resp) | MsgKind::Dfoe(DfoeKind::Sync))
+    }
+
     pub fn type_tag(&self) -> Cow<'static, str> {
         Cow::Owned(match self {
             MsgKind::Flop(styp) => match flop::subtype(styp) {

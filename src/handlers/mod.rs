@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Body, DfoeKind, Message, MsgKind, SchdKind};
+use crate::codec::{Body, DfoeKind, Message, MsgKind};
 use crate::domain::{NewEvent, Target};
 
 /// One flight's fields (`FIELD → value`), as held in Redis.
@@ -157,15 +157,19 @@ pub fn need_of(msg: &Message) -> Need {
     Need { flids, window: window_of(msg) }
 }
 
-/// The plan window a snapshot of `msg` covers, if it is one: [`Need::window`].
+/// The plan window a snapshot of `msg` (`MsgKind::is_snapshot`) covers — [min SODT, max SODT]
+/// of its records — if it is one: [`Need::window`].
 pub fn window_of(msg: &Message) -> Option<(i64, i64)> {
-    match (&msg.kind, &msg.body) {
-        (MsgKind::Schd(SchdKind::Dnld | SchdKind::Resp), Body::Schedule(s)) => {
+    if !msg.kind.is_snapshot() {
+        return None;
+    }
+    match &msg.body {
+        Body::Schedule(s) => {
             let keys: Vec<i64> =
                 s.flights.iter().filter_map(|f| f.sodt.as_deref().and_then(sodt_key)).collect();
             keys.iter().min().zip(keys.iter().max()).map(|(a, b)| (*a, *b))
         }
-        (MsgKind::Dfoe(DfoeKind::Sync), Body::Sync { records, .. }) => platform::window(records),
+        Body::Sync { records, .. } => platform::window(records),
         _ => None,
     }
 }
@@ -180,7 +184,7 @@ pub fn decide(view: &View, msg: &Message, msg_id: i64) -> Result<Decision, Rejec
             platform::decide_sync(view, *recd, records, msg, msg_id)
         }
         (MsgKind::Base { op, .. }, Body::Reference(r)) => reference::decide(&r.rtype, *op, r),
-        (MsgKind::Schd(kind), Body::Schedule(s)) => schedule::decide(view, *kind, s, msg, msg_id),
+        (MsgKind::Schd(_), Body::Schedule(s)) => schedule::decide(view, s, msg, msg_id),
         (MsgKind::Schs(_), Body::Schedule(s)) => schedule::decide_season(s),
         (MsgKind::Reference { rtype, op }, Body::Reference(r)) => reference::decide(rtype, *op, r),
         _ => Err(Reject::Unsupported(msg.kind.type_tag().into_owned())),

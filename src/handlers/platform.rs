@@ -51,7 +51,7 @@ pub fn decide_sync(
 ) -> Result<Decision, Reject> {
     validate(recd, records)?;
     let tag = msg.kind.type_tag();
-    let mut d = Decision { snapshot: true, ..Default::default() };
+    let mut d = Decision { snapshot: msg.kind.is_snapshot(), ..Default::default() };
     let mut carried = Vec::with_capacity(records.len());
     for r in records {
         let mut change = FlightChange { flid: r.flid.clone(), ..Default::default() };

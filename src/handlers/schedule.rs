@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::{event, event_json, sodt_key, Decision, FlightChange, RefChange, Reject, View};
 use crate::codec::schedule::FieldValue;
-use crate::codec::{Message, SchdKind, Schedule};
+use crate::codec::{Message, Schedule};
 use crate::domain::Target;
 
 /// Checks the whole package before anything of it is applied.
@@ -88,16 +88,10 @@ pub fn decide_season(s: &Schedule) -> Result<Decision, Reject> {
     Ok(Decision { references: vec![change], ..Default::default() })
 }
 
-pub fn decide(
-    view: &View,
-    kind: SchdKind,
-    s: &Schedule,
-    msg: &Message,
-    msg_id: i64,
-) -> Result<Decision, Reject> {
+pub fn decide(view: &View, s: &Schedule, msg: &Message, msg_id: i64) -> Result<Decision, Reject> {
     validate(s)?;
     let tag = msg.kind.type_tag();
-    let mut d = Decision { snapshot: matches!(kind, SchdKind::Dnld | SchdKind::Resp), ..Default::default() };
+    let mut d = Decision { snapshot: msg.kind.is_snapshot(), ..Default::default() };
     let mut carried = Vec::with_capacity(s.flights.len());
     for f in &s.flights {
         let flid = f.flid.clone().unwrap_or_default();

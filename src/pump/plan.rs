@@ -4,7 +4,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::codec::{Message, MsgKind, SchdKind};
+use crate::codec::Message;
 use crate::domain::{ProcRow, RedisRecord, SkipReason};
 use crate::handlers::Decision;
 use crate::ports::{Failure, Outcome, Settle};
@@ -51,10 +51,11 @@ impl<'r> Planned<'r> {
         matches!(self.step, Step::Settled(Outcome::Failed(Failure::Retry { .. })))
     }
 
-    /// A daily-plan snapshot (SCHD DNLD/RESP): always a round of its own.
+    /// A snapshot (`MsgKind::is_snapshot`: SCHD DNLD/RESP, DFOE-DFDL): always a round of its
+    /// own, so that no message of a round is decided against a window another one changed
+    /// (SPEC §4.12; two DFDL tables of different days shared a round, #39).
     pub fn is_snapshot(&self) -> bool {
-        matches!(&self.step, Step::Decide { msg, .. }
-            if matches!(msg.kind, MsgKind::Schd(SchdKind::Dnld | SchdKind::Resp)))
+        matches!(&self.step, Step::Decide { msg, .. } if msg.kind.is_snapshot())
     }
 
     /// The outcome to record; every message of a round that commits is settled.

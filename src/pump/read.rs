@@ -57,6 +57,13 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 break;
             }
         }
+        // SPEC §4.12: a round never decides a message against a window another message of it
+        // changed — a snapshot is a round of its own.
+        assert!(
+            plan.len() == 1 || !plan.iter().any(Planned::is_snapshot),
+            "a snapshot shares its round: {:?}",
+            plan.iter().map(|p| p.row.msg_id).collect::<Vec<_>>()
+        );
         self.hold_identities(&mut plan)?;
         Ok(plan)
     }
