@@ -22,11 +22,13 @@ enum Step {
     Late(String),
 }
 
+/// One flight as Redis holds it: fields, versions, tombstone, SODT key in the plan's index.
+type Held = (Vec<(String, String)>, Vec<(String, i64)>, i64, Option<i64>);
+
 /// Everything a consumer or the next message can see of one side's processing.
 #[derive(Debug, PartialEq, Eq)]
 struct Seen {
-    /// FLID → (fields, versions, tombstone, SODT key in the plan's index).
-    flights: BTreeMap<String, (Vec<(String, String)>, Vec<(String, i64)>, i64, Option<i64>)>,
+    flights: BTreeMap<String, Held>,
     generation: (i64, i64),
     /// KAFKA:msg in EVENT_ID order; KAFKA:schd as the rows stand, by flight.
     msg: Vec<(i64, String, String, String)>,
