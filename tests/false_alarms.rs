@@ -455,3 +455,37 @@ fn regression_a_store_away_during_the_pass_is_no_heal_and_heals_are_limited_by_r
     let outage = log.lines().filter(|l| l.contains("an outage, not a heal")).count();
     println!("a store away during the pass: {outage} WARN(s), 0 heals counted; then 1 heal; the second forget within the hour: exit 6\n{status}");
 }
+
+/// #38 (the heal's part, found while fixing #37): `msgx rebuild-flights --yes` checked the lease
+/// once and then wrote unfenced. It now takes the lease as an instance does — refused while one
+/// holds it —, writes under its epoch and gives the lease back; and a heal whose epoch a newer
+/// holder superseded writes nothing (tests/flights_store.rs, `a_restore_by_a_superseded_epoch_writes_nothing`).
+#[test]
+fn regression_rebuild_flights_takes_the_lease_and_writes_fenced() {
+    let s = Services::migrated("");
+    let mut a = Instance::run(&s, "a", "");
+    let ids = s.insert_inbound(&[fixtures::flop_stnd(1, "R1", "A"), fixtures::flop_stnd(2, "R2", "B")]);
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(30), || ids.iter().all(|m| succeeded(&mut pg, *m))));
+    let (code, out) = msgx_cli(&s, &s.cfg.pg_url, &["rebuild-flights", "--yes"]);
+    assert_eq!(code, Some(1), "refused while an instance runs: {out}");
+    assert!(out.contains("an instance holds the lease"), "{out}");
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0));
+    empty_redis(&s);
+    let epoch = |pg: &mut postgres::Client| count(pg, "SELECT epoch FROM msgx_lease");
+    let before = epoch(&mut pg);
+    let (code, out) = msgx_cli(&s, &s.cfg.pg_url, &["rebuild-flights", "--yes"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("rewrote 2 flight(s)"), "{out}");
+    assert_eq!(epoch(&mut pg), before + 1, "it held the lease under an epoch of its own");
+    let mut c = s.redis();
+    let held: i64 =
+        redis::cmd("GET").arg(format!("{}lease:epoch", s.cfg.redis_prefix)).query(&mut c).unwrap();
+    assert_eq!(held, before + 1, "the flights were claimed for it");
+    let holder = pg
+        .query_one("SELECT holder IS NULL OR expires_at <= clock_timestamp() FROM msgx_lease", &[])
+        .unwrap();
+    assert!(holder.get::<_, bool>(0), "and the lease was given back");
+    assert_eq!(redis_flights(&s).len(), 2);
+}

@@ -10,7 +10,7 @@ use msgx::store::pg::Pg;
 
 use msgx::exit::Exit;
 
-use super::{running, unreachable, CmdResult};
+use super::{unreachable, CmdResult};
 
 /// The three stores, connected now; a store that does not answer is exit 4.
 fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow::Error)> {
@@ -74,27 +74,35 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
 }
 
 /// `msgx rebuild-flights [--flid F…] [--yes]`: the flights rebuilt from the mailbox texts of every
-/// SUCCEEDED message held, on top of what Redis holds; without `--yes`, what would change.
-/// Refused while an instance runs: its pump writes the flights.
+/// SUCCEEDED message held, on top of what Redis holds; without `--yes`, what would change. With
+/// `--yes` it takes the lease as an instance does (refused while one holds it: its pump writes the
+/// flights), keeps it renewed, writes fenced by its epoch, and gives it back (#38).
 pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     let (mut pg, mut mailbox, mut flights) = open(cfg)?;
-    let r = running(&mut pg, SystemClock.now())?;
-    if yes && !r.holder.free {
-        return Err((
-            Exit::Failed,
-            anyhow::anyhow!(
-                "an instance holds the lease ({}): stop msgx first, its pump writes the flights",
-                super::who(&r.holder)
-            ),
-        ));
-    }
     let only = (!flids.is_empty()).then_some(flids);
+    let mut lease = None;
+    if yes {
+        let (epoch, me) = take_lease(cfg, &mut pg, &mut flights)?;
+        flights = flights.fenced(epoch);
+        lease = Some((epoch, me));
+    }
     let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
-    let (changed, messages) =
-        consistency::rebuild_flights(&mut st, only, SystemClock.now(), yes).map_err(|e| match e {
-            HealError::Store(e) => unreachable(e),
-            HealError::Person(why) => (Exit::Failed, anyhow::anyhow!(why)),
-        })?;
+    let rebuilt = match &lease {
+        Some((epoch, me)) => msgx::daemon::renewing(cfg, me, *epoch, || {
+            consistency::rebuild_flights(&mut st, only, SystemClock.now(), true)
+        }),
+        None => consistency::rebuild_flights(&mut st, only, SystemClock.now(), false),
+    };
+    if let Some((epoch, me)) = &lease {
+        use msgx::ports::LeaseStore;
+        if let Err(e) = pg.release(me, *epoch) {
+            eprintln!("the lease (epoch {epoch}) was not given back ({e}); it expires by itself");
+        }
+    }
+    let (changed, messages) = rebuilt.map_err(|e| match e {
+        HealError::Store(e) => unreachable(e),
+        HealError::Person(why) => (Exit::Failed, anyhow::anyhow!(why)),
+    })?;
     if !yes {
         println!(
             "would rewrite {changed} flight(s) that differ from a rebuild of {messages} SUCCEEDED message(s); run again with --yes"
@@ -103,6 +111,33 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     }
     println!("rewrote {changed} flight(s) from {messages} SUCCEEDED message(s)");
     Ok(())
+}
+
+/// The lease taken for a tool that writes the flights, above every epoch Redis saw, and the
+/// flights claimed for it: its epoch and claimant. Refused while an instance holds it.
+fn take_lease(
+    cfg: &Config,
+    pg: &mut Pg,
+    flights: &mut RedisFlights,
+) -> Result<(i64, msgx::ports::Claimant), (Exit, anyhow::Error)> {
+    use msgx::ports::{Claim, LeaseStore};
+    let me = msgx::ports::Claimant::this_process(SystemClock.now());
+    let floor = flights.epoch_held().map_err(unreachable)?;
+    match pg.claim_above(&me, cfg.lease.duration, floor).map_err(unreachable)? {
+        Claim::Acquired { epoch, .. } => {
+            flights.claim(epoch).map_err(unreachable)?;
+            Ok((epoch, me))
+        }
+        Claim::HeldBy(h) => Err((
+            Exit::Failed,
+            anyhow::anyhow!(
+                "an instance holds the lease (host={} pid={} epoch={}): stop msgx first, its pump writes the flights",
+                h.host.as_deref().unwrap_or("?"),
+                h.pid.unwrap_or(0),
+                h.epoch
+            ),
+        )),
+    }
 }
 
 /// The first finding of the cheap check, for `status --check`; `None` when clean or when a

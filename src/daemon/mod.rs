@@ -329,7 +329,7 @@ fn lifetimes(
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
         let claimed = claim_flights(cfg, epoch, &mut lease);
         let checked = claimed.and_then(|()| match cfg.pipeline.check_on_startup || recheck {
-            true => consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats),
+            true => renewing(cfg, me, epoch, || consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats)),
             false => Ok(Pass::Agreed { token: None, report: Default::default(), healed: None }),
         });
         let result = match checked {
@@ -379,6 +379,34 @@ fn lifetimes(
             other => return other,
         }
     }
+}
+
+/// Runs `work` (the consistency pass and its heal) while the lease is renewed on a thread of its
+/// own: a heal longer than `msgx.lease.duration` never lets a standby take over under it (#38).
+/// Should the lease be lost all the same, every write of the heal is fenced by `epoch`.
+pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, work: impl FnOnce() -> T) -> T {
+    let (done, renewals) = bounded::<()>(0);
+    thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut lease = Pg::new(&cfg.pg_url).ok();
+            let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
+            while !pause_or_stop(&renewals, None, cfg.lease.renew_every) {
+                let Some(store) = lease.as_mut() else { return };
+                match store.renew(me, epoch, cfg.lease.duration, &status) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        warn!("lease epoch={epoch} taken over while the stores were compared; the heal's writes are fenced");
+                        return;
+                    }
+                    // An outage: the heal meets it too; renewal is tried again.
+                    Err(_) => {}
+                }
+            }
+        });
+        let out = work();
+        drop(done);
+        out
+    })
 }
 
 /// Gives the lease back at once, so a standby takes over without waiting for it to expire.
@@ -438,7 +466,8 @@ fn check_stores(cfg: &Config, epoch: i64) -> Result<(Pg, MysqlMailbox, RedisFlig
     Ok((
         Pg::new(&cfg.pg_url)?.fenced(epoch),
         MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
-        RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(cfg.pipeline.journal_keep),
+        // The heal writes under this epoch: a takeover meanwhile fences it (#38).
+        RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(cfg.pipeline.journal_keep).fenced(epoch),
     ))
 }
 

@@ -559,8 +559,11 @@ impl Sim {
     fn consistency_pass(&mut self, epoch: i64) -> Result<Option<String>, (bool, String)> {
         use crate::consistency::{check, pass, Depth, HealBudget, Pass, PassPolicy, Stores};
         let keep = self.cfg.pipeline.journal_keep;
-        let (mut pg, mut mb, mut fl) =
-            (self.pg.session().fenced(epoch), self.mailbox.clone(), self.flights.handle().keeping(keep));
+        let (mut pg, mut mb, mut fl) = (
+            self.pg.session().fenced(epoch),
+            self.mailbox.clone(),
+            self.flights.handle().keeping(keep).fenced(epoch),
+        );
         let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
         let now = self.clock.now();
         // The planted bug: a pass that finds a store that forgot and heals nothing.

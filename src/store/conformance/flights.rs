@@ -250,6 +250,30 @@ pub fn a_store_that_lost_its_applies_refuses_the_next_as_forgot<S: FlightTwin>(s
     fresh.apply(&[(3, &set("F", &[("STND", "C")]))]).expect("a new handle has seen no applies");
 }
 
+/// #38: a heal is fenced like an apply — once a newer epoch holds the flights (a standby took
+/// over while the heal ran), nothing more of it is written, flights, journal or marks.
+pub fn a_restore_by_a_superseded_epoch_writes_nothing<S: FlightTwin>(s: S) {
+    let mut healer = s.fenced_twin(1);
+    healer.apply(&[(1, &set("F", &[("STND", "OLD")]))]).unwrap();
+    let mut newer = s.fenced_twin(2);
+    newer.apply(&[(2, &set("F", &[("STND", "NEW")]))]).unwrap();
+    let mut stale = crate::handlers::FlightState::default();
+    stale.apply(&change("F", &[("STND", "OLD")], &[]), 1);
+    let restore = crate::ports::Restore {
+        flights: vec![("F".into(), stale, None)],
+        generation: Some((9, 1)),
+        journal: vec![(1, set("F", &[]))],
+    };
+    let before = healer.audit().unwrap();
+    let err = healer.restore(&restore, at(0)).unwrap_err();
+    assert!(err.is_fenced(), "{err}");
+    assert!(healer.set_pruned(99).unwrap_err().is_fenced());
+    assert_eq!(fields(&mut newer, "F"), [("STND".into(), "NEW".into())], "the newer holder's write stands");
+    let after = newer.audit().unwrap();
+    assert_eq!((after.seq, after.pruned), (before.seq, before.pruned), "nothing of the heal counted");
+    assert_ne!(newer.generation_of().unwrap(), (9, 1));
+}
+
 pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut s: S) {
     s.apply(&[(1, &set("F", &[("STND", "OLD"), ("GATE", "G1")]))]).unwrap();
     s.apply(&[(2, &set("X", &[("STND", "X")]))]).unwrap();
@@ -416,6 +440,7 @@ macro_rules! flight_conformance_tests {
             journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept,
             a_store_that_lost_its_applies_refuses_the_next_as_forgot,
             a_restore_writes_flights_generation_and_journal_whole,
+            a_restore_by_a_superseded_epoch_writes_nothing,
             a_round_merged_per_flight_ends_as_its_changes_one_by_one,
             regression_a_late_message_does_not_index_a_deleted_flight,
         );

@@ -576,73 +576,51 @@ impl FlightAudit for RedisFlights {
 
     fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
         let key = format!("{}journal:pruned", self.prefix);
-        let keys = self.journal_keys();
-        self.run(|c, _| {
-            let mut p = redis::pipe();
-            p.cmd("SET").arg(&key).arg(id).ignore();
-            keys.iter().for_each(|k| {
-                p.expire(k, JOURNAL_TTL_SECS as i64).ignore();
-            });
-            p.query::<()>(c)
-        })
+        let mut cmds = vec![redis::Cmd::set(&key, id)];
+        cmds.extend(self.journal_keys().iter().map(|k| redis::Cmd::expire(k, JOURNAL_TTL_SECS as i64)));
+        self.fenced_write(&cmds)
     }
 
+    /// Each transaction of the restore is fenced like an apply (#38): written only while no
+    /// newer epoch than this handle's holds the flights, so a heal cut short by a takeover
+    /// never writes over what the new holder's pump wrote since.
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
         self.known = None;
         let idx = format!("{}sodt", self.prefix);
         for chunk in r.flights.chunks(200).filter(|c| !c.is_empty()) {
             let cmds: Vec<redis::Cmd> =
                 chunk.iter().flat_map(|(flid, f, sodt)| self.restore_flight(&idx, flid, f, *sodt)).collect();
-            self.run(|c, _| {
-                let mut p = redis::pipe();
-                p.atomic();
-                cmds.iter().for_each(|cmd| {
-                    p.add_command(cmd.clone()).ignore();
-                });
-                p.query::<()>(c)
-            })?;
+            self.fenced_write(&cmds)?;
         }
         let (jkey, dkey) = (format!("{}journal", self.prefix), format!("{}journal:done", self.prefix));
         let top = r.journal.iter().map(|(m, _)| *m).max();
         let keys = self.journal_keys();
         for chunk in r.journal.chunks(500) {
-            let mut docs = Vec::with_capacity(chunk.len());
+            let mut cmds = Vec::with_capacity(2 * chunk.len() + keys.len());
             for (m, d) in chunk {
                 let doc = serde_json::to_string(&Journal { events: &d.events, references: &d.references })
                     .map_err(|e| {
                         StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
                     })?;
-                docs.push((*m, doc));
+                cmds.push(redis::Cmd::hset(&jkey, *m, doc));
+                cmds.push(redis::Cmd::zadd(&dkey, *m, unix_millis(now)));
             }
-            self.run(|c, _| {
-                let mut p = redis::pipe();
-                for (m, doc) in &docs {
-                    p.hset(&jkey, *m, doc).ignore();
-                    p.zadd(&dkey, *m, unix_millis(now)).ignore();
-                }
-                for k in &keys {
-                    p.expire(k, JOURNAL_TTL_SECS as i64).ignore();
-                }
-                p.query::<()>(c)
-            })?;
+            cmds.extend(keys.iter().map(|k| redis::Cmd::expire(k, JOURNAL_TTL_SECS as i64)));
+            self.fenced_write(&cmds)?;
         }
         let gen = format!("{}schd:gen", self.prefix);
         let max = format!("{}applied:max", self.prefix);
         let seq = format!("{}applied:seq", self.prefix);
         let tkey = format!("{}applied:token", self.prefix);
-        self.run(|c, _| {
-            let mut p = redis::pipe();
-            // A restore is a write a later rollback can lose, as an apply is.
-            p.cmd("INCR").arg(&seq).ignore();
-            p.cmd("SET").arg(&tkey).arg(crate::store::write_token()).ignore();
-            if let Some((g, m)) = r.generation {
-                p.hset_multiple(&gen, &[("gen", g), ("msg_id", m)]).ignore();
-            }
-            if let Some(top) = top {
-                p.cmd("SET").arg(&max).arg(top).ignore();
-            }
-            p.query::<()>(c)
-        })?;
+        // A restore is a write a later rollback can lose, as an apply is.
+        let mut cmds = vec![redis::Cmd::incr(&seq, 1), redis::Cmd::set(&tkey, crate::store::write_token())];
+        if let Some((g, m)) = r.generation {
+            cmds.push(redis::Cmd::hset_multiple(&gen, &[("gen", g), ("msg_id", m)]));
+        }
+        if let Some(top) = top {
+            cmds.push(redis::Cmd::set(&max, top));
+        }
+        self.fenced_write(&cmds)?;
         self.durable()
     }
 
@@ -685,6 +663,32 @@ impl FlightAudit for RedisFlights {
 }
 
 impl RedisFlights {
+    /// Runs `cmds` as one transaction while no newer epoch than this handle's holds the flights
+    /// (`WATCH lease:epoch`, read it, `MULTI` … `EXEC`, again when the epoch moved meanwhile);
+    /// `MSGX_FENCED` otherwise, nothing written. An unfenced handle (epoch 0) writes as it is.
+    fn fenced_write(&mut self, cmds: &[redis::Cmd]) -> StoreResult<()> {
+        let (ekey, epoch) = (format!("{}lease:epoch", self.prefix), self.epoch);
+        let held = self.run(|c, _| {
+            redis::transaction(c, &[&ekey], |c, p| {
+                let held: i64 = redis::cmd("GET").arg(&ekey).query::<Option<i64>>(c)?.unwrap_or(0);
+                if epoch > 0 && held > epoch {
+                    return Ok(Some(Some(held)));
+                }
+                cmds.iter().for_each(|cmd| {
+                    p.add_command(cmd.clone()).ignore();
+                });
+                Ok(p.query::<Option<()>>(c)?.map(|()| None))
+            })
+        })?;
+        match held {
+            Some(held) => Err(StoreError::fenced(
+                Store::Redis,
+                format!("MSGX_FENCED epoch {held} holds the flights, this heal has {epoch}; nothing more of it is written"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The commands that put one flight in place whole.
     fn restore_flight(&self, idx: &str, flid: &str, f: &FlightState, sodt: Option<i64>) -> Vec<redis::Cmd> {
         let (key, vkey) = (self.key("flight", flid), self.key("fver", flid));

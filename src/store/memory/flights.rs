@@ -120,6 +120,17 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
     true
 }
 
+/// Refused when a newer epoch than `fence` holds the flights (a heal is fenced like an apply).
+fn fenced(s: &FlightsState, fence: Option<i64>) -> StoreResult<()> {
+    match fence.filter(|e| s.epoch > *e) {
+        Some(e) => Err(StoreError::fenced(
+            Store::Redis,
+            format!("MSGX_FENCED epoch {} holds the flights, this heal has {e}", s.epoch),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Applies a round as the Redis adapter does: refused when the twin holds another history than
 /// this handle wrote (it forgot) or a newer epoch holds it; otherwise `token` is the current one.
 fn apply_round(
@@ -278,14 +289,19 @@ impl FlightAudit for MemFlights {
     }
 
     fn set_pruned(&mut self, id: i64) -> StoreResult<()> {
+        let fence = self.1.fence;
         self.0.write(Store::Redis, |s| {
+            fenced(s, fence)?;
             s.pruned = Some(id);
             Ok(())
         })
     }
 
     fn restore(&mut self, r: &Restore, now: SystemTime) -> StoreResult<()> {
+        let fence = self.1.fence;
         self.0.write(Store::Redis, |s| {
+            // All or nothing here; the adapter writes transaction by transaction, each fenced.
+            fenced(s, fence)?;
             for (flid, f, sodt) in &r.flights {
                 s.flights.insert(flid.clone(), f.clone());
                 match sodt.filter(|_| f.exists()) {
