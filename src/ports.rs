@@ -637,6 +637,9 @@ pub trait FlightAudit {
     fn generation_of(&mut self) -> StoreResult<(i64, i64)>;
     /// Every flight msgx holds (tombstones too), with its key in the plan index.
     fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>>;
+    /// The flights of `flids` Redis holds anything of (tombstones too), with their keys in the
+    /// plan index.
+    fn flights_of(&mut self, flids: &[String]) -> StoreResult<Vec<(String, FlightState, Option<i64>)>>;
 }
 
 /// One Kafka record: borrowed from the outbox rows it is made of while it is sent (#23: each

@@ -25,9 +25,9 @@ use super::{texts, unknown_now, Behind, FindingKind, Report, Stores};
 use crate::codec;
 use crate::domain::InboundRow;
 use crate::error::StoreError;
+use crate::handlers::plan::Replay;
 use crate::handlers::{self, Decision, FlightState, View};
-use crate::ports::{FlightStore, Restore, RoundNeed};
-use crate::store::memory::MemFlights;
+use crate::ports::{Restore, RoundNeed};
 
 /// Why a heal did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -248,9 +248,11 @@ fn marked_above(st: &mut Stores<'_>, known: i64) -> Result<Vec<i64>, HealError> 
 }
 
 /// Rebuilds flights from the SUCCEEDED messages from MSG_ID `from` on, on top of what Redis
-/// holds (`seed`), and writes those that changed — only `only`'s when given. With `write` false
-/// nothing is written (`msgx rebuild-flights` without `--yes`). Returns (flights that differ,
-/// journal entries written again, messages read).
+/// holds, and writes those that changed — only `only`'s when given. Only what the messages read
+/// is read from Redis (the flights they name, a snapshot's window), once each: a heal costs the
+/// messages since its evidence, not every flight ever held (#38). With `write` false nothing is
+/// written (`msgx rebuild-flights` without `--yes`). Returns (flights that differ, journal
+/// entries written again, messages read).
 fn rebuild(
     st: &mut Stores<'_>,
     from: i64,
@@ -259,41 +261,70 @@ fn rebuild(
     write: bool,
 ) -> Result<(usize, usize, usize), HealError> {
     let pruned = st.flights.audit()?.pruned;
-    let seed: BTreeMap<String, (FlightState, Option<i64>)> =
-        st.flights.all_flights()?.into_iter().map(|(k, f, s)| (k, (f, s))).collect();
     let generation = st.flights.generation_of()?;
-    let mut scratch = MemFlights::new();
-    scratch.replace_state(crate::store::memory::FlightsState {
-        flights: seed.iter().map(|(k, (f, _))| (k.clone(), f.clone())).collect(),
-        sodt: seed.iter().filter_map(|(k, (_, s))| s.map(|s| (k.clone(), s))).collect(),
-        generation,
-        ..Default::default()
-    });
-    let (journal, messages) = replay_onto(st, &mut scratch, from, pruned)?;
-    let state = scratch.state();
-    let changed: Vec<(String, FlightState, Option<i64>)> = state
+    let mut replay = Rebuild { plan: Replay::new(generation), seed: BTreeMap::new(), windows: Vec::new() };
+    let (journal, messages) = replay_onto(st, &mut replay, from, pruned)?;
+    let Rebuild { plan, seed, .. } = replay;
+    let changed: Vec<(String, FlightState, Option<i64>)> = plan
         .flights
         .iter()
         .filter(|(k, _)| only.is_none_or(|o| o.contains(k)))
-        .filter(|(k, f)| seed.get(*k).map(|(s, i)| (s, *i)) != Some((*f, state.sodt.get(*k).copied())))
-        .map(|(k, f)| (k.clone(), f.clone(), state.sodt.get(k).copied()))
+        .filter(|(k, f)| seed.get(*k).map(|(s, i)| (s, *i)) != Some((*f, plan.sodt.get(*k).copied())))
+        .map(|(k, f)| (k.clone(), f.clone(), plan.sodt.get(k).copied()))
         .collect();
     let journal = if only.is_some() { Vec::new() } else { journal };
     let entries = journal.len();
     if write {
-        let generation = (state.generation != generation).then_some(state.generation);
+        let generation = (plan.generation != generation).then_some(plan.generation);
         st.flights.restore(&Restore { flights: changed.clone(), generation, journal }, now)?;
     }
     Ok((changed.len(), entries, messages))
 }
 
-/// Every SUCCEEDED message from MSG_ID `from` on decided again, in order, on `scratch`; the
+/// The heal's replay: the plan as the messages leave it, each flight as Redis held it when first
+/// read (`seed`), and the windows already read.
+struct Rebuild {
+    plan: Replay,
+    seed: BTreeMap<String, (FlightState, Option<i64>)>,
+    windows: Vec<(i64, i64)>,
+}
+
+impl Rebuild {
+    /// Reads from Redis, once each, the flights of `flids` not read yet.
+    fn load(&mut self, st: &mut Stores<'_>, mut flids: Vec<String>) -> Result<(), HealError> {
+        flids.retain(|f| !self.seed.contains_key(f));
+        flids.sort();
+        flids.dedup();
+        for chunk in flids.chunks(500) {
+            for (flid, f, sodt) in st.flights.flights_of(chunk)? {
+                self.plan.load(&flid, f.clone(), sodt);
+                self.seed.insert(flid, (f, sodt));
+            }
+            // Read, and held nothing: known as nothing.
+            for flid in chunk {
+                self.seed.entry(flid.clone()).or_default();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads from Redis, once, the flights the plan's index holds in a snapshot's window.
+    fn load_window(&mut self, st: &mut Stores<'_>, window: Option<(i64, i64)>) -> Result<(), HealError> {
+        let Some(w) = window.filter(|w| !self.windows.contains(w)) else { return Ok(()) };
+        let read = RoundNeed { window: Some(w), ..Default::default() };
+        let held = st.flights.prepare(&read, &[], SystemTime::UNIX_EPOCH)?.window;
+        self.windows.push(w);
+        self.load(st, held)
+    }
+}
+
+/// Every SUCCEEDED message from MSG_ID `from` on decided again, in order, on the replay; the
 /// journal entries Redis acknowledged and is missing above `pruned` (with the events the outbox
 /// holds); and how many messages were read.
 #[allow(clippy::type_complexity)]
 fn replay_onto(
     st: &mut Stores<'_>,
-    scratch: &mut MemFlights,
+    replay: &mut Rebuild,
     from: i64,
     pruned: Option<i64>,
 ) -> Result<(Vec<(i64, Decision)>, usize), HealError> {
@@ -317,8 +348,19 @@ fn replay_onto(
         for (m, e) in st.pg.events_of(&missing)? {
             made.entry(m).or_default().push(e);
         }
-        for (m, text) in texts(st, &ids)? {
-            redecide(scratch, m, text, from)?;
+        let page = decode_page(texts(st, &ids)?, from)?;
+        // What the page's messages read, from Redis in one go (not a round trip a message).
+        let mut need = handlers::Need::default();
+        for msg in page.iter().filter_map(|(_, msg)| msg.as_ref()) {
+            let n = handlers::need_of(msg);
+            need.flids.extend(n.flids);
+            replay.load_window(st, n.window)?;
+        }
+        replay.load(st, need.flids)?;
+        for (m, msg) in page {
+            if let Some(msg) = msg {
+                redecide(replay, m, &msg);
+            }
             if missing.contains(&m) {
                 let events = made.remove(&m).unwrap_or_default();
                 journal.push((m, Decision { events, ..Default::default() }));
@@ -330,31 +372,41 @@ fn replay_onto(
     Ok((journal, messages))
 }
 
-/// Decides message `m` again on the scratch flights and applies it there.
-fn redecide(scratch: &mut MemFlights, m: i64, text: Option<String>, from: i64) -> Result<(), HealError> {
-    let Some(text) = text else {
-        return Err(HealError::Person(format!(
-            "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
-        )));
-    };
-    let msg = match codec::decode(&text) {
-        Ok(msg) => msg,
-        Err(e) => {
-            warn!("rebuild: SUCCEEDED message {m} no longer decodes ({e}); left out");
-            return Ok(());
+/// The page's texts decoded, in MSG_ID order (`None`: it no longer decodes, and is left out); a
+/// text the mailbox no longer holds is a person's to decide.
+fn decode_page(
+    texts: Vec<(i64, Option<String>)>,
+    from: i64,
+) -> Result<Vec<(i64, Option<codec::Message>)>, HealError> {
+    let mut out = Vec::with_capacity(texts.len());
+    for (m, text) in texts {
+        let Some(text) = text else {
+            return Err(HealError::Person(format!(
+                "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
+            )));
+        };
+        match codec::decode(&text) {
+            Ok(msg) => out.push((m, Some(msg))),
+            Err(e) => {
+                warn!("rebuild: SUCCEEDED message {m} no longer decodes ({e}); left out");
+                out.push((m, None));
+            }
         }
-    };
-    let need = handlers::need_of(&msg);
-    let read =
-        RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window, ..Default::default() };
-    let p = scratch.prepare(&read, &[], SystemTime::UNIX_EPOCH)?;
-    let Ok(d) = handlers::decide(&View { flights: p.flights, window: p.window }, &msg, m) else {
-        return Ok(());
-    };
-    if !d.flights.is_empty() || d.snapshot {
-        scratch.apply(&[(m, &d)])?;
     }
-    Ok(())
+    Ok(out)
+}
+
+/// Decides message `m` again on the replay, whose flights it reads were read from Redis before,
+/// and applies it.
+fn redecide(replay: &mut Rebuild, m: i64, msg: &codec::Message) {
+    let flights = handlers::flids_of(msg)
+        .filter_map(|f| replay.plan.flights.get(f).map(|s| (f.to_string(), std::sync::Arc::new(s.clone()))))
+        .collect();
+    let window = handlers::window_of(msg).map(|w| replay.plan.window(w)).unwrap_or_default();
+    let Ok(d) = handlers::decide(&View { flights, window }, msg, m) else { return };
+    if !d.flights.is_empty() || d.snapshot {
+        replay.plan.apply(m, &d);
+    }
 }
 
 /// `msgx rebuild-flights`: every flight (or those of `only`) rebuilt from every SUCCEEDED message

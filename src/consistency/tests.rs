@@ -377,3 +377,100 @@ fn regression_a_check_that_raced_a_running_pipeline_finds_nothing() {
         assert!(r.is_clean(), "found by the suite: the sentinel stopped a healthy instance: {r:?}");
     }
 }
+
+/// Redis as the heal reads it, counting the flights it reads (#38: a heal reads what the
+/// evidence needs, not every flight ever held).
+struct Counting(MemFlights, std::cell::Cell<usize>);
+
+impl FlightAudit for Counting {
+    fn audit(&mut self) -> crate::ports::StoreResult<crate::ports::FlightMarks> {
+        self.0.audit()
+    }
+    fn journal_has(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<bool>> {
+        self.0.journal_has(ids)
+    }
+    fn journal_ids(&mut self) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.journal_ids()
+    }
+    fn settled_ids(&mut self) -> crate::ports::StoreResult<Vec<i64>> {
+        self.0.settled_ids()
+    }
+    fn recorded(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<bool>> {
+        self.0.recorded(ids)
+    }
+    fn set_pruned(&mut self, id: i64) -> crate::ports::StoreResult<()> {
+        self.0.set_pruned(id)
+    }
+    fn restore(
+        &mut self,
+        r: &crate::ports::Restore,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<()> {
+        self.0.restore(r, now)
+    }
+    fn generation_of(&mut self) -> crate::ports::StoreResult<(i64, i64)> {
+        self.0.generation_of()
+    }
+    fn all_flights(
+        &mut self,
+    ) -> crate::ports::StoreResult<Vec<(String, crate::handlers::FlightState, Option<i64>)>> {
+        panic!("a heal reads the flights its messages name, not every flight held")
+    }
+    fn flights_of(
+        &mut self,
+        flids: &[String],
+    ) -> crate::ports::StoreResult<Vec<(String, crate::handlers::FlightState, Option<i64>)>> {
+        self.1.set(self.1.get() + flids.len());
+        self.0.flights_of(flids)
+    }
+}
+
+impl crate::ports::FlightStore for Counting {
+    fn prepare(
+        &mut self,
+        need: &crate::ports::RoundNeed,
+        forget: &[i64],
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<crate::ports::Prepared> {
+        self.0.prepare(need, forget, now)
+    }
+    fn apply(&mut self, d: &[(i64, &crate::handlers::Decision)]) -> crate::ports::StoreResult<Vec<bool>> {
+        self.0.apply(d)
+    }
+    fn forget(&mut self, ids: &[i64], now: std::time::SystemTime) -> crate::ports::StoreResult<()> {
+        self.0.forget(ids, now)
+    }
+}
+
+#[test]
+fn a_redis_heal_reads_only_the_flights_of_the_messages_since_its_evidence() {
+    let w = World::new(KEEP);
+    // 300 messages over 100 flights (F0 … F99), then 5 more over 2 of them.
+    for id in 1..=300 {
+        let raw = flop_stnd(id as u64, &format!("F{}", id % 100), &format!("S{id}"));
+        w.mailbox.insert(id, Some(&raw));
+        let mut pg = w.pg.clone();
+        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), w.clock.now()).unwrap();
+    }
+    w.drain();
+    let dump = w.flights.state();
+    for id in 301..=305 {
+        let raw = flop_stnd(id as u64, &format!("F{}", id % 2), &format!("S{id}"));
+        w.mailbox.insert(id, Some(&raw));
+        let mut pg = w.pg.clone();
+        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), w.clock.now()).unwrap();
+    }
+    w.drain();
+    let before = w.flights.all();
+    w.flights.replace_state(dump);
+    let r = w.check();
+    assert_eq!(r.finding(FindingKind::JournalMissing).map(|f| f.ids[0]), Some(301), "{r:?}");
+    let mut counting = Counting(w.flights.handle(), Default::default());
+    let (mut pg, mut mb) = (w.pg.clone(), w.mailbox.clone());
+    let healed =
+        heal(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut counting }, &r, w.clock.now())
+            .unwrap();
+    assert_eq!((healed.flights, healed.messages), (2, 5));
+    assert_eq!(counting.1.get(), 2, "the two flights messages 301 to 305 name, of the 100 held");
+    assert_eq!(w.flights.all(), before);
+}

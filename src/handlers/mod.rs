@@ -6,6 +6,7 @@
 mod flop;
 #[cfg(test)]
 mod golden;
+pub mod plan;
 mod platform;
 mod reference;
 mod schedule;

@@ -639,26 +639,32 @@ impl FlightAudit for RedisFlights {
             flids.extend(keys.into_iter().map(|k| k[skip..].to_string()));
         }
         let flids: Vec<String> = flids.into_iter().collect();
-        let idx = format!("{}sodt", self.prefix);
         let mut out = Vec::with_capacity(flids.len());
         for chunk in flids.chunks(500) {
-            let need =
-                RoundNeed { msg_ids: Vec::new(), flids: chunk.to_vec(), window: None, ..Default::default() };
-            let got = self.prepare(&need, &[], SystemTime::UNIX_EPOCH)?.flights;
-            let scores: Vec<Option<i64>> = self.run(|c, _| {
-                let mut p = redis::pipe();
-                chunk.iter().for_each(|f| {
-                    p.zscore(&idx, f);
-                });
-                p.query(c)
-            })?;
-            for (flid, sodt) in chunk.iter().zip(scores) {
-                if let Some(f) = got.get(flid) {
-                    out.push((flid.clone(), FlightState::clone(f), sodt));
-                }
-            }
+            out.extend(self.flights_of(chunk)?);
         }
         Ok(out)
+    }
+
+    fn flights_of(&mut self, flids: &[String]) -> StoreResult<Vec<(String, FlightState, Option<i64>)>> {
+        if flids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let idx = format!("{}sodt", self.prefix);
+        let need = RoundNeed { flids: flids.to_vec(), ..Default::default() };
+        let got = self.prepare(&need, &[], SystemTime::UNIX_EPOCH)?.flights;
+        let scores: Vec<Option<i64>> = self.run(|c, _| {
+            let mut p = redis::pipe();
+            flids.iter().for_each(|f| {
+                p.zscore(&idx, f);
+            });
+            p.query(c)
+        })?;
+        Ok(flids
+            .iter()
+            .zip(scores)
+            .filter_map(|(flid, sodt)| got.get(flid).map(|f| (flid.clone(), FlightState::clone(f), sodt)))
+            .collect())
     }
 }
 

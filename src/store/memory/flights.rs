@@ -82,13 +82,10 @@ pub fn take(s: &mut FlightsState, ids: &[i64]) {
     }
 }
 
-/// Applies one decision of message `m` as the Redis adapter does; false when a snapshot is not
-/// newer than the plan's generation (then only its empty journal entry is written).
+/// Applies one decision of message `m` as the Redis adapter does (`handlers::plan`); false when
+/// a snapshot is not newer than the plan's generation (then only its empty journal entry is
+/// written).
 pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
-    if d.snapshot && s.generation.1 >= m {
-        s.applied.insert(m, Decision::default());
-        return false;
-    }
     // The planted store bug: a decision that changes no value leaves no journal entry.
     let dropped = crate::planted::on(crate::planted::Bug::NoOpJournalDropped)
         && d.flights.iter().all(|c| {
@@ -97,19 +94,9 @@ pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
                 && c.clear.is_empty()
                 && c.set.iter().all(|(k, v)| st.and_then(|f| f.fields.get(k)) == Some(v))
         });
-    for c in &d.flights {
-        let st = s.flights.entry(c.flid.clone()).or_default();
-        st.apply(c, m);
-        if st.exists() {
-            if let Some(k) = c.sodt {
-                s.sodt.insert(c.flid.clone(), k);
-            }
-        } else {
-            s.sodt.remove(&c.flid);
-        }
-    }
-    if d.snapshot {
-        s.generation = (s.generation.0 + 1, m);
+    if !crate::handlers::plan::apply(&mut s.flights, &mut s.sodt, &mut s.generation, m, d) {
+        s.applied.insert(m, Decision::default());
+        return false;
     }
     // As the Redis journal: what a retry must emit again, not the flight changes.
     let journal =
@@ -333,6 +320,15 @@ impl FlightAudit for MemFlights {
         Ok(self.generation())
     }
 
+    fn flights_of(&mut self, flids: &[String]) -> StoreResult<Vec<(String, FlightState, Option<i64>)>> {
+        self.0.write(Store::Redis, |s| {
+            Ok(flids
+                .iter()
+                .filter_map(|k| s.flights.get(k).map(|f| (k.clone(), f.clone(), s.sodt.get(k).copied())))
+                .collect())
+        })
+    }
+
     fn all_flights(&mut self) -> StoreResult<Vec<(String, FlightState, Option<i64>)>> {
         self.0.write(Store::Redis, |s| {
             Ok(s.flights.iter().map(|(k, f)| (k.clone(), f.clone(), s.sodt.get(k).copied())).collect())
@@ -361,19 +357,7 @@ impl FlightStore for MemFlights {
                 .iter()
                 .filter_map(|f| s.flights.get(f).map(|v| (f.clone(), Arc::new(v.clone()))))
                 .collect();
-            let window = match need.window {
-                Some((a, b)) => {
-                    let mut w: Vec<(i64, String)> = s
-                        .sodt
-                        .iter()
-                        .filter(|(_, k)| **k >= a && **k <= b)
-                        .map(|(f, k)| (*k, f.clone()))
-                        .collect();
-                    w.sort();
-                    w.into_iter().map(|(_, f)| f).collect()
-                }
-                None => Vec::new(),
-            };
+            let window = need.window.map(|w| crate::handlers::plan::window(&s.sodt, w)).unwrap_or_default();
             Ok(Prepared { applied, flights, window })
         })
     }
