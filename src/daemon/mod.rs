@@ -18,7 +18,10 @@
 //! standby takes over at once. A stage that panics stops the whole process with exit 1.
 
 use crate::error::Store;
+pub mod lifecycle;
 pub mod topology;
+
+use lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
 
 use crate::ops::http::OpsServer;
 use crate::ops::metrics::Metrics;
@@ -304,9 +307,8 @@ const KAFKA_GREETING: Duration = Duration::from_secs(1);
 
 /// Stands by, takes the lease, checks the stores and serves — and again after a store forgot
 /// what it acknowledged (#20): the stages stopped, the stores are compared and healed, and they
-/// start again under a fresh epoch above every one seen. Heals are limited by rate
-/// (`msgx.consistency-check.max-heals-per-hour`, counted in own PostgreSQL), and a store away
-/// during the comparison or the heal is an outage, waited out, never a heal (#37).
+/// start again under a fresh epoch above every one seen. What comes next at each point is
+/// [`Lifecycle`]'s (shared with the simulator); this loop does the I/O.
 fn lifetimes(
     cfg: &Config,
     clock: &Arc<dyn Clock>,
@@ -314,9 +316,7 @@ fn lifetimes(
     me: &Claimant,
     ops: &Arc<Ops>,
 ) -> Result<(), DaemonError> {
-    let mut recheck = false;
-    // Consecutive passes a store was away for: the pause before the next (SPEC §4.9's backoff).
-    let mut away: u32 = 0;
+    let mut life = Lifecycle::default();
     loop {
         let mut lease = Pg::new(&cfg.pg_url)?;
         let floor = epoch_seen_by_redis(cfg);
@@ -327,56 +327,51 @@ fn lifetimes(
         let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
         // The flights are this epoch's before the stores are compared: an older instance's apply
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
-        let claimed = claim_flights(cfg, epoch, &mut lease);
-        let checked = claimed.and_then(|()| match cfg.pipeline.check_on_startup || recheck {
-            true => renewing(cfg, me, epoch, || consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats)),
-            false => Ok(Pass::Agreed { token: None, report: Default::default(), healed: None }),
-        });
-        let result = match checked {
-            Ok(Pass::Agreed { token: seen, .. }) => {
-                away = 0;
-                let seen = seen.or_else(|| redis_token(cfg));
-                let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen };
-                serve(cfg, clock.clone(), stop.clone(), me, tenure, ops)
-            }
-            Ok(Pass::Stopped(e)) if e.is_fenced() => Err(DaemonError::Fenced(e.to_string())),
-            Ok(Pass::Away(e) | Pass::Stopped(e)) => {
-                // An outage (or a store that moved on while compared), not a heal: the lease goes
-                // to whoever can reach the stores first, and they are compared again.
+        let mut next = life.claimed(claim_flights(cfg, epoch, &mut lease)?, cfg.pipeline.check_on_startup);
+        if next == Next::Compare {
+            let pass = renewing(cfg, me, epoch, || consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats))?;
+            next = life.compared(pass, &cfg.pipeline.outage);
+        }
+        if let Next::Serve(seen) = next {
+            let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen.or_else(|| redis_token(cfg)) };
+            let served = match serve(cfg, clock.clone(), stop.clone(), me, tenure, ops) {
+                Ok(()) => Served::Stopped,
+                Err(DaemonError::Fenced(why)) => Served::Fenced(why),
+                Err(DaemonError::Forgot(why)) => Served::Forgot(why),
+                Err(e) => {
+                    release(cfg, me, epoch);
+                    return Err(e);
+                }
+            };
+            let stopping = stop.try_recv() == Err(TryRecvError::Disconnected);
+            next = life.served(served, gate.is_stale(), stopping);
+        }
+        match next {
+            Next::Again { pause, forgot, why } => {
+                if forgot {
+                    // The server as it is now is the baseline: it is compared and healed next.
+                    crate::store::pg::witness::rebase_all();
+                    warn!("a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again");
+                } else {
+                    warn!("consistency: the stores could not be compared or healed ({why}); an outage, not a heal: tried again in {}", human(pause));
+                }
+                // Released at once so a standby takes over without waiting for the expiry.
                 release(cfg, me, epoch);
-                recheck |= e.stops();
-                away += 1;
-                let pause =
-                    crate::policy::doubling(cfg.pipeline.outage.backoff, away, cfg.pipeline.outage.cap);
-                warn!("consistency: the stores could not be compared or healed ({e}); an outage, not a heal: tried again in {}", human(pause));
                 if pause_or_stop(stop, None, pause) {
                     return Ok(());
                 }
-                continue;
             }
-            Ok(Pass::Person(why)) => {
-                release(cfg, me, epoch);
-                return Err(DaemonError::Forgot(why));
+            Next::End { end, release: give_back } => {
+                if give_back {
+                    release(cfg, me, epoch);
+                }
+                return match end {
+                    End::Stopped => Ok(()),
+                    End::Fenced(why) => Err(DaemonError::Fenced(why)),
+                    End::NotHealed(why) => Err(DaemonError::Forgot(why)),
+                };
             }
-            Err(e) => Err(e),
-        };
-        let forgot = matches!(result, Err(DaemonError::Forgot(_)));
-        if forgot {
-            // The server as it is now is the baseline: it is compared and healed next.
-            crate::store::pg::witness::rebase_all();
-        }
-        if !gate.is_stale() || forgot {
-            // Released at once so a standby takes over without waiting for the expiry.
-            release(cfg, me, epoch);
-        }
-        match result {
-            Err(DaemonError::Forgot(why)) if stop.try_recv() != Err(TryRecvError::Disconnected) => {
-                recheck = true;
-                warn!(
-                    "a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again"
-                );
-            }
-            other => return other,
+            Next::Compare | Next::Serve(_) => unreachable!("compared and served above"),
         }
     }
 }
@@ -776,10 +771,10 @@ fn stages(
 /// PostgreSQL just handed out means either a newer holder (PostgreSQL has it too: this instance
 /// is stale) or that PostgreSQL lost the commits that handed that epoch out (it went back in
 /// time: #19) — then msgx stops before writing anything.
-fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<(), DaemonError> {
+fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<FlightsClaim, DaemonError> {
     let mut redis = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?;
     match redis.claim(epoch) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(FlightsClaim::Ours),
         Err(e) if e.is_fenced() => {
             let held = redis.epoch_held().unwrap_or(epoch + 1);
             let pg_epoch = lease.holder().map(|h| h.epoch).unwrap_or(epoch);
@@ -787,16 +782,16 @@ fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<(), DaemonE
                 error!(
                     "postgres lost commits: its lease epoch is {pg_epoch} but Redis holds the flights for epoch {held}, which only PostgreSQL can have handed out"
                 );
-                Err(DaemonError::Forgot(format!(
+                Ok(FlightsClaim::PostgresBehind(format!(
                     "postgres lease epoch {pg_epoch} is behind epoch {held} seen in Redis"
                 )))
             } else {
-                Err(DaemonError::Fenced(format!("Redis holds the flights for epoch {held}")))
+                Ok(FlightsClaim::Newer(format!("Redis holds the flights for epoch {held}")))
             }
         }
         Err(e) => {
             warn!("flights not claimed for epoch {epoch} yet ({e}); the first apply claims them");
-            Ok(())
+            Ok(FlightsClaim::Ours)
         }
     }
 }

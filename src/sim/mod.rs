@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
+use crate::daemon::lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
 use crate::daemon::topology;
 use crate::error::StoreError;
 use crate::lease::{Gate, LeaseGate};
@@ -96,6 +97,8 @@ struct Instance {
     /// The step of the consistency pass that let it serve: a forget it stops on must have
     /// been injected after it (#37).
     clean_at: u64,
+    /// What it remembers from one holding of the lease to the next (the daemon's rules).
+    lifecycle: Lifecycle,
 }
 
 /// A write only the lease gate guards (Kafka, mailbox marks, COUTMSGS), with the writer's epoch
@@ -440,7 +443,14 @@ impl Sim {
         let name = format!("i{n}");
         let me = Claimant { id: format!("sim:{n}"), host: "sim".into(), pid: n };
         let wake = self.clock.now() + delay;
-        self.instances.push(Instance { name: name.clone(), me, life: Life::Standby { wake }, clean_at: 0 });
+        let lifecycle = Lifecycle::default();
+        self.instances.push(Instance {
+            name: name.clone(),
+            me,
+            life: Life::Standby { wake },
+            clean_at: 0,
+            lifecycle,
+        });
         self.say(format!("{name} starts (standby)"));
     }
 
@@ -554,9 +564,9 @@ impl Sim {
     }
 
     /// The daemon's consistency pass before the stages start (`consistency::pass`, the same
-    /// function): `Ok` the token to start from, `Err` why not (a store away: stand by again;
-    /// else the process exits 6).
-    fn consistency_pass(&mut self, epoch: i64) -> Result<Option<String>, (bool, String)> {
+    /// function), with the simulator's bookkeeping: a pass that found something with no forget
+    /// since the stores last agreed is a false alarm (#37).
+    fn consistency_pass(&mut self, epoch: i64) -> crate::consistency::Pass {
         use crate::consistency::{check, pass, Depth, HealBudget, Pass, PassPolicy, Stores};
         let keep = self.cfg.pipeline.journal_keep;
         let (mut pg, mut mb, mut fl) = (
@@ -566,47 +576,61 @@ impl Sim {
         );
         let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
         let now = self.clock.now();
-        // The planted bug: a pass that finds a store that forgot and heals nothing.
-        if planted::on(Bug::HealSkipped) {
-            let r = check(&mut st, Depth::Full { sample: 1.0 }, now)
-                .map_err(|e| (e.is_unavailable(), e.to_string()))?;
-            return Ok(r.redis.token);
-        }
-        let p = &self.cfg.pipeline;
-        let policy = PassPolicy {
-            epoch,
-            sample: p.check_sample_ratio,
-            budget: HealBudget { per_hour: p.max_heals_per_hour },
+        let outcome = if planted::on(Bug::HealSkipped) {
+            // The planted bug: a pass that finds a store that forgot and heals nothing.
+            match check(&mut st, Depth::Full { sample: 1.0 }, now) {
+                Ok(r) => Pass::Agreed { token: r.redis.token, report: Default::default(), healed: None },
+                Err(e) => Pass::Away(e),
+            }
+        } else {
+            let p = &self.cfg.pipeline;
+            let budget = HealBudget { per_hour: p.max_heals_per_hour };
+            pass(&mut st, PassPolicy { epoch, sample: p.check_sample_ratio, budget }, now)
         };
-        let outcome = pass(&mut st, policy, now);
         if std::env::var("SIM_DEBUG").is_ok() {
             let seq = self.flights.inspect(|f| f.seq);
             eprintln!("pass at step {} (redis seq {seq}): {outcome:?}", self.step);
         }
-        match outcome {
-            Pass::Agreed { token, report, healed } => {
-                if !report.is_clean() {
-                    self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
-                    if self.last_forget.is_none_or(|f| f < self.last_clean_pass) {
-                        self.false_alarm.get_or_insert(format!(
-                            "false alarm: the pass at step {} found {:?} with no forget since the stores last agreed (step {})",
-                            self.step, report.findings, self.last_clean_pass
-                        ));
-                    }
+        if let Pass::Agreed { report, healed, .. } = &outcome {
+            if !report.is_clean() {
+                self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
+                if self.last_forget.is_none_or(|f| f < self.last_clean_pass) {
+                    self.false_alarm.get_or_insert(format!(
+                        "false alarm: the pass at step {} found {:?} with no forget since the stores last agreed (step {})",
+                        self.step, report.findings, self.last_clean_pass
+                    ));
                 }
-                if !report.suspicions.is_empty() {
-                    self.say(format!("consistency suspicions: {:?}", report.suspicions));
-                }
-                self.forgotten = false;
-                self.last_clean_pass = self.step;
-                Ok(token)
             }
-            Pass::Away(e) => Err((true, e.to_string())),
-            Pass::Stopped(e) => Err((e.is_unavailable(), e.to_string())),
-            Pass::Person(why) => Err((false, why)),
+            if !report.suspicions.is_empty() {
+                self.say(format!("consistency suspicions: {:?}", report.suspicions));
+            }
+            self.forgotten = false;
+            self.last_clean_pass = self.step;
+        }
+        outcome
+    }
+
+    /// The flights claimed for a new epoch, as the daemon's `claim_flights` tells the outcome.
+    fn claim_flights(&mut self, epoch: i64) -> FlightsClaim {
+        match self.flights.claim(epoch) {
+            Ok(()) => FlightsClaim::Ours,
+            Err(e) if e.is_fenced() => {
+                let held = self.flights.inspect(|f| f.epoch);
+                let pg_epoch = self.pg.inspect(|s| s.lease.epoch);
+                if pg_epoch < held {
+                    FlightsClaim::PostgresBehind(format!(
+                        "postgres lease epoch {pg_epoch} is behind epoch {held} seen in Redis"
+                    ))
+                } else {
+                    FlightsClaim::Newer(format!("Redis holds the flights for epoch {held}"))
+                }
+            }
+            Err(_) => FlightsClaim::Ours,
         }
     }
 
+    /// A standby's turn: the lease claimed, the flights claimed, the stores compared — what
+    /// follows is the daemon's `Lifecycle`'s.
     fn try_claim(&mut self, k: usize) {
         let now = self.clock.now();
         let me = self.instances[k].me.clone();
@@ -614,30 +638,54 @@ impl Sim {
         let floor = self.flights.inspect(|f| f.epoch);
         match self.pg.session().claim_above(&me, self.cfg.lease.duration, floor) {
             Ok(Claim::Acquired { epoch, .. }) => {
-                if let Err(e) = self.flights.claim(epoch) {
-                    self.say(format!(
-                        "{} could not claim the flights for epoch {epoch}: {e}",
-                        self.instances[k].name
-                    ));
+                let flights = self.claim_flights(epoch);
+                let on_start = self.cfg.pipeline.check_on_startup;
+                let mut next = self.instances[k].lifecycle.claimed(flights, on_start);
+                if next == Next::Compare {
+                    let pass = self.consistency_pass(epoch);
+                    next = self.instances[k].lifecycle.compared(pass, &self.cfg.pipeline.outage);
                 }
-                let seen = match self.consistency_pass(epoch) {
-                    Ok(token) => token,
-                    Err((away, e)) => {
-                        self.say(format!("{} consistency pass: {e}", self.instances[k].name));
-                        if away {
-                            self.instances[k].life = Life::Standby { wake: now + renew };
-                        } else {
-                            self.stop(k, &format!("not healed (exit 6): {e}"));
-                        }
-                        return;
-                    }
-                };
-                let active = self.activate(epoch, now, seen);
-                self.instances[k].life = Life::Active(Box::new(active));
-                self.instances[k].clean_at = self.step;
-                self.say(format!("{} acquired the lease, epoch {epoch}", self.instances[k].name));
+                self.follow(k, epoch, next);
             }
             Ok(Claim::HeldBy(_)) | Err(_) => self.instances[k].life = Life::Standby { wake: now + renew },
+        }
+    }
+
+    /// Does what the lifecycle says comes next for instance `k`, holding `epoch`.
+    fn follow(&mut self, k: usize, epoch: i64, next: Next) {
+        let now = self.clock.now();
+        let name = self.instances[k].name.clone();
+        match next {
+            Next::Serve(token) => {
+                let active = self.activate(epoch, now, token);
+                self.instances[k].life = Life::Active(Box::new(active));
+                self.instances[k].clean_at = self.step;
+                self.say(format!("{name} acquired the lease, epoch {epoch}"));
+            }
+            Next::Again { pause, forgot, why } => {
+                if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
+                    a.slots.iter_mut().for_each(|s| s.stage.close());
+                }
+                let me = self.instances[k].me.clone();
+                // As the daemon: given back at once, so a standby need not wait for the expiry.
+                let _ = self.pg.session().release(&me, epoch);
+                self.instances[k].life = Life::Standby { wake: now + pause };
+                let what = if forgot { "a store forgot" } else { "the stores could not be compared" };
+                self.say(format!("{name} {what} ({why}): lease released, stands by {pause:?}"));
+            }
+            Next::End { end, release } => {
+                if release {
+                    let me = self.instances[k].me.clone();
+                    let _ = self.pg.session().release(&me, epoch);
+                }
+                let why = match end {
+                    End::Stopped => "stopped".to_string(),
+                    End::Fenced(why) => format!("fenced (exit 1): {why}"),
+                    End::NotHealed(why) => format!("not healed (exit 6): {why}"),
+                };
+                self.stop(k, &why);
+            }
+            Next::Compare => unreachable!("compared in try_claim"),
         }
     }
 
@@ -650,8 +698,8 @@ impl Sim {
         a.lease_wake = now + policy.renew_every;
         let renewed = lease.renew(&me, a.epoch, policy.duration, &Keeper::status(&a.board));
         match a.keeper.turn(renewed, self.clock.mono(), &a.gate, &a.stats, now) {
-            Some(Halt::Fenced(_)) => self.stop(k, "lost the lease"),
-            Some(Halt::Forgot(e)) => self.stop_forgot(k, &format!("lease keeper: {e}")),
+            Some(Halt::Fenced(e)) => self.served(k, Served::Fenced(format!("lost the lease: {e}"))),
+            Some(Halt::Forgot(e)) => self.served(k, Served::Forgot(format!("lease keeper: {e}"))),
             None => {}
         }
     }
@@ -666,18 +714,24 @@ impl Sim {
         self.spawn_standby(Duration::from_secs(1));
     }
 
-    /// An instance that stops because a store forgot: a false alarm unless a forget was
-    /// injected after the pass that let it serve (#37).
-    fn stop_forgot(&mut self, k: usize, why: &str) {
-        let clean_at = self.instances[k].clean_at;
-        if self.last_forget.is_none_or(|f| f < clean_at) {
-            let name = &self.instances[k].name;
-            self.false_alarm.get_or_insert(format!(
-                "false alarm: {name} stopped as forgot at step {} with no forget injected since its pass at step {clean_at} found the stores agreeing: {why}",
-                self.step
-            ));
+    /// A holding of instance `k` ended (a stage or its lease keeper stopped): what follows is the
+    /// lifecycle's. A stop as `forgot` is a false alarm unless a forget was injected after the
+    /// pass that let it serve (#37).
+    fn served(&mut self, k: usize, served: Served) {
+        let Life::Active(a) = &self.instances[k].life else { return };
+        let (epoch, stale) = (a.epoch, a.gate.is_stale());
+        if let Served::Forgot(why) = &served {
+            let clean_at = self.instances[k].clean_at;
+            if self.last_forget.is_none_or(|f| f < clean_at) {
+                let name = &self.instances[k].name;
+                self.false_alarm.get_or_insert(format!(
+                    "false alarm: {name} stopped as forgot at step {} with no forget injected since its pass at step {clean_at} found the stores agreeing: {why}",
+                    self.step
+                ));
+            }
         }
-        self.stop(k, why);
+        let next = self.instances[k].lifecycle.served(served, stale, false);
+        self.follow(k, epoch, next);
     }
 
     /// One turn of the daemon's runner for slot `n` of instance `k`.
@@ -702,8 +756,8 @@ impl Sim {
                 slot.wake = wake;
                 self.say(format!("{name} {stage} error: {error}"));
             }
-            Turn::Stop(Halt::Fenced(e)) => self.stop(k, &format!("{stage} fenced: {e}")),
-            Turn::Stop(Halt::Forgot(e)) => self.stop_forgot(k, &format!("{stage} forgot: {e}")),
+            Turn::Stop(Halt::Fenced(e)) => self.served(k, Served::Fenced(format!("{stage} fenced: {e}"))),
+            Turn::Stop(Halt::Forgot(e)) => self.served(k, Served::Forgot(format!("{stage} forgot: {e}"))),
         }
     }
 

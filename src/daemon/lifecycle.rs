@@ -1,0 +1,180 @@
+//! An instance's life around its stages (#38), as a pure step: what comes after the lease is
+//! won, after the stores were compared, and after a holding ended. The daemon drives it with
+//! threads and the real stores (`daemon::lifetimes`), the simulator with the fake clock and the
+//! twins (`sim`): one set of rules, so the simulator proves the daemon's.
+//!
+//! ```text
+//!            ┌──────────── Again (release, pause) ◀──────────────┐
+//!            ▼                                                   │
+//!   standby ──lease won──▶ flights claimed ──▶ compare ──agreed──▶ serve ──stop──▶ End(Stopped)
+//!                              │                  │  │                 │
+//!                              │ newer epoch      │  │ away / moved    ├─ forgot ──▶ Again
+//!                              ▼                  │  └──▶ Again         └─ fenced ──▶ End(Fenced)
+//!                         End(Fenced)             └─ not enough evidence, budget spent ──▶ End(NotHealed)
+//! ```
+
+use std::time::Duration;
+
+use crate::consistency::Pass;
+use crate::error::StoreError;
+use crate::stage::OutagePolicy;
+
+/// How the claim of the flights for a new epoch ended (`RedisFlights::claim`).
+#[derive(Debug)]
+pub enum FlightsClaim {
+    /// Claimed for the epoch; or not claimed yet (the store is away): its first apply does.
+    Ours,
+    /// A newer instance holds them and own PostgreSQL knows its epoch: this one is stale.
+    Newer(String),
+    /// Redis holds them for an epoch own PostgreSQL never handed out: PostgreSQL lost commits.
+    PostgresBehind(String),
+}
+
+/// How a holding of the lease ended (the stages' supervisor).
+#[derive(Debug)]
+pub enum Served {
+    /// Stop was asked: every stage finished its round.
+    Stopped,
+    /// A newer instance holds the lease.
+    Fenced(String),
+    /// A store forgot what it acknowledged.
+    Forgot(String),
+}
+
+/// How the instance ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Stopped,
+    /// Exit 1: a newer instance holds the lease.
+    Fenced(String),
+    /// Exit 6: what a person must decide.
+    NotHealed(String),
+}
+
+/// What the instance does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Compare the stores (and heal), the lease held and renewed.
+    Compare,
+    /// Serve, the pump's Redis handle starting from this token.
+    Serve(Option<String>),
+    /// Give the lease back and stand by again after `pause`; the stores are compared before the
+    /// stages start again. `forgot`: a store forgot (own PostgreSQL's witness is rebased);
+    /// otherwise a store was away while they were compared. `why`: for the log.
+    Again { pause: Duration, forgot: bool, why: String },
+    /// End; give the lease back first when `release`.
+    End { end: End, release: bool },
+}
+
+/// What an instance remembers from one holding of the lease to the next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// A store forgot, or a comparison was cut short: compare before serving again.
+    recheck: bool,
+    /// Comparisons in a row a store was away for (the pause before the next doubles).
+    away: u32,
+}
+
+impl Lifecycle {
+    /// The lease is won and the flights claimed (or not): compare first, or serve.
+    pub fn claimed(&mut self, flights: FlightsClaim, compare_on_start: bool) -> Next {
+        match flights {
+            FlightsClaim::Ours if compare_on_start || self.recheck => Next::Compare,
+            FlightsClaim::Ours => Next::Serve(None),
+            FlightsClaim::Newer(why) => Next::End { end: End::Fenced(why), release: false },
+            FlightsClaim::PostgresBehind(why) => {
+                self.recheck = true;
+                Next::Again { pause: Duration::ZERO, forgot: true, why }
+            }
+        }
+    }
+
+    /// The stores were compared (and healed).
+    pub fn compared(&mut self, pass: Pass, outage: &OutagePolicy) -> Next {
+        match pass {
+            Pass::Agreed { token, .. } => {
+                (self.recheck, self.away) = (false, 0);
+                Next::Serve(token)
+            }
+            Pass::Stopped(e) if e.is_fenced() => Next::End { end: End::Fenced(e.to_string()), release: true },
+            // An outage (or a store that moved on while compared), never a heal: the lease goes
+            // to whoever reaches the stores first, and they are compared again.
+            Pass::Away(e) | Pass::Stopped(e) => self.away_from(&e, outage),
+            Pass::Person(why) => Next::End { end: End::NotHealed(why), release: true },
+        }
+    }
+
+    fn away_from(&mut self, e: &StoreError, outage: &OutagePolicy) -> Next {
+        self.recheck |= e.stops();
+        self.away += 1;
+        Next::Again { pause: outage.retry_in(self.away), forgot: false, why: e.to_string() }
+    }
+
+    /// A holding ended; `stale`: a newer instance holds the lease (nothing to give back);
+    /// `stopping`: stop was asked.
+    pub fn served(&mut self, served: Served, stale: bool, stopping: bool) -> Next {
+        match served {
+            Served::Stopped => Next::End { end: End::Stopped, release: !stale },
+            Served::Fenced(why) => Next::End { end: End::Fenced(why), release: !stale },
+            Served::Forgot(why) if stopping => Next::End { end: End::NotHealed(why), release: true },
+            Served::Forgot(why) => {
+                self.recheck = true;
+                Next::Again { pause: Duration::ZERO, forgot: true, why }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Store;
+
+    fn outage() -> OutagePolicy {
+        let s = Duration::from_secs;
+        OutagePolicy { backoff: s(1), cap: s(8), alert_after: s(60), alert_every: s(600) }
+    }
+
+    #[test]
+    fn a_forget_while_serving_is_compared_before_the_stages_start_again() {
+        let mut lc = Lifecycle::default();
+        assert_eq!(lc.claimed(FlightsClaim::Ours, false), Next::Serve(None), "no comparison asked at start");
+        let next = lc.served(Served::Forgot("redis forgot".into()), false, false);
+        assert!(matches!(next, Next::Again { pause: Duration::ZERO, forgot: true, .. }), "{next:?}");
+        assert_eq!(lc.claimed(FlightsClaim::Ours, false), Next::Compare, "compared after a forget");
+    }
+
+    #[test]
+    fn a_store_away_during_the_comparison_is_an_outage_with_a_doubling_pause() {
+        let mut lc = Lifecycle::default();
+        let away = || Pass::Away(StoreError::unavailable(Store::Mailbox, "refused"));
+        let pauses: Vec<Next> = (0..4).map(|_| lc.compared(away(), &outage())).collect();
+        let secs: Vec<u64> = pauses
+            .iter()
+            .map(|n| if let Next::Again { pause, .. } = n { pause.as_secs() } else { 99 })
+            .collect();
+        assert_eq!(secs, [1, 2, 4, 8]);
+        let agreed = Pass::Agreed { token: Some("t".into()), report: Default::default(), healed: None };
+        assert_eq!(lc.compared(agreed, &outage()), Next::Serve(Some("t".into())));
+        assert_eq!(lc.claimed(FlightsClaim::Ours, false), Next::Serve(None), "agreed: nothing owed");
+    }
+
+    #[test]
+    fn what_ends_an_instance_and_whether_it_gives_the_lease_back() {
+        let mut lc = Lifecycle::default();
+        let fenced = Pass::Stopped(StoreError::fenced(Store::Redis, "MSGX_FENCED"));
+        assert!(matches!(lc.compared(fenced, &outage()), Next::End { end: End::Fenced(_), release: true }));
+        let person = Pass::Person("the journal no longer covers it".into());
+        assert!(matches!(
+            lc.compared(person, &outage()),
+            Next::End { end: End::NotHealed(_), release: true }
+        ));
+        assert!(matches!(
+            lc.claimed(FlightsClaim::Newer("epoch 9".into()), true),
+            Next::End { end: End::Fenced(_), release: false }
+        ));
+        assert_eq!(lc.served(Served::Stopped, true, true), Next::End { end: End::Stopped, release: false });
+        let forgot_at_stop = lc.served(Served::Forgot("x".into()), false, true);
+        assert!(matches!(forgot_at_stop, Next::End { end: End::NotHealed(_), release: true }));
+    }
+}
