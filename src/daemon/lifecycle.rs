@@ -3,15 +3,7 @@
 //! threads and the real stores (`daemon::lifetimes`), the simulator with the fake clock and the
 //! twins (`sim`): one set of rules, so the simulator proves the daemon's.
 //!
-//! ```text
-//!            ┌──────────── Again (release, pause) ◀──────────────┐
-//!            ▼                                                   │
-//!   standby ──lease won──▶ flights claimed ──▶ compare ──agreed──▶ serve ──stop──▶ End(Stopped)
-//!                              │                  │  │                 │
-//!                              │ newer epoch      │  │ away / moved    ├─ forgot ──▶ Again
-//!                              ▼                  │  └──▶ Again         └─ fenced ──▶ End(Fenced)
-//!                         End(Fenced)             └─ not enough evidence, budget spent ──▶ End(NotHealed)
-//! ```
+//! The states and their transitions are drawn in docs/architecture.md ("An instance's life").
 
 use std::time::Duration;
 

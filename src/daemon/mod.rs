@@ -16,38 +16,40 @@
 //! Stopping: dropping the stop sender disconnects every stage's stop receiver; each finishes
 //! the round in hand (bounded by its batch size) and returns; then the lease is released so a
 //! standby takes over at once. A stage that panics stops the whole process with exit 1.
+//!
+//! Split by role (#38): [`lifecycle`] says what comes next (a pure step the simulator drives
+//! too), [`threads`] runs stages and the lease keeper on threads, [`stores`] is the one place a
+//! real adapter is made, [`topology`] builds the stages; this module does the I/O between them.
 
-use crate::error::Store;
 pub mod lifecycle;
+pub mod stores;
+pub mod threads;
 pub mod topology;
 
 use lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
+use stores::RealStores;
+use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Doorbells, Exit, Thread};
 
 use crate::ops::http::OpsServer;
 use crate::ops::metrics::Metrics;
 use crate::ops::Ops;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
-use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
+use crossbeam_channel::{bounded, Receiver, TryRecvError};
 use log::{error, info, warn};
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::consistency::{self, Pass, Stores};
-use crate::error::StoreError;
+use crate::error::{Store, StoreError};
 use crate::ingress::compat::{self, CompatServer};
-use crate::lease::{LeaseGate, LeasePolicy};
+use crate::lease::LeaseGate;
 use crate::ports::{Claim, Claimant, LeaseStore};
-use crate::pump;
-use crate::stage::runner::{log_notice, Halt, Keeper, Runner, Turn};
-use crate::stage::{human, OutagePolicy, Outages, Stage, StageId, StallBoard};
+use crate::stage::runner::log_notice;
+use crate::stage::{human, Outages, StageId, StallBoard};
 use crate::stats::Stats;
-use crate::store::flights::RedisFlights;
-use crate::store::kafka::KafkaProducer;
-use crate::store::mailbox::{MysqlMailbox, MysqlOutbound};
 use crate::store::pg::{migrate, Pg};
 
 #[derive(Debug, thiserror::Error)]
@@ -77,200 +79,6 @@ impl DaemonError {
     }
 }
 
-/// A doorbell: ring it without ever blocking.
-#[derive(Clone)]
-pub struct Bell(Sender<()>);
-
-impl Bell {
-    pub fn ring(&self) {
-        let _ = self.0.try_send(());
-    }
-}
-
-pub fn bell() -> (Bell, Receiver<()>) {
-    let (tx, rx) = bounded(1);
-    (Bell(tx), rx)
-}
-
-/// Waits for the stop signal, a doorbell or the timeout; true when stopping. A zero pause
-/// only checks for stop.
-fn pause_or_stop(stop: &Receiver<()>, bell: Option<&Receiver<()>>, pause: Duration) -> bool {
-    if pause.is_zero() {
-        return !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
-    }
-    let never = crossbeam_channel::never();
-    let bell = bell.unwrap_or(&never);
-    select! {
-        recv(stop) -> _ => true,
-        recv(bell) -> _ => false,
-        default(pause) => false,
-    }
-}
-
-/// How a stage thread ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exit {
-    Stopped,
-    /// A newer instance holds the lease.
-    Fenced(String),
-    /// A store forgot what it acknowledged (#19): stop, a person decides.
-    Forgot(String),
-}
-
-/// A thread of the daemon: its loop runs until its stop receiver disconnects.
-pub struct Thread {
-    name: &'static str,
-    body: Box<dyn FnOnce(Receiver<()>) -> Exit + Send>,
-}
-
-impl Thread {
-    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) -> Exit + Send + 'static) -> Thread {
-        Thread { name, body: Box::new(body) }
-    }
-}
-
-/// What every stage thread shares.
-#[derive(Clone)]
-pub struct Context {
-    pub clock: Arc<dyn Clock>,
-    pub gate: Arc<LeaseGate>,
-    pub board: StallBoard,
-    pub stats: Arc<Stats>,
-    pub outage: OutagePolicy,
-}
-
-/// Where a stage's doorbells come from and go to, and its idle interval.
-pub struct Wiring {
-    pub bell: Option<Receiver<()>>,
-    pub rings: Vec<Bell>,
-    pub idle: Duration,
-}
-
-/// A stage's thread: the runner's turns, pauses between them, until stop (SPEC §4.9).
-pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Context) -> Thread {
-    Thread::new(S::ID.name(), move |stop| {
-        let mut runner = Runner::new(S::ID, ctx.outage, wiring.idle);
-        loop {
-            let now = ctx.clock.now();
-            let pause = match runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, now) {
-                Turn::Again { wake, ring } => {
-                    if ring {
-                        wiring.rings.iter().for_each(Bell::ring);
-                    }
-                    wake.duration_since(ctx.clock.now()).unwrap_or_default()
-                }
-                Turn::Stalled { wake, .. } => wake.duration_since(ctx.clock.now()).unwrap_or_default(),
-                Turn::Stop(Halt::Forgot(why)) => return Exit::Forgot(why),
-                Turn::Stop(Halt::Fenced(why)) => return Exit::Fenced(why),
-            };
-            if pause_or_stop(&stop, wiring.bell.as_ref(), pause) {
-                stage.close();
-                return Exit::Stopped;
-            }
-        }
-    })
-}
-
-/// The lease keeper: renews every `renew-interval`, confirms the gate after each renewal,
-/// reports the stalled stages with it, and closes the gate for good when a newer instance
-/// holds the lease. A lease store that is unreachable is an outage, not a lost lease: the
-/// gate closes when the last confirmation runs out, and opens again if a late renewal finds
-/// the lease still ours.
-fn lease_keeper(mut store: Pg, me: Claimant, policy: LeasePolicy, ctx: Context) -> Thread {
-    Thread::new("lease", move |stop| {
-        let mut keeper = Keeper::new(policy.duration, ctx.outage);
-        let epoch = ctx.gate.epoch();
-        loop {
-            let sent = ctx.clock.now();
-            let sent_mono = ctx.clock.mono();
-            let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
-            match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
-                Some(Halt::Fenced(why)) => return Exit::Fenced(why),
-                Some(Halt::Forgot(why)) => return Exit::Forgot(why),
-                None => {}
-            }
-            if pause_or_stop(&stop, None, policy.renew_every) {
-                return Exit::Stopped;
-            }
-        }
-    })
-}
-
-/// Runs the threads until `stop` disconnects or one of them ends on its own (fenced, or a
-/// panic). Either way every thread is then told to stop, finishes its round and is joined;
-/// `on_tick` runs every `tick` meanwhile (the stats line).
-pub fn supervise(
-    threads: Vec<Thread>,
-    stop: &Receiver<()>,
-    tick: Duration,
-    mut on_tick: impl FnMut(),
-) -> Result<(), DaemonError> {
-    let (inner_stop_tx, inner_stop) = bounded::<()>(0);
-    let (exit_tx, exit_rx) = crossbeam_channel::unbounded::<(&'static str, Option<Exit>)>();
-    let mut handles = Vec::new();
-    for t in threads {
-        let tx = exit_tx.clone();
-        let rx = inner_stop.clone();
-        let Thread { name, body } = t;
-        let h = thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || {
-                let mut guard = ExitGuard { name, tx, exit: None };
-                guard.exit = Some(body(rx));
-            })
-            .map_err(|e| {
-                StoreError::unavailable(Store::Daemon, format!("cannot start thread {name}: {e}"))
-            })?;
-        handles.push(h);
-    }
-    drop(exit_tx);
-    let early: Option<DaemonError> = loop {
-        select! {
-            recv(exit_rx) -> msg => {
-                break Some(match msg {
-                    Ok((_, Some(Exit::Fenced(why)))) => DaemonError::Fenced(why),
-                    Ok((_, Some(Exit::Forgot(why)))) => DaemonError::Forgot(why),
-                    Ok((name, exit)) => {
-                        error!("stage {name} ended{} before stop was requested", if exit.is_none() { " by a panic" } else { "" });
-                        DaemonError::StageFailed(name.to_string())
-                    }
-                    Err(_) => DaemonError::StageFailed("?".into()),
-                });
-            }
-            recv(stop) -> _ => break None,
-            default(tick) => on_tick(),
-        }
-    };
-    info!("stopping: finishing the rounds in hand");
-    drop(inner_stop_tx);
-    let mut panicked = None;
-    for h in handles {
-        let name = h.thread().name().unwrap_or("?").to_string();
-        if h.join().is_err() {
-            panicked.get_or_insert(name);
-        }
-    }
-    match (early, panicked) {
-        (Some(e), _) => Err(e),
-        (None, Some(name)) => Err(DaemonError::StageFailed(name)),
-        (None, None) => Ok(()),
-    }
-}
-
-/// Tells the supervisor when a thread ends: with its exit, or `None` when it panicked.
-struct ExitGuard {
-    name: &'static str,
-    tx: Sender<(&'static str, Option<Exit>)>,
-    exit: Option<Exit>,
-}
-
-impl Drop for ExitGuard {
-    fn drop(&mut self) {
-        let exit = if thread::panicking() { None } else { self.exit.take() };
-        let _ = self.tx.send((self.name, exit));
-    }
-}
-
 /// Runs msgx until `stop` disconnects (or it is fenced, or a stage fails): the schema is
 /// checked first, then the instance waits as a hot standby until it holds the lease, then
 /// serves.
@@ -278,7 +86,7 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     for line in cfg.describe() {
         info!("config {line}");
     }
-    let mut schema_pg = Pg::connect(&cfg.pg_url)?;
+    let mut schema_pg = RealStores::new(cfg).pg_connected()?;
     migrate::verify(schema_pg.client()?)?;
     let durability = schema_pg.durability()?;
     info!("postgres durability {durability}");
@@ -300,11 +108,6 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     result
 }
 
-/// How long the start waits for the broker to greet the producer (`KafkaProducer::greet`):
-/// long enough for a broker on the same network, short beside the lease; a broker that is down
-/// costs it once, and the dispatcher reports the outage on its first round.
-const KAFKA_GREETING: Duration = Duration::from_secs(1);
-
 /// Stands by, takes the lease, checks the stores and serves — and again after a store forgot
 /// what it acknowledged (#20): the stages stopped, the stores are compared and healed, and they
 /// start again under a fresh epoch above every one seen. What comes next at each point is
@@ -318,7 +121,7 @@ fn lifetimes(
 ) -> Result<(), DaemonError> {
     let mut life = Lifecycle::default();
     loop {
-        let mut lease = Pg::new(&cfg.pg_url)?;
+        let mut lease = RealStores::new(cfg).pg()?;
         let floor = epoch_seen_by_redis(cfg);
         let Some((epoch, sent)) = standby(&mut lease, me, cfg, clock.as_ref(), stop, ops, floor)? else {
             info!("stopped while standing by");
@@ -383,7 +186,7 @@ pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, work: impl FnOnce() 
     let (done, renewals) = bounded::<()>(0);
     thread::scope(|scope| {
         scope.spawn(move || {
-            let mut lease = Pg::new(&cfg.pg_url).ok();
+            let mut lease = RealStores::new(cfg).pg().ok();
             let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
             while !pause_or_stop(&renewals, None, cfg.lease.renew_every) {
                 let Some(store) = lease.as_mut() else { return };
@@ -406,7 +209,7 @@ pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, work: impl FnOnce() 
 
 /// Gives the lease back at once, so a standby takes over without waiting for it to expire.
 fn release(cfg: &Config, me: &Claimant, epoch: i64) {
-    match Pg::new(&cfg.pg_url).and_then(|mut pg| pg.release(me, epoch)) {
+    match RealStores::new(cfg).pg().and_then(|mut pg| pg.release(me, epoch)) {
         Ok(()) => info!("lease released epoch={epoch}"),
         Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
     }
@@ -415,12 +218,12 @@ fn release(cfg: &Config, me: &Claimant, epoch: i64) {
 /// The token of Redis's last write now (`None` when it cannot say).
 fn redis_token(cfg: &Config) -> Option<String> {
     use crate::ports::FlightAudit;
-    RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.audit()).ok().and_then(|m| m.token)
+    RealStores::new(cfg).redis().and_then(|mut r| r.audit()).ok().and_then(|m| m.token)
 }
 
 /// The newest lease epoch Redis saw (0 when it cannot say): a new epoch is taken above it.
 fn epoch_seen_by_redis(cfg: &Config) -> i64 {
-    match RedisFlights::open(&cfg.redis, &cfg.redis_prefix).and_then(|mut r| r.epoch_held()) {
+    match RealStores::new(cfg).redis().and_then(|mut r| r.epoch_held()) {
         Ok(e) => e,
         Err(e) => {
             warn!("the lease epoch Redis saw is not known ({e}); the new epoch is PostgreSQL's alone");
@@ -435,7 +238,7 @@ fn epoch_seen_by_redis(cfg: &Config) -> i64 {
 /// evidence gone, #37). Evidence that is not enough to heal, or a heal budget spent, stops msgx
 /// (exit 6) with what a person must decide.
 fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) -> Result<Pass, DaemonError> {
-    let (mut pg, mut mailbox, mut flights) = match check_stores(cfg, epoch) {
+    let (mut pg, mut mailbox, mut flights) = match RealStores::new(cfg).compared(epoch) {
         Ok(s) => s,
         Err(e) if e.is_unavailable() => return Ok(Pass::Away(e)),
         Err(e) => return Err(DaemonError::Store(e)),
@@ -454,16 +257,6 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
         }
     }
     Ok(pass)
-}
-
-/// The three stores the consistency pass reads, connected now.
-fn check_stores(cfg: &Config, epoch: i64) -> Result<(Pg, MysqlMailbox, RedisFlights), StoreError> {
-    Ok((
-        Pg::new(&cfg.pg_url)?.fenced(epoch),
-        MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
-        // The heal writes under this epoch: a takeover meanwhile fences it (#38).
-        RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?.keeping(cfg.pipeline.journal_keep).fenced(epoch),
-    ))
 }
 
 /// What the pass found, counted; one INFO line when the stores agreed at once (the pass logged
@@ -504,7 +297,7 @@ fn ops_endpoint(
         }
     };
     let bound = server.local_addr().unwrap_or(addr);
-    let metrics = Arc::new(Metrics::new(ops.clone(), Pg::new(&cfg.pg_url)?, clock.clone()));
+    let metrics = Arc::new(Metrics::new(ops.clone(), RealStores::new(cfg).pg()?, clock.clone()));
     let ops = ops.clone();
     let h = thread::Builder::new()
         .name("metrics".into())
@@ -629,114 +422,6 @@ pub fn serve(
     Ok(())
 }
 
-/// The doorbells between the stages, as the topology says (`StageId::rings`).
-struct Doorbells {
-    doors: BTreeMap<StageId, Bell>,
-    bells: BTreeMap<StageId, Receiver<()>>,
-}
-
-impl Doorbells {
-    fn new() -> Doorbells {
-        let (mut doors, mut bells) = (BTreeMap::new(), BTreeMap::new());
-        for id in StageId::ALL.into_iter().filter(|s| s.has_bell()) {
-            let (door, bell) = bell();
-            doors.insert(id, door);
-            bells.insert(id, bell);
-        }
-        Doorbells { doors, bells }
-    }
-
-    /// Rings `id`'s bell.
-    fn door(&self, id: StageId) -> Bell {
-        self.doors[&id].clone()
-    }
-
-    /// The bells `id` rings when it made progress.
-    fn rings(&self, id: StageId) -> Vec<Bell> {
-        id.rings().iter().map(|r| self.door(*r)).collect()
-    }
-
-    /// `id`'s own bell (taken once), the bells it rings, its idle interval.
-    fn wire(&mut self, id: StageId, p: &crate::config::Pipeline) -> Wiring {
-        Wiring { bell: self.bells.remove(&id), rings: self.rings(id), idle: id.idle(p) }
-    }
-}
-
-/// The real stores of an active instance: every stage on connections of its own, fenced by
-/// `epoch` where the store can be fenced.
-struct Live<'a> {
-    cfg: &'a Config,
-    epoch: i64,
-    /// The token of Redis's last write the consistency pass read (the pump's handle starts there).
-    redis_token: Option<String>,
-    /// The pump's commit lane, started before the stages are built (it is a thread).
-    lane: Option<pump::lane::Behind>,
-}
-
-impl Live<'_> {
-    fn pg(&self) -> Result<Pg, StoreError> {
-        Ok(Pg::new(&self.cfg.pg_url)?.fenced(self.epoch))
-    }
-
-    fn mailbox(&self) -> Result<MysqlMailbox, StoreError> {
-        MysqlMailbox::new(&self.cfg.mysql_url, &self.cfg.inbound)
-    }
-
-    fn redis(&self) -> Result<RedisFlights, StoreError> {
-        Ok(RedisFlights::open(&self.cfg.redis, &self.cfg.redis_prefix)?
-            .keeping(self.cfg.pipeline.journal_keep))
-    }
-}
-
-impl topology::Stores for Live<'_> {
-    type Intake = Pg;
-    type Scan = MysqlMailbox;
-    type Fifo = Pg;
-    type Texts = MysqlMailbox;
-    type Flights = RedisFlights;
-    type Lane = pump::lane::Behind;
-    type Outbox = Pg;
-    type Producer = KafkaProducer;
-    type Outbound = MysqlOutbound;
-    type Ledger = Pg;
-    type Marks = MysqlMailbox;
-    type Housekeeping = Pg;
-    type Audit = Pg;
-    type MailboxAudit = MysqlMailbox;
-    type FlightAudit = RedisFlights;
-
-    fn poll(&mut self) -> Result<(Pg, MysqlMailbox), StoreError> {
-        Ok((self.pg()?, self.mailbox()?))
-    }
-
-    fn process(
-        &mut self,
-    ) -> Result<(Pg, MysqlMailbox, RedisFlights, Option<pump::lane::Behind>), StoreError> {
-        let flights = self.redis()?.fenced(self.epoch).expecting(self.redis_token.take());
-        Ok((self.pg()?, self.mailbox()?, flights, self.lane.take()))
-    }
-
-    fn dispatch(&mut self) -> Result<(Pg, KafkaProducer), StoreError> {
-        Ok((self.pg()?, KafkaProducer::new(self.cfg)?.greet(KAFKA_GREETING)))
-    }
-
-    fn outbound(&mut self) -> Result<(Pg, MysqlOutbound), StoreError> {
-        Ok((self.pg()?, MysqlOutbound::new(&self.cfg.mysql_url, &self.cfg.outbound)?))
-    }
-
-    fn backfill(&mut self) -> Result<(Pg, MysqlMailbox), StoreError> {
-        Ok((self.pg()?, self.mailbox()?))
-    }
-
-    fn jobs(&mut self) -> Result<Pg, StoreError> {
-        self.pg()
-    }
-
-    fn sentinel(&mut self) -> Result<(Pg, MysqlMailbox, RedisFlights), StoreError> {
-        Ok((self.pg()?, self.mailbox()?, self.redis()?))
-    }
-}
-
 /// Every stage of the active instance on its own thread, in `StageId::ALL`'s order (the
 /// topology shared with the simulator), with the doorbells the topology names.
 fn stages(
@@ -748,11 +433,9 @@ fn stages(
 ) -> Result<Vec<Thread>, DaemonError> {
     // The lane rings the stages behind the pump the moment a round's commit landed.
     let rings = bells.rings(StageId::Process);
-    let lane = pump::lane::Behind::spawn(Pg::new(&cfg.pg_url)?.fenced(epoch), move || {
-        rings.iter().for_each(Bell::ring)
-    })
-    .map_err(|e| DaemonError::StageFailed(format!("process-commit: {e}")))?;
-    let mut live = Live { cfg, epoch, redis_token, lane: Some(lane) };
+    let real = RealStores::new(cfg);
+    let lane = real.commit_lane(epoch, move || rings.iter().for_each(Bell::ring))?;
+    let mut live = real.live(epoch, redis_token, lane);
     let s = topology::stages(&mut live, cfg, ctx.gate.clone(), &ctx.stats)?;
     let p = &cfg.pipeline;
     let mut wire = |id: StageId| bells.wire(id, p);
@@ -772,7 +455,7 @@ fn stages(
 /// is stale) or that PostgreSQL lost the commits that handed that epoch out (it went back in
 /// time: #19) — then msgx stops before writing anything.
 fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<FlightsClaim, DaemonError> {
-    let mut redis = RedisFlights::open(&cfg.redis, &cfg.redis_prefix)?;
+    let mut redis = RealStores::new(cfg).redis()?;
     match redis.claim(epoch) {
         Ok(()) => Ok(FlightsClaim::Ours),
         Err(e) if e.is_fenced() => {
@@ -808,9 +491,10 @@ fn compat_server(cfg: &Config, epoch: i64, to_process: Bell, ctx: Context) -> Re
     let limits = compat::Limits::from_config(&cfg.compat);
     let workers = (0..limits.workers)
         .map(|_| -> Result<_, StoreError> {
+            let real = RealStores::new(cfg);
             Ok(compat::Worker::new(
-                MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?,
-                Pg::new(&cfg.pg_url)?.fenced(epoch),
+                real.mailbox()?,
+                real.pg_fenced(epoch)?,
                 ctx.clock.clone(),
                 limits.clone(),
             ))
@@ -821,57 +505,4 @@ fn compat_server(cfg: &Config, epoch: i64, to_process: Bell, ctx: Context) -> Re
         server.serve(workers, &stop, || to_process.ring());
         Exit::Stopped
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) -> Exit + Send + 'static {
-        move |stop: Receiver<()>| {
-            let _ = stop.recv(); // blocks until the supervisor disconnects it
-            flag.store(true, Ordering::SeqCst);
-            Exit::Stopped
-        }
-    }
-
-    #[test]
-    fn stop_request_ends_every_thread_cleanly() {
-        let (tx, rx) = bounded::<()>(0);
-        let (a, b) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let threads =
-            vec![Thread::new("a", until_stopped(a.clone())), Thread::new("b", until_stopped(b.clone()))];
-        drop(tx);
-        supervise(threads, &rx, Duration::from_secs(3600), || {}).expect("clean stop");
-        assert!(a.load(Ordering::SeqCst) && b.load(Ordering::SeqCst), "both saw stop");
-    }
-
-    #[test]
-    fn a_fenced_thread_stops_every_thread_and_the_run_fails_with_exit_1() {
-        let (_tx, rx) = bounded::<()>(0);
-        let other = Arc::new(AtomicBool::new(false));
-        let threads = vec![
-            Thread::new("steady", until_stopped(other.clone())),
-            Thread::new("lease", |_stop| Exit::Fenced("lease epoch 3 taken over".into())),
-        ];
-        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
-        assert!(matches!(&err, DaemonError::Fenced(w) if w.contains("epoch 3")), "{err}");
-        assert_eq!(err.exit(), crate::exit::Exit::Failed);
-        assert!(other.load(Ordering::SeqCst));
-    }
-
-    #[test]
-    fn a_panicking_thread_stops_the_others_and_fails_the_run() {
-        let (_tx, rx) = bounded::<()>(0); // nobody asks to stop
-        let other = Arc::new(AtomicBool::new(false));
-        let threads = vec![
-            Thread::new("steady", until_stopped(other.clone())),
-            Thread::new("broken", |_stop| panic!("boom (expected by this test)")),
-        ];
-        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
-        assert!(matches!(&err, DaemonError::StageFailed(n) if n == "broken"), "{err}");
-        assert_eq!(err.exit(), crate::exit::Exit::Failed);
-        assert!(other.load(Ordering::SeqCst), "the steady thread was stopped and joined");
-    }
 }

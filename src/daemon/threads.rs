@@ -1,0 +1,307 @@
+//! The daemon's thread runtime: one OS thread per stage running the shared [`Runner`], the lease
+//! keeper, the doorbells between them (bounded crossbeam channels of capacity 1: a full bell is
+//! already ringing) and the supervisor that stops and joins them all. Nothing here knows a real
+//! store: the threads are handed their stages and stores (`daemon::stores`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, select, Receiver, Sender};
+use log::{error, info};
+
+use super::DaemonError;
+use crate::clock::Clock;
+use crate::error::{Store, StoreError};
+use crate::lease::{LeaseGate, LeasePolicy};
+use crate::ports::{Claimant, LeaseStore};
+use crate::stage::runner::{Halt, Keeper, Runner, Turn};
+use crate::stage::{OutagePolicy, Stage, StageId, StallBoard};
+use crate::stats::Stats;
+
+/// A doorbell: ring it without ever blocking.
+#[derive(Clone)]
+pub struct Bell(Sender<()>);
+
+impl Bell {
+    pub fn ring(&self) {
+        let _ = self.0.try_send(());
+    }
+}
+
+pub fn bell() -> (Bell, Receiver<()>) {
+    let (tx, rx) = bounded(1);
+    (Bell(tx), rx)
+}
+
+/// Waits for the stop signal, a doorbell or the timeout; true when stopping. A zero pause
+/// only checks for stop.
+pub fn pause_or_stop(stop: &Receiver<()>, bell: Option<&Receiver<()>>, pause: Duration) -> bool {
+    if pause.is_zero() {
+        return !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
+    }
+    let never = crossbeam_channel::never();
+    let bell = bell.unwrap_or(&never);
+    select! {
+        recv(stop) -> _ => true,
+        recv(bell) -> _ => false,
+        default(pause) => false,
+    }
+}
+
+/// How a stage thread ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Stopped,
+    /// A newer instance holds the lease.
+    Fenced(String),
+    /// A store forgot what it acknowledged (#19): stop, a person decides.
+    Forgot(String),
+}
+
+/// A thread of the daemon: its loop runs until its stop receiver disconnects.
+pub struct Thread {
+    name: &'static str,
+    body: Box<dyn FnOnce(Receiver<()>) -> Exit + Send>,
+}
+
+impl Thread {
+    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) -> Exit + Send + 'static) -> Thread {
+        Thread { name, body: Box::new(body) }
+    }
+}
+
+/// What every stage thread shares.
+#[derive(Clone)]
+pub struct Context {
+    pub clock: Arc<dyn Clock>,
+    pub gate: Arc<LeaseGate>,
+    pub board: StallBoard,
+    pub stats: Arc<Stats>,
+    pub outage: OutagePolicy,
+}
+
+/// Where a stage's doorbells come from and go to, and its idle interval.
+pub struct Wiring {
+    pub bell: Option<Receiver<()>>,
+    pub rings: Vec<Bell>,
+    pub idle: Duration,
+}
+
+/// A stage's thread: the runner's turns, pauses between them, until stop (SPEC §4.9).
+pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Context) -> Thread {
+    Thread::new(S::ID.name(), move |stop| {
+        let mut runner = Runner::new(S::ID, ctx.outage, wiring.idle);
+        loop {
+            let now = ctx.clock.now();
+            let pause = match runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, now) {
+                Turn::Again { wake, ring } => {
+                    if ring {
+                        wiring.rings.iter().for_each(Bell::ring);
+                    }
+                    wake.duration_since(ctx.clock.now()).unwrap_or_default()
+                }
+                Turn::Stalled { wake, .. } => wake.duration_since(ctx.clock.now()).unwrap_or_default(),
+                Turn::Stop(Halt::Forgot(why)) => return Exit::Forgot(why),
+                Turn::Stop(Halt::Fenced(why)) => return Exit::Fenced(why),
+            };
+            if pause_or_stop(&stop, wiring.bell.as_ref(), pause) {
+                stage.close();
+                return Exit::Stopped;
+            }
+        }
+    })
+}
+
+/// The lease keeper: renews every `renew-interval`, confirms the gate after each renewal,
+/// reports the stalled stages with it, and closes the gate for good when a newer instance
+/// holds the lease. A lease store that is unreachable is an outage, not a lost lease: the
+/// gate closes when the last confirmation runs out, and opens again if a late renewal finds
+/// the lease still ours.
+pub fn lease_keeper(
+    mut store: impl LeaseStore + Send + 'static,
+    me: Claimant,
+    policy: LeasePolicy,
+    ctx: Context,
+) -> Thread {
+    Thread::new("lease", move |stop| {
+        let mut keeper = Keeper::new(policy.duration, ctx.outage);
+        let epoch = ctx.gate.epoch();
+        loop {
+            let sent = ctx.clock.now();
+            let sent_mono = ctx.clock.mono();
+            let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
+            match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
+                Some(Halt::Fenced(why)) => return Exit::Fenced(why),
+                Some(Halt::Forgot(why)) => return Exit::Forgot(why),
+                None => {}
+            }
+            if pause_or_stop(&stop, None, policy.renew_every) {
+                return Exit::Stopped;
+            }
+        }
+    })
+}
+
+/// Runs the threads until `stop` disconnects or one of them ends on its own (fenced, or a
+/// panic). Either way every thread is then told to stop, finishes its round and is joined;
+/// `on_tick` runs every `tick` meanwhile (the stats line).
+pub fn supervise(
+    threads: Vec<Thread>,
+    stop: &Receiver<()>,
+    tick: Duration,
+    mut on_tick: impl FnMut(),
+) -> Result<(), DaemonError> {
+    let (inner_stop_tx, inner_stop) = bounded::<()>(0);
+    let (exit_tx, exit_rx) = crossbeam_channel::unbounded::<(&'static str, Option<Exit>)>();
+    let mut handles = Vec::new();
+    for t in threads {
+        let tx = exit_tx.clone();
+        let rx = inner_stop.clone();
+        let Thread { name, body } = t;
+        let h = thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let mut guard = ExitGuard { name, tx, exit: None };
+                guard.exit = Some(body(rx));
+            })
+            .map_err(|e| {
+                StoreError::unavailable(Store::Daemon, format!("cannot start thread {name}: {e}"))
+            })?;
+        handles.push(h);
+    }
+    drop(exit_tx);
+    let early: Option<DaemonError> = loop {
+        select! {
+            recv(exit_rx) -> msg => {
+                break Some(match msg {
+                    Ok((_, Some(Exit::Fenced(why)))) => DaemonError::Fenced(why),
+                    Ok((_, Some(Exit::Forgot(why)))) => DaemonError::Forgot(why),
+                    Ok((name, exit)) => {
+                        error!("stage {name} ended{} before stop was requested", if exit.is_none() { " by a panic" } else { "" });
+                        DaemonError::StageFailed(name.to_string())
+                    }
+                    Err(_) => DaemonError::StageFailed("?".into()),
+                });
+            }
+            recv(stop) -> _ => break None,
+            default(tick) => on_tick(),
+        }
+    };
+    info!("stopping: finishing the rounds in hand");
+    drop(inner_stop_tx);
+    let mut panicked = None;
+    for h in handles {
+        let name = h.thread().name().unwrap_or("?").to_string();
+        if h.join().is_err() {
+            panicked.get_or_insert(name);
+        }
+    }
+    match (early, panicked) {
+        (Some(e), _) => Err(e),
+        (None, Some(name)) => Err(DaemonError::StageFailed(name)),
+        (None, None) => Ok(()),
+    }
+}
+
+/// Tells the supervisor when a thread ends: with its exit, or `None` when it panicked.
+struct ExitGuard {
+    name: &'static str,
+    tx: Sender<(&'static str, Option<Exit>)>,
+    exit: Option<Exit>,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let exit = if thread::panicking() { None } else { self.exit.take() };
+        let _ = self.tx.send((self.name, exit));
+    }
+}
+
+/// The doorbells between the stages, as the topology says (`StageId::rings`).
+#[derive(Default)]
+pub struct Doorbells {
+    doors: BTreeMap<StageId, Bell>,
+    bells: BTreeMap<StageId, Receiver<()>>,
+}
+
+impl Doorbells {
+    pub fn new() -> Doorbells {
+        let (mut doors, mut bells): (BTreeMap<_, _>, BTreeMap<_, _>) = Default::default();
+        for id in StageId::ALL.into_iter().filter(|s| s.has_bell()) {
+            let (door, bell) = bell();
+            doors.insert(id, door);
+            bells.insert(id, bell);
+        }
+        Doorbells { doors, bells }
+    }
+
+    /// Rings `id`'s bell.
+    pub fn door(&self, id: StageId) -> Bell {
+        self.doors[&id].clone()
+    }
+
+    /// The bells `id` rings when it made progress.
+    pub fn rings(&self, id: StageId) -> Vec<Bell> {
+        id.rings().iter().map(|r| self.door(*r)).collect()
+    }
+
+    /// `id`'s own bell (taken once), the bells it rings, its idle interval.
+    pub fn wire(&mut self, id: StageId, p: &crate::config::Pipeline) -> Wiring {
+        Wiring { bell: self.bells.remove(&id), rings: self.rings(id), idle: id.idle(p) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) -> Exit + Send + 'static {
+        move |stop: Receiver<()>| {
+            let _ = stop.recv(); // blocks until the supervisor disconnects it
+            flag.store(true, Ordering::SeqCst);
+            Exit::Stopped
+        }
+    }
+
+    #[test]
+    fn stop_request_ends_every_thread_cleanly() {
+        let (tx, rx) = bounded::<()>(0);
+        let (a, b) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let threads =
+            vec![Thread::new("a", until_stopped(a.clone())), Thread::new("b", until_stopped(b.clone()))];
+        drop(tx);
+        supervise(threads, &rx, Duration::from_secs(3600), || {}).expect("clean stop");
+        assert!(a.load(Ordering::SeqCst) && b.load(Ordering::SeqCst), "both saw stop");
+    }
+
+    #[test]
+    fn a_fenced_thread_stops_every_thread_and_the_run_fails_with_exit_1() {
+        let (_tx, rx) = bounded::<()>(0);
+        let other = Arc::new(AtomicBool::new(false));
+        let threads = vec![
+            Thread::new("steady", until_stopped(other.clone())),
+            Thread::new("lease", |_stop| Exit::Fenced("lease epoch 3 taken over".into())),
+        ];
+        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
+        assert!(matches!(&err, DaemonError::Fenced(w) if w.contains("epoch 3")), "{err}");
+        assert_eq!(err.exit(), crate::exit::Exit::Failed);
+        assert!(other.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_panicking_thread_stops_the_others_and_fails_the_run() {
+        let (_tx, rx) = bounded::<()>(0); // nobody asks to stop
+        let other = Arc::new(AtomicBool::new(false));
+        let threads = vec![
+            Thread::new("steady", until_stopped(other.clone())),
+            Thread::new("broken", |_stop| panic!("boom (expected by this test)")),
+        ];
+        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
+        assert!(matches!(&err, DaemonError::StageFailed(n) if n == "broken"), "{err}");
+        assert_eq!(err.exit(), crate::exit::Exit::Failed);
+        assert!(other.load(Ordering::SeqCst), "the steady thread was stopped and joined");
+    }
+}
