@@ -26,6 +26,9 @@ pub enum Bug {
     OutageCharged,
     /// The consistency pass finds a store that forgot and heals nothing (#20).
     HealSkipped,
+    /// The consistency pass heals Redis without the epoch's fence: a heal that lost its lease
+    /// writes over what the newer holder's pump wrote (#38).
+    HealUnfenced,
     /// Redis drops the journal entry of a decision that changes no value (the same value
     /// again) although it answers that it applied it (#37).
     NoOpJournalDropped,

@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
+use crate::consistency::Pass;
 use crate::daemon::lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
 use crate::daemon::topology;
 use crate::error::StoreError;
@@ -42,6 +43,7 @@ use crate::pump::lane;
 use crate::stage::runner::{Halt, Keeper, Runner, Runs, Turn};
 use crate::stage::{StageId, StallBoard};
 use crate::stats::Stats;
+use crate::store::memory::stepped::{Access, At, Stepped};
 use crate::store::memory::{
     Fault, FlightsState, MemFlights, MemMailbox, MemOutbound, MemPg, MemProducer, PgState,
 };
@@ -75,15 +77,49 @@ struct Active {
     lease_wake: SystemTime,
 }
 
+/// An instance comparing the stores (and healing) before it serves: the pass runs one store
+/// call per turn, so a crash, a freeze or a takeover can fall between any two of its calls, and
+/// the lease is renewed meanwhile as `daemon::renewing` renews it (#38).
+struct Comparing {
+    epoch: i64,
+    /// The step the pass started at: what it finds, it found about the stores as they were
+    /// then (a pass frozen long ends long after) — and the step the stores were last found to
+    /// agree at, then.
+    started: u64,
+    clean_before: u64,
+    /// The gate made when the lease was won, as the daemon makes it: the stages start with it.
+    gate: Arc<LeaseGate>,
+    pass: Stepped<Pass>,
+    /// When the pass makes its next call.
+    wake: SystemTime,
+    /// When the lease is renewed next; `None` once it was taken over (the heal's writes are
+    /// fenced from then on).
+    lease_wake: Option<SystemTime>,
+}
+
+/// What an instance does on its turn.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// A standby claims the lease.
+    Claim,
+    /// The lease keeper renews (while compared, or active).
+    Renew,
+    /// The pass makes its next call.
+    Pass,
+    /// A stage runs a round.
+    Stage(usize),
+}
+
 enum Life {
     /// Waiting for the lease (PRE-5), trying again at `wake`.
     Standby {
         wake: SystemTime,
     },
+    Comparing(Box<Comparing>),
     Active(Box<Active>),
-    /// Not scheduled until `until` (SIGSTOP, a VM pause).
+    /// Not scheduled until `until` (SIGSTOP, a VM pause): comparing or active before, and after.
     Frozen {
-        active: Box<Active>,
+        was: Box<Life>,
         until: SystemTime,
     },
     /// Crashed, fenced or stopped.
@@ -240,7 +276,10 @@ impl Sim {
     pub fn step(&mut self) {
         self.step += 1;
         self.timers();
-        if self.step % 25 == 0 {
+        // Dumps from before the stores were first found to agree lack the mark that says from
+        // where the Redis journal is kept (`journal:pruned`): going back to one is a forget no
+        // evidence can prove healable, a person's (tested in `consistency`), not the sim's.
+        if self.step % 25 == 0 && self.last_clean_pass > 0 {
             self.backups.push_back((self.step, self.pg.state(), self.flights.state()));
             if self.backups.len() > 4 {
                 self.backups.pop_front();
@@ -346,10 +385,10 @@ impl Sim {
         let mut thawed = Vec::new();
         for i in &mut self.instances {
             if matches!(&i.life, Life::Frozen { until, .. } if *until <= now) {
-                let Life::Frozen { active, .. } = std::mem::replace(&mut i.life, Life::Gone) else {
+                let Life::Frozen { was, .. } = std::mem::replace(&mut i.life, Life::Gone) else {
                     unreachable!()
                 };
-                i.life = Life::Active(active);
+                i.life = *was;
                 thawed.push(i.name.clone());
             }
         }
@@ -396,7 +435,9 @@ impl Sim {
 
     fn crash(&mut self) {
         let live: Vec<usize> = (0..self.instances.len())
-            .filter(|i| matches!(self.instances[*i].life, Life::Active(_) | Life::Frozen { .. }))
+            .filter(|i| {
+                matches!(self.instances[*i].life, Life::Active(_) | Life::Comparing(_) | Life::Frozen { .. })
+            })
             .collect();
         if live.is_empty() {
             return;
@@ -411,17 +452,21 @@ impl Sim {
 
     fn freeze(&mut self) {
         let active: Vec<usize> = (0..self.instances.len())
-            .filter(|i| matches!(self.instances[*i].life, Life::Active(_)))
+            .filter(|i| matches!(self.instances[*i].life, Life::Active(_) | Life::Comparing(_)))
             .collect();
         if active.is_empty() {
             return;
         }
         let i = *self.rng.pick(&active);
-        let until = self.clock.now() + Duration::from_millis(self.rng.range(100, 30_000));
-        let Life::Active(a) = std::mem::replace(&mut self.instances[i].life, Life::Gone) else {
-            unreachable!()
-        };
-        self.instances[i].life = Life::Frozen { active: a, until };
+        let d = Duration::from_millis(self.rng.range(100, 30_000));
+        self.freeze_for(i, d);
+    }
+
+    /// Instance `i` stops being scheduled for `d`; a standby is there to take over.
+    fn freeze_for(&mut self, i: usize, d: Duration) {
+        let until = self.clock.now() + d;
+        let was = std::mem::replace(&mut self.instances[i].life, Life::Gone);
+        self.instances[i].life = Life::Frozen { was: Box::new(was), until };
         let name = self.instances[i].name.clone();
         self.say(format!(
             "{name} frozen until {:?}",
@@ -464,6 +509,10 @@ impl Sim {
                     t.push(a.lease_wake);
                     t.extend(a.slots.iter().map(|s| s.wake));
                 }
+                Life::Comparing(c) => {
+                    t.push(c.wake);
+                    t.extend(c.lease_wake);
+                }
                 Life::Frozen { until, .. } => t.push(*until),
                 Life::Gone => {}
             }
@@ -476,17 +525,28 @@ impl Sim {
     /// Runs one due thing picked at random, or moves the clock to the next wake-up.
     fn run_something(&mut self) {
         let now = self.clock.now();
-        // (instance, what): what = None for the lease keeper or a standby, Some(slot).
-        let mut due: Vec<(usize, Option<usize>)> = Vec::new();
+        let mut due: Vec<(usize, Due)> = Vec::new();
         for (k, i) in self.instances.iter().enumerate() {
             match &i.life {
-                Life::Standby { wake } if *wake <= now => due.push((k, None)),
+                Life::Standby { wake } if *wake <= now => due.push((k, Due::Claim)),
+                Life::Comparing(c) => {
+                    if c.lease_wake.is_some_and(|w| w <= now) {
+                        due.push((k, Due::Renew));
+                    }
+                    if c.wake <= now {
+                        due.push((k, Due::Pass));
+                    }
+                }
                 Life::Active(a) => {
                     if a.lease_wake <= now {
-                        due.push((k, None));
+                        due.push((k, Due::Renew));
                     }
                     due.extend(
-                        a.slots.iter().enumerate().filter(|(_, s)| s.wake <= now).map(|(n, _)| (k, Some(n))),
+                        a.slots
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| s.wake <= now)
+                            .map(|(n, _)| (k, Due::Stage(n))),
                     );
                 }
                 _ => {}
@@ -500,9 +560,10 @@ impl Sim {
         }
         let (k, what) = *self.rng.pick(&due);
         match what {
-            None if matches!(self.instances[k].life, Life::Standby { .. }) => self.try_claim(k),
-            None => self.renew(k),
-            Some(n) => self.run_stage(k, n),
+            Due::Claim => self.try_claim(k),
+            Due::Renew => self.renew(k),
+            Due::Pass => self.pass_turn(k),
+            Due::Stage(n) => self.run_stage(k, n),
         }
     }
 
@@ -563,30 +624,95 @@ impl Sim {
         }
     }
 
-    /// The daemon's consistency pass before the stages start (`consistency::pass`, the same
-    /// function), with the simulator's bookkeeping: a pass that found something with no forget
-    /// since the stores last agreed is a false alarm (#37).
-    fn consistency_pass(&mut self, epoch: i64) -> crate::consistency::Pass {
-        use crate::consistency::{check, pass, Depth, HealBudget, Pass, PassPolicy, Stores};
-        let keep = self.cfg.pipeline.journal_keep;
-        let (mut pg, mut mb, mut fl) = (
-            self.pg.session().fenced(epoch),
-            self.mailbox.clone(),
-            self.flights.handle().keeping(keep).fenced(epoch),
-        );
-        let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
-        let now = self.clock.now();
-        let outcome = if planted::on(Bug::HealSkipped) {
-            // The planted bug: a pass that finds a store that forgot and heals nothing.
-            match check(&mut st, Depth::Full { sample: 1.0 }, now) {
-                Ok(r) => Pass::Agreed { token: r.redis.token, report: Default::default(), healed: None },
-                Err(e) => Pass::Away(e),
-            }
-        } else {
-            let p = &self.cfg.pipeline;
-            let budget = HealBudget { per_hour: p.max_heals_per_hour };
-            pass(&mut st, PassPolicy { epoch, sample: p.check_sample_ratio, budget }, now)
+    /// Starts the daemon's consistency pass (`consistency::pass`, the same function) for
+    /// instance `k` under `epoch`, on the stores as `daemon::stores::RealStores::compared` opens
+    /// them: one store call per turn from now on.
+    fn start_pass(&mut self, k: usize, epoch: i64, gate: Arc<LeaseGate>) {
+        use crate::consistency::{check, pass, Depth, HealBudget, PassPolicy, Stores};
+        let p = &self.cfg.pipeline;
+        let policy = PassPolicy {
+            epoch,
+            sample: p.check_sample_ratio,
+            budget: HealBudget { per_hour: p.max_heals_per_hour },
         };
+        let mut pg = self.pg.session().fenced(epoch);
+        let mut mailbox = self.mailbox.clone();
+        let flights = self.flights.handle().keeping(p.journal_keep);
+        // The planted bug: the heal writes Redis without the epoch's fence (#38).
+        let mut flights = if planted::on(Bug::HealUnfenced) { flights } else { flights.fenced(epoch) };
+        let now = self.clock.now();
+        let pass = Stepped::spawn("sim-pass", move || {
+            let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+            if planted::on(Bug::HealSkipped) {
+                // The planted bug: a pass that finds a store that forgot and heals nothing.
+                return match check(&mut st, Depth::Full { sample: 1.0 }, now) {
+                    Ok(r) => Pass::Agreed { token: r.redis.token, report: Default::default(), healed: None },
+                    Err(e) => Pass::Away(e),
+                };
+            }
+            pass(&mut st, policy, now)
+        });
+        let lease_wake = Some(now + self.cfg.lease.renew_every);
+        self.instances[k].life = Life::Comparing(Box::new(Comparing {
+            epoch,
+            started: self.step,
+            clean_before: self.last_clean_pass,
+            gate,
+            pass,
+            wake: now,
+            lease_wake,
+        }));
+        let name = self.instances[k].name.clone();
+        self.say(format!("{name} compares the stores, epoch {epoch}"));
+    }
+
+    /// One turn of instance `k`'s pass: its next store call, or its end. Before a write, the
+    /// lifecycle's own faults may fall: a freeze longer than the lease (a standby takes over
+    /// mid-heal) or a crash (#38).
+    fn pass_turn(&mut self, k: usize) {
+        let now = self.clock.now();
+        let Life::Comparing(c) = &mut self.instances[k].life else { return };
+        match c.pass.step() {
+            At::Call(store, access) => {
+                c.wake = now + Duration::from_millis(self.rng.range(1, 50));
+                // Most often where it matters most: while a store that forgot is healed.
+                let per_mille = if self.forgotten { 20 } else { 3 };
+                if access == Access::Write && self.rng.chance(per_mille) {
+                    let name = self.instances[k].name.clone();
+                    let during = if self.forgotten { "heal" } else { "pass" };
+                    if self.rng.chance(300) {
+                        self.instances[k].life = Life::Gone;
+                        self.say(format!("{name} crashed before a write to {store:?} in its {during}"));
+                        let delay = Duration::from_millis(self.rng.range(0, 3000));
+                        self.spawn_standby(delay);
+                    } else {
+                        let lease = self.cfg.lease.duration;
+                        let d =
+                            lease + Duration::from_millis(self.rng.range(0, 2 * lease.as_millis() as u64));
+                        self.say(format!("{name} freezes before a write to {store:?} in its {during}"));
+                        self.freeze_for(k, d);
+                    }
+                }
+            }
+            At::Done(pass) => {
+                let (epoch, gate) = (c.epoch, c.gate.clone());
+                let steps = (c.clean_before, c.started);
+                self.pass_done(k, epoch, steps, gate, pass);
+            }
+        }
+    }
+
+    /// Instance `k`'s pass, started at step `started` (the stores last found to agree at
+    /// `clean_before`), ended: the simulator's bookkeeping — a pass that found something with no
+    /// forget since `clean_before` is a false alarm (#37) —, then what the lifecycle says.
+    fn pass_done(
+        &mut self,
+        k: usize,
+        epoch: i64,
+        (clean_before, started): (u64, u64),
+        gate: Arc<LeaseGate>,
+        outcome: Pass,
+    ) {
         if std::env::var("SIM_DEBUG").is_ok() {
             let seq = self.flights.inspect(|f| f.seq);
             eprintln!("pass at step {} (redis seq {seq}): {outcome:?}", self.step);
@@ -594,20 +720,25 @@ impl Sim {
         if let Pass::Agreed { report, healed, .. } = &outcome {
             if !report.is_clean() {
                 self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
-                if self.last_forget.is_none_or(|f| f < self.last_clean_pass) {
+                if self.last_forget.is_none_or(|f| f < clean_before) {
                     self.false_alarm.get_or_insert(format!(
-                        "false alarm: the pass at step {} found {:?} with no forget since the stores last agreed (step {})",
-                        self.step, report.findings, self.last_clean_pass
+                        "false alarm: the pass started at step {started} found {:?} with no forget since the stores last agreed (step {clean_before})",
+                        report.findings
                     ));
                 }
             }
             if !report.suspicions.is_empty() {
                 self.say(format!("consistency suspicions: {:?}", report.suspicions));
             }
-            self.forgotten = false;
-            self.last_clean_pass = self.step;
+            // A forget after its start may be one it never saw.
+            if self.last_forget.is_none_or(|f| f < started) {
+                self.forgotten = false;
+            }
+            self.last_clean_pass = self.last_clean_pass.max(started);
+            self.instances[k].clean_at = started;
         }
-        outcome
+        let next = self.instances[k].lifecycle.compared(outcome, &self.cfg.pipeline.outage);
+        self.follow(k, epoch, Some(gate), next);
     }
 
     /// The flights claimed for a new epoch, as the daemon's `claim_flights` tells the outcome.
@@ -636,30 +767,36 @@ impl Sim {
         let me = self.instances[k].me.clone();
         let renew = self.cfg.lease.renew_every;
         let floor = self.flights.inspect(|f| f.epoch);
+        let sent = self.clock.mono();
         match self.pg.session().claim_above(&me, self.cfg.lease.duration, floor) {
             Ok(Claim::Acquired { epoch, .. }) => {
+                // As the daemon: the gate counts from the claim, however long the pass takes.
+                let clock = Arc::new(self.clock.clone());
+                let gate = Arc::new(LeaseGate::new(epoch, clock, sent, self.cfg.lease.duration));
                 let flights = self.claim_flights(epoch);
                 let on_start = self.cfg.pipeline.check_on_startup;
-                let mut next = self.instances[k].lifecycle.claimed(flights, on_start);
-                if next == Next::Compare {
-                    let pass = self.consistency_pass(epoch);
-                    next = self.instances[k].lifecycle.compared(pass, &self.cfg.pipeline.outage);
+                match self.instances[k].lifecycle.claimed(flights, on_start) {
+                    Next::Compare => self.start_pass(k, epoch, gate),
+                    next => {
+                        self.instances[k].clean_at = self.step;
+                        self.follow(k, epoch, Some(gate), next)
+                    }
                 }
-                self.follow(k, epoch, next);
             }
             Ok(Claim::HeldBy(_)) | Err(_) => self.instances[k].life = Life::Standby { wake: now + renew },
         }
     }
 
     /// Does what the lifecycle says comes next for instance `k`, holding `epoch`.
-    fn follow(&mut self, k: usize, epoch: i64, next: Next) {
+    /// `gate`: the one made when the lease was won (the stages start with it).
+    fn follow(&mut self, k: usize, epoch: i64, gate: Option<Arc<LeaseGate>>, next: Next) {
         let now = self.clock.now();
         let name = self.instances[k].name.clone();
         match next {
             Next::Serve(token) => {
-                let active = self.activate(epoch, now, token);
+                let gate = gate.expect("serving follows a won lease");
+                let active = self.activate(gate, now, token);
                 self.instances[k].life = Life::Active(Box::new(active));
-                self.instances[k].clean_at = self.step;
                 self.say(format!("{name} acquired the lease, epoch {epoch}"));
             }
             Next::Again { pause, forgot, why } => {
@@ -685,7 +822,7 @@ impl Sim {
                 };
                 self.stop(k, &why);
             }
-            Next::Compare => unreachable!("compared in try_claim"),
+            Next::Compare => unreachable!("a pass is started where the lifecycle asks for one"),
         }
     }
 
@@ -693,6 +830,20 @@ impl Sim {
     fn renew(&mut self, k: usize) {
         let now = self.clock.now();
         let (me, policy) = (self.instances[k].me.clone(), self.cfg.lease);
+        let name = self.instances[k].name.clone();
+        if let Life::Comparing(c) = &mut self.instances[k].life {
+            // As `daemon::renewing`: renewed while compared; once taken over, not any more.
+            let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
+            c.lease_wake = match self.pg.session().renew(&me, c.epoch, policy.duration, &status) {
+                Ok(false) => None,
+                Ok(true) | Err(_) => Some(now + policy.renew_every),
+            };
+            if c.lease_wake.is_none() {
+                let epoch = c.epoch;
+                self.say(format!("{name} lease epoch={epoch} taken over while compared"));
+            }
+            return;
+        }
         let Life::Active(a) = &mut self.instances[k].life else { return };
         let mut lease = a.lease.clone();
         a.lease_wake = now + policy.renew_every;
@@ -731,7 +882,7 @@ impl Sim {
             }
         }
         let next = self.instances[k].lifecycle.served(served, stale, false);
-        self.follow(k, epoch, next);
+        self.follow(k, epoch, None, next);
     }
 
     /// One turn of the daemon's runner for slot `n` of instance `k`.
@@ -762,14 +913,9 @@ impl Sim {
     }
 
     /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
-    fn activate(&self, epoch: i64, now: SystemTime, seen: Option<String>) -> Active {
+    fn activate(&self, gate: Arc<LeaseGate>, now: SystemTime, seen: Option<String>) -> Active {
         let p = &self.cfg.pipeline;
-        let gate = Arc::new(LeaseGate::new(
-            epoch,
-            Arc::new(self.clock.clone()),
-            self.clock.mono(),
-            self.cfg.lease.duration,
-        ));
+        let epoch = gate.epoch();
         let stats = Arc::new(Stats::default());
         let stage_gate: Arc<dyn Gate> = Arc::new(Mischief::new(gate.clone()));
         let mut twins = Twins { sim: self, epoch, seen };

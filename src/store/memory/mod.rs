@@ -12,6 +12,7 @@ mod flights;
 mod kafka;
 mod mailbox;
 mod pg;
+pub mod stepped;
 
 pub use flights::{FlightState as MemFlightState, FlightsState, MemFlights};
 pub use kafka::{MemProducer, ProducerState};
@@ -97,6 +98,7 @@ impl<T> Shared<T> {
 
     /// A read: runs `f` unless a failure is due.
     pub fn read<R>(&self, store: Store, f: impl FnOnce(&T) -> StoreResult<R>) -> StoreResult<R> {
+        stepped::before_call(store, stepped::Access::Read)?;
         let mut cell = self.lock();
         match Self::due(&mut cell) {
             None => f(&cell.state),
@@ -107,6 +109,7 @@ impl<T> Shared<T> {
 
     /// A write: runs `f` unless a failure is due; a [`Fault::Lost`] runs it and then fails.
     pub fn write<R>(&self, store: Store, f: impl FnOnce(&mut T) -> StoreResult<R>) -> StoreResult<R> {
+        stepped::before_call(store, stepped::Access::Write)?;
         let mut cell = self.lock();
         match Self::due(&mut cell) {
             None => f(&mut cell.state),
