@@ -560,7 +560,7 @@ impl Sim {
         }
         let (k, what) = *self.rng.pick(&due);
         match what {
-            Due::Claim => self.try_claim(k),
+            Due::Claim => self.standby_turn(k),
             Due::Renew => self.renew(k),
             Due::Pass => self.pass_turn(k),
             Due::Stage(n) => self.run_stage(k, n),
@@ -762,7 +762,7 @@ impl Sim {
 
     /// A standby's turn: the lease claimed, the flights claimed, the stores compared — what
     /// follows is the daemon's `Lifecycle`'s.
-    fn try_claim(&mut self, k: usize) {
+    fn standby_turn(&mut self, k: usize) {
         let now = self.clock.now();
         let me = self.instances[k].me.clone();
         let renew = self.cfg.lease.renew_every;
@@ -820,7 +820,12 @@ impl Sim {
                     End::Fenced(why) => format!("fenced (exit 1): {why}"),
                     End::NotHealed(why) => format!("not healed (exit 6): {why}"),
                 };
-                self.stop(k, &why);
+                if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
+                    a.slots.iter_mut().for_each(|s| s.stage.close());
+                }
+                self.say(format!("{name} stops: {why}"));
+                // systemd starts it again.
+                self.spawn_standby(Duration::from_secs(1));
             }
             Next::Compare => unreachable!("a pass is started where the lifecycle asks for one"),
         }
@@ -853,16 +858,6 @@ impl Sim {
             Some(Halt::Forgot(e)) => self.served(k, Served::Forgot(format!("lease keeper: {e}"))),
             None => {}
         }
-    }
-
-    /// An instance that stops on its own (fenced, lease lost) — systemd starts it again.
-    fn stop(&mut self, k: usize, why: &str) {
-        if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
-            a.slots.iter_mut().for_each(|s| s.stage.close());
-        }
-        let name = self.instances[k].name.clone();
-        self.say(format!("{name} stops: {why}"));
-        self.spawn_standby(Duration::from_secs(1));
     }
 
     /// A holding of instance `k` ended (a stage or its lease keeper stopped): what follows is the
