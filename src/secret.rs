@@ -4,7 +4,13 @@
 //!
 //! Forms redacted by [`redact`]: URL userinfo (`scheme://user:PASSWORD@host`), URL query
 //! parameters (`?password=…`, `&sslpassword=…`, `pass`, `pwd`), and libpq key=value strings
-//! (`host=h password=… user=u`, quoted values included).
+//! (`host=h password=… user=u`, quoted values included). A URL's userinfo is read both as the
+//! `postgres` driver reads it (up to the first `@` anywhere, so a password may hold `/`, `?` or
+//! `#`) and as a URL parser reads it (the `mysql` and `redis` drivers: up to the last `@` of the
+//! authority); whatever either calls a password is masked (#42).
+//!
+//! What [`remember_in`] learns to scrub: each secret as written, and as the driver that reads the
+//! string decodes it (percent-decoding, quoting), asked of the driver's own parser.
 
 use std::borrow::Cow;
 use std::sync::RwLock;
@@ -67,8 +73,8 @@ pub fn redact(connection: &str) -> String {
     out
 }
 
-/// The secrets a connection string holds, in any of the forms the drivers accept (a quoted
-/// key=value secret both as written and unescaped).
+/// The secrets a connection string holds, in any of the forms the drivers accept: as written
+/// (a quoted key=value secret also unescaped) and as the driver decodes it.
 pub fn passwords(connection: &str) -> Vec<String> {
     let mut found = Vec::new();
     for span in spans(connection) {
@@ -79,39 +85,90 @@ pub fn passwords(connection: &str) -> Vec<String> {
             found.push(unescaped);
         }
     }
+    found.extend(decoded(connection).filter(|p| !p.is_empty() && !found.contains(p)));
     found
+}
+
+/// The password as the driver that reads `connection` decodes it, asked of its own parser.
+fn decoded(connection: &str) -> Option<String> {
+    let scheme = url_scheme(connection).map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        None | Some("postgres" | "postgresql") => {
+            let config: postgres::Config = connection.parse().ok()?;
+            config.get_password().map(|p| String::from_utf8_lossy(p).into_owned())
+        }
+        Some("mysql") => mysql::Opts::from_url(connection).ok()?.get_pass().map(str::to_string),
+        Some(_) => {
+            let info = redis::IntoConnectionInfo::into_connection_info(connection).ok()?;
+            info.redis_settings().password().map(str::to_string)
+        }
+    }
 }
 
 /// Where the secrets stand, in order, never overlapping, never empty.
 fn spans(connection: &str) -> Vec<std::ops::Range<usize>> {
     let mut found = Vec::new();
-    if let Some(scheme_end) = connection.find("://") {
-        let base = scheme_end + 3;
+    if let Some((_, base)) = url_scheme(connection) {
         let rest = &connection[base..];
+        // As `postgres` reads it: the userinfo runs to the first `@`, wherever it stands.
+        let first_at = rest.find('@');
+        // As a URL parser reads it: the authority ends at `/`, `?` or `#`; its userinfo runs
+        // to the last `@` in it.
         let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        if let Some(at) = rest[..authority_end].rfind('@') {
+        let last_at = rest[..authority_end].rfind('@');
+        for at in [first_at, last_at].into_iter().flatten() {
             if let Some(colon) = rest[..at].find(':') {
                 found.push(base + colon + 1..base + at);
             }
+            found.extend(query_spans(connection, base + at + 1));
         }
-        if let Some(q) = rest.find('?') {
-            let mut pos = base + q + 1;
-            let query_end = connection[pos..].find('#').map_or(connection.len(), |h| pos + h);
-            for pair in connection[pos..query_end].split('&') {
-                if let Some((k, v)) = pair.split_once('=') {
-                    if is_secret_key(k) {
-                        let start = pos + k.len() + 1;
-                        found.push(start..start + v.len());
-                    }
-                }
-                pos += pair.len() + 1;
-            }
-        }
+        found.extend(query_spans(connection, base));
     } else {
         found.extend(key_value_spans(connection));
     }
     found.retain(|r| !r.is_empty());
+    merged(found)
+}
+
+/// The scheme of a URL and where what follows its `://` starts; `None` for any other string (a
+/// key=value string whose value holds `://` is not a URL).
+fn url_scheme(connection: &str) -> Option<(&str, usize)> {
+    let (scheme, _) = connection.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    let valid = first.is_ascii_alphabetic() && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    valid.then_some((scheme, scheme.len() + 3))
+}
+
+/// The secret query parameters of the query that starts after the first `?` from `from` on.
+fn query_spans(connection: &str, from: usize) -> Vec<std::ops::Range<usize>> {
+    let mut found = Vec::new();
+    let Some(q) = connection[from..].find('?') else { return found };
+    let mut pos = from + q + 1;
+    let query_end = connection[pos..].find('#').map_or(connection.len(), |h| pos + h);
+    for pair in connection[pos..query_end].split('&') {
+        if let Some((k, v)) = pair.split_once('=') {
+            if is_secret_key(k) {
+                let start = pos + k.len() + 1;
+                found.push(start..start + v.len());
+            }
+        }
+        pos += pair.len() + 1;
+    }
     found
+}
+
+/// `spans` sorted, the overlapping ones joined.
+fn merged(mut spans: Vec<std::ops::Range<usize>>) -> Vec<std::ops::Range<usize>> {
+    spans.sort_by_key(|r| (r.start, r.end));
+    let mut out: Vec<std::ops::Range<usize>> = Vec::with_capacity(spans.len());
+    for r in spans {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 fn is_secret_key(key: &str) -> bool {
@@ -181,6 +238,11 @@ mod tests {
             ("host=h password='a b\\'c' user=u", "host=h password='***' user=u"),
             ("postgres://h/db?x=a@b", "postgres://h/db?x=a@b"),
             ("postgres://u:s@h/db", "postgres://u:***@h/db"),
+            // #42: `postgres` reads the userinfo up to the first `@`, wherever it stands.
+            ("postgres://u:p/a?s#s@h:5432/db", "postgres://u:***@h:5432/db"),
+            // A URL parser reads it up to the last `@` of the authority.
+            ("mysql://u:p@ss@h:3306/db", "mysql://u:***@h:3306/db"),
+            ("host=h password=a://b@c user=u", "host=h password=*** user=u"),
             ("not a url", "not a url"),
         ];
         for (given, want) in cases {
@@ -197,32 +259,65 @@ mod tests {
         assert!(matches!(scrub("nothing secret here"), Cow::Borrowed(_)));
     }
 
+    /// #42: a password with `/`, `?` and `#` in a `postgres` URL, as the driver accepts it, is
+    /// masked where it stands, in `check` and the start-up line, and scrubbed from any text.
+    #[test]
+    fn regression_a_postgres_url_password_with_slash_question_mark_and_hash_is_masked() {
+        let url = "postgres://msgx:p/a?s#s@127.0.0.1:5432/msgx";
+        let config: postgres::Config = url.parse().expect("the driver accepts it");
+        assert_eq!(config.get_password(), Some(&b"p/a?s#s"[..]), "what the driver reads");
+        assert_eq!(redact(url), "postgres://msgx:***@127.0.0.1:5432/msgx");
+        remember_in(url);
+        assert_eq!(scrub("auth failed for p/a?s#s"), "auth failed for ***");
+    }
+
+    #[test]
+    fn a_percent_encoded_password_is_scrubbed_as_written_and_as_decoded() {
+        remember_in("mysql://u:d%40c%2Fo%3Fd@h:3306/db");
+        assert_eq!(scrub("raw d%40c%2Fo%3Fd decoded d@c/o?d"), "raw *** decoded ***");
+    }
+
+    /// Every byte but ASCII letters and digits as `%XX`: a value any URL parser reads back whole.
+    fn encoded(pw: &str) -> String {
+        pw.bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect()
+    }
+
     fn secret() -> impl Strategy<Value = String> {
-        // Printable ASCII without the separators that end a value in each form.
-        "[A-Za-z0-9!$%*+,;~._-]{4,24}"
+        // Every printable ASCII character (#42).
+        "[ -~]{4,24}"
     }
 
     proptest! {
         #[test]
         fn no_generated_connection_string_shows_its_password(
             user in "[a-z]{1,8}", pw in secret(), host in "[a-z]{1,10}", port in 1u16..65535,
-            form in 0usize..5,
+            form in 0usize..6,
         ) {
-            let s = match form {
-                0 => format!("postgres://{user}:{pw}@{host}:{port}/db"),
-                1 => format!("mysql://{user}:{pw}@{host}:{port}/mailbox?ssl-mode=disabled"),
-                2 => format!("postgres://{user}@{host}:{port}/db?sslmode=disable&password={pw}"),
-                3 => format!("host={host} port={port} user={user} password={pw} dbname=msgx"),
-                _ => format!("host={host} password='{pw}' port={port}"),
+            // Each form as its driver accepts the password: raw where it may stand raw,
+            // percent-encoded in URLs, quoted and escaped in key=value.
+            let quoted = pw.replace('\\', "\\\\").replace('\'', "\\'");
+            let (s, written) = match form {
+                // `postgres` reads the userinfo to the first `@` and percent-decodes it: anything
+                // else may stand raw.
+                0 if !pw.contains(['@', '%']) => (format!("postgres://{user}:{pw}@{host}:{port}/db"), pw.clone()),
+                0 | 1 => (format!("postgres://{user}:{}@{host}:{port}/db", encoded(&pw)), encoded(&pw)),
+                2 => (format!("mysql://{user}:{}@{host}:{port}/mailbox", encoded(&pw)), encoded(&pw)),
+                3 => (format!("postgres://{user}@{host}:{port}/db?sslmode=disable&password={}", encoded(&pw)), encoded(&pw)),
+                4 => (format!("host={host} port={port} user={user} password='{quoted}' dbname=msgx"), quoted.clone()),
+                _ => (format!("redis://:{}@{host}:{port}/", encoded(&pw)), encoded(&pw)),
             };
-            let r = redact(&s);
-            prop_assert!(!r.contains(&pw), "{} -> {}", s, r);
-            if !host.contains(pw.as_str()) {
-                prop_assert!(r.contains(&host), "{} -> {}", s, r);
-            }
+            // The form is one the driver reads as this password.
+            prop_assert_eq!(decoded(&s), Some(pw.clone()), "{}", s);
+            // Masked where it stands, and nothing else changed.
+            let at = s.find(&written).expect("written in the string");
+            let want = format!("{}{MASK}{}", &s[..at], &s[at + written.len()..]);
+            prop_assert_eq!(redact(&s), want);
             remember_in(&s);
-            let echoed = format!("driver said: could not connect with {s}");
-            prop_assert!(!scrub(&echoed).contains(&pw));
+            let echoed = format!("driver said: could not connect with {s} (password {pw})");
+            let scrubbed = scrub(&echoed);
+            prop_assert!(!scrubbed.contains(&pw) && !scrubbed.contains(&written), "{}", scrubbed);
         }
     }
 }

@@ -585,3 +585,18 @@ fn resend_shows_what_it_would_do_and_does_it_with_yes() {
     let o = msgx(&s, &["resend", "--target", "KAFKA:msg", "--since", "yesterday"]);
     assert!(o.status.code() == Some(2) && text(&o).contains("RFC 3339"), "{}", text(&o));
 }
+
+/// #42: a PostgreSQL password holding `/`, `?` and `#` (the driver reads the userinfo up to the
+/// first `@`) reaches neither `msgx check`'s output nor the start-up `config` lines of `msgx run`.
+#[test]
+fn regression_a_postgres_password_with_slash_question_mark_and_hash_never_reaches_any_output() {
+    let s = Services::migrated("");
+    let url = "postgres://msgx:p/a?s#s@127.0.0.1:9/msgx?connect_timeout=2";
+    for args in [&["check"][..], &["run"][..]] {
+        let o = msgx_cfg(&s, &[("MSGX_PG_URL", url), ("RUST_LOG", "info")], args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {out}");
+        assert!(out.contains("postgres://msgx:***@127.0.0.1:9/msgx"), "{args:?}: {out}");
+        assert!(!out.contains("p/a?s#s") && !out.contains("a?s#"), "{args:?} leaked: {out}");
+    }
+}

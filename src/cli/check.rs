@@ -3,33 +3,33 @@
 use super::*;
 
 pub(super) fn check(cfg: &Config) -> CmdResult {
-    println!("configuration: ok");
+    out!("configuration: ok");
     for line in cfg.describe() {
-        println!("  {line}");
+        out!("  {line}");
     }
     let d3: Vec<String> = producer_settings(cfg)
         .into_iter()
         .filter(|(k, _)| ["acks", "enable.idempotence", "max.in.flight.requests.per.connection"].contains(k))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    println!("kafka producer (D3): {}", d3.join(" "));
+    out!("kafka producer (D3): {}", d3.join(" "));
     let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
-    println!("postgres: reachable");
+    out!("postgres: reachable");
     let d = pg.durability().map_err(unreachable)?;
-    println!("postgres durability: {d}");
+    out!("postgres durability: {d}");
     if cfg.require_sync_standby && d.synchronous == 0 {
         return Err((Exit::Unreachable, anyhow::anyhow!("postgres: datasources.default.require-sync-standby = true and no synchronous standby is attached")));
     }
     migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
-    println!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
+    out!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
     check_mailboxes(cfg)?;
     check_redis(cfg)?;
     check_kafka(cfg)?;
     let r = running(&mut pg, SystemClock.now())?;
     if r.holder.free {
-        println!("lease: free (no instance running)");
+        out!("lease: free (no instance running)");
     } else {
-        println!("lease: held by {}", who(&r.holder));
+        out!("lease: held by {}", who(&r.holder));
     }
     Ok(())
 }
@@ -37,21 +37,21 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
 fn check_mailboxes(cfg: &Config) -> CmdResult {
     let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
     mb.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("mailbox layout: {e}")))?;
-    println!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
+    out!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
     let mut out = MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).map_err(unreachable)?;
     out.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("outbound mailbox layout: {e}")))?;
-    println!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
+    out!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
     Ok(())
 }
 
 fn check_redis(cfg: &Config) -> CmdResult {
     let mut redis =
         msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix).map_err(unreachable)?;
-    println!("redis: reachable");
+    out!("redis: reachable");
     let role = redis.replication().map_err(unreachable)?;
-    println!("redis replication: {role}");
+    out!("redis replication: {role}");
     if role.connected < cfg.redis.wait_replicas as i64 {
-        println!(
+        out!(
             "  warning: redis.wait-replicas = {} but {} replica(s) are connected: every apply will wait and stall",
             cfg.redis.wait_replicas, role.connected
         );
@@ -65,19 +65,19 @@ fn check_kafka(cfg: &Config) -> CmdResult {
     let topics = producer
         .topics(&[&cfg.topic_msg, &cfg.topic_schd], std::time::Duration::from_secs(10))
         .map_err(|e| (Exit::Unreachable, anyhow::anyhow!("kafka at {}: {e}", cfg.kafka_brokers)))?;
-    println!("kafka: reachable at {}", cfg.kafka_brokers);
+    out!("kafka: reachable at {}", cfg.kafka_brokers);
     for t in topics {
         match t.partitions {
             Some(n) => {
-                println!(
+                out!(
                     "  topic {}: exists, {n} partition(s), replication factor {}, in sync {}",
                     t.topic, t.replication, t.in_sync
                 );
                 for w in t.warnings() {
-                    println!("  warning: topic {}: {w}", t.topic);
+                    out!("  warning: topic {}: {w}", t.topic);
                 }
             }
-            None => println!(
+            None => out!(
                 "  topic {}: absent; created on first send if the broker auto-creates topics (auto.create.topics.enable), else create it",
                 t.topic
             ),

@@ -41,9 +41,9 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
             "settled_max": r.redis.settled_max,
         });
         v["clean"] = serde_json::json!(r.is_clean());
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
-        println!(
+        out!(
             "postgres: highest MSG_ID {}, lease epoch {}; redis: epoch {}, {} applies, highest MSG_ID applied {}, journal complete above MSG_ID {}",
             r.pg_known_max,
             r.pg_epoch,
@@ -52,19 +52,19 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
             r.redis.applied_max,
             r.redis.pruned.map_or("- (not kept yet)".to_string(), |p| p.to_string())
         );
-        println!(
+        out!(
             "checked: {} SUCCEEDED message(s) against the Redis journal, {} sampled for field versions (ratio {sample})",
             r.journal_checked, r.sampled
         );
         for kind in consistency::FindingKind::ALL {
             match r.finding(kind) {
-                Some(f) => println!("FINDING {}: {}", kind.as_str(), f.line()),
-                None => println!("ok      {}", kind.as_str()),
+                Some(f) => out!("FINDING {}: {}", kind.as_str(), f.line()),
+                None => out!("ok      {}", kind.as_str()),
             }
         }
         // Not proof that a store forgot: reported, never a reason for exit 1 (#37).
         for s in &r.suspicions {
-            println!("SUSPICION {}: {}", s.kind.as_str(), s.line());
+            out!("SUSPICION {}: {}", s.kind.as_str(), s.line());
         }
     }
     match r.findings.len() {
@@ -96,7 +96,7 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     if let Some((epoch, me)) = &lease {
         use msgx::ports::LeaseStore;
         if let Err(e) = pg.release(me, *epoch) {
-            eprintln!("the lease (epoch {epoch}) was not given back ({e}); it expires by itself");
+            log::warn!("the lease (epoch {epoch}) was not given back ({e}); it expires by itself");
         }
     }
     let (changed, messages) = rebuilt.map_err(|e| match e {
@@ -104,12 +104,12 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
         HealError::Person(why) => (Exit::Failed, anyhow::anyhow!(why)),
     })?;
     if !yes {
-        println!(
+        out!(
             "would rewrite {changed} flight(s) that differ from a rebuild of {messages} SUCCEEDED message(s); run again with --yes"
         );
         return Err((Exit::Usage, anyhow::anyhow!("nothing done without --yes")));
     }
-    println!("rewrote {changed} flight(s) from {messages} SUCCEEDED message(s)");
+    out!("rewrote {changed} flight(s) from {messages} SUCCEEDED message(s)");
     Ok(())
 }
 

@@ -38,7 +38,7 @@ pub(super) fn decode(cfg: &Config, files: &[PathBuf], decide: bool, from_redis: 
                 v
             }
         };
-        println!("{}", serde_json::to_string(&out).expect("json"));
+        out!("{}", serde_json::to_string(&out).expect("json"));
     }
     ExitCode::from(if all_ok { Exit::Ok } else { Exit::Failed })
 }

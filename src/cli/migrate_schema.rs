@@ -10,10 +10,10 @@ pub(super) fn migrate_cmd(cfg: &Config) -> CmdResult {
     let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
     let applied = migrate::migrate(pg.client().map_err(unreachable)?).map_err(err)?;
     if applied.is_empty() {
-        println!("schema up to date (V{:03})", migrate::MIGRATIONS.len());
+        out!("schema up to date (V{:03})", migrate::MIGRATIONS.len());
     }
     for (v, name) in applied {
-        println!("applied V{v:03} {name}");
+        out!("applied V{v:03} {name}");
     }
     Ok(())
 }

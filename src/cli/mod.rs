@@ -2,6 +2,13 @@
 //! share — the configuration, own PostgreSQL with its schema checked, the lease holder. Each
 //! subcommand is `fn(cfg, args) -> CmdResult`; the exit codes are [`msgx::exit::Exit`].
 
+/// Prints a line to standard output with every remembered secret masked, as the log is
+/// (#42): whatever a driver put in an error a command shows.
+macro_rules! out {
+    () => { println!() };
+    ($($t:tt)*) => { println!("{}", msgx::secret::scrub(&format!($($t)*))) };
+}
+
 mod check;
 mod consistency;
 mod decode;
@@ -242,10 +249,10 @@ fn print_verdicts(out: &[(i64, Result<(), String>)], done: &str) -> CmdResult {
     let mut refused = 0;
     for (id, verdict) in out {
         match verdict {
-            Ok(()) => println!("{done:<w$} msg_id={id}"),
+            Ok(()) => out!("{done:<w$} msg_id={id}"),
             Err(why) => {
                 refused += 1;
-                println!("{:<w$} msg_id={id}: {why}", "refused");
+                out!("{:<w$} msg_id={id}: {why}", "refused");
             }
         }
     }

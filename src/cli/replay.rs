@@ -89,15 +89,15 @@ pub(super) fn print_replay(
     let mut refused = 0;
     for (n, was, verdict) in &rows {
         match verdict {
-            Ok(()) => println!("replayed {id}={n} {was} -> PENDING"),
+            Ok(()) => out!("replayed {id}={n} {was} -> PENDING"),
             Err(why) => {
                 refused += 1;
-                println!("refused  {id}={n} {was}: {why}");
+                out!("refused  {id}={n} {was}: {why}");
             }
         }
     }
     let more = if rows.len() >= limit { " (limit reached: run again for more)" } else { "" };
-    println!("replayed {} {noun}(s), refused {refused}{more}", rows.len() - refused);
+    out!("replayed {} {noun}(s), refused {refused}{more}", rows.len() - refused);
     if refused > 0 {
         return Err((Exit::Failed, anyhow::anyhow!("{refused} {noun}(s) not replayed")));
     }

@@ -34,10 +34,10 @@ pub(super) fn resend(
         _ => String::new(),
     };
     if !yes {
-        println!("would resend {} {} event(s){range}; run again with --yes", r.events, target.as_str());
+        out!("would resend {} {} event(s){range}; run again with --yes", r.events, target.as_str());
         return Err((Exit::Usage, anyhow::anyhow!("nothing done without --yes")));
     }
-    println!(
+    out!(
         "resending {} {} event(s){range}: back in the outbox, delivered in order with their event_key",
         r.events,
         target.as_str()

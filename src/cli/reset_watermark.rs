@@ -12,7 +12,7 @@ pub(super) fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
     let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
     let (highest, auto) = mb.ids_in_use().map_err(unreachable)?;
     let show = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
-    println!(
+    out!(
         "watermark: {was} -> {to}; mailbox {}: highest ID {}, next ID {}",
         cfg.inbound.table,
         show(highest),
@@ -26,9 +26,7 @@ pub(super) fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
     }
     match pg.reset_watermark(to, SystemClock.now()).map_err(unreachable)? {
         Ok(old) => {
-            println!(
-                "watermark moved from {old} to {to}: the poller reads IDs above {to} from its next round"
-            );
+            out!("watermark moved from {old} to {to}: the poller reads IDs above {to} from its next round");
             info!("watermark reset from {old} to {to} by msgx reset-watermark (PRE-3)");
             Ok(())
         }

@@ -30,7 +30,7 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
             assess(&o, &cfg.health)
         }
     };
-    println!("{}", verdict.line);
+    out!("{}", verdict.line);
     ExitCode::from(verdict.level as u8)
 }
 
@@ -65,14 +65,14 @@ impl Heals {
     }
 
     fn print(&self) {
-        println!(
+        out!(
             "heals in the last hour: {} of at most {} (msgx.consistency-check.max-heals-per-hour)",
             self.recent.len(),
             self.per_hour
         );
         for h in &self.recent {
             let at = msgx::clock::CivilTime::from_system(h.at).to_rfc3339();
-            println!("  {at} {} epoch={}: {}", h.store, h.epoch, h.summary);
+            out!("  {at} {} epoch={}: {}", h.store, h.epoch, h.summary);
         }
     }
 
@@ -102,40 +102,40 @@ fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals) {
         .iter()
         .map(|(stage, store, d)| serde_json::json!({"stage": stage, "store": store, "for_ms": d.as_millis() as u64}))
         .collect();
-    println!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
+    out!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
 }
 
 /// The lease holder and the stages it reported stalled.
 fn print_lease(r: &Running) {
     match (&r.holder.free, &r.holder.since) {
-        (false, since) => println!(
+        (false, since) => out!(
             "lease: held by {} since {}",
             who(&r.holder),
             since.map_or("?".into(), |t| msgx::clock::CivilTime::from_system(t).to_rfc3339())
         ),
-        (true, _) => println!("lease: free (no instance running; last epoch {})", r.holder.epoch),
+        (true, _) => out!("lease: free (no instance running; last epoch {})", r.holder.epoch),
     }
     if r.stalled.is_empty() {
-        println!("stalled stages: none");
+        out!("stalled stages: none");
     }
     for (stage, store, d) in &r.stalled {
-        println!("stalled stage: {stage} on {store} for {}", msgx::stage::human(*d));
+        out!("stalled stage: {stage} on {store} for {}", msgx::stage::human(*d));
     }
 }
 
 /// The watermark, messages per state and the FIFO head.
 fn print_messages(s: &msgx::store::pg::Status) {
-    println!("watermark: {}", s.watermark);
-    println!("messages:");
+    out!("watermark: {}", s.watermark);
+    out!("messages:");
     for (state, n) in &s.states {
         match state.as_str() {
-            "DEAD" if s.dead_dismissed > 0 => println!("  {state:<10} {n} ({} dismissed)", s.dead_dismissed),
-            _ => println!("  {state:<10} {n}"),
+            "DEAD" if s.dead_dismissed > 0 => out!("  {state:<10} {n} ({} dismissed)", s.dead_dismissed),
+            _ => out!("  {state:<10} {n}"),
         }
     }
     match &s.head {
-        None => println!("head: none (nothing unfinished)"),
-        Some(h) => println!(
+        None => out!("head: none (nothing unfinished)"),
+        Some(h) => out!(
             "head: msg_id={} state={} attempts={} age={} class={} error={:?}",
             h.msg_id,
             h.state,
@@ -149,24 +149,24 @@ fn print_messages(s: &msgx::store::pg::Status) {
 
 /// The outbox, the marks owed and abandoned, the seasonal plans.
 fn print_outbox(s: &msgx::store::pg::Status) {
-    println!("outbox:");
+    out!("outbox:");
     for (target, state, n) in &s.events {
-        println!("  {target:<11} {state:<8} {n}");
+        out!("  {target:<11} {state:<8} {n}");
     }
-    println!("backfill owed: {}", s.backfill_owed);
-    println!("backfill abandoned, awaiting reconciliation: {}", s.abandoned_count);
+    out!("backfill owed: {}", s.backfill_owed);
+    out!("backfill abandoned, awaiting reconciliation: {}", s.abandoned_count);
     for a in &s.abandoned {
-        println!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
+        out!("  msg_id={} state={} reason={}", a.msg_id, a.state, a.reason);
     }
     if s.abandoned_count > s.abandoned.len() as i64 {
-        println!(
+        out!(
             "  … and {} more (msgx status --json lists the first 100)",
             s.abandoned_count - s.abandoned.len() as i64
         );
     }
-    println!("seasonal plans held: {}", s.seasons.len());
+    out!("seasonal plans held: {}", s.seasons.len());
     for x in &s.seasons {
-        println!(
+        out!(
             "  {} airport={} {}..{} flights={} from msg_id={}",
             x.season,
             x.airport.as_deref().unwrap_or("-"),
