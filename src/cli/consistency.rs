@@ -96,7 +96,7 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     if let Some((epoch, me)) = &lease {
         use msgx::ports::LeaseStore;
         if let Err(e) = pg.release(me, *epoch) {
-            log::warn!("the lease (epoch {epoch}) was not given back ({e}); it expires by itself");
+            log::warn!("lease not released ({e}); epoch={epoch} expires by itself");
         }
     }
     let (changed, messages) = rebuilt.map_err(|e| match e {
