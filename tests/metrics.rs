@@ -125,3 +125,63 @@ fn the_metrics_follow_the_pipeline_and_ready_follows_a_redis_outage() {
     let _ = c.read_to_string(&mut out);
     assert!(out.starts_with("HTTP/1.1 405 "), "{out}");
 }
+
+/// #42: `/live` touches no store and no request waits for one. With own PostgreSQL frozen (every
+/// process stopped: connections accepted, nothing answered), `/live` answers 200 within a second
+/// and `/metrics` still answers, with the last gauges read, their age, and `msgx_gauges_up` 0.
+#[test]
+fn live_answers_within_a_second_while_postgres_is_frozen() {
+    let pg = Private::start("pg");
+    let s = Services::migrated_on("", Stores { pg: Some(pg.url()), ..Default::default() });
+    let a = Instance::run(&s, "active", "");
+    let addr = endpoint(&a);
+    assert!(a.wait_for_log("lease acquired", Duration::from_secs(30)), "{}", a.log_text());
+    assert!(
+        eventually(Duration::from_secs(20), || sample(&get(&addr, "/metrics").1, "msgx_gauges_up")
+            == Some(1.0)),
+        "the gauges are read"
+    );
+    pg.signal("-STOP");
+    struct Thaw<'a>(&'a Private);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            self.0.signal("-CONT");
+        }
+    }
+    let _thaw = Thaw(&pg);
+    let frozen = std::time::Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut up_fell = None;
+    while frozen.elapsed() < Duration::from_secs(25) {
+        // Two scrapes under way: were they to wait for PostgreSQL, they would hold both workers
+        // and /live would be answered 503 busy.
+        let scrapes: Vec<_> = (0..2)
+            .map(|_| {
+                let addr = addr.clone();
+                std::thread::spawn(move || get(&addr, "/metrics"))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let asked = std::time::Instant::now();
+        let (status, body) = get(&addr, "/live");
+        slowest = slowest.max(asked.elapsed());
+        let mut scraped = scrapes.into_iter().map(|t| t.join().unwrap());
+        let (m1, m2) = (scraped.next().unwrap(), scraped.next().unwrap());
+        assert_eq!((status, body.as_str()), (200, "live\n"), "at {:?}", frozen.elapsed());
+        assert_eq!((m1.0, m2.0), (200, 200), "/metrics answers while PostgreSQL is frozen");
+        if up_fell.is_none() && sample(&m2.1, "msgx_gauges_up") == Some(0.0) {
+            assert!(sample(&m2.1, "msgx_gauges_age_seconds").is_some_and(|a| a >= 10.0), "{}", m2.1);
+            up_fell = Some(frozen.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!("PostgreSQL frozen 25 s: slowest /live {slowest:?}; msgx_gauges_up 0 after {up_fell:?}");
+    assert!(slowest < Duration::from_secs(1), "slowest /live {slowest:?}");
+    assert!(up_fell.is_some(), "msgx_gauges_up fell to 0 while PostgreSQL was frozen");
+    drop(_thaw);
+    assert!(
+        eventually(Duration::from_secs(60), || sample(&get(&addr, "/metrics").1, "msgx_gauges_up")
+            == Some(1.0)),
+        "the gauges are read again once PostgreSQL thaws"
+    );
+}

@@ -191,8 +191,9 @@ fn the_series_list_is_what_a_scrape_holds() {
     use std::sync::Arc;
     let ops = Arc::new(msgx::ops::Ops::new(Arc::new(msgx::stats::Stats::default())));
     // An unreachable PostgreSQL: the store gauges are absent, and msgx_gauges_up says so.
-    let pg = msgx::store::pg::Pg::new("postgres://msgx@127.0.0.1:9/none?connect_timeout=1").unwrap();
-    let m = msgx::ops::metrics::Metrics::new(ops, pg, Arc::new(msgx::clock::FakeClock::new()));
+    let mut pg = msgx::store::pg::Pg::new("postgres://msgx@127.0.0.1:9/none?connect_timeout=1").unwrap();
+    let m = msgx::ops::metrics::Metrics::new(ops, Arc::new(msgx::clock::FakeClock::new()));
+    m.refresh(&mut pg);
     let body = m.render();
     assert!(body.contains("msgx_gauges_up 0"), "{body}");
     let scraped = series_named(&body);
@@ -200,6 +201,7 @@ fn the_series_list_is_what_a_scrape_holds() {
         let store = matches!(
             *s,
             "msgx_queue_messages"
+                | "msgx_gauges_age_seconds"
                 | "msgx_dead_messages"
                 | "msgx_dead_events"
                 | "msgx_outbox_pending"

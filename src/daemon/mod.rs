@@ -297,12 +297,25 @@ fn ops_endpoint(
         }
     };
     let bound = server.local_addr().unwrap_or(addr);
-    let metrics = Arc::new(Metrics::new(ops.clone(), RealStores::new(cfg).pg()?, clock.clone()));
+    let metrics = Arc::new(Metrics::new(ops.clone(), clock.clone()));
+    // The store gauges are read on a thread of their own: a PostgreSQL that hangs holds it,
+    // never the listener's workers (#42).
+    let mut pg = RealStores::new(cfg).pg()?;
+    let (reader, stop) = (metrics.clone(), rx.clone());
+    let gauges = thread::Builder::new().name("metrics-gauges".into()).spawn(move || loop {
+        reader.refresh(&mut pg);
+        if pause_or_stop(&stop, None, crate::ops::metrics::GAUGES_TTL) {
+            return;
+        }
+    });
     let ops = ops.clone();
-    let h = thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || server.serve(ops, metrics, rx))
-        .map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
+    let h = gauges.and_then(|gauges| {
+        thread::Builder::new().name("metrics".into()).spawn(move || {
+            server.serve(ops, metrics, rx);
+            let _ = gauges.join();
+        })
+    });
+    let h = h.map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
     info!("metrics listening on {bound} (GET /metrics, /live, /ready)");
     Ok((tx, Some(h)))
 }

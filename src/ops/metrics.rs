@@ -3,8 +3,10 @@
 //! outcomes, classes, targets, stores and stages — never message or flight ids.
 //!
 //! Counters and histograms are the process's own (from start-up, as Prometheus expects); the
-//! gauges about the queue, the outbox and the marks are read from own PostgreSQL at most every
-//! [`GAUGES_TTL`], whatever the scrape rate.
+//! gauges about the queue, the outbox and the marks are read from own PostgreSQL every
+//! [`GAUGES_TTL`] by a thread of their own ([`Metrics::refresh`]), never on a request: a
+//! PostgreSQL that hangs holds that thread, not the listener's workers, so `/live` and
+//! `/metrics` still answer at once (#42). A scrape shows the last read and its age.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -20,8 +22,10 @@ use crate::clock::{Clock, Mono};
 use crate::error::Store;
 use crate::store::pg::{Gauges, Pg};
 
-/// The store gauges are read again only when older than this.
+/// How often the store gauges are read again.
 pub const GAUGES_TTL: Duration = Duration::from_secs(5);
+/// A last read older than this is not up (`msgx_gauges_up` 0): the reads hang or fail.
+const GAUGES_STALE: Duration = Duration::from_secs(15);
 
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -30,33 +34,48 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// The renderer: the shared view, a read-only connection for the gauges and their cache.
+/// The renderer: the shared view and the last read of the store gauges.
 pub struct Metrics {
     ops: Arc<Ops>,
     clock: Arc<dyn Clock>,
-    gauges: Mutex<GaugeCache>,
+    /// When the gauges were last read, and what that read gave; the last good read.
+    gauges: Mutex<GaugeReads>,
 }
 
-struct GaugeCache {
-    pg: Pg,
-    read: Option<(Mono, Result<Gauges, String>)>,
+#[derive(Default)]
+struct GaugeReads {
+    last: Option<(Mono, Result<(), String>)>,
+    good: Option<(Mono, Gauges)>,
 }
 
 impl Metrics {
-    pub fn new(ops: Arc<Ops>, pg: Pg, clock: Arc<dyn Clock>) -> Metrics {
-        Metrics { ops, clock, gauges: Mutex::new(GaugeCache { pg, read: None }) }
+    pub fn new(ops: Arc<Ops>, clock: Arc<dyn Clock>) -> Metrics {
+        Metrics { ops, clock, gauges: Mutex::default() }
     }
 
-    /// The store gauges, read again when older than [`GAUGES_TTL`].
-    fn gauges(&self) -> Result<Gauges, String> {
-        let mut cache = self.gauges.lock().expect("gauge cache poisoned");
+    /// Reads the store gauges from own PostgreSQL: the refreshing thread's turn, every
+    /// [`GAUGES_TTL`]. The lock is not held while PostgreSQL answers.
+    pub fn refresh(&self, pg: &mut Pg) {
+        let read = pg.gauges();
         let now = self.clock.mono();
-        let fresh = matches!(&cache.read, Some((at, _)) if now.as_duration().saturating_sub(at.as_duration()) < GAUGES_TTL);
-        if !fresh {
-            let read = cache.pg.gauges().map_err(|e| e.to_string());
-            cache.read = Some((now, read));
+        let mut g = self.gauges.lock().expect("gauge reads poisoned");
+        match read {
+            Ok(gauges) => {
+                g.last = Some((now, Ok(())));
+                g.good = Some((now, gauges));
+            }
+            Err(e) => g.last = Some((now, Err(e.to_string()))),
         }
-        cache.read.as_ref().map(|(_, g)| g.clone()).expect("read above")
+    }
+
+    /// The last good read of the store gauges and its age; whether the reads are up (the last
+    /// one succeeded, recently).
+    fn gauges(&self) -> (bool, Option<(Duration, Gauges)>) {
+        let g = self.gauges.lock().expect("gauge reads poisoned");
+        let now = self.clock.mono().as_duration();
+        let age = |at: &Mono| now.saturating_sub(at.as_duration());
+        let up = matches!(&g.last, Some((at, Ok(()))) if age(at) < GAUGES_STALE);
+        (up, g.good.as_ref().map(|(at, gauges)| (age(at), gauges.clone())))
     }
 
     /// The whole exposition.
@@ -189,11 +208,18 @@ impl Metrics {
     }
 
     fn store_gauges(&self, r: &mut Registry) {
-        let read = self.gauges();
+        let (up, read) = self.gauges();
         let ok = Gauge::<i64>::default();
-        ok.set(i64::from(read.is_ok()));
-        r.register("msgx_gauges_up", "1 when the store gauges below could be read from own PostgreSQL", ok);
-        let Ok(g) = read else { return };
+        ok.set(i64::from(up));
+        r.register(
+            "msgx_gauges_up",
+            "1 when the last read of the store gauges from own PostgreSQL succeeded, within 15 s",
+            ok,
+        );
+        let Some((age, g)) = read else { return };
+        let age_gauge = FloatGauge::default();
+        age_gauge.set(age.as_secs_f64());
+        r.register("msgx_gauges_age_seconds", "Since the store gauges below were read", age_gauge);
         let by = |key: &str, rows: &[(String, i64)]| {
             let f = Family::<Labels, Gauge>::default();
             for (v, n) in rows {
@@ -265,6 +291,7 @@ pub const SERIES: &[&str] = &[
     "msgx_ready",
     "msgx_build_info",
     "msgx_gauges_up",
+    "msgx_gauges_age_seconds",
     "msgx_queue_messages",
     "msgx_dead_messages",
     "msgx_dead_events",

@@ -473,16 +473,29 @@ impl Private {
         self.script(&["halt", self.kind, self.dir.to_str().unwrap()]);
     }
 
-    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) a single-process server (MariaDB, Redis): it
-    /// keeps its connections and accepts new ones, but answers nothing — a hang, not a refusal.
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the server (PostgreSQL: the postmaster and every
+    /// backend): it keeps its connections and accepts new ones, but answers nothing — a hang,
+    /// not a refusal.
     pub fn signal(&self, sig: &str) {
         let pidfile = match self.kind {
             "mysql" => self.dir.join("mysql/mysqld.pid"),
             "redis" => self.dir.join("redis/redis.pid"),
-            other => panic!("{other} is not one process: freeze it another way"),
+            _ => self.dir.join("pg/data/postmaster.pid"),
         };
-        let pid = std::fs::read_to_string(&pidfile).expect("pid file").trim().to_string();
-        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success(), "kill {sig} {pid}");
+        let text = std::fs::read_to_string(&pidfile).expect("pid file");
+        let pid = text.lines().next().unwrap_or("").trim().to_string();
+        let mut pids = vec![pid.clone()];
+        if self.kind == "pg" {
+            let children = Command::new("pgrep").args(["-P", &pid]).output().expect("pgrep");
+            pids.extend(String::from_utf8_lossy(&children.stdout).split_whitespace().map(str::to_string));
+        }
+        for (i, p) in pids.iter().enumerate() {
+            let sent = Command::new("kill").args([sig, p]).status().unwrap().success();
+            // A backend may end between `pgrep` and `kill` (its client went away while it was
+            // frozen, and a thawed sibling let it go): only the server's own process must take it.
+            let gone = i > 0 && !std::path::Path::new(&format!("/proc/{p}")).exists();
+            assert!(sent || gone, "kill {sig} {p}");
+        }
     }
 
     /// The admin URL of the instance.
