@@ -286,6 +286,13 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Duration { min: Duration::from_millis(100) },
         "how often the active instance renews the lease and a standby looks at it; at most a third of the duration",
     ),
+    // --- msgx.watchdog: systemd's watchdog (#42) ---
+    k(
+        "msgx.watchdog.stuck-after",
+        "\"120s\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "a stage whose one turn lasts longer than this is stuck (in a driver, a lock): systemd's watchdog (WatchdogSec=) is no longer pinged and restarts msgx; keep it above every store's timeout (PostgreSQL's statement_timeout is 60 s)",
+    ),
     // --- msgx.consistency-check (U25) ---
     k(
         "msgx.consistency-check.on-startup",
@@ -297,7 +304,7 @@ pub const KEYS: &[KeySpec] = &[
         "msgx.consistency-check.daily-sample-ratio",
         "0.01",
         Kind::Ratio,
-        "U25: the share of the day's SUCCEEDED messages whose flight versions the sentinel stage checks in Redis once a day (0: off)",
+        "U25: every 1/ratio-th of the SUCCEEDED messages whose fields Redis acknowledged (the newest 200 000 still in PROC_STATE, younger than a tombstone lives) is decided again and its flight versions compared with Redis, by the sentinel's daily check and msgx verify (0: off)",
     ),
     k(
         "msgx.consistency-check.interval",

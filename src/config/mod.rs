@@ -138,6 +138,8 @@ pub struct Config {
     pub log_file: Option<std::path::PathBuf>,
     /// `metrics.listen`: the operations endpoint; `None`: off.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `msgx.watchdog.stuck-after`: a turn this long stops systemd's watchdog pings.
+    pub watchdog_stuck_after: Duration,
     pub compat: CompatHttp,
     pub pg_url: String,
     /// `datasources.default.require-sync-standby`.
@@ -211,6 +213,7 @@ impl Config {
             log_json,
             log_file,
             metrics_listen,
+            watchdog_stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
             compat,
             pg_url: string(v, "datasources.default.url")?,
             require_sync_standby: boolean(v, "datasources.default.require-sync-standby")?,

@@ -25,6 +25,7 @@ pub mod lifecycle;
 pub mod stores;
 pub mod threads;
 pub mod topology;
+pub mod watchdog;
 
 use lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
 use stores::RealStores;
@@ -32,6 +33,7 @@ use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Door
 
 use crate::ops::http::OpsServer;
 use crate::ops::metrics::Metrics;
+use crate::ops::notify::Notifier;
 use crate::ops::Ops;
 use std::sync::Arc;
 use std::thread;
@@ -82,7 +84,12 @@ impl DaemonError {
 /// Runs msgx until `stop` disconnects (or it is fenced, or a stage fails): the schema is
 /// checked first, then the instance waits as a hot standby until it holds the lease, then
 /// serves.
-pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<(), DaemonError> {
+pub fn run(
+    cfg: &Config,
+    clock: Arc<dyn Clock>,
+    stop: Receiver<()>,
+    notifier: Arc<Notifier>,
+) -> Result<(), DaemonError> {
     for line in cfg.describe() {
         info!("config {line}");
     }
@@ -99,13 +106,54 @@ pub fn run(cfg: &Config, clock: Arc<dyn Clock>, stop: Receiver<()>) -> Result<()
     drop(schema_pg);
     let me = Claimant::this_process(clock.now());
     let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
-    // Up from the start: a standby answers /live and says why it is not /ready.
-    let (ops_stop, ops_thread) = ops_endpoint(cfg, &ops, &clock)?;
+    // Up from the start: a standby answers /live and says why it is not /ready, and systemd
+    // hears from it.
+    let (side_stop, side) = side_threads(cfg, &ops, &clock, notifier)?;
     let result = lifetimes(cfg, &clock, &stop, &me, &ops);
-    ops.standby("stopping");
-    drop(ops_stop);
-    ops_thread.map(|t| t.join());
+    ops.starting("stopping");
+    drop(side_stop);
+    side.into_iter().for_each(|t| {
+        let _ = t.join();
+    });
     result
+}
+
+/// The threads beside the stages, for the process's whole life: the operations endpoint, the
+/// store gauges' reader (when the endpoint or systemd shows them) and the watchdog.
+fn side_threads(
+    cfg: &Config,
+    ops: &Arc<Ops>,
+    clock: &Arc<dyn Clock>,
+    notifier: Arc<Notifier>,
+) -> Result<(crossbeam_channel::Sender<()>, Vec<thread::JoinHandle<()>>), DaemonError> {
+    let (tx, rx) = bounded::<()>(0);
+    let failed = |what: &str, e: std::io::Error| DaemonError::StageFailed(format!("{what}: {e}"));
+    let metrics = Arc::new(Metrics::new(ops.clone(), clock.clone()));
+    let mut threads = Vec::new();
+    let endpoint = ops_endpoint(cfg, ops, &metrics, rx.clone())?;
+    if endpoint.is_some() || notifier.on() {
+        // The store gauges are read on a thread of their own: a PostgreSQL that hangs holds it,
+        // never the listener's workers nor the watchdog (#42).
+        let mut pg = RealStores::new(cfg).pg()?;
+        let (reader, stop) = (metrics.clone(), rx.clone());
+        let gauges = thread::Builder::new().name("metrics-gauges".into()).spawn(move || loop {
+            reader.refresh(&mut pg);
+            if pause_or_stop(&stop, None, crate::ops::metrics::GAUGES_TTL) {
+                return;
+            }
+        });
+        threads.push(gauges.map_err(|e| failed("metrics-gauges", e))?);
+    }
+    threads.extend(endpoint);
+    let watch = watchdog::Watch {
+        notifier,
+        ops: ops.clone(),
+        metrics,
+        clock: clock.clone(),
+        stuck_after: cfg.watchdog_stuck_after,
+    };
+    threads.push(watchdog::spawn(watch, rx).map_err(|e| failed("watchdog", e))?);
+    Ok((tx, threads))
 }
 
 /// Stands by, takes the lease, checks the stores and serves — and again after a store forgot
@@ -132,6 +180,7 @@ fn lifetimes(
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
         let mut next = life.claimed(claim_flights(cfg, epoch, &mut lease)?, cfg.pipeline.check_on_startup);
         if next == Next::Compare {
+            ops.standby(format!("lease epoch={epoch}: comparing the stores before the stages start (U25)"));
             let pass = renewing(cfg, me, epoch, || consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats))?;
             next = life.compared(pass, &cfg.pipeline.outage);
         }
@@ -151,6 +200,7 @@ fn lifetimes(
         }
         match next {
             Next::Again { pause, forgot, why } => {
+                ops.starting(format!("not serving: {why}"));
                 if forgot {
                     // The server as it is now is the baseline: it is compared and healed next.
                     crate::store::pg::witness::rebase_all();
@@ -283,41 +333,27 @@ fn say(report: &consistency::Report, stats: &Stats) {
 fn ops_endpoint(
     cfg: &Config,
     ops: &Arc<Ops>,
-    clock: &Arc<dyn Clock>,
-) -> Result<(crossbeam_channel::Sender<()>, Option<thread::JoinHandle<()>>), DaemonError> {
-    let (tx, rx) = bounded::<()>(0);
-    let Some(addr) = cfg.metrics_listen else { return Ok((tx, None)) };
+    metrics: &Arc<Metrics>,
+    stop: Receiver<()>,
+) -> Result<Option<thread::JoinHandle<()>>, DaemonError> {
+    let Some(addr) = cfg.metrics_listen else { return Ok(None) };
     let server = match OpsServer::bind(addr) {
         Ok(s) => s,
         Err(e) => {
             error!(
                 "metrics cannot listen on {addr} ({e}); /metrics, /live and /ready are off (metrics.listen)"
             );
-            return Ok((tx, None));
+            return Ok(None);
         }
     };
     let bound = server.local_addr().unwrap_or(addr);
-    let metrics = Arc::new(Metrics::new(ops.clone(), clock.clone()));
-    // The store gauges are read on a thread of their own: a PostgreSQL that hangs holds it,
-    // never the listener's workers (#42).
-    let mut pg = RealStores::new(cfg).pg()?;
-    let (reader, stop) = (metrics.clone(), rx.clone());
-    let gauges = thread::Builder::new().name("metrics-gauges".into()).spawn(move || loop {
-        reader.refresh(&mut pg);
-        if pause_or_stop(&stop, None, crate::ops::metrics::GAUGES_TTL) {
-            return;
-        }
-    });
-    let ops = ops.clone();
-    let h = gauges.and_then(|gauges| {
-        thread::Builder::new().name("metrics".into()).spawn(move || {
-            server.serve(ops, metrics, rx);
-            let _ = gauges.join();
-        })
-    });
-    let h = h.map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
+    let (ops, metrics) = (ops.clone(), metrics.clone());
+    let h = thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || server.serve(ops, metrics, stop))
+        .map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
     info!("metrics listening on {bound} (GET /metrics, /live, /ready)");
-    Ok((tx, Some(h)))
+    Ok(Some(h))
 }
 
 /// Waits until this process holds the lease (INFO lines, never ERROR, while another instance
@@ -337,7 +373,10 @@ fn standby(
     loop {
         let sent = clock.now();
         let sent_mono = clock.mono();
-        match lease.claim_above(me, cfg.lease.duration, floor) {
+        let turn = ops.pulse.turning("standby", sent_mono);
+        let claimed = lease.claim_above(me, cfg.lease.duration, floor);
+        drop(turn);
+        match claimed {
             Ok(Claim::Acquired { epoch, previous }) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
                 match previous {
@@ -371,7 +410,7 @@ fn standby(
             }
             Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
             Err(e) => {
-                ops.standby(format!("the lease cannot be claimed: {e}"));
+                ops.starting(format!("the lease cannot be claimed: {e}"));
                 outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats))
             }
         }
@@ -386,7 +425,7 @@ fn holder(h: &crate::ports::LeaseHolder) -> String {
     format!("host={} pid={}", h.host.as_deref().unwrap_or("?"), h.pid.unwrap_or(0))
 }
 
-/// What one holding of the lease starts from: the lease session, its gate, and how many applies
+/// What one holding of the lease starts from: the lease session, its gate, and the apply token
 /// Redis held when the stores were last found to agree (`None`: not known).
 pub struct Tenure {
     pub lease: Pg,
@@ -412,6 +451,7 @@ pub fn serve(
         board: StallBoard::default(),
         stats: ops.stats.clone(),
         outage: p.outage,
+        pulse: ops.pulse.clone(),
     };
     ops.active(ctx.gate.clone(), ctx.board.clone());
     let stats = ctx.stats.clone();

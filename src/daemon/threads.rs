@@ -17,7 +17,7 @@ use crate::error::{Store, StoreError};
 use crate::lease::{LeaseGate, LeasePolicy};
 use crate::ports::{Claimant, LeaseStore};
 use crate::stage::runner::{Halt, Keeper, Runner, Turn};
-use crate::stage::{OutagePolicy, Stage, StageId, StallBoard};
+use crate::stage::{OutagePolicy, Pulse, Stage, StageId, StallBoard};
 use crate::stats::Stats;
 
 /// A doorbell: ring it without ever blocking.
@@ -80,6 +80,8 @@ pub struct Context {
     pub board: StallBoard,
     pub stats: Arc<Stats>,
     pub outage: OutagePolicy,
+    /// Where each thread marks the turn it is in, for the watchdog.
+    pub pulse: Pulse,
 }
 
 /// Where a stage's doorbells come from and go to, and its idle interval.
@@ -95,7 +97,10 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
         let mut runner = Runner::new(S::ID, ctx.outage, wiring.idle);
         loop {
             let now = ctx.clock.now();
-            let pause = match runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, now) {
+            let turning = ctx.pulse.turning(S::ID.name(), ctx.clock.mono());
+            let turn = runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, now);
+            drop(turning);
+            let pause = match turn {
                 Turn::Again { wake, ring } => {
                     if ring {
                         wiring.rings.iter().for_each(Bell::ring);
@@ -131,7 +136,9 @@ pub fn lease_keeper(
         loop {
             let sent = ctx.clock.now();
             let sent_mono = ctx.clock.mono();
+            let turning = ctx.pulse.turning("lease", sent_mono);
             let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
+            drop(turning);
             match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
                 Some(Halt::Fenced(why)) => return Exit::Fenced(why),
                 Some(Halt::Forgot(why)) => return Exit::Forgot(why),

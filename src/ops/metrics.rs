@@ -68,6 +68,19 @@ impl Metrics {
         }
     }
 
+    /// The gauges in a few words for systemd's status line: the lag and the DEAD messages, or
+    /// how long they have not been read; `None` before the first read.
+    pub fn brief(&self) -> Option<String> {
+        let (up, good) = self.gauges();
+        let (age, g) = good?;
+        let dead: i64 = g.dead.iter().map(|(_, n)| n).sum();
+        let mut line = format!("lag={:.0}s dead={dead}", g.lag);
+        if !up {
+            line.push_str(&format!(" (read {}s ago: own PostgreSQL does not answer)", age.as_secs()));
+        }
+        Some(line)
+    }
+
     /// The last good read of the store gauges and its age; whether the reads are up (the last
     /// one succeeded, recently).
     fn gauges(&self) -> (bool, Option<(Duration, Gauges)>) {

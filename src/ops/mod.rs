@@ -6,12 +6,13 @@
 
 pub mod http;
 pub mod metrics;
+pub mod notify;
 
 use std::sync::{Arc, Mutex};
 
 use crate::error::Store;
 use crate::lease::LeaseGate;
-use crate::stage::StallBoard;
+use crate::stage::{Pulse, StallBoard};
 use crate::stats::Stats;
 
 /// The stores whose health `/ready` and `msgx_store_up` report.
@@ -20,7 +21,10 @@ pub const STORES: [Store; 4] = [Store::Postgres, Store::Mailbox, Store::Redis, S
 /// What the running instance is, as the endpoint sees it.
 #[derive(Clone)]
 enum Role {
-    /// Starting, or waiting as a hot standby (why, for `/ready`).
+    /// Starting, stopping, or unable to reach the lease store (why, for `/ready`).
+    Starting(String),
+    /// Up, not serving: a hot standby (the lease store answered that another instance holds
+    /// the lease), or the holder comparing the stores before its stages start.
     Standby(String),
     /// Holding the lease: its gate and stall board.
     Active { gate: Arc<LeaseGate>, board: StallBoard },
@@ -29,15 +33,23 @@ enum Role {
 /// Shared by the daemon (which sets the role) and the endpoint (which reads it).
 pub struct Ops {
     pub stats: Arc<Stats>,
+    /// When each stage's current turn began: what the watchdog reads (#42).
+    pub pulse: Pulse,
     role: Mutex<Role>,
 }
 
 impl Ops {
     pub fn new(stats: Arc<Stats>) -> Ops {
-        Ops { stats, role: Mutex::new(Role::Standby("starting: the lease is not claimed yet".into())) }
+        let role = Role::Starting("starting: the lease is not claimed yet".into());
+        Ops { stats, pulse: Pulse::default(), role: Mutex::new(role) }
     }
 
-    /// Waiting for the lease; `why` is what `/ready` answers.
+    /// Not serving and not a standby yet (or any more); `why` is what `/ready` answers.
+    pub fn starting(&self, why: impl Into<String>) {
+        *self.role.lock().expect("ops role poisoned") = Role::Starting(why.into());
+    }
+
+    /// Up, not serving (a hot standby, or comparing the stores); `why` is what `/ready` answers.
     pub fn standby(&self, why: impl Into<String>) {
         *self.role.lock().expect("ops role poisoned") = Role::Standby(why.into());
     }
@@ -55,7 +67,7 @@ impl Ops {
     /// otherwise the one-line reason.
     pub fn ready(&self) -> Result<(), String> {
         match self.role() {
-            Role::Standby(why) => Err(why),
+            Role::Starting(why) | Role::Standby(why) => Err(why),
             Role::Active { gate, board } => {
                 gate.check().map_err(|e| format!("the lease is not confirmed: {e}"))?;
                 match board.snapshot().first() {
@@ -80,8 +92,33 @@ impl Ops {
             Role::Active { board, .. } => {
                 board.snapshot().into_iter().map(|(stage, store, _)| (stage, store)).collect()
             }
-            Role::Standby(_) => Vec::new(),
+            Role::Starting(_) | Role::Standby(_) => Vec::new(),
         }
+    }
+
+    /// systemd's view (#42): whether the instance is up — serving, or standing by with the
+    /// lease store reached — and its one-line status; `gauges` is what the last read of own
+    /// PostgreSQL said (lag, DEAD), if any.
+    pub fn summary(&self, gauges: Option<&str>) -> (bool, String) {
+        let (up, mut line) = match self.role() {
+            Role::Starting(why) => (false, why),
+            Role::Standby(why) => (true, why),
+            Role::Active { gate, board } => {
+                let mut line = format!("active epoch={}", gate.epoch());
+                if let Err(e) = gate.check() {
+                    line.push_str(&format!("; the lease is not confirmed: {e}"));
+                }
+                for (stage, store, _) in board.snapshot() {
+                    line.push_str(&format!("; stage {stage} waits for store {store}"));
+                }
+                (true, line)
+            }
+        };
+        if let Some(g) = gauges {
+            line.push_str("; ");
+            line.push_str(g);
+        }
+        (up, line)
     }
 }
 

@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::clock::Mono;
 use crate::error::{StoreError, StoreErrorKind};
 
 pub mod runner;
@@ -293,6 +294,41 @@ impl StallBoard {
     }
 }
 
+/// When each watched loop's current turn began (`None`: between turns, waiting).
+#[derive(Clone, Default)]
+pub struct Pulse(Arc<Mutex<BTreeMap<&'static str, Option<Mono>>>>);
+
+/// A turn under way; the loop is between turns again when it is dropped.
+pub struct Turning {
+    pulse: Pulse,
+    name: &'static str,
+}
+
+impl Drop for Turning {
+    fn drop(&mut self) {
+        self.pulse.0.lock().expect("pulse poisoned").insert(self.name, None);
+    }
+}
+
+impl Pulse {
+    /// `name` starts a turn at `now`.
+    pub fn turning(&self, name: &'static str, now: Mono) -> Turning {
+        self.0.lock().expect("pulse poisoned").insert(name, Some(now));
+        Turning { pulse: self.clone(), name }
+    }
+
+    /// The loop whose turn has lasted longest, if longer than `limit`.
+    pub fn stuck(&self, now: Mono, limit: Duration) -> Option<(&'static str, Duration)> {
+        let p = self.0.lock().expect("pulse poisoned");
+        p.iter()
+            .filter_map(|(name, since)| {
+                since.map(|s| (*name, now.as_duration().saturating_sub(s.as_duration())))
+            })
+            .filter(|(_, took)| *took > limit)
+            .max_by_key(|(_, took)| *took)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +420,22 @@ mod tests {
         assert_eq!(b.describe(), "backfill:mailbox,process:redis");
         b.set("process", None);
         assert_eq!(b.describe(), "backfill:mailbox");
+    }
+
+    #[test]
+    fn a_turn_longer_than_the_limit_is_stuck_and_a_finished_one_is_not() {
+        let clock = FakeClock::new();
+        let pulse = Pulse::default();
+        let limit = Duration::from_secs(60);
+        let process = pulse.turning("process", clock.mono());
+        clock.advance(Duration::from_secs(30));
+        let _poll = pulse.turning("poll", clock.mono());
+        assert_eq!(pulse.stuck(clock.mono(), limit), None);
+        clock.advance(Duration::from_secs(31));
+        assert_eq!(pulse.stuck(clock.mono(), limit), Some(("process", Duration::from_secs(61))));
+        drop(process);
+        assert_eq!(pulse.stuck(clock.mono(), limit), None, "process is between turns");
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(pulse.stuck(clock.mono(), limit), Some(("poll", Duration::from_secs(61))));
     }
 }

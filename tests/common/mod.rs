@@ -314,7 +314,12 @@ pub fn start_daemon(
     let (tx, rx) = crossbeam_channel::bounded::<()>(0);
     let cfg = cfg.clone();
     let h = std::thread::spawn(move || {
-        msgx::daemon::run(&cfg, std::sync::Arc::new(msgx::clock::SystemClock), rx)
+        msgx::daemon::run(
+            &cfg,
+            std::sync::Arc::new(msgx::clock::SystemClock),
+            rx,
+            std::sync::Arc::new(msgx::ops::notify::Notifier::off()),
+        )
     });
     (tx, h)
 }
@@ -526,6 +531,11 @@ impl Instance {
     /// `msgx run` on `s`'s configuration plus `extra` TOML; `name` goes into its PostgreSQL
     /// application_name (so a test can tell its writes apart) and its log file.
     pub fn run(s: &Services, name: &str, extra: &str) -> Instance {
+        Instance::run_with_env(s, name, extra, &[])
+    }
+
+    /// [`Instance::run`] with more environment variables (systemd's, for instance).
+    pub fn run_with_env(s: &Services, name: &str, extra: &str, env: &[(&str, &str)]) -> Instance {
         let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join(format!("{name}.toml"));
@@ -540,6 +550,7 @@ impl Instance {
             .env("MSGX_REDIS_URL", &s.cfg.redis_url)
             .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
