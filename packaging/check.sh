@@ -70,9 +70,14 @@ my() { "$mysql_cli" -h "$my_host" -P "$my_port" -u "$my_user" -p"$my_pass" "$@";
 my -e "CREATE DATABASE $scratch"
 my "$scratch" < sql/fixtures/mailbox.sql
 cleanup() {
-  "$psql_bin" -q "$pg_admin" -c "DROP DATABASE IF EXISTS $scratch WITH (FORCE)" || true
-  my -e "DROP DATABASE IF EXISTS $scratch" || true
+  for p in "${instance_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for db in $scratch ${scratch}_a ${scratch}_b; do
+    "$psql_bin" -q "$pg_admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
+    my -e "DROP DATABASE IF EXISTS $db" || true
+  done
+  rm -f /etc/msgx/a.toml /etc/msgx/b.toml /etc/msgx/a.env /etc/msgx/b.env
 }
+instance_pids=()
 trap cleanup EXIT
 export MSGX_PG_URL="${pg_admin%/*}/$scratch" MSGX_MYSQL_URL="${my_admin%/*}/$scratch"
 /usr/bin/msgx --config /etc/msgx/msgx.toml migrate
@@ -81,16 +86,70 @@ grep -q '^kafka: reachable' target/packages/check.txt || fail "the installed msg
 /usr/bin/msgx --config /etc/msgx/msgx.toml status --check | tee target/packages/status-check.txt || true
 grep -q '^MSGX CRITICAL - no instance holds the lease' target/packages/status-check.txt || fail "status --check"
 
+say "two instances of msgx@.service side by side"
+tmpl=$(ls /lib/systemd/system/msgx@.service /usr/lib/systemd/system/msgx@.service 2>/dev/null | head -1)
+[ -n "$tmpl" ] || fail "no template unit msgx@.service installed"
+systemd-analyze verify "$tmpl"
+grep -qx 'Type=notify' "$tmpl" || fail "$tmpl is not Type=notify"
+# No systemd runs this machine's services: each instance is started as the template says — its
+# user, its Environment= and EnvironmentFile= with %i put in, its ExecStart — and watched
+# through its own log file and metrics port.
+unit_value() { sed -n "s/^$1=//p" "$tmpl"; }
+start_instance() {
+  local i=$1 db="${scratch}_$1"
+  "$psql_bin" -q "$pg_admin" -c "CREATE DATABASE $db"
+  my -e "CREATE DATABASE $db"
+  my "$db" < sql/fixtures/mailbox.sql
+  printf 'MSGX_PG_URL=%s\nMSGX_MYSQL_URL=%s\nMSGX_REDIS_URL=%s\nMSGX_KAFKA_BROKERS=%s\n' "${pg_admin%/*}/$db" \
+    "${my_admin%/*}/$db" "$MSGX_REDIS_URL" "$MSGX_KAFKA_BROKERS" > "/etc/msgx/$i.env"
+  chgrp msgx "/etc/msgx/$i.env" && chmod 0640 "/etc/msgx/$i.env"
+  # Its own metrics port (0: any free one, logged), Redis key prefix and topics.
+  sed -e 's/^listen = "127.0.0.1:9722"/listen = "127.0.0.1:0"/' -e "s/^key-prefix = \"msgx:\"/key-prefix = \"msgx:$i:\"/" \
+    -e "s/^msg = \"msgx.msg\"/msg = \"msgx.$i.msg\"/" -e "s/^schd = \"msgx.schd\"/schd = \"msgx.$i.schd\"/" \
+    /etc/msgx/msgx.toml > "/etc/msgx/$i.toml"
+  chgrp msgx "/etc/msgx/$i.toml" && chmod 0640 "/etc/msgx/$i.toml"
+  local envs=() line file user exec
+  while IFS= read -r line; do envs+=("${line//%i/$i}"); done < <(unit_value Environment)
+  file=$(unit_value EnvironmentFile | sed "s/%i/$i/g; s/^-//")
+  while IFS= read -r line; do [ -n "$line" ] && envs+=("$line"); done < "$file"
+  user=$(unit_value User)
+  exec=$(unit_value ExecStart | sed "s/%i/$i/g")
+  MSGX_PG_URL="${pg_admin%/*}/$db" MSGX_MYSQL_URL="${my_admin%/*}/$db" /usr/bin/msgx --config "/etc/msgx/$i.toml" migrate >/dev/null
+  rm -f "/var/log/msgx/$i.log"
+  # shellcheck disable=SC2086 # ExecStart is split into words as systemd splits it.
+  env -i PATH=/usr/bin:/bin "${envs[@]}" setpriv --reuid="$user" --regid="$user" --init-groups -- $exec \
+    >"target/packages/instance-$i.out" 2>&1 &
+  instance_pids+=($!)
+}
+start_instance a
+start_instance b
+for i in a b; do
+  log=/var/log/msgx/$i.log
+  for _ in $(seq 60); do grep -q 'started epoch=' "$log" 2>/dev/null && break; sleep 1; done
+  grep -q 'started epoch=' "$log" 2>/dev/null || { cat "$log" "target/packages/instance-$i.out" || true; fail "instance $i did not start"; }
+  [ "$(stat -c %U "$log")" = msgx ] || fail "$log is not written by user msgx"
+  addr=$(sed -n 's/.*metrics listening on \([^ ]*\) .*/\1/p' "$log" | head -1)
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$addr/live")" = 200 ] || fail "instance $i: /live on $addr"
+  say "instance $i: $(grep -o 'started epoch=[0-9]*' "$log" | head -1), /live 200 on $addr, log $log"
+done
+[ "$(grep -ho 'metrics listening on [^ ]*' /var/log/msgx/a.log /var/log/msgx/b.log | sort -u | wc -l)" = 2 ] || fail "the instances share a metrics port"
+for p in "${instance_pids[@]}"; do kill -TERM "$p"; done
+for p in "${instance_pids[@]}"; do wait "$p" || fail "an instance exited $? on SIGTERM"; done
+instance_pids=()
+for i in a b; do grep -q '\] stopped$' "/var/log/msgx/$i.log" || fail "instance $i did not stop cleanly"; done
+say "both instances stopped on SIGTERM, exit 0"
+rm -f /etc/msgx/a.toml /etc/msgx/b.toml /etc/msgx/a.env /etc/msgx/b.env /var/log/msgx/a.log /var/log/msgx/b.log
+
 say "dpkg --purge"
 dpkg --purge msgx
-for p in /usr/bin/msgx /etc/msgx /var/log/msgx /usr/share/man/man1/msgx.1.gz "$unit"; do
+for p in /usr/bin/msgx /etc/msgx /var/log/msgx /usr/share/man/man1/msgx.1.gz "$unit" "$tmpl"; do
   [ ! -e "$p" ] || fail "$p is left after purge"
 done
 
 say "rpm $rpmfile"
 rpm -qpi "$rpmfile"
 rpm -qpl "$rpmfile" | tee target/packages/rpm-files.txt
-for f in /usr/bin/msgx /etc/msgx/msgx.toml /usr/lib/systemd/system/msgx.service /usr/share/man/man1/msgx.1.gz; do
+for f in /usr/bin/msgx /etc/msgx/msgx.toml /usr/lib/systemd/system/msgx.service /usr/lib/systemd/system/msgx@.service /usr/share/man/man1/msgx.1.gz; do
   grep -qx "$f" target/packages/rpm-files.txt || fail "$f is not in the rpm"
 done
 rpm -qp --scripts "$rpmfile" | tee target/packages/rpm-scripts.txt

@@ -600,3 +600,39 @@ fn regression_a_postgres_password_with_slash_question_mark_and_hash_never_reache
         assert!(!out.contains("p/a?s#s") && !out.contains("a?s#"), "{args:?} leaked: {out}");
     }
 }
+
+/// #42: logrotate's SIGHUP is the daemon's; a command an operator runs as the same user goes on
+/// through it. `msgx status` is held on a PostgreSQL that accepts and never answers, signalled,
+/// and still running a second later.
+#[test]
+fn regression_a_cli_command_survives_the_sighup_meant_for_the_daemon() {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hole.local_addr().unwrap().port();
+    // Accepts and holds every connection, answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in hole.incoming() {
+            held.push(c);
+        }
+    });
+    let file = std::env::temp_dir().join(format!("msgx-cli-hup-{}.toml", std::process::id()));
+    let defaults = Command::new(env!("CARGO_BIN_EXE_msgx")).arg("config-defaults").output().unwrap();
+    std::fs::write(&file, &defaults.stdout).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .args(["--config", file.to_str().unwrap(), "status"])
+        .env("MSGX_PG_URL", format!("postgres://msgx@127.0.0.1:{port}/msgx?connect_timeout=60"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "status waits for the silent PostgreSQL");
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = child.try_wait().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&file);
+    assert!(after.is_none(), "a SIGHUP ended `msgx status`: {after:?}");
+}

@@ -40,6 +40,9 @@ pub(crate) use msgx::store::pg::{migrate, Pg};
 
 /// Runs the subcommand `cli` names; its exit code.
 pub fn main(cli: Cli) -> ExitCode {
+    if !matches!(cli.command, Command::Run) {
+        ignore_hangup();
+    }
     match cli.command {
         Command::ConfigDefaults => {
             print!("{}", config::render_default_file());
@@ -325,4 +328,15 @@ fn running(pg: &mut Pg, now: std::time::SystemTime) -> Result<Running, (Exit, an
 
 fn who(h: &msgx::ports::LeaseHolder) -> String {
     format!("host={} pid={} epoch={}", h.host.as_deref().unwrap_or("?"), h.pid.unwrap_or(0), h.epoch)
+}
+
+/// A command other than `run` goes on through SIGHUP: it is log rotation's signal for the daemon
+/// (packaging/logrotate/msgx), and a `rebuild-flights` or `verify` half-way must not die of one
+/// meant for someone else, nor of its terminal closing (#42). The flag is never read: the
+/// handler only replaces the default action, which ends the process.
+fn ignore_hangup() {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, flag) {
+        log::warn!("SIGHUP not ignored ({e}); a hangup ends this command");
+    }
 }
