@@ -219,3 +219,35 @@ fn the_series_list_is_what_a_scrape_holds() {
     let extra: Vec<_> = scraped.difference(&listed).collect();
     assert!(extra.is_empty(), "exported but not listed in SERIES: {extra:?}");
 }
+
+/// #42: the `event_key` the reference and events.md describe is the one msgx writes —
+/// `MSG_ID.ordinal.digest`, the digest the first 8 hex digits of the payload's SHA-256.
+#[test]
+fn the_event_key_the_docs_describe_is_the_one_msgx_writes() {
+    let e = msgx::domain::MsgEvent {
+        event_id: 9,
+        msg_id: Some(17),
+        target: msgx::domain::Target::KafkaMsg,
+        partition_key: "1001".into(),
+        state_version: 0,
+        payload_json: "{\"n\":1}".into(),
+        attempts: 0,
+        next_attempt_at: None,
+        last_attempt_at: None,
+        created_at: None,
+        ordinal: Some(2),
+    };
+    let key = e.key();
+    let parts: Vec<&str> = key.split('.').collect();
+    assert_eq!(&parts[..2], ["17", "2"], "{key}");
+    assert!(
+        parts.len() == 3 && parts[2].len() == 8 && parts[2].chars().all(|c| c.is_ascii_hexdigit()),
+        "{key}"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for doc in ["docs/reference.md", "docs/events.md", "docs/architecture.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        assert!(text.contains("`MSG_ID.ordinal.digest`"), "{doc} does not name the key's digest");
+        assert!(!text.contains("(`MSG_ID.ordinal`)"), "{doc} still names the key without its digest");
+    }
+}
