@@ -636,3 +636,63 @@ fn regression_a_cli_command_survives_the_sighup_meant_for_the_daemon() {
     let _ = std::fs::remove_file(&file);
     assert!(after.is_none(), "a SIGHUP ended `msgx status`: {after:?}");
 }
+
+/// #40: `msgx dead` lists the dead-letter queue — class, error, attempts, since when, dismissed
+/// or not — filters by class and time, prints a stable JSON document, and names a bad argument.
+#[test]
+fn dead_lists_the_dead_letter_queue_with_its_filters_and_json() {
+    use msgx::ports::Operator;
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    common::enqueue(&mut pg, &[1, 2, 3, 4], common::now());
+    let forged = Failure::Dead { class: ErrorClass::Malformed, error: "bad XML\n4 forged row".into() };
+    common::record(
+        &mut pg,
+        &[
+            Settle::failed(1, dead(ErrorClass::Exhausted)),
+            Settle::failed(2, forged),
+            Settle::succeeded(3, "k3", vec![]),
+            Settle::failed(4, dead(ErrorClass::Infra)),
+        ],
+        common::now(),
+    );
+    pg.dismiss(&[4], "resent by the AODB", common::now()).unwrap();
+
+    let o = msgx(&s, &["dead"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "1, 2 and 4, not the SUCCEEDED 3: {out}");
+    assert!(
+        rows[0].starts_with("1 ")
+            && rows[0].contains("EXHAUSTED")
+            && rows[0].contains("EXHAUSTED for the test"),
+        "{out}"
+    );
+    assert!(
+        rows[1].starts_with("2 ") && rows[1].contains("bad XML 4 forged row"),
+        "the error stays on its row: {out}"
+    );
+    assert!(
+        rows[2].starts_with("4 ")
+            && rows[2].contains("[dismissed ")
+            && rows[2].contains("resent by the AODB"),
+        "{out}"
+    );
+
+    let o = msgx(&s, &["dead", "--class", "malformed", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    assert_eq!(list[0]["msg_id"], 2);
+    assert_eq!(list[0]["error_class"], "MALFORMED");
+    assert_eq!(list[0]["dismissed"], false);
+    assert!(list[0]["since"].as_str().unwrap().ends_with('Z'), "{v}");
+
+    let o = msgx(&s, &["dead", "--since", "2999-01-01T00:00:00Z"]);
+    assert!(text(&o).contains("no DEAD message matches"), "{}", text(&o));
+    let o = msgx(&s, &["dead", "--class", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--class \"nope\" is not an error class"), "{}", text(&o));
+}

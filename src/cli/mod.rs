@@ -11,6 +11,7 @@ macro_rules! out {
 
 mod check;
 mod consistency;
+mod dead;
 mod decode;
 mod dismiss;
 mod man;
@@ -76,6 +77,9 @@ pub fn main(cli: Cli) -> ExitCode {
                 Command::Dismiss { ids, note } => dismiss::dismiss(&cfg, ids, note),
                 Command::Resend { target, since, from_event, yes } => {
                     resend::resend(&cfg, target, since.as_deref(), *from_event, *yes)
+                }
+                Command::Dead { class, since, limit, json } => {
+                    dead::dead(&cfg, class.as_deref(), since.as_deref(), *limit, *json)
                 }
                 Command::ResetWatermark { to, yes } => reset_watermark::reset_watermark(&cfg, *to, *yes),
                 Command::Verify { sample, json } => consistency::verify(&cfg, *sample, *json),
@@ -162,6 +166,22 @@ enum Command {
         /// What was found and agreed, kept with the row (e.g. "purged by the mailbox owner").
         #[arg(long, required = true)]
         note: String,
+    },
+    /// List the dead-letter queue: DEAD messages (dismissed ones marked), oldest MSG_ID first,
+    /// with their type, error class and text, attempts and since when. Read only.
+    Dead {
+        /// Only this error class.
+        #[arg(long)]
+        class: Option<String>,
+        /// Only those DEAD (or dismissed) at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Record that a person dealt with DEAD messages without replaying them: they leave the
     /// dead-letter queue (and `status --check`) and are archived after `archive-after`.

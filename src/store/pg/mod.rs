@@ -7,6 +7,7 @@
 mod audit;
 pub mod classify;
 pub mod lease;
+pub mod lineage;
 pub mod migrate;
 mod operator;
 mod session;
