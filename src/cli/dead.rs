@@ -20,15 +20,7 @@ pub(super) fn dead(
             usage(format!("--class {c:?} is not an error class ({})", all.join(", ")))
         })?),
     };
-    let since = match since {
-        None => None,
-        Some(s) => {
-            let t: jiff::Timestamp = s.parse().map_err(|e| {
-                usage(format!("--since {s:?} is not an RFC 3339 time such as 2026-12-01T08:00:00Z: {e}"))
-            })?;
-            Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.as_millisecond().max(0) as u64))
-        }
-    };
+    let since = since.map(|s| time_arg("--since", s)).transpose()?;
     if limit < 1 {
         return Err(usage(format!("--limit {limit}: at least 1")));
     }

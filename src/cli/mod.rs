@@ -360,3 +360,15 @@ fn ignore_hangup() {
         log::warn!("SIGHUP not ignored ({e}); a hangup ends this command");
     }
 }
+
+/// A command-line time (`--since`): RFC 3339, e.g. 2026-12-01T08:00:00Z; a bad one is a usage
+/// error naming the flag.
+fn time_arg(flag: &str, s: &str) -> Result<std::time::SystemTime, (Exit, anyhow::Error)> {
+    let t: jiff::Timestamp = s.parse().map_err(|e| {
+        (
+            Exit::Usage,
+            anyhow::anyhow!("{flag} {s:?} is not an RFC 3339 time such as 2026-12-01T08:00:00Z: {e}"),
+        )
+    })?;
+    Ok(std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.as_millisecond().max(0) as u64))
+}

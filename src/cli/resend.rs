@@ -17,13 +17,7 @@ pub(super) fn resend(
         _ => return Err(usage(format!("--target {target:?}: KAFKA:msg or KAFKA:schd"))),
     };
     let from = match (since, from_event) {
-        (Some(s), _) => {
-            let t: jiff::Timestamp = s.parse().map_err(|e| {
-                usage(format!("--since {s:?} is not an RFC 3339 time such as 2026-12-01T08:00:00Z: {e}"))
-            })?;
-            let ms = t.as_millisecond().max(0) as u64;
-            ResendFrom::Since(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        }
+        (Some(s), _) => ResendFrom::Since(time_arg("--since", s)?),
         (None, Some(id)) => ResendFrom::Event(id),
         (None, None) => return Err(usage("--since or --from-event is required".into())),
     };
