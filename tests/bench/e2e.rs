@@ -34,7 +34,7 @@ use common::*;
 use msgx::fixtures;
 use msgx::ports::{Producer, Record};
 use msgx::store::kafka::KafkaProducer;
-use traffic::{message, Cpu};
+use traffic::{message, status_kib, Cpu};
 
 /// The floor runs in this process, under the allocator the msgx binary has (src/main.rs): the
 /// floor is to be at least as fast as msgx could be, so it gets whatever msgx gets.
@@ -130,15 +130,6 @@ fn port(url: &str) -> u16 {
     after.split(['/', '?']).next().unwrap().rsplit(':').next().unwrap().parse().unwrap()
 }
 
-fn vm_hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// Whether everything is done, with index-only questions so that watching msgx does not slow
 /// it down: all `n` enqueued, nothing unfinished, no mark owed, no event pending.
 fn drained(pg: &mut postgres::Client, n: i64) -> bool {
@@ -183,7 +174,7 @@ fn run_msgx(n: u64, set: &[String]) -> MsgxRun {
     let took = start.elapsed();
     let cpu = Cpu::now(msgx.pid()).since(&cpu0);
     let segs = segments(msgx.pid(), &ports);
-    let rss = vm_hwm_kib(msgx.pid()) as f64 / 1024.0;
+    let rss = status_kib(msgx.pid(), "VmHWM") as f64 / 1024.0;
     msgx.signal("-TERM");
     msgx.wait(Duration::from_secs(60));
     let per_message = segs.into_iter().map(|(k, v)| (k, v as f64 / n as f64)).collect();

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 
 use common::*;
-use traffic::{message, Cpu};
+use traffic::{message, status_kib, Cpu};
 
 /// The binary's allocator, as in the e2e bench (the feeder runs in this process).
 #[global_allocator]
@@ -48,15 +48,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-fn vm_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Feeds `rate` messages a second, in ten inserts a second, until `stop`; `fed` counts them.
@@ -128,7 +119,7 @@ fn main() {
         let per_s = |g: &str| d.0.get(g).copied().unwrap_or(0.0) / every.as_secs_f64();
         let (done, backlog) = progress(&mut pg);
         let at = start.elapsed().as_secs_f64();
-        let rss_mib = vm_rss_kib(pid) as f64 / 1024.0;
+        let rss_mib = status_kib(pid, "VmRSS") as f64 / 1024.0;
         println!(
             "  {:5.1}m  {rss_mib:7.1}   {:9.1}   {:8.1} {:8.1} {:6.1} {:7.1}  {done:8} {backlog:8}",
             at / 60.0,

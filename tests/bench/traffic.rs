@@ -86,3 +86,13 @@ impl Cpu {
         format!("{total:.0} ms ({})", parts.join(", "))
     }
 }
+
+/// A memory figure of `/proc/PID/status` in KiB: `VmRSS` (now) or `VmHWM` (the peak).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
