@@ -22,6 +22,7 @@ mod resend;
 mod reset_watermark;
 mod run;
 mod status;
+mod trace;
 
 pub(crate) use std::path::{Path, PathBuf};
 pub(crate) use std::process::ExitCode;
@@ -78,6 +79,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 Command::Resend { target, since, from_event, yes } => {
                     resend::resend(&cfg, target, since.as_deref(), *from_event, *yes)
                 }
+                Command::Trace { msg_id, json } => trace::trace(&cfg, *msg_id, *json),
                 Command::Dead { class, since, limit, json } => {
                     dead::dead(&cfg, class.as_deref(), since.as_deref(), *limit, *json)
                 }
@@ -166,6 +168,17 @@ enum Command {
         /// What was found and agreed, kept with the row (e.g. "purged by the mailbox owner").
         #[arg(long, required = true)]
         note: String,
+    },
+    /// Follow one message, oldest first: its mailbox row (received, status, mark), its
+    /// PROC_STATE row (or the archived one), its type and the flights it names, and every outbox
+    /// event with its event_key, state and delivery. Exit 1 when neither the mailbox nor msgx
+    /// knows it. Read only.
+    Trace {
+        /// The MSG_ID (the mailbox row's id).
+        msg_id: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// List the dead-letter queue: DEAD messages (dismissed ones marked), oldest MSG_ID first,
     /// with their type, error class and text, attempts and since when. Read only.

@@ -263,6 +263,46 @@ impl MysqlMailbox {
     }
 }
 
+/// One mailbox row as an operator follows it (`msgx trace`, #40).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailboxEntry {
+    pub received_at: Option<SystemTime>,
+    pub status: Option<String>,
+    /// The processed mark (msgx's or anyone's).
+    pub processed_at: Option<SystemTime>,
+    /// The message text, if the body is not larger than asked for.
+    pub text: Option<String>,
+}
+
+impl MysqlMailbox {
+    /// The row `id`, its text fetched when at most `max_bytes` long; `None`: no such row.
+    pub fn entry(&mut self, id: i64, max_bytes: u64) -> StoreResult<Option<MailboxEntry>> {
+        self.run(|c, n| {
+            let sql = format!(
+                "SELECT {rcv}, {st}, {proc}, IF(OCTET_LENGTH({body}) <= ?, {body}, NULL) FROM {t} WHERE {id} = ?",
+                rcv = n.received_column,
+                st = n.status_column,
+                proc = n.processed_column,
+                body = n.body_column,
+                t = n.table,
+                id = n.id_column,
+            );
+            let row: Option<Row> = c.exec_first(sql, (max_bytes, id))?;
+            let Some(mut r) = row else { return Ok(None) };
+            let rcv: Value = column(&mut r, 0, "received")?;
+            let status: Option<String> = column(&mut r, 1, "status")?;
+            let proc: Value = column(&mut r, 2, "processed")?;
+            let body: Option<Vec<u8>> = column(&mut r, 3, "body")?;
+            Ok(Some(MailboxEntry {
+                received_at: from_value(rcv, &n.zone),
+                status,
+                processed_at: from_value(proc, &n.zone),
+                text: body.map(|b| String::from_utf8_lossy(&b).into_owned()),
+            }))
+        })
+    }
+}
+
 impl MailboxScan for MysqlMailbox {
     fn rows(&mut self, from: i64, to: i64, limit: usize) -> StoreResult<Vec<MailboxRow>> {
         self.run(|c, n| {

@@ -1,9 +1,11 @@
-//! Operators' reads of a message's life (#40): the dead-letter queue listed (`msgx dead`). Read
-//! only, from own PostgreSQL, never on a stage's path.
+//! Operators' reads of a message's life (#40): the dead-letter queue listed (`msgx dead`), and a
+//! message's row and outbox events (`msgx trace`). Read only, from own PostgreSQL, never on a
+//! stage's path.
 
 use std::time::SystemTime;
 
 use super::Pg;
+use crate::domain::{MsgEvent, Target};
 use crate::error::ErrorClass;
 use crate::ports::StoreResult;
 
@@ -58,6 +60,115 @@ impl Pg {
                         .map(|at| (at, r.get::<_, Option<String>>(7).unwrap_or_default())),
                 })
                 .collect())
+        })
+    }
+}
+
+/// A message's PROC_STATE row (or its archived copy), as `msgx trace` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRow {
+    pub state: String,
+    /// Found in PROC_STATE_HST: archived at this time.
+    pub archived_at: Option<SystemTime>,
+    pub attempts: i32,
+    pub class: Option<ErrorClass>,
+    pub error: Option<String>,
+    pub type_tag: Option<String>,
+    pub identity: Option<String>,
+    pub enqueued_at: SystemTime,
+    pub updated_at: SystemTime,
+    /// What Redis acknowledged of its decision (V014).
+    pub redis_record: Option<String>,
+    /// The mailbox mark as msgx settled it: when, or why it was abandoned.
+    pub marked_at: Option<SystemTime>,
+    pub mark_abandoned: Option<String>,
+    pub dismissed_at: Option<SystemTime>,
+}
+
+/// One outbox event of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub event_id: i64,
+    /// The identity a consumer deduplicates on (`MsgEvent::key`).
+    pub event_key: String,
+    pub target: String,
+    pub state: String,
+    pub attempts: i32,
+    pub created_at: SystemTime,
+    pub sent_at: Option<SystemTime>,
+    pub error: Option<String>,
+    pub payload_json: String,
+}
+
+impl Pg {
+    /// `msg_id`'s row — from PROC_STATE, else the archive — and its outbox events in EVENT_ID
+    /// order (SENT ones until `event-retention` prunes them).
+    pub fn trace(&mut self, msg_id: i64) -> StoreResult<(Option<TraceRow>, Vec<TraceEvent>)> {
+        self.run(|c| {
+            let cols = "state, attempts, error_class, last_error, type_tag, identity_key, enqueued_at, updated_at,
+                        redis_record, backfill_at, backfill_abandoned_reason, dismissed_at";
+            let live = c.query(&format!("SELECT {cols}, NULL::timestamptz FROM proc_state WHERE msg_id = $1"), &[&msg_id])?;
+            // An archived row leaves a stub in PROC_STATE (state ARCHIVED, the rest cleared): the
+            // whole row is the archive's copy.
+            let stub = live.first().is_some_and(|r| r.get::<_, &str>(0) == "ARCHIVED");
+            let rows = if live.is_empty() || stub {
+                c.query(&format!("SELECT {cols}, archived_at FROM proc_state_hst WHERE msg_id = $1"), &[&msg_id])?
+            } else {
+                live
+            };
+            let row = rows.first().map(|r| TraceRow {
+                state: r.get(0),
+                attempts: r.get(1),
+                class: r.get::<_, Option<&str>>(2).and_then(ErrorClass::parse),
+                error: r.get(3),
+                type_tag: r.get(4),
+                identity: r.get(5),
+                enqueued_at: r.get(6),
+                updated_at: r.get(7),
+                redis_record: r.get(8),
+                marked_at: r.get(9),
+                mark_abandoned: r.get(10),
+                dismissed_at: r.get(11),
+                archived_at: r.get(12),
+            });
+            let events = c
+                .query(
+                    "SELECT event_id, target, state, attempts, created_at, sent_at, last_error, payload_json, ordinal,
+                            partition_key, state_version
+                     FROM msg_event WHERE msg_id = $1 ORDER BY event_id",
+                    &[&msg_id],
+                )?
+                .iter()
+                .map(|r| {
+                    let target: String = r.get(1);
+                    let key = MsgEvent {
+                        event_id: r.get(0),
+                        msg_id: Some(msg_id),
+                        target: Target::parse(&target).unwrap_or(Target::KafkaMsg),
+                        partition_key: r.get(9),
+                        state_version: r.get(10),
+                        payload_json: r.get(7),
+                        attempts: 0,
+                        next_attempt_at: None,
+                        last_attempt_at: None,
+                        created_at: None,
+                        ordinal: r.get(8),
+                    }
+                    .key();
+                    TraceEvent {
+                        event_id: r.get(0),
+                        event_key: key,
+                        target,
+                        state: r.get(2),
+                        attempts: r.get(3),
+                        created_at: r.get(4),
+                        sent_at: r.get(5),
+                        error: r.get(6),
+                        payload_json: r.get(7),
+                    }
+                })
+                .collect();
+            Ok((row, events))
         })
     }
 }

@@ -1,0 +1,98 @@
+//! Following a message (#40) on the real services: `msgx trace` from the mailbox row to the
+//! record a Kafka consumer reads back (the `event_key` they both name), a DEAD one, an archived
+//! one, and one nobody knows.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use msgx::fixtures;
+
+fn trace(s: &Services, args: &[&str]) -> (Option<i32>, String) {
+    let file = std::env::temp_dir().join(format!("msgx-lineage-{}.toml", s.name));
+    std::fs::write(&file, &s.toml).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .arg("--config")
+        .arg(&file)
+        .arg("trace")
+        .args(args)
+        .env("MSGX_PG_URL", &s.cfg.pg_url)
+        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+#[test]
+fn trace_follows_a_message_from_its_mailbox_row_to_the_record_kafka_holds() {
+    let s = Services::migrated("");
+    let ids = s.insert_inbound(&[
+        fixtures::flop_stnd(1, "9001", "B12"),
+        "<MSG><META><NOT-SIS".to_string(),
+        fixtures::flop_stnd(3, "9003", "C7"),
+    ]);
+    let a = Instance::run(&s, "traced", "");
+    let mut pg = s.pg();
+    assert!(
+        eventually(Duration::from_secs(60), || count(
+            &mut pg,
+            "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
+        ) == 2
+            && count(&mut pg, "SELECT count(*) FROM proc_state WHERE backfill_at IS NOT NULL") == 3),
+        "{}",
+        a.log_text()
+    );
+    let records = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), 2, Duration::from_secs(30));
+
+    // The first: SUCCEEDED, marked, its event SENT under the key the consumer read.
+    let (code, out) = trace(&s, &[&ids[0].to_string()]);
+    println!("msgx trace {}:\n{out}", ids[0]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("status PROCESSED"), "{out}");
+    assert!(out.contains("state:    SUCCEEDED"), "{out}");
+    assert!(out.contains("type:     FLOP-STND  flights 9001"), "{out}");
+    let (code, json) = trace(&s, &[&ids[0].to_string(), "--json"]);
+    assert_eq!(code, Some(0), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["state"], "SUCCEEDED");
+    assert_eq!(v["flights"], serde_json::json!(["9001"]));
+    assert_eq!(v["mailbox"]["status"], "PROCESSED");
+    let events = v["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{v}");
+    assert_eq!(
+        (events[0]["target"].as_str(), events[0]["state"].as_str()),
+        (Some("KAFKA:msg"), Some("SENT"))
+    );
+    assert_eq!(events[0]["topic"], s.topic());
+    let key = events[0]["event_key"].as_str().unwrap();
+    let read =
+        records.iter().find(|r| r.header("msg_id") == Some(&ids[0].to_string()[..])).expect("the record");
+    assert_eq!(read.header("event_key"), Some(key), "trace names the key the consumer read");
+
+    // The malformed one: DEAD, its class and error, no event.
+    let (code, out) = trace(&s, &[&ids[1].to_string()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("state:    DEAD") && out.contains("error:    MALFORMED"), "{out}");
+    assert!(out.contains("the text does not decode"), "{out}");
+    assert!(out.contains("events:   none"), "{out}");
+
+    // An archived one: archived as the jobs stage archives (a stub stays in PROC_STATE).
+    use msgx::ports::Housekeeping;
+    let mut own = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+    let later = now() + Duration::from_secs(3600);
+    let cut = msgx::ports::ArchiveCut { settled_before: later, dead_before: later };
+    assert!(own.archive_one(ids[2], &cut, now()).unwrap().is_some(), "archived");
+    let (code, out) = trace(&s, &[&ids[2].to_string()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("state:    SUCCEEDED (archived "), "the archived copy, not the stub: {out}");
+    assert!(out.contains("type:     FLOP-STND  flights 9003"), "{out}");
+
+    // Nobody knows it.
+    let (code, out) = trace(&s, &["999999"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("mailbox:  no such row") && out.contains("never saw it"), "{out}");
+    assert!(out.contains("msg_id 999999: not in the mailbox, and msgx never saw it"), "{out}");
+}
