@@ -89,8 +89,11 @@ impl Sink {
     }
 }
 
+/// A log file msgx creates is its owner's and its group's to read (0640, less the umask), as
+/// logrotate's `create 0640 msgx msgx` makes the next one: a message's text may name people.
 fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o640).open(path)
 }
 
 fn writer(rx: Receiver<Item>) {
@@ -154,5 +157,21 @@ pub fn flush() {
         if tx.send(Item::Flush(done)).is_ok() {
             let _ = wait.recv_timeout(std::time::Duration::from_secs(5));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn regression_the_log_file_is_created_0640_like_the_ones_logrotate_creates() {
+        let path = std::env::temp_dir().join(format!("msgx-logpipe-{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        drop(super::open(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(mode & !0o640, 0, "no one but the owner and its group reads it: {mode:o}");
+        assert_eq!(mode & 0o600, 0o600, "the owner writes it: {mode:o}");
     }
 }
