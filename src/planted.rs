@@ -1,8 +1,10 @@
 //! Bugs planted on purpose, so that a test can prove the simulator finds each kind (issue #14).
 //! A bug is a switch a test turns on for its own thread; outside test builds every switch is a
-//! constant `false`. No stage and no lease code asks one (#24): the simulator plants them in
-//! port wrappers (`sim::mischief`) and in its own consistency pass; only the in-memory twins
-//! of own PostgreSQL, the mailbox and Redis ask theirs, where the store itself would misbehave.
+//! constant `false`. No lease code and, but for one rule, no stage asks one (#24): the
+//! simulator plants them in port wrappers (`sim::mischief`) and in its own consistency pass;
+//! the in-memory twins of own PostgreSQL, the mailbox and Redis ask theirs, where the store
+//! itself would misbehave; and the pump's round building asks `SnapshotSharesRound`, a rule
+//! no port sees.
 
 /// One planted bug per invariant the simulator checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,9 @@ pub enum Bug {
     /// The consistency pass heals Redis without the epoch's fence: a heal that lost its lease
     /// writes over what the newer holder's pump wrote (#38).
     HealUnfenced,
+    /// The pump lets a snapshot share its round: a message of it is decided against a window
+    /// another message of the round changed (SPEC §4.12, #39).
+    SnapshotSharesRound,
     /// Redis drops the journal entry of a decision that changes no value (the same value
     /// again) although it answers that it applied it (#37).
     NoOpJournalDropped,
