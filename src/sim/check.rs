@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use super::upstream::Kind;
 use super::Sim;
 use crate::domain::{EventStatus, ProcStatus, Target};
+use crate::handlers::plan::Replay;
 use crate::handlers::{self, FlightState, View};
 use crate::store::memory::{MemProc, PgState};
 
@@ -28,6 +29,12 @@ pub struct Checker {
     pg_rollbacks: u64,
     /// Guarded writes checked so far.
     audited: usize,
+    /// MSG_ID → when the pump took the decision that stands (a count of decisions): MSG_ID
+    /// order but for a row that became visible late (PRE-2).
+    decided: BTreeMap<i64, u64>,
+    decisions: u64,
+    /// The messages a store remembers a decision of, at the last check.
+    known: BTreeSet<i64>,
 }
 
 fn unfinished(s: ProcStatus) -> bool {
@@ -75,6 +82,19 @@ impl Checker {
             }
         }
         self.states = s.procs.iter().map(|(id, p)| (*id, p.row.state)).collect();
+        // A decision is taken when Redis journals it (a round that names flights) or when the
+        // message becomes SUCCEEDED. It stands while either store remembers it: an attempt
+        // whose outcome own PostgreSQL lost is reused from the journal when it runs again, one
+        // both stores forgot is decided anew, in its new place.
+        let journaled = sim.flights.applied_ids();
+        let succeeded =
+            s.procs.iter().filter(|(_, p)| p.row.state == ProcStatus::Succeeded).map(|(id, _)| *id);
+        let known: BTreeSet<i64> = journaled.into_iter().chain(succeeded).collect();
+        for id in known.difference(&self.known) {
+            self.decided.insert(*id, self.decisions);
+            self.decisions += 1;
+        }
+        self.known = known;
         Ok(())
     }
 
@@ -239,23 +259,9 @@ fn one_success_per_identity(s: &PgState) -> Result<(), String> {
 
 /// The flight and field a message writes, resends included.
 fn writes(sim: &Sim, id: i64) -> Option<(String, String)> {
-    let kind = &sim.upstream.rows.get(&id)?.kind;
-    let seqn = match kind {
-        Kind::Update { flid, field, .. } => return Some((flid.clone(), field.clone())),
-        Kind::Resend { seqn } => *seqn,
-        _ => return None,
-    };
-    sim.upstream.rows.values().find_map(|r| match &r.kind {
-        Kind::Update { flid, field, seqn: s, .. } if *s == seqn => Some((flid.clone(), field.clone())),
+    match &sim.upstream.original(id)?.kind {
+        Kind::Update { flid, field, .. } => Some((flid.clone(), field.clone())),
         _ => None,
-    })
-}
-
-/// The flight a message concerns, whatever its kind.
-fn flight_of(sim: &Sim, id: i64) -> Option<String> {
-    match &sim.upstream.rows.get(&id)?.kind {
-        Kind::Delete { flid, .. } | Kind::Vendor { flid, .. } => Some(flid.clone()),
-        _ => writes(sim, id).map(|(f, _)| f),
     }
 }
 
@@ -325,16 +331,16 @@ pub fn what_remains(sim: &Sim) -> String {
 
 /// After the drain: every row's outcome is the one its kind calls for, Redis equals the
 /// reference model, and every message's events were delivered as the model decides them.
-pub fn at_the_end(sim: &Sim) -> Result<(), String> {
+pub fn at_the_end(sim: &Sim, checker: &Checker) -> Result<(), String> {
     sim.pg.inspect(|s| {
         outcomes(sim, s)?;
-        let succeeded: Vec<i64> = sim
-            .upstream
-            .rows
+        let mut succeeded: Vec<i64> = checker
+            .decided
             .keys()
             .copied()
             .filter(|id| final_row(s, *id).is_some_and(|p| p.row.state == ProcStatus::Succeeded))
             .collect();
+        succeeded.sort_by_key(|id| checker.decided[id]);
         model_matches(sim, s, &succeeded)
     })
 }
@@ -355,14 +361,15 @@ fn outcomes(sim: &Sim, s: &PgState) -> Result<(), String> {
         let p = final_row(s, *id).ok_or(format!("msg {id} was never enqueued"))?;
         let state = p.row.state;
         let ok = match &row.kind {
-            Kind::Update { seqn, .. } | Kind::Resend { seqn } => {
+            Kind::Update { seqn, .. }
+            | Kind::Resend { seqn, .. }
+            | Kind::Decided { seqn, .. }
+            | Kind::Vendor { seqn, .. } => {
+                // One of the identity's rows SUCCEEDED, the others are its duplicates.
                 by_identity.entry(*seqn).or_default().push((*id, state));
                 matches!(state, ProcStatus::Succeeded | ProcStatus::Skipped)
             }
-            Kind::Delete { .. } | Kind::Vendor { .. } | Kind::Snapshot { .. } => {
-                state == ProcStatus::Succeeded
-            }
-            Kind::Ignored => state == ProcStatus::Skipped,
+            Kind::Ignored | Kind::FamilyC => state == ProcStatus::Skipped,
             Kind::Malformed | Kind::Unsupported => state == ProcStatus::Dead,
             Kind::MarkedElsewhere => unreachable!("left out above"),
         };
@@ -379,28 +386,50 @@ fn outcomes(sim: &Sim, s: &PgState) -> Result<(), String> {
     Ok(())
 }
 
+/// The reference model: each SUCCEEDED message decided alone, in the order the pump took
+/// them, by the same pure handlers on a plan that only ever saw the messages before it — a
+/// snapshot reads its own window (SPEC §4.12: batched = one by one).
 fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String> {
-    let mut model: BTreeMap<String, FlightState> = BTreeMap::new();
+    let mut plan = Replay::new((0, 0));
     let mut expected: BTreeMap<i64, Vec<String>> = BTreeMap::new();
     for id in succeeded {
         let raw = &sim.upstream.rows[id].raw;
         let msg = crate::codec::decode(raw).map_err(|e| format!("model: msg {id} does not decode: {e:?}"))?;
-        let flights = model.iter().map(|(f, s)| (f.clone(), std::sync::Arc::new(s.clone()))).collect();
-        let view = View { flights, window: Vec::new() };
+        let need = handlers::need_of(&msg);
+        let flights = need
+            .flids
+            .iter()
+            .filter_map(|f| plan.flights.get(f).map(|st| (f.clone(), std::sync::Arc::new(st.clone()))))
+            .collect();
+        let view = View { flights, window: need.window.map(|w| plan.window(w)).unwrap_or_default() };
         let d = handlers::decide(&view, &msg, *id).map_err(|e| format!("model: msg {id}: {e:?}"))?;
-        for c in &d.flights {
-            model.entry(c.flid.clone()).or_default().apply(c, *id);
-        }
+        plan.apply(*id, &d);
         // The message topic's (KAFKA:schd's rows are upserted per flight, not kept per message).
         let msg_events = d.events.iter().filter(|e| e.target == Target::KafkaMsg);
         expected.insert(*id, msg_events.map(|e| e.payload_json.clone()).collect());
     }
-    let model_fields: BTreeMap<String, crate::handlers::Flight> =
-        model.into_iter().filter(|(_, f)| f.exists()).map(|(k, f)| (k, f.fields)).collect();
-    let held = sim.flights.all();
-    if held != model_fields {
+    // Fields, their versions and tombstones, and the plan's generation: a rollback of own
+    // PostgreSQL may let a resend win an identity a first commit held, and the same text then
+    // sets the same fields under its own MSG_ID; only then the versions may differ.
+    let held = sim.flights.inspect(|f| (f.flights.clone(), f.generation));
+    let redis: BTreeMap<&String, &FlightState> =
+        held.0.iter().filter(|(_, f)| f.exists() || f.deleted > 0).collect();
+    let model: BTreeMap<&String, &FlightState> =
+        plan.flights.iter().filter(|(_, f)| f.exists() || f.deleted > 0).collect();
+    let fields = |m: &BTreeMap<&String, &FlightState>| -> BTreeMap<String, crate::handlers::Flight> {
+        m.iter().filter(|(_, f)| f.exists()).map(|(k, f)| (k.to_string(), f.fields.clone())).collect()
+    };
+    if fields(&redis) != fields(&model) {
         return Err(format!(
-            "Redis differs from the model\n    redis: {held:?}\n    model: {model_fields:?}"
+            "Redis differs from the model\n    redis: {:?}\n    model: {:?}",
+            fields(&redis),
+            fields(&model)
+        ));
+    }
+    if sim.pg_rollbacks == 0 && (redis != model || held.1 != plan.generation) {
+        return Err(format!(
+            "Redis's versions, tombstones or generation differ from the model\n    redis: {held:?}\n    model: {:?}",
+            (&plan.flights, plan.generation)
         ));
     }
     // Events, by message, as first delivered (a redelivery is the same event again: the same
@@ -413,11 +442,7 @@ fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String
             got.entry(m).or_default().push(r.payload.to_string());
         }
     }
-    let late = sim.upstream.late_flights();
     for (id, want) in &expected {
-        if flight_of(sim, *id).is_some_and(|f| late.contains(&f)) {
-            continue; // processed out of MSG_ID order legitimately (PRE-2): other diffs
-        }
         let have = got.get(id).cloned().unwrap_or_default();
         if &have != want {
             return Err(format!("msg {id}: delivered events {have:?}, the model decides {want:?} (I2)"));

@@ -1109,6 +1109,6 @@ pub fn run(seed: u64, steps: u64) -> Result<Sim, String> {
     }
     sim.heal_all();
     sim.drain(&mut checker, 200_000).map_err(|e| fail(&sim, e))?;
-    check::at_the_end(&sim).map_err(|e| fail(&sim, e))?;
+    check::at_the_end(&sim, &checker).map_err(|e| fail(&sim, e))?;
     Ok(sim)
 }

@@ -29,10 +29,16 @@ fn seeds_hold_every_invariant() {
         "taken over while compared",
     ];
     let mut faults = [0u64; FAULTS.len()];
+    // The upstream's message mix (#39), and how many rows committed late.
+    let mut mix: std::collections::BTreeMap<&str, u64> = Default::default();
     for seed in first..first + seeds {
         match run(seed, per_seed) {
             Ok(sim) => {
                 steps += sim.step;
+                for row in sim.upstream.rows.values() {
+                    *mix.entry(row.kind.tag()).or_default() += 1;
+                    *mix.entry("(of them committed late or rolled back)").or_default() += row.late as u64;
+                }
                 for (n, f) in FAULTS.iter().enumerate() {
                     faults[n] += sim.log.iter().filter(|l| l.contains(f)).count() as u64;
                 }
@@ -47,6 +53,7 @@ fn seeds_hold_every_invariant() {
         steps as f64 / secs
     );
     FAULTS.iter().zip(faults).for_each(|(f, n)| eprintln!("sim: {n} × {f}"));
+    mix.iter().for_each(|(kind, n)| eprintln!("sim: upstream {n} × {kind}"));
 }
 
 #[test]
@@ -113,4 +120,9 @@ planted_bug!(
     finds_a_heal_without_the_fence,
     Bug::HealUnfenced,
     ["Redis differs", "false alarm", "I2", "PRE-5", "delivered events"]
+);
+planted_bug!(
+    finds_a_snapshot_that_shares_its_round,
+    Bug::SnapshotSharesRound,
+    ["from the model", "the model decides"]
 );
