@@ -336,15 +336,57 @@ pub fn watermark_refusal(to: i64, count: i64, max: i64) -> String {
 pub trait Outbox {
     /// PENDING events of `target` in EVENT_ID order, at most `limit`.
     fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>>;
-    /// SENT with SENT_AT, in one conditional UPDATE, only where the row is still PENDING at the
-    /// generation that was sent (a `KAFKA:schd` row reset meanwhile stays PENDING).
-    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()>;
+    /// SENT with SENT_AT and where each landed, in one conditional UPDATE, only where the row
+    /// is still PENDING at the generation that was sent (a `KAFKA:schd` row reset meanwhile
+    /// stays PENDING).
+    fn mark_sent(&mut self, sent: &[Sent<'_>], now: SystemTime) -> StoreResult<()>;
     /// Attempts+1 and a new due time for each PENDING event.
     fn retry(&mut self, ids: &[i64], class: ErrorClass, error: &str, next_at: SystemTime) -> StoreResult<()>;
     /// DEAD (the dead-letter queue) for each PENDING event.
     fn dead(&mut self, ids: &[i64], class: ErrorClass, error: &str) -> StoreResult<()>;
     /// Stamps LAST_ATTEMPT_AT before an external side effect.
     fn started(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;
+}
+
+/// One event the outbox marks SENT: at the generation that was sent (`state_version`), and
+/// where it landed (#40; `None` where nothing says, e.g. a test's mark).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent<'a> {
+    pub event_id: i64,
+    pub state_version: i64,
+    pub landed: Option<Landed<'a>>,
+}
+
+impl Sent<'_> {
+    /// SENT at `state_version`, with no receipt.
+    pub fn unlanded(event_id: i64, state_version: i64) -> Sent<'static> {
+        Sent { event_id, state_version, landed: None }
+    }
+}
+
+/// Where a delivered event landed (#40, delivery receipts): its Kafka record's topic,
+/// partition and offset (from the broker's acknowledgement), or the COUTMSGS row it became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landed<'a> {
+    Kafka { topic: Cow<'a, str>, at: Position },
+    Outbound { row: i64 },
+}
+
+impl Landed<'_> {
+    /// The receipt with nothing borrowed (a twin keeps it).
+    pub fn into_owned(self) -> Landed<'static> {
+        match self {
+            Landed::Kafka { topic, at } => Landed::Kafka { topic: Cow::Owned(topic.into_owned()), at },
+            Landed::Outbound { row } => Landed::Outbound { row },
+        }
+    }
+}
+
+/// Where a broker put a record it acknowledged: its partition and offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Position {
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// What event replay did with one event.
@@ -670,8 +712,9 @@ impl Record<'_> {
 /// The Kafka producer (D3: idempotent, acks=all, one request in flight).
 pub trait Producer {
     /// Sends `records` in order and waits for each one's acknowledgement. The result has one
-    /// entry per record; only a prefix of `Ok`s may be counted as delivered in order.
-    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<(), StoreError>>;
+    /// entry per record — where the broker put it, or why not; only a prefix of `Ok`s may be
+    /// counted as delivered in order.
+    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<Position, StoreError>>;
 }
 
 /// The one who asks for the lease: this process.

@@ -567,7 +567,7 @@ fn resend_shows_what_it_would_do_and_does_it_with_yes() {
     };
     common::record(&mut pg, &[Settle::succeeded(1, "k1", vec![ev])], t0());
     let id = pg.pending(msgx::domain::Target::KafkaMsg, 1).unwrap()[0].event_id;
-    pg.mark_sent(&[(id, 1)], t0()).unwrap();
+    pg.mark_sent(&[msgx::ports::Sent::unlanded(id, 1)], t0()).unwrap();
     let o = msgx(&s, &["resend", "--target", "KAFKA:msg", "--from-event", &id.to_string()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(

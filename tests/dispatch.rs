@@ -87,6 +87,21 @@ fn schd_goes_out_as_one_fltr_array_with_the_latest_state_per_flight() {
         count(&mut c, "SELECT count(*) FROM msg_event WHERE state = 'SENT' AND sent_at IS NOT NULL"),
         3
     );
+    // #40: every event folded into the array carries the array's receipt.
+    type Receipt = (Option<String>, Option<i32>, Option<i64>);
+    let receipts: Vec<(String, Receipt)> = c
+        .query(
+            "SELECT partition_key, sent_topic, sent_partition, sent_offset FROM msg_event ORDER BY event_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+        .collect();
+    let at = (Some(s.cfg.topic_schd.clone()), Some(got[0].partition), Some(got[0].offset));
+    for (flid, receipt) in &receipts {
+        assert_eq!(receipt, &at, "{flid}: the record the consumer read");
+    }
 }
 
 /// Pg whose next `mark_sent` fails: the external side effect happened, the SENT mark did not.
@@ -96,7 +111,7 @@ impl Outbox for LosesOneMark {
     fn pending(&mut self, t: Target, l: usize) -> StoreResult<Vec<MsgEvent>> {
         self.0.pending(t, l)
     }
-    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()> {
+    fn mark_sent(&mut self, sent: &[msgx::ports::Sent<'_>], now: SystemTime) -> StoreResult<()> {
         if std::mem::take(&mut self.1) {
             return Err(msgx::error::StoreError::unavailable(Store::Postgres, "connection lost (injected)"));
         }
@@ -141,6 +156,16 @@ fn coutmsgs_intents_are_inserted_once_even_when_the_sent_mark_is_lost() {
         ],
         "each intent once, in order"
     );
+    // #40: each event names the row it became, the one found after the lost mark included.
+    let ids: Vec<i64> = s.mysql().query("SELECT COUTMSGS_ID FROM coutmsgs ORDER BY COUTMSGS_ID").unwrap();
+    let landed: Vec<Option<i64>> = s
+        .pg()
+        .query("SELECT sent_row_id FROM msg_event ORDER BY event_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(landed, ids.into_iter().map(Some).collect::<Vec<_>>());
 }
 
 #[test]

@@ -71,6 +71,13 @@ fn trace_follows_a_message_from_its_mailbox_row_to_the_record_kafka_holds() {
     let read =
         records.iter().find(|r| r.header("msg_id") == Some(&ids[0].to_string()[..])).expect("the record");
     assert_eq!(read.header("event_key"), Some(key), "trace names the key the consumer read");
+    // #40: and the partition and offset the consumer read it at (the broker's receipt).
+    assert_eq!(
+        (events[0]["partition"].as_i64(), events[0]["offset"].as_i64()),
+        (Some(read.partition as i64), Some(read.offset)),
+        "trace names where the record lies: {v}"
+    );
+    assert!(out.contains(&format!("partition {} offset {}", read.partition, read.offset)), "{out}");
 
     // The malformed one: DEAD, its class and error, no event.
     let (code, out) = trace(&s, &[&ids[1].to_string()]);

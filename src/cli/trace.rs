@@ -3,6 +3,7 @@
 //! event with its `event_key` and delivery. Read only.
 
 use super::*;
+use msgx::ports::Landed;
 use msgx::store::mailbox::MailboxEntry;
 use msgx::store::pg::lineage::{TraceEvent, TraceRow};
 
@@ -89,7 +90,13 @@ impl Trace<'_> {
             out!("events:   none (no flight changed, or pruned after event-retention)");
         }
         for e in &self.events {
-            let topic = self.topic(&e.target).map_or(String::new(), |t| format!(" topic {t}"));
+            let topic = match &e.landed {
+                Some(Landed::Kafka { topic, at }) => {
+                    format!(" topic {topic} partition {} offset {}", at.partition, at.offset)
+                }
+                Some(Landed::Outbound { row }) => format!(" coutmsgs_id {row}"),
+                None => self.topic(&e.target).map_or(String::new(), |t| format!(" topic {t}")),
+            };
             out!(
                 "event:    {} event_id={} {} {} attempts {} sent {}{topic}{}",
                 e.event_key,
@@ -160,7 +167,13 @@ impl Trace<'_> {
                 "state": e.state,
                 "attempts": e.attempts,
                 "sent_at": e.sent_at.map(time),
-                "topic": self.topic(&e.target),
+                "topic": match &e.landed {
+                    Some(Landed::Kafka { topic, .. }) => Some(topic.as_ref()),
+                    _ => self.topic(&e.target),
+                },
+                "partition": match &e.landed { Some(Landed::Kafka { at, .. }) => Some(at.partition), _ => None },
+                "offset": match &e.landed { Some(Landed::Kafka { at, .. }) => Some(at.offset), _ => None },
+                "coutmsgs_id": match &e.landed { Some(Landed::Outbound { row }) => Some(*row), _ => None },
                 "payload": serde_json::from_str::<serde_json::Value>(&e.payload_json).unwrap_or(serde_json::Value::Null),
             })).collect::<Vec<_>>(),
         })

@@ -27,7 +27,7 @@ use crate::domain::{MsgEvent, Target};
 use crate::error::{ErrorClass, StoreError};
 use crate::lease::Gate;
 use crate::policy::retry::RetryPolicy;
-use crate::ports::{Failure, Outbound, Outbox, Producer, Record};
+use crate::ports::{Failure, Landed, Outbound, Outbox, Producer, Record, Sent};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
@@ -166,12 +166,29 @@ struct Delivery<O> {
 }
 
 impl<O: Outbox> Delivery<O> {
-    fn sent(&mut self, target: Target, events: &[MsgEvent], now: SystemTime) -> Result<(), StoreError> {
+    /// `events` SENT, each where `landed` says (one receipt each, or one for them all: a
+    /// `KAFKA:schd` array).
+    fn sent(
+        &mut self,
+        target: Target,
+        events: &[MsgEvent],
+        landed: Vec<Landed<'_>>,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
-        let pairs: Vec<(i64, i64)> = events.iter().map(|e| (e.event_id, e.state_version)).collect();
-        self.outbox.mark_sent(&pairs, now)?;
+        assert!(landed.len() == events.len() || landed.len() == 1, "a receipt per event, or one for all");
+        let sent: Vec<Sent> = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Sent {
+                event_id: e.event_id,
+                state_version: e.state_version,
+                landed: landed.get(i).or(landed.first()).cloned(),
+            })
+            .collect();
+        self.outbox.mark_sent(&sent, now)?;
         stats::add(&self.stats.events_sent, events.len() as u64);
         let per_target = match target {
             Target::KafkaMsg => &self.stats.sent_kafka_msg,
@@ -239,13 +256,16 @@ impl<O: Outbox> Delivery<O> {
         &mut self,
         target: Target,
         ready: &[MsgEvent],
-        results: Vec<Result<(), StoreError>>,
+        results: Vec<Result<Landed<'_>, StoreError>>,
         now: SystemTime,
     ) -> Result<Round, StoreError> {
-        debug_assert_eq!(results.len(), ready.len());
+        debug_assert!(results.len() <= ready.len());
         let acked = results.iter().take_while(|r| r.is_ok()).count();
-        self.sent(target, &ready[..acked], now)?;
-        match results.into_iter().nth(acked) {
+        let mut results = results.into_iter();
+        let landed: Vec<Landed> =
+            results.by_ref().take(acked).map(|r| r.expect("the acknowledged prefix")).collect();
+        self.sent(target, &ready[..acked], landed, now)?;
+        match results.next() {
             None => Ok(Round::Sent { sent: acked, failed: false }),
             Some(Err(e)) if e.is_rejected() => {
                 // The first unacknowledged event becomes the head in backoff; the ones behind
@@ -254,7 +274,7 @@ impl<O: Outbox> Delivery<O> {
                 Ok(Round::Sent { sent: acked, failed: true })
             }
             Some(Err(e)) => Err(e),
-            Some(Ok(())) => unreachable!("the prefix stopped at a failure"),
+            Some(Ok(_)) => unreachable!("the prefix stopped at a failure"),
         }
     }
 }
@@ -315,8 +335,13 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         // A stale instance must not send: checked right before every produce round (PRE-5).
         self.gate.check()?;
         let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
-        let results = self.producer.send(&records);
-        self.delivery.settle(Target::KafkaMsg, ready, results, now)
+        let topic = self.settings.topic_msg.as_str();
+        let results = self
+            .producer
+            .send(&records)
+            .into_iter()
+            .map(|r| r.map(|at| Landed::Kafka { topic: topic.into(), at }));
+        self.delivery.settle(Target::KafkaMsg, ready, results.collect(), now)
     }
 
     /// A schd flush when it is due: the claimed batch, newest per FLID, as one FLTR array.
@@ -356,9 +381,10 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             .pop()
             .unwrap_or_else(|| Err(StoreError::unavailable(Store::Kafka, "no acknowledgement")));
         match result {
-            Ok(()) => {
-                // Older generations folded into the array are delivered too.
-                self.delivery.sent(Target::KafkaSchd, ready, now)?;
+            Ok(at) => {
+                // Older generations folded into the array are delivered too, in the same record.
+                let landed = Landed::Kafka { topic: self.settings.topic_schd.as_str().into(), at };
+                self.delivery.sent(Target::KafkaSchd, ready, vec![landed], now)?;
                 let more = ready.len() < claimed.len();
                 self.next_flush = (!more).then_some(now + self.settings.flush_period);
                 Ok(Round::Sent { sent: ready.len(), failed: false })
@@ -448,16 +474,17 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
         self.delivery.outbox.started(&ids, now)?;
         let mut results = Vec::with_capacity(ready.len());
         for e in ready {
-            if results.iter().any(|r: &Result<(), StoreError>| r.is_err()) {
+            if results.iter().any(|r: &Result<Landed, StoreError>| r.is_err()) {
                 break;
             }
-            results.push(self.insert_once(e, now));
+            results.push(self.insert_once(e, now).map(|row| Landed::Outbound { row }));
         }
         let tried = results.len();
         self.delivery.settle(Target::Coutmsgs, &ready[..tried], results, now)
     }
 
-    fn insert_once(&mut self, e: &MsgEvent, now: SystemTime) -> Result<(), StoreError> {
+    /// The COUTMSGS row the event became: inserted now, or found from an earlier attempt.
+    fn insert_once(&mut self, e: &MsgEvent, now: SystemTime) -> Result<i64, StoreError> {
         let intent: OutboundIntent = serde_json::from_str(&e.payload_json).map_err(|err| {
             StoreError::rejected(
                 Store::Mailbox,
@@ -470,11 +497,10 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
                     "outbound already inserted event_id={} coutmsgs_id={row}; not inserting again",
                     e.event_id
                 );
-                return Ok(());
+                return Ok(row);
             }
         }
-        self.outbound.insert(&intent.routing_id, &intent.xml, now)?;
-        Ok(())
+        self.outbound.insert(&intent.routing_id, &intent.xml, now)
     }
 }
 

@@ -244,7 +244,9 @@ fn a_schd_row_reset_during_a_flush_is_not_marked_sent() {
     schd(&mut w, "A", 1);
     let claimed = w.pg.clone().pending(Target::KafkaSchd, 10).unwrap();
     schd(&mut w, "A", 2);
-    w.pg.clone().mark_sent(&[(claimed[0].event_id, claimed[0].state_version)], w.clock.now()).unwrap();
+    w.pg.clone()
+        .mark_sent(&[Sent::unlanded(claimed[0].event_id, claimed[0].state_version)], w.clock.now())
+        .unwrap();
     assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending]);
     w.clock.advance(Duration::from_secs(3));
     w.round().unwrap();

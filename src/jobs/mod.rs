@@ -131,7 +131,7 @@ mod tests {
     use crate::config::Config;
     use crate::domain::{EventStatus, InboundRow, NewEvent, ProcStatus, Target};
     use crate::error::ErrorClass;
-    use crate::ports::{Fifo, Intake, MarkLedger, Outbox, RoundRecord, Settle};
+    use crate::ports::{Fifo, Intake, MarkLedger, Outbox, RoundRecord, Sent, Settle};
     use crate::store::memory::MemPg;
 
     #[test]
@@ -148,7 +148,7 @@ mod tests {
         };
         pg.commit(&RoundRecord::of(&[Settle::succeeded(1, "k", vec![ev])]), clock.now()).unwrap();
         let id = pg.pending(Target::KafkaMsg, 1).unwrap()[0].event_id;
-        pg.mark_sent(&[(id, 1)], clock.now()).unwrap();
+        pg.mark_sent(&[Sent::unlanded(id, 1)], clock.now()).unwrap();
         pg.backfill_settled(&[1], clock.now()).unwrap();
         let mut jobs = Jobs::new(pg.clone(), &Config::defaults().pipeline, Arc::new(Stats::default()));
         assert_eq!(jobs.round(clock.now()).unwrap(), Round::default());

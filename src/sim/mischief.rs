@@ -86,7 +86,7 @@ impl<F: FlightStore> FlightStore for Mischief<F> {
 /// A producer that sends a batch in reverse order (EVENT_ID order), or reports a broker that
 /// is away as a refusal of the event (SPEC §4.9: an outage is charged to no event).
 impl<K: Producer> Producer for Mischief<K> {
-    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<crate::ports::Position, StoreError>> {
         if self.planted(Bug::DeliveryReordered) {
             let reversed: Vec<Record> = records.iter().rev().cloned().collect();
             return self.inner.send(&reversed);

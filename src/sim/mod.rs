@@ -1032,7 +1032,7 @@ impl Guarded {
 }
 
 impl Producer for Guarded {
-    fn send(&mut self, records: &[Record]) -> Vec<Result<(), StoreError>> {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<crate::ports::Position, StoreError>> {
         let Inner::Kafka(k) = &mut self.inner else { unreachable!("wired as a producer") };
         let before = k.delivered().len();
         let out = k.send(records);

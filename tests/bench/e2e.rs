@@ -279,8 +279,14 @@ fn floor_dispatcher(s: &Services, mut producer: KafkaProducer, input: Receiver<V
     let read = pg
         .prepare("SELECT event_id, partition_key, payload_json FROM msg_event WHERE event_id = ANY($1) ORDER BY event_id")
         .unwrap();
-    let sent =
-        pg.prepare("UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)").unwrap();
+    // SENT with where each record landed, as msgx writes it (#40).
+    let sent = pg
+        .prepare(
+            "UPDATE msg_event e SET state = 'SENT', sent_at = now(), sent_topic = $2, sent_partition = s.part,
+                 sent_offset = s.off
+             FROM UNNEST($1::bigint[], $3::int[], $4::bigint[]) AS s(id, part, off) WHERE e.event_id = s.id",
+        )
+        .unwrap();
     let mut pending: Vec<i64> = Vec::new();
     let mut open = true;
     while open || !pending.is_empty() {
@@ -307,8 +313,12 @@ fn floor_dispatcher(s: &Services, mut producer: KafkaProducer, input: Receiver<V
                 headers: vec![("event_id".into(), r.get::<_, i64>(0).to_string())],
             })
             .collect();
-        assert!(producer.send(&records).iter().all(|r| r.is_ok()), "the floor's produce failed");
-        pg.execute(&sent, &[&batch]).unwrap();
+        let at: Vec<msgx::ports::Position> =
+            producer.send(&records).into_iter().map(|r| r.expect("the floor's produce failed")).collect();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let parts: Vec<i32> = at.iter().map(|p| p.partition).collect();
+        let offsets: Vec<i64> = at.iter().map(|p| p.offset).collect();
+        pg.execute(&sent, &[&ids, &s.cfg.topic_msg, &parts, &offsets]).unwrap();
     }
 }
 

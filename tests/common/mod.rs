@@ -214,6 +214,9 @@ pub fn create_topic_on(brokers: &str, topic: &str) {
 /// A record as a consumer reads it.
 #[derive(Debug, Clone)]
 pub struct Consumed {
+    /// Where the record lies: what a delivery receipt must name (#40).
+    pub partition: i32,
+    pub offset: i64,
     pub key: String,
     pub payload: serde_json::Value,
     pub headers: Vec<(String, String)>,
@@ -278,6 +281,8 @@ fn consume_until(
                     })
                     .unwrap_or_default();
                 out.push(Consumed {
+                    partition: m.partition(),
+                    offset: m.offset(),
                     key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
                     payload: serde_json::from_slice(m.payload().unwrap_or_default()).expect("JSON payload"),
                     headers,

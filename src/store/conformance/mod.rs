@@ -16,7 +16,7 @@ use crate::domain::{InboundRow, NewEvent, ProcStatus, Target};
 use crate::error::ErrorClass;
 use crate::ports::{
     ArchiveCut, ArchivedAs, Claim, Claimant, Failure, Fifo, Housekeeping, Intake, LeaseStore, MarkLedger,
-    Operator, Outbox, Outcome, ReplaySelection, ResendFrom, Resent, RoundRecord, Settle,
+    Operator, Outbox, Outcome, ReplaySelection, ResendFrom, Resent, RoundRecord, Sent, Settle,
 };
 
 /// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
@@ -322,8 +322,14 @@ pub fn outbox_is_fifo_per_target_and_conditional<S: OwnStore>(mut s: S) {
     s.started(&[ev[0].event_id], at(8)).unwrap();
     let head = &s.pending(Target::KafkaMsg, 1).unwrap()[0];
     assert_eq!((head.attempts, head.next_attempt_at, head.last_attempt_at), (1, Some(at(9)), Some(at(8))));
-    s.mark_sent(&[(ev[0].event_id, ev[0].state_version), (ev[1].event_id, ev[1].state_version)], at(10))
-        .unwrap();
+    s.mark_sent(
+        &[
+            Sent::unlanded(ev[0].event_id, ev[0].state_version),
+            Sent::unlanded(ev[1].event_id, ev[1].state_version),
+        ],
+        at(10),
+    )
+    .unwrap();
     s.dead(&[ev[2].event_id], ErrorClass::Exhausted, "x").unwrap();
     s.retry(&[ev[0].event_id], ErrorClass::Infra, "late", at(99)).unwrap(); // SENT rows do not move
     s.dead(&[ev[1].event_id], ErrorClass::Exhausted, "late").unwrap();
@@ -346,7 +352,7 @@ pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: OwnStore
     let rows = s.pending(Target::KafkaSchd, 10).unwrap();
     assert_eq!(rows.len(), 2);
     let a = rows[0].clone();
-    s.mark_sent(&[(a.event_id, 5)], at(2)).unwrap();
+    s.mark_sent(&[Sent::unlanded(a.event_id, 5)], at(2)).unwrap();
     s.dead(&[rows[1].event_id], ErrorClass::Exhausted, "x").unwrap();
     assert!(s.pending(Target::KafkaSchd, 10).unwrap().is_empty());
     // A new generation for both flights: the SENT row and the DEAD row come back PENDING.
@@ -360,9 +366,9 @@ pub fn schd_rows_are_one_per_flight_and_a_new_generation_resets_them<S: OwnStore
     commit(&mut s, &[Settle::succeeded(3, "k3", vec![schd_event("A", 4)])], at(4)).unwrap();
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 6);
     // SENT only at the generation that was sent.
-    s.mark_sent(&[(a.event_id, 5)], at(5)).unwrap();
+    s.mark_sent(&[Sent::unlanded(a.event_id, 5)], at(5)).unwrap();
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap().len(), 2, "generation 5 was sent, 6 was not");
-    s.mark_sent(&[(a.event_id, 6)], at(5)).unwrap();
+    s.mark_sent(&[Sent::unlanded(a.event_id, 6)], at(5)).unwrap();
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap().len(), 1);
 }
 
@@ -375,8 +381,8 @@ pub fn retention_deletes_only_old_sent_events<S: OwnStore>(mut s: S) {
     )
     .unwrap();
     let ev = s.pending(Target::KafkaMsg, 10).unwrap();
-    s.mark_sent(&[(ev[0].event_id, 1), (ev[1].event_id, 2)], at(10)).unwrap();
-    s.mark_sent(&[(ev[2].event_id, 3)], at(20)).unwrap();
+    s.mark_sent(&[Sent::unlanded(ev[0].event_id, 1), Sent::unlanded(ev[1].event_id, 2)], at(10)).unwrap();
+    s.mark_sent(&[Sent::unlanded(ev[2].event_id, 3)], at(20)).unwrap();
     s.dead(&[ev[3].event_id], ErrorClass::Exhausted, "dlq").unwrap();
     assert_eq!(s.delete_sent_events(at(10), 10).unwrap(), 0, "SENT_AT must be before the cut");
     assert_eq!(s.delete_sent_events(at(21), 1).unwrap(), 1, "bounded, oldest first");
@@ -390,7 +396,7 @@ pub fn retention_never_deletes_a_schd_row_reset_by_a_new_generation<S: OwnStore>
     enqueue(&mut s, &[1, 2]);
     commit(&mut s, &[Settle::succeeded(1, "k1", vec![schd_event("A", 1)])], at(1)).unwrap();
     let row = s.pending(Target::KafkaSchd, 10).unwrap()[0].clone();
-    s.mark_sent(&[(row.event_id, 1)], at(2)).unwrap();
+    s.mark_sent(&[Sent::unlanded(row.event_id, 1)], at(2)).unwrap();
     commit(&mut s, &[Settle::succeeded(2, "k2", vec![schd_event("A", 2)])], at(3)).unwrap();
     assert_eq!(s.delete_sent_events(at(100), 10).unwrap(), 0);
     assert_eq!(s.pending(Target::KafkaSchd, 10).unwrap()[0].state_version, 2);
@@ -536,8 +542,8 @@ pub fn resend_puts_sent_events_back_in_order_with_their_identities<S: OwnStore>(
     }
     let pending = s.pending(Target::KafkaMsg, 10).unwrap();
     let ids: Vec<i64> = pending.iter().map(|e| e.event_id).collect();
-    s.mark_sent(&[(ids[0], 1)], at(5)).unwrap();
-    s.mark_sent(&[(ids[1], 2)], at(10)).unwrap();
+    s.mark_sent(&[Sent::unlanded(ids[0], 1)], at(5)).unwrap();
+    s.mark_sent(&[Sent::unlanded(ids[1], 2)], at(10)).unwrap();
     let dry = s.resend(Target::KafkaMsg, ResendFrom::Since(at(6)), false).unwrap();
     assert_eq!(dry, Resent { events: 1, first: Some(ids[1]), last: Some(ids[1]) });
     assert_eq!(s.pending(Target::KafkaMsg, 10).unwrap().len(), 1, "a dry run changes nothing");
@@ -624,7 +630,7 @@ pub fn the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing<S: OwnStore>(
         "a stale instance reads nothing to send"
     );
     assert_eq!(current.pending(Target::KafkaMsg, 10).unwrap().len(), 1);
-    let err = stale.mark_sent(&[(1, 1)], at(3)).unwrap_err();
+    let err = stale.mark_sent(&[Sent::unlanded(1, 1)], at(3)).unwrap_err();
     assert!(err.is_fenced());
 }
 

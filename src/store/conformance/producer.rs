@@ -1,5 +1,6 @@
 //! The producer conformance suite: the same cases on the in-memory twin (unit tests) and on
-//! the real producer against Tansu (`tests/producer_store.rs`): order, keys and headers, an
+//! the real producer against Tansu (`tests/producer_store.rs`): order, keys and headers, where
+//! each record landed (partition and offset), an
 //! unreachable broker as unavailable (the stage waits), a record too large as refused (the
 //! event is charged).
 
@@ -58,6 +59,13 @@ pub fn records_arrive_in_order_with_keys_and_headers<T: ProducerTwin>(mut s: T) 
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
     let got = s.read(20);
     assert_eq!(got, sent, "in order, keys and headers as sent");
+    // #40: each acknowledgement names where its record lies — in order, one after the other
+    // on the topic's one partition.
+    let at: Vec<crate::ports::Position> = results.into_iter().map(|r| r.unwrap()).collect();
+    assert!(at.iter().all(|p| p.partition == at[0].partition), "{at:?}");
+    let offsets: Vec<i64> = at.iter().map(|p| p.offset).collect();
+    let want: Vec<i64> = (offsets[0]..offsets[0] + 20).collect();
+    assert_eq!(offsets, want, "consecutive offsets, in the order sent");
 }
 
 pub fn an_unreachable_broker_is_unavailable<T: ProducerTwin>(mut s: T) {

@@ -16,12 +16,12 @@ use log::{error, warn};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer as _, ProducerContext, ThreadedProducer};
 
 use crate::config::Config;
 use crate::error::StoreError;
-use crate::ports::{Producer, Record};
+use crate::ports::{Position, Producer, Record};
 
 /// The producer settings msgx uses, D3 first. `Config` has already refused anything else.
 pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
@@ -46,7 +46,7 @@ pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
 #[derive(Default)]
 struct Acks {
     round: u64,
-    got: Vec<(usize, Result<(), KafkaError>)>,
+    got: Vec<(usize, Result<Position, KafkaError>)>,
 }
 
 /// librdkafka's log facility for a broker connection that failed or dropped.
@@ -96,7 +96,8 @@ impl ProducerContext for Collector {
         let mut acks = self.acks.lock().expect("ack list poisoned");
         // A report of an earlier round (a record that timed out there) is not this round's.
         if acks.round == round {
-            acks.got.push((index, result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone())));
+            let report = result.as_ref().map(|m| Position { partition: m.partition(), offset: m.offset() });
+            acks.got.push((index, report.map_err(|(e, _)| e.clone())));
             self.arrived.notify_all();
         }
     }
@@ -197,7 +198,7 @@ impl KafkaProducer {
     }
 
     /// Blocks until `want` reports of the current round arrived or `deadline` passed.
-    fn wait_for(&self, want: usize, deadline: Instant) -> Vec<(usize, Result<(), KafkaError>)> {
+    fn wait_for(&self, want: usize, deadline: Instant) -> Vec<(usize, Result<Position, KafkaError>)> {
         let c = self.producer.context();
         let mut acks = c.acks.lock().expect("ack list poisoned");
         while acks.got.len() < want {
@@ -273,7 +274,7 @@ impl KafkaProducer {
 }
 
 impl Producer for KafkaProducer {
-    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<(), StoreError>> {
+    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<Position, StoreError>> {
         self.round += 1;
         let round = self.round;
         {
@@ -284,7 +285,7 @@ impl Producer for KafkaProducer {
         let deadline = Instant::now() + self.flush_timeout;
         let (queued, refused) = self.queue(records, round, deadline);
         let acks = self.wait_for(queued, deadline);
-        let mut out: Vec<Result<(), StoreError>> = (0..records.len())
+        let mut out: Vec<Result<Position, StoreError>> = (0..records.len())
             .map(|i| {
                 Err(if i >= queued {
                     refused.clone().unwrap_or_else(|| StoreError::unavailable(Store::Kafka, "not queued"))

@@ -4,7 +4,7 @@
 use super::{fault_controls, Shared};
 use crate::error::Store;
 use crate::error::StoreError;
-use crate::ports::{Producer, Record};
+use crate::ports::{Position, Producer, Record};
 
 #[derive(Debug, Default)]
 pub struct ProducerState {
@@ -15,6 +15,8 @@ pub struct ProducerState {
     /// Acknowledge this many more records, then fail the rest of the send as unavailable
     /// (a broker that went away in the middle of a batch).
     pub ack_then_fail: Option<usize>,
+    /// The next offset of each topic (one partition each).
+    pub offsets: std::collections::HashMap<String, i64>,
 }
 
 /// A producer that delivers to a list.
@@ -44,12 +46,12 @@ impl MemProducer {
 }
 
 impl Producer for MemProducer {
-    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<(), StoreError>> {
+    fn send(&mut self, records: &[Record<'_>]) -> Vec<Result<Position, StoreError>> {
         let mut out = Vec::with_capacity(records.len());
         let res = self.0.write(Store::Kafka, |s| {
             let mut budget = s.ack_then_fail.take();
             for r in records {
-                if out.iter().any(|x: &Result<(), StoreError>| x.is_err()) {
+                if out.iter().any(|x: &Result<Position, StoreError>| x.is_err()) {
                     out.push(Err(StoreError::unavailable(
                         Store::Kafka,
                         "not sent: an earlier record failed",
@@ -70,9 +72,13 @@ impl Producer for MemProducer {
                     )));
                     continue;
                 }
+                // One partition per topic: a record's offset is how many the topic held before.
+                let next = s.offsets.entry(r.topic.to_string()).or_default();
+                let offset = *next;
+                *next += 1;
                 s.delivered.push(r.clone().into_owned());
                 budget = budget.map(|b| b - 1);
-                out.push(Ok(()));
+                out.push(Ok(Position { partition: 0, offset }));
             }
             Ok(())
         });

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use super::Pg;
 use crate::domain::{MsgEvent, Target};
 use crate::error::ErrorClass;
-use crate::ports::StoreResult;
+use crate::ports::{Landed, Position, StoreResult};
 
 /// One DEAD message, as `msgx dead` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +98,8 @@ pub struct TraceEvent {
     pub sent_at: Option<SystemTime>,
     pub error: Option<String>,
     pub payload_json: String,
+    /// Where it landed (V015; `None` before it was sent, or when sent before V015).
+    pub landed: Option<Landed<'static>>,
 }
 
 impl Pg {
@@ -134,7 +136,7 @@ impl Pg {
             let events = c
                 .query(
                     "SELECT event_id, target, state, attempts, created_at, sent_at, last_error, payload_json, ordinal,
-                            partition_key, state_version
+                            partition_key, state_version, sent_topic, sent_partition, sent_offset, sent_row_id
                      FROM msg_event WHERE msg_id = $1 ORDER BY event_id",
                     &[&msg_id],
                 )?
@@ -165,10 +167,27 @@ impl Pg {
                         sent_at: r.get(5),
                         error: r.get(6),
                         payload_json: r.get(7),
+                        landed: landed(r.get(11), r.get(12), r.get(13), r.get(14)),
                     }
                 })
                 .collect();
             Ok((row, events))
         })
+    }
+}
+
+/// A receipt from its columns: a Kafka record's, or a COUTMSGS row's.
+fn landed(
+    topic: Option<String>,
+    partition: Option<i32>,
+    offset: Option<i64>,
+    row: Option<i64>,
+) -> Option<Landed<'static>> {
+    match (topic, partition, offset, row) {
+        (Some(topic), Some(partition), Some(offset), _) => {
+            Some(Landed::Kafka { topic: topic.into(), at: Position { partition, offset } })
+        }
+        (_, _, _, Some(row)) => Some(Landed::Outbound { row }),
+        _ => None,
     }
 }

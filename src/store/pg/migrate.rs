@@ -40,6 +40,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(12, "metrics_indexes", "V012__metrics_indexes.sql"),
     migration!(13, "event_ordinal", "V013__event_ordinal.sql"),
     migration!(14, "redis_record_and_heal_log", "V014__redis_record_and_heal_log.sql"),
+    migration!(15, "delivery_receipts", "V015__delivery_receipts.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

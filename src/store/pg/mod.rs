@@ -27,8 +27,8 @@ use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, RedisRe
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{self, RefChange};
 use crate::ports::{
-    ArchiveCut, ArchivedAs, Fifo, Held, Housekeeping, Intake, MarkLedger, Outbox, OwedMark, RoundRecord,
-    StoreResult,
+    ArchiveCut, ArchivedAs, Fifo, Held, Housekeeping, Intake, Landed, MarkLedger, Outbox, OwedMark,
+    RoundRecord, Sent, StoreResult,
 };
 
 /// How long the server lets one of msgx's sessions sit idle inside a transaction before it
@@ -366,6 +366,7 @@ fn insert_events(
                  event_type = EXCLUDED.event_type, state_version = EXCLUDED.state_version,
                  payload_json = EXCLUDED.payload_json, state = 'PENDING', attempts = 0,
                  next_attempt_at = NULL, error_class = NULL, last_error = NULL, sent_at = NULL,
+                 sent_topic = NULL, sent_partition = NULL, sent_offset = NULL, sent_row_id = NULL,
                  last_attempt_at = NULL, created_at = EXCLUDED.created_at, msg_id = EXCLUDED.msg_id
              WHERE msg_event.state_version <= EXCLUDED.state_version",
             &[&keys, &types, &versions, &payloads, &msg_ids, &now],
@@ -722,10 +723,43 @@ impl MarkLedger for Pg {
 }
 
 /// Events SENT, each only at the version that was produced.
-const SENT: &str = "UPDATE msg_event e SET state = 'SENT', sent_at = $3
-     FROM UNNEST($1::bigint[], $2::bigint[]) AS s(id, v)
+const SENT: &str = "UPDATE msg_event e SET state = 'SENT', sent_at = $3,
+         sent_topic = s.topic, sent_partition = s.part, sent_offset = s.off, sent_row_id = s.row_id
+     FROM UNNEST($1::bigint[], $2::bigint[], $6::text[], $7::int[], $8::bigint[], $9::bigint[])
+          AS s(id, v, topic, part, off, row_id)
      WHERE e.event_id = s.id AND e.state_version = s.v AND e.state = 'PENDING'
        AND e.event_id BETWEEN $4 AND $5";
+
+/// The receipts of a SENT statement, a column each (NULL where an event has none).
+struct Receipts<'a> {
+    topic: Vec<Option<&'a str>>,
+    partition: Vec<Option<i32>>,
+    offset: Vec<Option<i64>>,
+    row: Vec<Option<i64>>,
+}
+
+impl<'a> Receipts<'a> {
+    fn of(sent: &'a [Sent<'_>]) -> Receipts<'a> {
+        let mut r = Receipts {
+            topic: Vec::with_capacity(sent.len()),
+            partition: Vec::with_capacity(sent.len()),
+            offset: Vec::with_capacity(sent.len()),
+            row: Vec::with_capacity(sent.len()),
+        };
+        for x in sent {
+            let (topic, at, row) = match &x.landed {
+                Some(Landed::Kafka { topic, at }) => (Some(topic.as_ref()), Some(*at), None),
+                Some(Landed::Outbound { row }) => (None, None, Some(*row)),
+                None => (None, None, None),
+            };
+            r.topic.push(topic);
+            r.partition.push(at.map(|p| p.partition));
+            r.offset.push(at.map(|p| p.offset));
+            r.row.push(row);
+        }
+        r
+    }
+}
 
 impl Outbox for Pg {
     fn pending(&mut self, target: Target, limit: usize) -> StoreResult<Vec<MsgEvent>> {
@@ -760,15 +794,18 @@ impl Outbox for Pg {
             .collect())
     }
 
-    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()> {
-        let ids: Vec<i64> = sent.iter().map(|(id, _)| *id).collect();
-        let versions: Vec<i64> = sent.iter().map(|(_, v)| *v).collect();
+    fn mark_sent(&mut self, sent: &[Sent<'_>], now: SystemTime) -> StoreResult<()> {
+        let ids: Vec<i64> = sent.iter().map(|x| x.event_id).collect();
+        let versions: Vec<i64> = sent.iter().map(|x| x.state_version).collect();
+        let receipts = Receipts::of(sent);
         let (lo, hi) = span(ids.iter().copied());
-        // SENT and SENT_AT in the same conditional UPDATE (G-EVENT-RETENTION); a row reset to a
-        // newer generation meanwhile does not match and stays PENDING. The bounds keep an
-        // outbox that grew during an outage from being hashed whole for every batch (`span`).
+        // SENT, SENT_AT and where it landed in the same conditional UPDATE (G-EVENT-RETENTION,
+        // #40); a row reset to a newer generation meanwhile does not match and stays PENDING.
+        // The bounds keep an outbox that grew during an outage from being hashed whole for
+        // every batch (`span`).
         self.write(|c| {
-            c.execute(SENT, &[&ids, &versions, &now, &lo, &hi])?;
+            let r = &receipts;
+            c.execute(SENT, &[&ids, &versions, &now, &lo, &hi, &r.topic, &r.partition, &r.offset, &r.row])?;
             Ok(Ok(()))
         })
     }

@@ -14,9 +14,9 @@ use crate::handlers::RefChange;
 use crate::planted::{self, Bug};
 use crate::policy::replay;
 use crate::ports::{
-    ArchiveCut, ArchivedAs, Claim, Claimant, Fifo, Housekeeping, Intake, LeaseHolder, LeaseStore, MarkLedger,
-    Operator, Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, RoundRecord,
-    StoreResult,
+    ArchiveCut, ArchivedAs, Claim, Claimant, Fifo, Housekeeping, Intake, Landed, LeaseHolder, LeaseStore,
+    MarkLedger, Operator, Outbox, OwedMark, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent,
+    RoundRecord, Sent, StoreResult,
 };
 
 /// One `PROC_STATE` row with its backfill columns.
@@ -48,6 +48,8 @@ pub struct MemEvent {
     pub error_class: Option<ErrorClass>,
     pub last_error: Option<String>,
     pub sent_at: Option<SystemTime>,
+    /// Where it landed (#40).
+    pub landed: Option<crate::ports::Landed<'static>>,
 }
 
 /// A season of the seasonal plan (`SEASON_PLAN`).

@@ -19,16 +19,17 @@ impl Outbox for MemPg {
         })
     }
 
-    fn mark_sent(&mut self, sent: &[(i64, i64)], now: SystemTime) -> StoreResult<()> {
+    fn mark_sent(&mut self, sent: &[Sent<'_>], now: SystemTime) -> StoreResult<()> {
         self.write(|s| {
-            for (id, version) in sent {
+            for x in sent {
                 if let Some(e) = s
                     .events
-                    .get_mut(id)
-                    .filter(|e| e.state == EventStatus::Pending && e.event.state_version == *version)
+                    .get_mut(&x.event_id)
+                    .filter(|e| e.state == EventStatus::Pending && e.event.state_version == x.state_version)
                 {
                     e.state = EventStatus::Sent;
                     e.sent_at = Some(now);
+                    e.landed = x.landed.clone().map(Landed::into_owned);
                 }
             }
             Ok(())

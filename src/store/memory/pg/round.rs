@@ -147,6 +147,7 @@ impl Tables {
             error_class: None,
             last_error: None,
             sent_at: None,
+            landed: None,
         };
         let existing = (target == Target::KafkaSchd)
             .then(|| {
