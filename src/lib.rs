@@ -30,6 +30,7 @@ pub mod health;
 pub mod ingress;
 pub mod jobs;
 pub mod lease;
+pub mod lineage;
 pub mod listener;
 pub mod logline;
 pub mod logpipe;

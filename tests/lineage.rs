@@ -11,15 +11,20 @@ use common::*;
 use msgx::fixtures;
 
 fn trace(s: &Services, args: &[&str]) -> (Option<i32>, String) {
+    msgx(s, "trace", args)
+}
+
+fn msgx(s: &Services, command: &str, args: &[&str]) -> (Option<i32>, String) {
     let file = std::env::temp_dir().join(format!("msgx-lineage-{}.toml", s.name));
     std::fs::write(&file, &s.toml).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_msgx"))
         .arg("--config")
         .arg(&file)
-        .arg("trace")
+        .arg(command)
         .args(args)
         .env("MSGX_PG_URL", &s.cfg.pg_url)
         .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();
@@ -102,4 +107,59 @@ fn trace_follows_a_message_from_its_mailbox_row_to_the_record_kafka_holds() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("mailbox:  no such row") && out.contains("never saw it"), "{out}");
     assert!(out.contains("msg_id 999999: not in the mailbox, and msgx never saw it"), "{out}");
+}
+
+#[test]
+fn flight_says_which_message_set_each_field_and_where_its_event_landed() {
+    let s = Services::migrated("");
+    let ids = s.insert_inbound(&[
+        fixtures::flop_stnd(1, "9001", "A1"),
+        fixtures::flop(2, "ACFT", "9001", &[("ACFT", Some("32N"))]),
+        fixtures::flop_stnd(3, "9001", "B12"),
+    ]);
+    let a = Instance::run(&s, "flight", "");
+    let mut pg = s.pg();
+    assert!(
+        eventually(Duration::from_secs(60), || count(
+            &mut pg,
+            "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
+        ) == 3),
+        "{}",
+        a.log_text()
+    );
+    let records = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), 3, Duration::from_secs(30));
+    let read =
+        |m: i64| records.iter().find(|r| r.header("msg_id") == Some(&m.to_string()[..])).expect("a record");
+
+    let (code, out) = msgx(&s, "flight", &["9001"]);
+    println!("msgx flight 9001:\n{out}");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("STND   = B12    set by msg {} FLOP-STND at ", ids[2])), "{out}");
+    assert!(out.contains(&format!("ACFT   = 32N    set by msg {} FLOP-ACFT at ", ids[1])), "{out}");
+    let (code, json) = msgx(&s, "flight", &["9001", "--json"]);
+    assert_eq!(code, Some(0), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let changes = v["changes"].as_array().unwrap();
+    let order: Vec<i64> = changes.iter().map(|c| c["msg_id"].as_i64().unwrap()).collect();
+    assert_eq!(order, [ids[2], ids[1], ids[0]], "newest first: {v}");
+    for c in changes {
+        let r = read(c["msg_id"].as_i64().unwrap());
+        assert_eq!(c["event_key"].as_str(), r.header("event_key"), "{v}");
+        assert_eq!(
+            (c["partition"].as_i64(), c["offset"].as_i64()),
+            (Some(r.partition as i64), Some(r.offset))
+        );
+    }
+
+    let (code, out) = msgx(&s, "flight", &["9001", "--field", "STND"]);
+    println!("msgx flight 9001 --field STND:\n{out}");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("flight 9001 STND = B12"), "{out}");
+    assert!(out.contains("element:  <STND>B12</STND>"), "{out}");
+    assert!(out.contains(&format!("offset {}", read(ids[2]).offset)), "{out}");
+    assert!(out.contains(&format!("earlier:  A1 (msg {})", ids[0])), "{out}");
+
+    let (code, out) = msgx(&s, "flight", &["0000"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("flight 0000: Redis holds nothing of it and no event names it"), "{out}");
 }

@@ -58,15 +58,6 @@ pub(super) fn dead(
     Ok(())
 }
 
-fn time(t: std::time::SystemTime) -> String {
-    msgx::clock::CivilTime::from_system(t).to_rfc3339()
-}
-
-/// An upstream text on one line: a newline in an error cannot forge a row.
-fn one_line(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
-}
-
 /// The stable JSON document of one DEAD message (docs/reference.md, `msgx dead --json`).
 fn as_json(r: &DeadLetter) -> serde_json::Value {
     serde_json::json!({

@@ -14,6 +14,7 @@ mod consistency;
 mod dead;
 mod decode;
 mod dismiss;
+mod flight;
 mod man;
 mod migrate_schema;
 mod reconcile;
@@ -80,6 +81,9 @@ pub fn main(cli: Cli) -> ExitCode {
                     resend::resend(&cfg, target, since.as_deref(), *from_event, *yes)
                 }
                 Command::Trace { msg_id, json } => trace::trace(&cfg, *msg_id, *json),
+                Command::Flight { flid, field, limit, json } => {
+                    flight::flight(&cfg, flid, field.as_deref(), *limit, *json)
+                }
                 Command::Dead { class, since, limit, json } => {
                     dead::dead(&cfg, class.as_deref(), since.as_deref(), *limit, *json)
                 }
@@ -176,6 +180,23 @@ enum Command {
     Trace {
         /// The MSG_ID (the mailbox row's id).
         msg_id: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why does this flight say that: the flight as Redis holds it, each field with the MSG_ID
+    /// that set it and when, then the messages that changed it, newest first, with their
+    /// changes and where their events landed. Exit 1 when nothing names the flight. Read only.
+    Flight {
+        /// The FLID.
+        flid: String,
+        /// One field's story: the message that set it, the element of its text, its event and
+        /// offset, and the values before it.
+        #[arg(long)]
+        field: Option<String>,
+        /// At most this many changes.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -299,6 +320,16 @@ fn print_verdicts(out: &[(i64, Result<(), String>)], done: &str) -> CmdResult {
 }
 
 /// A store the command needs did not answer or refused it: exit 4, the error names it.
+/// A time as the lineage commands print it: RFC 3339, UTC.
+fn time(t: std::time::SystemTime) -> String {
+    msgx::clock::CivilTime::from_system(t).to_rfc3339()
+}
+
+/// An upstream text on one line: a newline in it cannot forge a line of the output.
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
 fn unreachable(e: impl Into<anyhow::Error>) -> (Exit, anyhow::Error) {
     (Exit::Unreachable, e.into())
 }

@@ -42,17 +42,8 @@ struct Trace<'a> {
     topics: (&'a str, &'a str),
 }
 
-fn time(t: std::time::SystemTime) -> String {
-    msgx::clock::CivilTime::from_system(t).to_rfc3339()
-}
-
 fn opt_time(t: Option<std::time::SystemTime>) -> String {
     t.map_or("-".into(), time)
-}
-
-/// An upstream text on one line: a newline in an error cannot forge a line of the trace.
-fn one_line(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
 }
 
 impl Trace<'_> {

@@ -15,7 +15,7 @@ pub mod reference;
 pub mod report;
 pub mod schedule;
 pub mod time;
-mod xml;
+pub(crate) mod xml;
 
 pub use flop::FlopRecord;
 pub use platform::DfoeKind;

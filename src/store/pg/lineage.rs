@@ -89,6 +89,7 @@ pub struct TraceRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEvent {
     pub event_id: i64,
+    pub msg_id: Option<i64>,
     /// The identity a consumer deduplicates on (`MsgEvent::key`).
     pub event_key: String,
     pub target: String,
@@ -107,14 +108,21 @@ impl Pg {
     /// order (SENT ones until `event-retention` prunes them).
     pub fn trace(&mut self, msg_id: i64) -> StoreResult<(Option<TraceRow>, Vec<TraceEvent>)> {
         self.run(|c| {
-            let cols = "state, attempts, error_class, last_error, type_tag, identity_key, enqueued_at, updated_at,
+            let cols =
+                "state, attempts, error_class, last_error, type_tag, identity_key, enqueued_at, updated_at,
                         redis_record, backfill_at, backfill_abandoned_reason, dismissed_at";
-            let live = c.query(&format!("SELECT {cols}, NULL::timestamptz FROM proc_state WHERE msg_id = $1"), &[&msg_id])?;
+            let live = c.query(
+                &format!("SELECT {cols}, NULL::timestamptz FROM proc_state WHERE msg_id = $1"),
+                &[&msg_id],
+            )?;
             // An archived row leaves a stub in PROC_STATE (state ARCHIVED, the rest cleared): the
             // whole row is the archive's copy.
             let stub = live.first().is_some_and(|r| r.get::<_, &str>(0) == "ARCHIVED");
             let rows = if live.is_empty() || stub {
-                c.query(&format!("SELECT {cols}, archived_at FROM proc_state_hst WHERE msg_id = $1"), &[&msg_id])?
+                c.query(
+                    &format!("SELECT {cols}, archived_at FROM proc_state_hst WHERE msg_id = $1"),
+                    &[&msg_id],
+                )?
             } else {
                 live
             };
@@ -133,44 +141,11 @@ impl Pg {
                 dismissed_at: r.get(11),
                 archived_at: r.get(12),
             });
-            let events = c
-                .query(
-                    "SELECT event_id, target, state, attempts, created_at, sent_at, last_error, payload_json, ordinal,
-                            partition_key, state_version, sent_topic, sent_partition, sent_offset, sent_row_id
-                     FROM msg_event WHERE msg_id = $1 ORDER BY event_id",
-                    &[&msg_id],
-                )?
-                .iter()
-                .map(|r| {
-                    let target: String = r.get(1);
-                    let key = MsgEvent {
-                        event_id: r.get(0),
-                        msg_id: Some(msg_id),
-                        target: Target::parse(&target).unwrap_or(Target::KafkaMsg),
-                        partition_key: r.get(9),
-                        state_version: r.get(10),
-                        payload_json: r.get(7),
-                        attempts: 0,
-                        next_attempt_at: None,
-                        last_attempt_at: None,
-                        created_at: None,
-                        ordinal: r.get(8),
-                    }
-                    .key();
-                    TraceEvent {
-                        event_id: r.get(0),
-                        event_key: key,
-                        target,
-                        state: r.get(2),
-                        attempts: r.get(3),
-                        created_at: r.get(4),
-                        sent_at: r.get(5),
-                        error: r.get(6),
-                        payload_json: r.get(7),
-                        landed: landed(r.get(11), r.get(12), r.get(13), r.get(14)),
-                    }
-                })
-                .collect();
+            let rows = c.query(
+                &format!("SELECT {EVENT_COLS} FROM msg_event WHERE msg_id = $1 ORDER BY event_id"),
+                &[&msg_id],
+            )?;
+            let events = rows.iter().map(trace_event).collect();
             Ok((row, events))
         })
     }
@@ -189,5 +164,78 @@ fn landed(
         }
         (_, _, _, Some(row)) => Some(Landed::Outbound { row }),
         _ => None,
+    }
+}
+
+/// The columns [`trace_event`] reads, in its order.
+const EVENT_COLS: &str =
+    "event_id, target, state, attempts, created_at, sent_at, last_error, payload_json, ordinal,
+     partition_key, state_version, sent_topic, sent_partition, sent_offset, sent_row_id, msg_id";
+
+/// One outbox event from a row of [`EVENT_COLS`], with the `event_key` it was delivered under.
+fn trace_event(r: &postgres::Row) -> TraceEvent {
+    let target: String = r.get(1);
+    let key = MsgEvent {
+        event_id: r.get(0),
+        msg_id: r.get(15),
+        target: Target::parse(&target).unwrap_or(Target::KafkaMsg),
+        partition_key: r.get(9),
+        state_version: r.get(10),
+        payload_json: r.get(7),
+        attempts: 0,
+        next_attempt_at: None,
+        last_attempt_at: None,
+        created_at: None,
+        ordinal: r.get(8),
+    }
+    .key();
+    TraceEvent {
+        event_id: r.get(0),
+        msg_id: r.get(15),
+        event_key: key,
+        target,
+        state: r.get(2),
+        attempts: r.get(3),
+        created_at: r.get(4),
+        sent_at: r.get(5),
+        error: r.get(6),
+        payload_json: r.get(7),
+        landed: landed(r.get(11), r.get(12), r.get(13), r.get(14)),
+    }
+}
+
+/// When a message got its outcome, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub type_tag: Option<String>,
+    pub at: SystemTime,
+}
+
+impl Pg {
+    /// The `KAFKA:msg` events of flight `flid`, newest first, at most `limit` (SENT ones until
+    /// `event-retention` prunes them): the messages that changed it.
+    pub fn flight_events(&mut self, flid: &str, limit: i64) -> StoreResult<Vec<TraceEvent>> {
+        self.run(|c| {
+            let rows = c.query(
+                &format!(
+                    "SELECT {EVENT_COLS} FROM msg_event WHERE target = 'KAFKA:msg' AND partition_key = $1
+                     ORDER BY event_id DESC LIMIT $2"
+                ),
+                &[&flid, &limit],
+            )?;
+            Ok(rows.iter().map(trace_event).collect())
+        })
+    }
+
+    /// What each of `ids` is and when it got its outcome (PROC_STATE, or the archive's copy).
+    pub fn decided(&mut self, ids: &[i64]) -> StoreResult<std::collections::BTreeMap<i64, Decided>> {
+        self.run(|c| {
+            let rows = c.query(
+                "SELECT msg_id, type_tag, updated_at FROM proc_state WHERE msg_id = ANY($1) AND state <> 'ARCHIVED'
+                 UNION ALL SELECT msg_id, type_tag, updated_at FROM proc_state_hst WHERE msg_id = ANY($1)",
+                &[&ids],
+            )?;
+            Ok(rows.iter().map(|r| (r.get(0), Decided { type_tag: r.get(1), at: r.get(2) })).collect())
+        })
     }
 }
