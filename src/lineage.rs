@@ -11,8 +11,10 @@ use serde::Serialize;
 
 use crate::clock::CivilTime;
 use crate::codec::xml;
+use crate::config::Config;
 use crate::ports::{FlightAudit, Landed, StoreResult};
-use crate::store::pg::lineage::TraceEvent;
+use crate::store::mailbox::{MailboxEntry, MysqlMailbox};
+use crate::store::pg::lineage::{TraceEvent, TraceRow};
 use crate::store::pg::Pg;
 
 /// The flight document (`msgx flight --json`, `/api/flight/{flid}`).
@@ -227,6 +229,91 @@ fn write(e: xml::Element) -> String {
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// One message's life (`msgx trace`, `/trace/{msg_id}`, `/api/trace/{msg_id}`).
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub msg_id: i64,
+    pub entry: Option<MailboxEntry>,
+    pub row: Option<TraceRow>,
+    /// Its type tag (its text decoded, else what msgx recorded).
+    pub kind: Option<String>,
+    pub flights: Vec<String>,
+    /// Why its text does not decode, if it does not.
+    pub undecodable: Option<String>,
+    pub events: Vec<TraceEvent>,
+    /// The configured topics of `KAFKA:msg` and `KAFKA:schd`.
+    pub topics: (String, String),
+}
+
+/// Message `msg_id` from own PostgreSQL and the mailbox.
+pub fn trace(pg: &mut Pg, mailbox: &mut MysqlMailbox, cfg: &Config, msg_id: i64) -> StoreResult<Trace> {
+    let (row, events) = pg.trace(msg_id)?;
+    let entry = mailbox.entry(msg_id, cfg.pipeline.max_message_bytes)?;
+    let decoded = entry.as_ref().and_then(|e| e.text.as_deref()).map(crate::codec::decode);
+    let (kind, flights) = match &decoded {
+        Some(Ok(m)) => (Some(m.kind.type_tag().into_owned()), crate::handlers::need_of(m).flids),
+        _ => (row.as_ref().and_then(|r| r.type_tag.clone()), Vec::new()),
+    };
+    let undecodable = decoded.and_then(|d| d.err()).map(|e| e.to_string());
+    let topics = (cfg.topic_msg.clone(), cfg.topic_schd.clone());
+    Ok(Trace { msg_id, entry, row, kind, flights, undecodable, events, topics })
+}
+
+impl Trace {
+    /// Whether the mailbox or msgx knows the message.
+    pub fn known(&self) -> bool {
+        self.entry.is_some() || self.row.is_some()
+    }
+
+    /// The configured topic of a Kafka target.
+    pub fn topic(&self, target: &str) -> Option<&str> {
+        match target {
+            "KAFKA:msg" => Some(&self.topics.0),
+            "KAFKA:schd" => Some(&self.topics.1),
+            _ => None,
+        }
+    }
+
+    /// The stable document (docs/reference.md, `msgx trace --json`).
+    pub fn json(&self) -> serde_json::Value {
+        let r = self.row.as_ref();
+        serde_json::json!({
+            "msg_id": self.msg_id,
+            "mailbox": self.entry.as_ref().map(|e| serde_json::json!({
+                "received": e.received_at.map(time),
+                "status": e.status,
+                "processed": e.processed_at.map(time),
+            })),
+            "state": r.map(|r| r.state.as_str()),
+            "archived": r.map(|r| r.archived_at.is_some()),
+            "attempts": r.map(|r| r.attempts),
+            "error_class": r.and_then(|r| r.class).map(|c| c.as_str()),
+            "last_error": r.and_then(|r| r.error.as_deref()),
+            "type": self.kind,
+            "identity": r.and_then(|r| r.identity.as_deref()),
+            "redis_record": r.and_then(|r| r.redis_record.as_deref()),
+            "marked": r.and_then(|r| r.marked_at).map(time),
+            "flights": self.flights,
+            "events": self.events.iter().map(|e| serde_json::json!({
+                "event_id": e.event_id,
+                "event_key": e.event_key,
+                "target": e.target,
+                "state": e.state,
+                "attempts": e.attempts,
+                "sent_at": e.sent_at.map(time),
+                "topic": match &e.landed {
+                    Some(Landed::Kafka { topic, .. }) => Some(topic.as_ref()),
+                    _ => self.topic(&e.target),
+                },
+                "partition": match &e.landed { Some(Landed::Kafka { at, .. }) => Some(at.partition), _ => None },
+                "offset": match &e.landed { Some(Landed::Kafka { at, .. }) => Some(at.offset), _ => None },
+                "coutmsgs_id": match &e.landed { Some(Landed::Outbound { row }) => Some(*row), _ => None },
+                "payload": serde_json::from_str::<serde_json::Value>(&e.payload_json).unwrap_or(serde_json::Value::Null),
+            })).collect::<Vec<_>>(),
+        })
+    }
 }
 
 #[cfg(test)]
