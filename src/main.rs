@@ -98,8 +98,10 @@ fn run_cli() -> ExitCode {
             msgx::secret::remember_in(&v);
         }
     }
-    if let Ok(p) = std::env::var("MSGX_REDIS_SENTINEL_PASSWORD") {
-        msgx::secret::remember(&p);
+    for name in ["MSGX_REDIS_SENTINEL_PASSWORD", "MSGX_METRICS_TOKEN"] {
+        if let Ok(p) = std::env::var(name) {
+            msgx::secret::remember(&p);
+        }
     }
     cli::main(cli::Cli::parse())
 }

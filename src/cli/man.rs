@@ -76,7 +76,7 @@ Optional environment for the systemd unit (MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_RED
 /var/log/msgx/msgx.log
 The log file operators watch (MSGX_LOG_FILE in the unit; rotated by /etc/logrotate.d/msgx, which sends SIGHUP).
 .SH ENVIRONMENT
-MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL, MSGX_REDIS_SENTINEL_PASSWORD, MSGX_KAFKA_BROKERS and MSGX_LOG_FILE override their keys of the file; RUST_LOG sets the log level.
+MSGX_PG_URL, MSGX_MYSQL_URL, MSGX_REDIS_URL, MSGX_REDIS_SENTINEL_PASSWORD, MSGX_METRICS_TOKEN, MSGX_KAFKA_BROKERS and MSGX_LOG_FILE override their keys of the file; RUST_LOG sets the log level.
 .SH EXIT STATUS
 .TP
 0

@@ -348,7 +348,7 @@ fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
     for c in cfg.connection_strings() {
         msgx::secret::remember_in(c);
     }
-    if let Some(p) = &cfg.redis.sentinel_password {
+    for p in cfg.redis.sentinel_password.iter().chain(&cfg.metrics_token) {
         msgx::secret::remember(p);
     }
     Ok(cfg)

@@ -380,8 +380,15 @@ pub const KEYS: &[KeySpec] = &[
         "metrics.listen",
         "\"127.0.0.1:9722\"",
         Kind::Text,
-        "address of the operations endpoint (GET /metrics in the Prometheus text format, /live, /ready); empty turns it off",
+        "address of the operations endpoint (GET /metrics in the Prometheus text format, /live, /ready, the read-only console); empty turns it off",
     ),
+    KeySpec {
+        key: "metrics.token",
+        default: "\"\"",
+        kind: Kind::Text,
+        env: Some("MSGX_METRICS_TOKEN"),
+        doc: "a bearer token every path of the operations endpoint but /live and /ready then asks for (Authorization: Bearer TOKEN); empty: none",
+    },
     k(
         "msgx.compat-http.enabled",
         "false",

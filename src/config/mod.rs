@@ -138,6 +138,9 @@ pub struct Config {
     pub log_file: Option<std::path::PathBuf>,
     /// `metrics.listen`: the operations endpoint; `None`: off.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `metrics.token`: the bearer token the endpoint asks for (but on `/live`, `/ready`); a
+    /// secret, never described.
+    pub metrics_token: Option<String>,
     /// `msgx.watchdog.stuck-after`: a turn this long stops systemd's watchdog pings.
     pub watchdog_stuck_after: Duration,
     pub compat: CompatHttp,
@@ -213,6 +216,7 @@ impl Config {
             log_json,
             log_file,
             metrics_listen,
+            metrics_token: Some(text(v, "metrics.token")?.trim().to_string()).filter(|t| !t.is_empty()),
             watchdog_stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
             compat,
             pg_url: string(v, "datasources.default.url")?,

@@ -348,11 +348,13 @@ fn ops_endpoint(
     };
     let bound = server.local_addr().unwrap_or(addr);
     let (ops, metrics) = (ops.clone(), metrics.clone());
+    let console = crate::ops::console::Console::new(cfg.clone());
+    let token = cfg.metrics_token.clone();
     let h = thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || server.serve(ops, metrics, stop))
+        .spawn(move || server.serve(ops, metrics, Some(console), token, stop))
         .map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
-    info!("metrics listening on {bound} (GET /metrics, /live, /ready)");
+    info!("metrics listening on {bound} (GET /metrics, /live, /ready, the console at /)");
     Ok(Some(h))
 }
 

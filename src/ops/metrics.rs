@@ -49,6 +49,11 @@ struct GaugeReads {
 }
 
 impl Metrics {
+    /// The clock the gauges are aged by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     pub fn new(ops: Arc<Ops>, clock: Arc<dyn Clock>) -> Metrics {
         Metrics { ops, clock, gauges: Mutex::default() }
     }
@@ -83,7 +88,7 @@ impl Metrics {
 
     /// The last good read of the store gauges and its age; whether the reads are up (the last
     /// one succeeded, recently).
-    fn gauges(&self) -> (bool, Option<(Duration, Gauges)>) {
+    pub fn gauges(&self) -> (bool, Option<(Duration, Gauges)>) {
         let g = self.gauges.lock().expect("gauge reads poisoned");
         let now = self.clock.mono().as_duration();
         let age = |at: &Mono| now.saturating_sub(at.as_duration());

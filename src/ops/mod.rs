@@ -4,6 +4,7 @@
 //! the lease gate — and a few gauges from own PostgreSQL, read at most every
 //! [`metrics::GAUGES_TTL`] however often it is scraped.
 
+pub mod console;
 pub mod http;
 pub mod metrics;
 pub mod notify;

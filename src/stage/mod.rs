@@ -317,6 +317,14 @@ impl Pulse {
         Turning { pulse: self.clone(), name }
     }
 
+    /// Every watched loop and how long its current turn has lasted (`None`: waiting).
+    pub fn turns(&self, now: Mono) -> Vec<(&'static str, Option<Duration>)> {
+        let p = self.0.lock().expect("pulse poisoned");
+        p.iter()
+            .map(|(name, since)| (*name, since.map(|s| now.as_duration().saturating_sub(s.as_duration()))))
+            .collect()
+    }
+
     /// The loop whose turn has lasted longest, if longer than `limit`.
     pub fn stuck(&self, now: Mono, limit: Duration) -> Option<(&'static str, Duration)> {
         let p = self.0.lock().expect("pulse poisoned");

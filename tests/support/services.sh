@@ -60,6 +60,8 @@ install() {
   # logrotate rotates msgx's log while messages flow.
   command -v promtool >/dev/null || need+=(prometheus)
   command -v logrotate >/dev/null || need+=(logrotate)
+  # The console is tested in a real browser (headless), with a font to draw its screenshot.
+  command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
   if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]}"
     # The packages' own init scripts must not start system-wide instances.
