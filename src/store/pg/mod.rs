@@ -596,9 +596,13 @@ impl Pg {
         self.run(|c| {
             c.batch_execute(&format!(
                 "SET plan_cache_mode = force_generic_plan;
-                 PREPARE msgx_explain_sent(bigint[], bigint[], timestamptz, bigint, bigint) AS {SENT}"
+                 PREPARE msgx_explain_sent(bigint[], bigint[], timestamptz, bigint, bigint, text[], int[], bigint[],
+                     bigint[]) AS {SENT}"
             ))?;
-            let rows = c.query("EXPLAIN EXECUTE msgx_explain_sent('{1}', '{1}', now(), 1, 1)", &[]);
+            let rows = c.query(
+                "EXPLAIN EXECUTE msgx_explain_sent('{1}', '{1}', now(), 1, 1, '{t}', '{0}', '{1}', '{NULL}')",
+                &[],
+            );
             c.batch_execute("DEALLOCATE msgx_explain_sent; SET plan_cache_mode = force_custom_plan")?;
             Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
         })
