@@ -41,7 +41,8 @@ pub struct FieldNow {
     pub msg_id: Option<i64>,
     #[serde(rename = "type")]
     pub type_tag: Option<String>,
-    /// When that message got its outcome.
+    /// When that message's decision was committed (its event's creation; without an event
+    /// kept, its row's last change).
     pub set_at: Option<String>,
 }
 
@@ -114,12 +115,15 @@ pub fn flight<F: FlightAudit>(
         .map(|(name, value)| {
             let msg_id = state.versions.get(name).copied().filter(|v| *v > 0);
             let d = msg_id.and_then(|m| decided.get(&m));
+            // Its event was written with its outcome; the row's last change may be its mailbox
+            // mark, later.
+            let event = events.iter().find(|e| msg_id.is_some() && e.msg_id == msg_id);
             FieldNow {
                 name: name.clone(),
                 value: value.clone(),
                 msg_id,
                 type_tag: d.and_then(|d| d.type_tag.clone()),
-                set_at: d.map(|d| time(d.at)),
+                set_at: event.map(|e| e.created_at).or(d.map(|d| d.at)).map(time),
             }
         })
         .collect();
