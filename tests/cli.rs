@@ -696,3 +696,25 @@ fn dead_lists_the_dead_letter_queue_with_its_filters_and_json() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("--class \"nope\" is not an error class"), "{}", text(&o));
 }
+
+/// #43: a state msgx does not know (a newer msgx's, a hand edit) is an error that names it, never
+/// read as ARCHIVED — replay refused it as "archived" before.
+#[test]
+fn regression_an_unknown_state_is_named_not_read_as_archived() {
+    let s = Services::migrated("");
+    let mut pg = Pg::connect(&s.cfg.pg_url).unwrap();
+    common::enqueue(&mut pg, &[1], t0());
+    common::record(&mut pg, &[Settle::failed(1, dead(ErrorClass::Exhausted))], t0());
+    let mut c = s.pg();
+    c.batch_execute(
+        "ALTER TABLE proc_state DROP CONSTRAINT proc_state_state_check;
+         UPDATE proc_state SET state = 'PAUSED' WHERE msg_id = 1",
+    )
+    .unwrap();
+    let o = msgx(&s, &["replay", "--ids", "1"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{out}");
+    assert!(out.contains(r#"unknown PROC_STATE.STATE "PAUSED""#), "{out}");
+    let state: String = c.query_one("SELECT state FROM proc_state WHERE msg_id = 1", &[]).unwrap().get(0);
+    assert_eq!(state, "PAUSED", "nothing changed");
+}

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use super::Pg;
 use crate::domain::{MsgEvent, Target};
 use crate::error::ErrorClass;
+use crate::error::StoreError;
 use crate::ports::{Landed, Position, StoreResult};
 
 /// One DEAD message, as `msgx dead` lists it.
@@ -145,9 +146,9 @@ impl Pg {
                 &format!("SELECT {EVENT_COLS} FROM msg_event WHERE msg_id = $1 ORDER BY event_id"),
                 &[&msg_id],
             )?;
-            let events = rows.iter().map(trace_event).collect();
-            Ok((row, events))
-        })
+            let events = rows.iter().map(trace_event).collect::<Result<Vec<_>, _>>();
+            Ok(events.map(|events| (row, events)))
+        })?
     }
 }
 
@@ -173,12 +174,12 @@ const EVENT_COLS: &str =
      partition_key, state_version, sent_topic, sent_partition, sent_offset, sent_row_id, msg_id";
 
 /// One outbox event from a row of [`EVENT_COLS`], with the `event_key` it was delivered under.
-fn trace_event(r: &postgres::Row) -> TraceEvent {
+fn trace_event(r: &postgres::Row) -> Result<TraceEvent, StoreError> {
     let target: String = r.get(1);
     let key = MsgEvent {
         event_id: r.get(0),
         msg_id: r.get(15),
-        target: Target::parse(&target).unwrap_or(Target::KafkaMsg),
+        target: super::known_state(Target::parse(&target), "MSG_EVENT.TARGET", &target)?,
         partition_key: r.get(9),
         state_version: r.get(10),
         payload_json: r.get(7),
@@ -189,7 +190,7 @@ fn trace_event(r: &postgres::Row) -> TraceEvent {
         ordinal: r.get(8),
     }
     .key();
-    TraceEvent {
+    Ok(TraceEvent {
         event_id: r.get(0),
         msg_id: r.get(15),
         event_key: key,
@@ -201,7 +202,7 @@ fn trace_event(r: &postgres::Row) -> TraceEvent {
         error: r.get(6),
         payload_json: r.get(7),
         landed: landed(r.get(11), r.get(12), r.get(13), r.get(14)),
-    }
+    })
 }
 
 /// When a message got its outcome, and what it is.
@@ -223,8 +224,8 @@ impl Pg {
                 ),
                 &[&flid, &limit],
             )?;
-            Ok(rows.iter().map(trace_event).collect())
-        })
+            Ok(rows.iter().map(trace_event).collect::<Result<Vec<_>, _>>())
+        })?
     }
 
     /// What each of `ids` is and when it got its outcome (PROC_STATE, or the archive's copy).

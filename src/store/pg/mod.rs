@@ -247,6 +247,12 @@ pub fn clip(s: &str, max_chars: usize) -> String {
 const TERMINAL: &str = "('SUCCEEDED', 'SKIPPED', 'DEAD')";
 const UNFINISHED: &str = "('PENDING', 'FAILED')";
 
+/// A state column as msgx writes it, or an error that names the value: an unknown state is
+/// never read as a guess (#43: one was read as ARCHIVED, another as PENDING).
+pub(crate) fn known_state<T>(parsed: Option<T>, column: &str, value: &str) -> Result<T, StoreError> {
+    parsed.ok_or_else(|| StoreError::rejected(Store::Postgres, format!("unknown {column} {value:?}")))
+}
+
 /// A row of [`PROC_ROW`]'s columns, read by their place in it: by name, each `get` looked
 /// through the columns comparing names, ten a row (#23).
 fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
@@ -254,9 +260,7 @@ fn proc_row(r: &postgres::Row) -> Result<ProcRow, StoreError> {
     let attempts: i32 = r.get(2);
     Ok(ProcRow {
         msg_id: r.get(0),
-        state: ProcStatus::parse(state).ok_or_else(|| {
-            StoreError::rejected(Store::Postgres, format!("unknown PROC_STATE.STATE {state:?}"))
-        })?,
+        state: known_state(ProcStatus::parse(state), "PROC_STATE.STATE", state)?,
         attempts: attempts.max(0) as u32,
         next_attempt_at: r.get(3),
         error_class: r.get::<_, Option<&str>>(4).and_then(ErrorClass::parse),

@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use super::{clip, Pg, TERMINAL, UNFINISHED};
+use super::{clip, known_state, Pg, TERMINAL, UNFINISHED};
 use crate::domain::Target;
 use crate::domain::{EventStatus, ProcRow, ProcStatus};
 use crate::error::ErrorClass;
@@ -87,7 +87,11 @@ impl Pg {
             let mut out = Vec::new();
             for r in &rows {
                 let id: i64 = r.get(0);
-                let state = ProcStatus::parse(r.get::<_, &str>(1)).unwrap_or(ProcStatus::Archived);
+                let text: &str = r.get(1);
+                let state = match known_state(ProcStatus::parse(text), "PROC_STATE.STATE", text) {
+                    Ok(s) => s,
+                    Err(e) => return Ok(Err(e)),
+                };
                 let class = r.get::<_, Option<String>>(2).and_then(|c| ErrorClass::parse(&c));
                 let mut verdict = (of.verdict)(state, class, r.get::<_, Option<&str>>(3));
                 if verdict.is_ok() {
@@ -221,9 +225,16 @@ impl Operator for Pg {
                         "SELECT state, dismissed_at IS NOT NULL FROM proc_state WHERE msg_id = $1",
                         &[id],
                     )?;
-                    let was = r.map(|r| {
-                        (ProcStatus::parse(r.get::<_, &str>(0)).unwrap_or(ProcStatus::Archived), r.get(1))
-                    });
+                    let was = match r {
+                        None => None,
+                        Some(r) => {
+                            let text: &str = r.get(0);
+                            match known_state(ProcStatus::parse(text), "PROC_STATE.STATE", text) {
+                                Ok(s) => Some((s, r.get(1))),
+                                Err(e) => return Ok(Err(e)),
+                            }
+                        }
+                    };
                     Err(replay::dismiss_refusal(was))
                 };
                 out.push((*id, verdict));
@@ -267,8 +278,11 @@ impl Operator for Pg {
             for r in &rows {
                 let id: i64 = r.get(0);
                 let (target, state): (String, String) = (r.get(1), r.get(2));
-                let mut verdict =
-                    replay::event_verdict(EventStatus::parse(&state).unwrap_or(EventStatus::Pending));
+                let status = match known_state(EventStatus::parse(&state), "MSG_EVENT.STATE", &state) {
+                    Ok(s) => s,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let mut verdict = replay::event_verdict(status);
                 if verdict.is_ok() {
                     let n = c.execute(
                         "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL
