@@ -52,7 +52,10 @@ impl<P, M, F> Pump<P, M, F> {
             }
             Outcome::Failed(Failure::Dead { class, error }) => {
                 stats::inc(&self.stats.dead);
-                if error.starts_with("poison:") || *class == ErrorClass::Exhausted {
+                // Poison is a class, never a text: every rule that gives up on a message says
+                // EXHAUSTED (`RetryPolicy::on_failure`, a head whose attempts are used up), and
+                // an error text that comes from upstream can begin with anything (#43).
+                if *class == ErrorClass::Exhausted {
                     error!(
                         target: super::LOG,
                         "poison msg_id={id} type={tag} class={class} attempts={} error={error:?}",
