@@ -114,9 +114,6 @@ impl SkipReason {
         }
     }
 
-    /// The SQL `LIKE` pattern of the replayable skips.
-    pub const REPLAYABLE_LIKE: &'static str = "not-for-msgx:%";
-
     pub fn is_replayable(&self) -> bool {
         matches!(self, SkipReason::NotForMsgx(_))
     }

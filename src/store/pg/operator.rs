@@ -576,3 +576,23 @@ impl Pg {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::SkipReason;
+
+    /// The SQL finds the replayable skips by the text `SkipReason` stores (#43: a constant
+    /// meant to say so was never used).
+    #[test]
+    fn the_replayable_skips_are_found_by_the_text_skip_reason_stores() {
+        let stored = SkipReason::NotForMsgx("a request to the platform".into()).to_string();
+        let (prefix, _) = stored.split_once(':').unwrap();
+        for sql in [super::NOT_FOR_MSGX.replayable, super::NOT_FOR_MSGX.guard] {
+            assert!(sql.contains(&format!("last_error LIKE '{prefix}:%'")), "{sql}");
+        }
+        for other in [SkipReason::Ignored("LDM".into()), SkipReason::DuplicateOf(7)] {
+            assert!(!other.to_string().starts_with(&format!("{prefix}:")), "{other}");
+            assert!(!other.is_replayable());
+        }
+    }
+}
