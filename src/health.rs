@@ -6,18 +6,8 @@ use std::time::Duration;
 
 use crate::stage::human;
 
-/// Thresholds (`msgx.health.*`). A count threshold of 0 is off.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Thresholds {
-    pub head_age_warning: Duration,
-    pub head_age_critical: Duration,
-    pub dead_warning: u64,
-    pub dead_critical: u64,
-    pub abandoned_warning: u64,
-    pub abandoned_critical: u64,
-    pub stalled_warning: Duration,
-    pub stalled_critical: Duration,
-}
+/// Thresholds (`msgx.health.*`): a value of the configuration.
+pub use crate::config::Thresholds;
 
 /// What `status` saw.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

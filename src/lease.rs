@@ -13,14 +13,8 @@ use crate::clock::{unix_millis, Clock, Mono};
 use crate::error::StoreError;
 use crate::ports::Claimant;
 
-/// `msgx.lease.*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeasePolicy {
-    /// How long a renewal holds the lease (by the database's clock).
-    pub duration: Duration,
-    /// How often the active instance renews, and how often a standby looks.
-    pub renew_every: Duration,
-}
+/// `msgx.lease.*`: a value of the configuration.
+pub use crate::config::LeasePolicy;
 
 impl Claimant {
     /// This process: host name, pid and start time (a restarted process is a new claimant).

@@ -5,6 +5,8 @@
 //! applies); an unknown key, a value of the wrong type or out of range, and any Kafka producer
 //! setting other than D3's are refused with an error that names the key.
 
+mod policies;
+pub use policies::{LeasePolicy, OutagePolicy, Thresholds};
 pub mod keys;
 
 use std::collections::BTreeMap;
@@ -71,7 +73,7 @@ pub struct Pipeline {
     pub include_day_boundary: bool,
     pub ignore_rules: Vec<String>,
     /// How a stage waits for a store that is away, and when it alerts (SPEC §4.9).
-    pub outage: crate::stage::OutagePolicy,
+    pub outage: OutagePolicy,
     pub strict_codec: bool,
     pub max_message_bytes: u64,
     pub max_event_bytes: usize,
@@ -130,8 +132,8 @@ pub struct Producer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub pipeline: Pipeline,
-    pub lease: crate::lease::LeasePolicy,
-    pub health: crate::health::Thresholds,
+    pub lease: LeasePolicy,
+    pub health: Thresholds,
     /// `msgx.log-format = "json"`.
     pub log_json: bool,
     /// `msgx.log-file`: the file msgx writes and reopens on SIGHUP; `None`: standard error.
@@ -556,7 +558,7 @@ fn pipeline(v: &Values) -> Result<Pipeline, ConfigError> {
         schd_flush_limit: int(v, "msgx.schd.flush-limit")? as usize,
         include_day_boundary: boolean(v, "msgx.identity.include-day-boundary")?,
         ignore_rules: ignore_rules(v, "msgx.codec.ignore-rules")?,
-        outage: crate::stage::OutagePolicy {
+        outage: OutagePolicy {
             backoff: millis(v, "msgx.pipeline.reconnect-backoff-ms")?,
             cap: millis(v, "msgx.pipeline.reconnect-backoff-cap-ms")?,
             alert_after: duration(v, "msgx.pipeline.outage-alert-after")?,
@@ -644,8 +646,8 @@ fn compat(v: &Values) -> Result<CompatHttp, ConfigError> {
     })
 }
 
-fn lease(v: &Values) -> Result<crate::lease::LeasePolicy, ConfigError> {
-    let lease = crate::lease::LeasePolicy {
+fn lease(v: &Values) -> Result<LeasePolicy, ConfigError> {
+    let lease = LeasePolicy {
         duration: duration(v, "msgx.lease.duration")?,
         renew_every: duration(v, "msgx.lease.renew-interval")?,
     };
@@ -655,8 +657,8 @@ fn lease(v: &Values) -> Result<crate::lease::LeasePolicy, ConfigError> {
     Ok(lease)
 }
 
-fn health(v: &Values) -> Result<crate::health::Thresholds, ConfigError> {
-    let health = crate::health::Thresholds {
+fn health(v: &Values) -> Result<Thresholds, ConfigError> {
+    let health = Thresholds {
         head_age_warning: duration(v, "msgx.health.head-age-warning")?,
         head_age_critical: duration(v, "msgx.health.head-age-critical")?,
         dead_warning: int(v, "msgx.health.dead-warning")? as u64,

@@ -112,15 +112,8 @@ pub trait Stage {
     }
 }
 
-/// How a stage retries a store that is away and when it alerts (`msgx.pipeline.reconnect-*`,
-/// `outage-alert-*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutagePolicy {
-    pub backoff: Duration,
-    pub cap: Duration,
-    pub alert_after: Duration,
-    pub alert_every: Duration,
-}
+/// How a stage retries a store that is away and when it alerts: a value of the configuration.
+pub use crate::config::OutagePolicy;
 
 impl OutagePolicy {
     /// The pause after the `n`-th consecutive failure (1-based): backoff, doubling, capped.
