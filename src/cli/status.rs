@@ -75,33 +75,81 @@ impl Heals {
             out!("  {at} {} epoch={}: {}", h.store, h.epoch, h.summary);
         }
     }
+}
 
-    fn json(&self) -> serde_json::Value {
-        let recent: Vec<serde_json::Value> = self
-            .recent
-            .iter()
-            .map(|h| {
-                serde_json::json!({"at_ms": msgx::clock::unix_millis(h.at), "store": h.store.name(), "epoch": h.epoch, "summary": h.summary})
-            })
-            .collect();
-        serde_json::json!({"last_hour": recent.len(), "per_hour": self.per_hour, "recent": recent})
-    }
+/// `msgx status --json` (docs/reference.md): the status row's fields, then the heals, the
+/// lease and the stalled stages, each a typed part.
+#[derive(serde::Serialize)]
+struct StatusDoc<'a> {
+    #[serde(flatten)]
+    status: &'a msgx::store::pg::Status,
+    heals: HealsDoc<'a>,
+    lease: LeaseDoc<'a>,
+    stalled: Vec<StalledDoc<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct HealsDoc<'a> {
+    last_hour: usize,
+    per_hour: u32,
+    recent: Vec<HealDoc<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct HealDoc<'a> {
+    at_ms: i64,
+    store: &'static str,
+    epoch: i64,
+    summary: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct LeaseDoc<'a> {
+    held: bool,
+    host: Option<&'a str>,
+    pid: Option<i32>,
+    epoch: i64,
+    since_ms: Option<i64>,
+    renewed_at_ms: Option<i64>,
+}
+
+#[derive(serde::Serialize)]
+struct StalledDoc<'a> {
+    stage: &'a str,
+    store: &'a str,
+    for_ms: u64,
 }
 
 fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals) {
-    let mut v = serde_json::to_value(s).expect("status serialises");
-    v["heals"] = heals.json();
-    v["lease"] = serde_json::json!({
-        "held": !r.holder.free,
-        "host": r.holder.host, "pid": r.holder.pid, "epoch": r.holder.epoch,
-        "since_ms": r.holder.since.map(msgx::clock::unix_millis),
-        "renewed_at_ms": r.holder.renewed_at.map(msgx::clock::unix_millis),
-    });
-    v["stalled"] = r
-        .stalled
+    let recent: Vec<HealDoc> = heals
+        .recent
         .iter()
-        .map(|(stage, store, d)| serde_json::json!({"stage": stage, "store": store, "for_ms": d.as_millis() as u64}))
+        .map(|h| HealDoc {
+            at_ms: msgx::clock::unix_millis(h.at),
+            store: h.store.name(),
+            epoch: h.epoch,
+            summary: &h.summary,
+        })
         .collect();
+    let doc = StatusDoc {
+        status: s,
+        heals: HealsDoc { last_hour: recent.len(), per_hour: heals.per_hour, recent },
+        lease: LeaseDoc {
+            held: !r.holder.free,
+            host: r.holder.host.as_deref(),
+            pid: r.holder.pid,
+            epoch: r.holder.epoch,
+            since_ms: r.holder.since.map(msgx::clock::unix_millis),
+            renewed_at_ms: r.holder.renewed_at.map(msgx::clock::unix_millis),
+        },
+        stalled: r
+            .stalled
+            .iter()
+            .map(|(stage, store, d)| StalledDoc { stage, store, for_ms: d.as_millis() as u64 })
+            .collect(),
+    };
+    // Through a `Value`, whose keys are sorted: the text is the one the document always had.
+    let v = serde_json::to_value(&doc).expect("status serialises");
     out!("{}", serde_json::to_string_pretty(&v).expect("status serialises"));
 }
 
