@@ -792,3 +792,28 @@ pub fn within_budget(sizes: &[(i64, Option<u64>)], max_bytes: u64, budget: u64) 
     }
     sizes.len()
 }
+
+/// What the operations endpoint reads from own PostgreSQL (`/metrics`), every few seconds at
+/// most. Ages are by the database's clock, in seconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gauges {
+    /// Unfinished rows per state (PENDING, FAILED).
+    pub queue: Vec<(String, i64)>,
+    /// DEAD messages nobody dismissed, per error class.
+    pub dead: Vec<(String, i64)>,
+    /// Per target: PENDING events and the age of the oldest; DEAD events.
+    pub outbox: Vec<(String, i64, f64)>,
+    pub dead_events: Vec<(String, i64)>,
+    /// The oldest unfinished message: since msgx enqueued it (the head), and since the mailbox
+    /// received it (the lag).
+    pub head_age: f64,
+    pub lag: f64,
+    pub marks_owed: i64,
+    pub marks_abandoned: i64,
+}
+
+/// Own PostgreSQL as the operations endpoint reads it: its gauges (`/metrics`), on the
+/// gauges' own thread.
+pub trait GaugeSource {
+    fn gauges(&mut self) -> StoreResult<Gauges>;
+}

@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use super::{Ops, STORES};
 use crate::clock::{Clock, Mono};
 use crate::error::Store;
-use crate::store::pg::{Gauges, Pg};
+use crate::ports::{GaugeSource, Gauges};
 
 /// How often the store gauges are read again.
 pub const GAUGES_TTL: Duration = Duration::from_secs(5);
@@ -60,7 +60,7 @@ impl Metrics {
 
     /// Reads the store gauges from own PostgreSQL: the refreshing thread's turn, every
     /// [`GAUGES_TTL`]. The lock is not held while PostgreSQL answers.
-    pub fn refresh(&self, pg: &mut Pg) {
+    pub fn refresh(&self, pg: &mut impl GaugeSource) {
         let read = pg.gauges();
         let now = self.clock.mono();
         let mut g = self.gauges.lock().expect("gauge reads poisoned");

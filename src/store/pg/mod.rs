@@ -15,7 +15,8 @@ pub mod witness;
 
 use session::{Session, Statements};
 
-pub use operator::{Abandoned, Durability, Gauges, HeadInfo, Status};
+pub use crate::ports::Gauges;
+pub use operator::{Abandoned, Durability, HeadInfo, Status};
 
 use crate::error::Store;
 use std::collections::{BTreeMap, HashMap};

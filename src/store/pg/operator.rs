@@ -8,7 +8,9 @@ use crate::domain::Target;
 use crate::domain::{EventStatus, ProcRow, ProcStatus};
 use crate::error::ErrorClass;
 use crate::policy::replay;
-use crate::ports::{Operator, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, StoreResult};
+use crate::ports::{
+    Gauges, Operator, ReplaySelection, Replayed, ReplayedEvent, ResendFrom, Resent, StoreResult,
+};
 
 /// The rows a replay selection names: by id whatever their state (so a refusal can say why),
 /// by range or class only those in `replayable` state. `select` lists id, then the columns the
@@ -468,23 +470,10 @@ fn seasons(c: &mut super::Session<'_>) -> Result<Vec<SeasonHeld>, postgres::Erro
     .collect())
 }
 
-/// What the operations endpoint reads from own PostgreSQL (`/metrics`), every few seconds at
-/// most. Ages are by the database's clock, in seconds.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Gauges {
-    /// Unfinished rows per state (PENDING, FAILED).
-    pub queue: Vec<(String, i64)>,
-    /// DEAD messages nobody dismissed, per error class.
-    pub dead: Vec<(String, i64)>,
-    /// Per target: PENDING events and the age of the oldest; DEAD events.
-    pub outbox: Vec<(String, i64, f64)>,
-    pub dead_events: Vec<(String, i64)>,
-    /// The oldest unfinished message: since msgx enqueued it (the head), and since the mailbox
-    /// received it (the lag).
-    pub head_age: f64,
-    pub lag: f64,
-    pub marks_owed: i64,
-    pub marks_abandoned: i64,
+impl crate::ports::GaugeSource for Pg {
+    fn gauges(&mut self) -> StoreResult<Gauges> {
+        Pg::gauges(self)
+    }
 }
 
 impl Pg {
