@@ -27,6 +27,7 @@ pub mod exit;
 pub mod fixtures;
 pub mod handlers;
 pub mod health;
+pub mod http;
 pub mod ingress;
 pub mod jobs;
 pub mod lease;

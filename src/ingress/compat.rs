@@ -145,75 +145,12 @@ pub struct Request {
     pub body: Vec<u8>,
 }
 
-/// The largest request head (request line and headers) read before refusing.
-const MAX_HEAD: usize = 16 * 1024;
+/// A head as the one HTTP module parses it (`crate::http`).
+pub use crate::http::Head;
 
-/// The most headers a request may carry.
-const MAX_HEADERS: usize = 64;
-
-/// What the head of a request says, parsed by `httparse`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    pub method: String,
-    pub path: String,
-    pub content_type: Option<String>,
-    pub length: Option<usize>,
-    /// `Expect: 100-continue`: the client waits for a `100 Continue` before its body.
-    pub expects_continue: bool,
-    /// Bytes the head took, terminator included.
-    pub len: usize,
-}
-
-/// Parses a complete head from `buf`; `Ok(None)` while more bytes are needed. Refuses a head
-/// over 16 KiB (431), a malformed one (400), `Content-Length` given twice with different values
-/// or not a number (400), and a chunked body (411).
+/// [`crate::http::parse_head`], refused as the compat server refuses.
 pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reject> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-            return Err(reject(431, "request head larger than 16 KiB"))
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(reject(431, format!("more than {MAX_HEADERS} request headers")))
-        }
-        Err(e) => return Err(reject(400, format!("malformed request head: {e}"))),
-    };
-    if len > MAX_HEAD {
-        return Err(reject(431, "request head larger than 16 KiB"));
-    }
-    let mut head = Head {
-        method: req.method.unwrap_or("").to_string(),
-        path: req.path.unwrap_or("").to_string(),
-        content_type: None,
-        length: None,
-        expects_continue: false,
-        len,
-    };
-    for h in req.headers.iter() {
-        let v = String::from_utf8_lossy(h.value).trim().to_string();
-        if h.name.eq_ignore_ascii_case("content-type") {
-            head.content_type = Some(v);
-        } else if h.name.eq_ignore_ascii_case("content-length") {
-            let n = v
-                .parse::<usize>()
-                .map_err(|_| reject(400, format!("Content-Length {v:?} is not a number")))?;
-            if head.length.is_some_and(|m| m != n) {
-                return Err(reject(400, "Content-Length given twice with different values"));
-            }
-            head.length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") && !v.eq_ignore_ascii_case("identity") {
-            return Err(reject(411, "chunked bodies are not accepted; send Content-Length"));
-        } else if h.name.eq_ignore_ascii_case("expect") {
-            if !v.eq_ignore_ascii_case("100-continue") {
-                return Err(reject(417, format!("Expect {v:?} is not understood")));
-            }
-            head.expects_continue = true;
-        }
-    }
-    Ok(Some(head))
+    crate::http::parse_head(buf).map_err(|(status, message)| Reject { status, message })
 }
 
 /// Reads one request within `deadline`: the head, then `Content-Length` bytes of body (checked
@@ -265,26 +202,10 @@ fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Re
 }
 
 fn respond(stream: &mut TcpStream, status: u16, body: &serde_json::Value) {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        413 => "Payload Too Large",
-        415 => "Unsupported Media Type",
-        417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
-        _ => "Service Unavailable",
-    };
     let body = body.to_string();
-    let text = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-    if let Err(e) = stream.write_all(text.as_bytes()) {
+    if let Err(e) =
+        crate::http::write_response(stream, status, "application/json", "", body.as_bytes(), false)
+    {
         warn!("compat-http could not answer: {e}");
     }
 }

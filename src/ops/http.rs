@@ -6,7 +6,7 @@
 //! that hangs never holds `/live`. With `metrics.token` every path but `/live` and `/ready`
 //! asks for `Authorization: Bearer TOKEN`.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,6 @@ use super::Ops;
 pub const WORKERS: usize = 2;
 /// A request not read whole within this is dropped.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_HEAD: usize = 8 * 1024;
 
 /// An answer: status, content type, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,19 +81,6 @@ pub fn answer(method: &str, path: &str, ops: &Ops, metrics: &Metrics) -> Answer 
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        303 => "See Other",
-        401 => "Unauthorized",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        _ => "Service Unavailable",
-    }
-}
-
 fn write_answer(stream: &mut TcpStream, a: &Answer, head_only: bool) {
     let mut extra = String::new();
     if let Some(to) = &a.location {
@@ -107,50 +93,28 @@ fn write_answer(stream: &mut TcpStream, a: &Answer, head_only: bool) {
         // Nothing but the page itself: no script, no frame, no other origin.
         extra.push_str("Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'\r\nX-Frame-Options: DENY\r\n");
     }
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        a.status,
-        reason(a.status),
-        a.content_type,
-        a.body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(a.body.as_bytes());
-    }
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-    let _ = stream.write_all(&out);
+    let _ =
+        crate::http::write_response(stream, a.status, a.content_type, &extra, a.body.as_bytes(), head_only);
     let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
-/// Reads a request head within the deadline, or the status to refuse it with.
+/// Reads a request head within the deadline, or the status to refuse it with (0: too slow,
+/// dropped without an answer).
 fn read_head(stream: &mut TcpStream) -> Result<Request, u16> {
     let deadline = Instant::now() + READ_TIMEOUT;
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 2048];
     loop {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => {
-                let authorization = req
-                    .headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("authorization"))
-                    .map(|h| String::from_utf8_lossy(h.value).into_owned());
-                return Ok(Request {
-                    method: req.method.unwrap_or("").to_string(),
-                    path: req.path.unwrap_or("").to_string(),
-                    authorization,
-                });
+        match crate::http::parse_head(&buf) {
+            Ok(Some(h)) => {
+                return Ok(Request { method: h.method, path: h.path, authorization: h.authorization });
             }
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => return Err(431),
-            Ok(httparse::Status::Partial) => {}
-            Err(_) => return Err(400),
+            Ok(None) => {}
+            Err((status, _)) => return Err(status),
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return Err(0); // too slow: dropped without an answer
+            return Err(0);
         }
         match stream.read(&mut chunk) {
             Ok(0) | Err(_) => return Err(0),
