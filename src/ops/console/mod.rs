@@ -290,18 +290,38 @@ fn found(msg_id: Option<String>, flid: Option<String>) -> Answer {
 
 fn overview(ops: &Ops, metrics: &Metrics) -> pages::Overview {
     let (_, role) = ops.summary(metrics.brief().as_deref());
+    let (gauges_age, gauges) = gauge_rows(metrics);
+    pages::Overview {
+        role,
+        ready: ops.ready().is_ok(),
+        stages: stage_rows(ops, metrics),
+        stores: store_rows(ops),
+        gauges_age,
+        gauges,
+    }
+}
+
+/// Each watched loop and how long its current turn has lasted.
+fn stage_rows(ops: &Ops, metrics: &Metrics) -> Vec<Pair> {
     let now = metrics.clock().mono();
-    let stages = ops
-        .pulse
+    ops.pulse
         .turns(now)
         .into_iter()
         .map(|(name, turn)| Pair {
             name: name.to_string(),
             value: turn.map_or("waiting for work".into(), |d| format!("in a turn for {}", secs(d))),
         })
-        .collect();
+        .collect()
+}
+
+/// Each store, with the stages that wait for it, and the lease.
+fn store_rows(ops: &Ops) -> Vec<Pair> {
     let stalled = ops.stalled();
-    let stores = STORES
+    let lease = Pair {
+        name: "lease".into(),
+        value: ops.lease().map_or("not held by this instance".into(), |e| format!("held, epoch {e}")),
+    };
+    STORES
         .iter()
         .map(|s| {
             let waiting: Vec<&str> =
@@ -313,50 +333,31 @@ fn overview(ops: &Ops, metrics: &Metrics) -> pages::Overview {
             };
             Pair { name: s.name().to_string(), value }
         })
-        .chain(std::iter::once(Pair {
-            name: "lease".into(),
-            value: ops.lease().map_or("not held by this instance".into(), |e| format!("held, epoch {e}")),
-        }))
-        .collect();
+        .chain(std::iter::once(lease))
+        .collect()
+}
+
+/// The last read of own PostgreSQL's gauges (its age, and the rows), never a read of its own.
+fn gauge_rows(metrics: &Metrics) -> (String, Vec<Pair>) {
     let (up, read) = metrics.gauges();
-    let (gauges_age, gauges) = match read {
-        None => ("own PostgreSQL not read yet".to_string(), Vec::new()),
-        Some((age, g)) => {
-            let age = format!(
-                "read {} ago{}",
-                secs(age),
-                if up { "" } else { " (own PostgreSQL does not answer)" }
-            );
-            let mut rows = vec![
-                Pair {
-                    name: "lag (oldest unfinished, since the mailbox received it)".into(),
-                    value: format!("{:.1} s", g.lag),
-                },
-                Pair { name: "head (since msgx enqueued it)".into(), value: format!("{:.1} s", g.head_age) },
-            ];
-            rows.extend(
-                g.queue
-                    .iter()
-                    .map(|(state, n)| Pair { name: format!("messages {state}"), value: n.to_string() }),
-            );
-            rows.extend(
-                g.dead.iter().map(|(class, n)| Pair { name: format!("DEAD {class}"), value: n.to_string() }),
-            );
-            rows.extend(g.outbox.iter().map(|(target, n, oldest)| Pair {
-                name: format!("events PENDING {target}"),
-                value: format!("{n} (oldest {oldest:.1} s)"),
-            }));
-            rows.extend(
-                g.dead_events
-                    .iter()
-                    .map(|(t, n)| Pair { name: format!("events DEAD {t}"), value: n.to_string() }),
-            );
-            rows.push(Pair { name: "mailbox marks owed".into(), value: g.marks_owed.to_string() });
-            rows.push(Pair { name: "mailbox marks abandoned".into(), value: g.marks_abandoned.to_string() });
-            (age, rows)
-        }
-    };
-    pages::Overview { role, ready: ops.ready().is_ok(), stages, stores, gauges_age, gauges }
+    let Some((age, g)) = read else { return ("own PostgreSQL not read yet".to_string(), Vec::new()) };
+    let age = format!("read {} ago{}", secs(age), if up { "" } else { " (own PostgreSQL does not answer)" });
+    let pair = |name: String, value: String| Pair { name, value };
+    let mut rows = vec![
+        pair("lag (oldest unfinished, since the mailbox received it)".into(), format!("{:.1} s", g.lag)),
+        pair("head (since msgx enqueued it)".into(), format!("{:.1} s", g.head_age)),
+    ];
+    rows.extend(g.queue.iter().map(|(state, n)| pair(format!("messages {state}"), n.to_string())));
+    rows.extend(g.dead.iter().map(|(class, n)| pair(format!("DEAD {class}"), n.to_string())));
+    rows.extend(
+        g.outbox
+            .iter()
+            .map(|(t, n, oldest)| pair(format!("events PENDING {t}"), format!("{n} (oldest {oldest:.1} s)"))),
+    );
+    rows.extend(g.dead_events.iter().map(|(t, n)| pair(format!("events DEAD {t}"), n.to_string())));
+    rows.push(pair("mailbox marks owed".into(), g.marks_owed.to_string()));
+    rows.push(pair("mailbox marks abandoned".into(), g.marks_abandoned.to_string()));
+    (age, rows)
 }
 
 fn landed(e: &TraceEvent) -> String {
