@@ -61,39 +61,10 @@ pub fn main(cli: Cli) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let result = match cmd {
-                Command::Run => run::run(&cfg),
-                Command::Migrate => migrate_schema::migrate_cmd(&cfg),
-                Command::Check => check::check(&cfg),
-                Command::Status { check: true, .. } => return status::health_check(&cfg),
-                Command::Status { json, .. } => status::status(&cfg, *json),
-                Command::Replay { ids, range, class, limit, events, skipped } => {
-                    let of = match (*events, *skipped) {
-                        (true, _) => replay::ReplayOf::Events,
-                        (_, true) => replay::ReplayOf::Skipped,
-                        _ => replay::ReplayOf::Failures,
-                    };
-                    replay::replay(&cfg, ids, range.as_deref(), class.as_deref(), *limit, of)
-                }
-                Command::Reconcile { ids, note } => reconcile::reconcile(&cfg, ids, note),
-                Command::Dismiss { ids, note } => dismiss::dismiss(&cfg, ids, note),
-                Command::Resend { target, since, from_event, yes } => {
-                    resend::resend(&cfg, target, since.as_deref(), *from_event, *yes)
-                }
-                Command::Trace { msg_id, json } => trace::trace(&cfg, *msg_id, *json),
-                Command::Flight { flid, field, limit, json } => {
-                    flight::flight(&cfg, flid, field.as_deref(), *limit, *json)
-                }
-                Command::Dead { class, since, limit, json } => {
-                    dead::dead(&cfg, class.as_deref(), since.as_deref(), *limit, *json)
-                }
-                Command::ResetWatermark { to, yes } => reset_watermark::reset_watermark(&cfg, *to, *yes),
-                Command::Verify { sample, json } => consistency::verify(&cfg, *sample, *json),
-                Command::RebuildFlights { flid, yes } => consistency::rebuild_flights(&cfg, flid, *yes),
-                Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
-                    unreachable!("handled above")
-                }
-            };
+            if let Command::Status { check: true, .. } = cmd {
+                return status::health_check(&cfg);
+            }
+            let result = command(cmd, &cfg);
             match result {
                 Ok(()) => Exit::Ok.into(),
                 Err((code, e)) => {
@@ -101,6 +72,43 @@ pub fn main(cli: Cli) -> ExitCode {
                     code.into()
                 }
             }
+        }
+    }
+}
+
+/// A command that needs the configuration, run on it.
+fn command(cmd: &Command, cfg: &Config) -> CmdResult {
+    match cmd {
+        Command::Run => run::run(cfg),
+        Command::Migrate => migrate_schema::migrate_cmd(cfg),
+        Command::Check => check::check(cfg),
+        Command::Status { check: false, json } => status::status(cfg, *json),
+        Command::Status { check: true, .. } => unreachable!("answered before: its exit code is Nagios's"),
+        Command::Replay { ids, range, class, limit, events, skipped } => {
+            let of = match (*events, *skipped) {
+                (true, _) => replay::ReplayOf::Events,
+                (_, true) => replay::ReplayOf::Skipped,
+                _ => replay::ReplayOf::Failures,
+            };
+            replay::replay(cfg, ids, range.as_deref(), class.as_deref(), *limit, of)
+        }
+        Command::Reconcile { ids, note } => reconcile::reconcile(cfg, ids, note),
+        Command::Dismiss { ids, note } => dismiss::dismiss(cfg, ids, note),
+        Command::Resend { target, since, from_event, yes } => {
+            resend::resend(cfg, target, since.as_deref(), *from_event, *yes)
+        }
+        Command::Trace { msg_id, json } => trace::trace(cfg, *msg_id, *json),
+        Command::Flight { flid, field, limit, json } => {
+            flight::flight(cfg, flid, field.as_deref(), *limit, *json)
+        }
+        Command::Dead { class, since, limit, json } => {
+            dead::dead(cfg, class.as_deref(), since.as_deref(), *limit, *json)
+        }
+        Command::ResetWatermark { to, yes } => reset_watermark::reset_watermark(cfg, *to, *yes),
+        Command::Verify { sample, json } => consistency::verify(cfg, *sample, *json),
+        Command::RebuildFlights { flid, yes } => consistency::rebuild_flights(cfg, flid, *yes),
+        Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
+            unreachable!("handled above")
         }
     }
 }
