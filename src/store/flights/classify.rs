@@ -20,17 +20,40 @@ use crate::error::{StoreError, StoreErrorKind};
 const UNAVAILABLE_CODES: &[&str] =
     &["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "NOREPLICAS"];
 
+/// A refusal of msgx's own scripts: nothing was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `MSGX_FENCED`: a newer lease holder wrote here.
+    Fenced,
+    /// `MSGX_FORGOT`: Redis holds another history than this handle wrote.
+    Forgot,
+    /// `MSGX_MOVED`: written since the round read its flights; read and try again.
+    Moved,
+}
+
+impl Refusal {
+    const ALL: [(Refusal, &'static str); 3] =
+        [(Refusal::Fenced, "MSGX_FENCED"), (Refusal::Forgot, "MSGX_FORGOT"), (Refusal::Moved, "MSGX_MOVED")];
+
+    /// The refusal an error's text carries, whatever code a server version puts before it.
+    pub fn of(text: &str) -> Option<Refusal> {
+        Refusal::ALL.iter().find(|(_, word)| text.contains(word)).map(|(r, _)| *r)
+    }
+
+    /// What it means for the stage (SPEC §4.9–4.10).
+    pub fn kind(self) -> StoreErrorKind {
+        match self {
+            Refusal::Fenced => StoreErrorKind::Fenced,
+            Refusal::Forgot => StoreErrorKind::Forgot,
+            Refusal::Moved => StoreErrorKind::Unavailable,
+        }
+    }
+}
+
 /// The kind of an error by what is known of it: its kind, the server's code and its text.
 pub fn kind_of(kind: ErrorKind, code: Option<&str>, text: &str) -> StoreErrorKind {
-    if text.contains("MSGX_FENCED") {
-        return StoreErrorKind::Fenced;
-    }
-    if text.contains("MSGX_FORGOT") {
-        return StoreErrorKind::Forgot;
-    }
-    if text.contains("MSGX_MOVED") {
-        // Written since the round read its flights: nothing was written; read and try again.
-        return StoreErrorKind::Unavailable;
+    if let Some(refusal) = Refusal::of(text) {
+        return refusal.kind();
     }
     if let Some(code) = code {
         if UNAVAILABLE_CODES.contains(&code) {

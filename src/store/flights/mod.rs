@@ -930,9 +930,7 @@ impl RedisFlights {
         let token = crate::store::write_token();
         let cmd = self.apply_cmd(&known, &round, decisions, &token)?;
         let result = self.run(|c, script| match evalsha::<i64>(c, script, &cmd) {
-            // As the table reads a script's own errors: by their text, whatever code a server
-            // version puts before it.
-            Err(e) if e.to_string().contains("MSGX_MOVED") => Ok(None),
+            Err(e) if classify::Refusal::of(&e.to_string()) == Some(classify::Refusal::Moved) => Ok(None),
             r => r.map(Some),
         });
         match &result {
