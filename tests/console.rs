@@ -123,16 +123,7 @@ fn the_console_shows_a_flight_its_messages_and_their_offsets_in_a_browser() {
     ]);
     let a = Instance::run(&s, "console", "");
     let addr = endpoint(&a);
-    let mut pg = s.pg();
-    assert!(
-        eventually(Duration::from_secs(60), || count(
-            &mut pg,
-            "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
-        ) == 3
-            && count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'DEAD'") == 1),
-        "{}",
-        a.log_text()
-    );
+    settled(&s, &a, &[(SENT, 3), ("SELECT count(*) FROM proc_state WHERE state = 'DEAD'", 1)]);
     let records = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), 3, Duration::from_secs(30));
     let read =
         |m: i64| records.iter().find(|r| r.header("msg_id") == Some(&m.to_string()[..])).expect("a record");
@@ -244,15 +235,7 @@ fn a_store_that_hangs_holds_the_console_never_live() {
     s.insert_inbound(&[fixtures::flop_stnd(1, "9001", "B12")]);
     let a = Instance::run(&s, "hung", "");
     let addr = endpoint(&a);
-    let mut pg = s.pg();
-    assert!(
-        eventually(Duration::from_secs(60), || count(
-            &mut pg,
-            "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
-        ) == 1),
-        "{}",
-        a.log_text()
-    );
+    settled(&s, &a, &[(SENT, 1)]);
     assert_eq!(get(&addr, "/flight/9001", "").0, 200);
     redis.signal("-STOP");
     let page = {

@@ -40,16 +40,7 @@ fn trace_follows_a_message_from_its_mailbox_row_to_the_record_kafka_holds() {
         fixtures::flop_stnd(3, "9003", "C7"),
     ]);
     let a = Instance::run(&s, "traced", "");
-    let mut pg = s.pg();
-    assert!(
-        eventually(Duration::from_secs(60), || count(
-            &mut pg,
-            "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
-        ) == 2
-            && count(&mut pg, "SELECT count(*) FROM proc_state WHERE backfill_at IS NOT NULL") == 3),
-        "{}",
-        a.log_text()
-    );
+    settled(&s, &a, &[(SENT, 2), ("SELECT count(*) FROM proc_state WHERE backfill_at IS NOT NULL", 3)]);
     let records = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), 2, Duration::from_secs(30));
 
     // The first: SUCCEEDED, marked, its event SENT under the key the consumer read.
@@ -118,15 +109,7 @@ fn flight_says_which_message_set_each_field_and_where_its_event_landed() {
         fixtures::flop_stnd(3, "9001", "B12"),
     ]);
     let a = Instance::run(&s, "flight", "");
-    let mut pg = s.pg();
-    assert!(
-        eventually(Duration::from_secs(60), || count(
-            &mut pg,
-            "SELECT count(*) FROM msg_event WHERE state = 'SENT'"
-        ) == 3),
-        "{}",
-        a.log_text()
-    );
+    settled(&s, &a, &[(SENT, 3)]);
     let records = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), 3, Duration::from_secs(30));
     let read =
         |m: i64| records.iter().find(|r| r.header("msg_id") == Some(&m.to_string()[..])).expect("a record");

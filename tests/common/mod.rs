@@ -295,6 +295,17 @@ fn consume_until(
     out
 }
 
+/// Waits (at most a minute) until every `(count query, value)` of `counts` holds on `s`'s own
+/// PostgreSQL; fails with `a`'s log otherwise.
+pub fn settled(s: &Services, a: &Instance, counts: &[(&str, i64)]) {
+    let mut pg = s.pg();
+    let done = eventually(Duration::from_secs(60), || counts.iter().all(|(q, n)| count(&mut pg, q) == *n));
+    assert!(done, "{counts:?} did not come to hold:\n{}", a.log_text());
+}
+
+/// Events SENT, as [`settled`] counts them.
+pub const SENT: &str = "SELECT count(*) FROM msg_event WHERE state = 'SENT'";
+
 /// Polls `check` every 50 ms until it returns true or `deadline` passes; true on success.
 /// (Waiting for a condition, not asserting a duration: the deadline only bounds a failure.)
 pub fn eventually(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
