@@ -89,19 +89,7 @@ fn dom(addr: &str, path: &str) -> String {
 }
 
 fn cli_json(s: &Services, args: &[&str]) -> serde_json::Value {
-    let file = std::env::temp_dir().join(format!("msgx-console-{}.toml", s.name));
-    std::fs::write(&file, &s.toml).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_msgx"))
-        .arg("--config")
-        .arg(&file)
-        .args(args)
-        .arg("--json")
-        .env("MSGX_PG_URL", &s.cfg.pg_url)
-        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
-        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let o = operator_command(s, &[args, &["--json"]].concat());
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {o:?}"))
 }
 

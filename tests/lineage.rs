@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -15,19 +14,7 @@ fn trace(s: &Services, args: &[&str]) -> (Option<i32>, String) {
 }
 
 fn msgx(s: &Services, command: &str, args: &[&str]) -> (Option<i32>, String) {
-    let file = std::env::temp_dir().join(format!("msgx-lineage-{}.toml", s.name));
-    std::fs::write(&file, &s.toml).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_msgx"))
-        .arg("--config")
-        .arg(&file)
-        .arg(command)
-        .args(args)
-        .env("MSGX_PG_URL", &s.cfg.pg_url)
-        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
-        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let o = operator_command(s, &[&[command], args].concat());
     (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 

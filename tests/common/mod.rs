@@ -303,6 +303,22 @@ pub fn settled(s: &Services, a: &Instance, counts: &[(&str, i64)]) {
     assert!(done, "{counts:?} did not come to hold:\n{}", a.log_text());
 }
 
+/// An operator command (`msgx ARGS`) on `s`'s configuration and stores, as an operator runs it.
+pub fn operator_command(s: &Services, args: &[&str]) -> std::process::Output {
+    let file = std::env::temp_dir().join(format!("msgx-operator-{}.toml", s.name));
+    std::fs::write(&file, &s.toml).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .arg("--config")
+        .arg(&file)
+        .args(args)
+        .env("MSGX_PG_URL", &s.cfg.pg_url)
+        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run msgx")
+}
+
 /// Events SENT, as [`settled`] counts them.
 pub const SENT: &str = "SELECT count(*) FROM msg_event WHERE state = 'SENT'";
 
