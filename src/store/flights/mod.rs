@@ -210,6 +210,21 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// waits out the read timeout once per command, so a frozen server held a round of 200
 /// flights for 400 timeouts (#21 item 11). A server error is returned after every reply was
 /// read, so the connection stays in step.
+/// The journal entries Redis holds of `msg_ids` (`HMGET`'s reply in their order): decisions an
+/// earlier attempt applied.
+fn journal_entries(msg_ids: &[i64], texts: Vec<Option<String>>) -> StoreResult<HashMap<i64, Decision>> {
+    let mut applied = HashMap::new();
+    for (m, text) in msg_ids.iter().zip(texts) {
+        if let Some(text) = text {
+            let d: Decision = serde_json::from_str(&text).map_err(|e| {
+                StoreError::rejected(Store::Redis, format!("journal of msg_id={m} unreadable: {e}"))
+            })?;
+            applied.insert(*m, d);
+        }
+    }
+    Ok(applied)
+}
+
 fn query_bounded(c: &mut Connection, p: &redis::Pipeline, skip: usize) -> redis::RedisResult<Vec<Value>> {
     c.send_packed_command(&p.get_packed_pipeline())?;
     let mut out = Vec::with_capacity(p.len());
@@ -950,6 +965,71 @@ impl RedisFlights {
     }
 }
 
+/// The parts of a round's read (`FlightStore::prepare`).
+impl RedisFlights {
+    /// A round's one pipeline: what PostgreSQL now holds (`told`: replies skipped), then, when
+    /// the round asks (`reads`: its need and the flights not known), the token, the journal,
+    /// each flight and its versions, and a snapshot's generation and window.
+    fn round_reads(&self, told: &[redis::Cmd], reads: Option<(&RoundNeed, &[&String])>) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        for cmd in told {
+            p.add_command(cmd.clone());
+        }
+        let Some((need, unread)) = reads else { return p };
+        p.get(format!("{}applied:token", self.prefix));
+        if !need.msg_ids.is_empty() {
+            p.cmd("HMGET").arg(format!("{}journal", self.prefix)).arg(&need.msg_ids);
+        }
+        for f in unread {
+            p.hgetall(self.key("flight", f));
+            p.hgetall(self.key("fver", f));
+        }
+        if let Some((a, b)) = need.window {
+            p.hget(format!("{}schd:gen", self.prefix), "msg_id");
+            p.zrangebyscore(format!("{}sodt", self.prefix), a, b);
+        }
+        p
+    }
+
+    /// The round's flights — those it read, and those known from the last round while Redis
+    /// still holds the token they stand under (else read again) — each that holds something,
+    /// shared with what is kept as known (a state is copied only where the round changes one
+    /// that is still shared).
+    fn hand_flights(
+        &mut self,
+        mut known: net::Known,
+        token: Option<String>,
+        window: bool,
+        cached: Vec<&String>,
+        mut read: Vec<(String, Arc<FlightState>)>,
+    ) -> StoreResult<FlightView> {
+        let mut flights = FlightView::new();
+        let mut hand = |flid: &String, f: &Arc<FlightState>| {
+            if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
+                flights.insert(flid.clone(), Arc::clone(f));
+            }
+        };
+        if token != known.token {
+            // Written since: what was known is not what Redis holds.
+            let generation_msg = known.generation_msg.filter(|_| window);
+            known = net::Known { token, generation_msg, flights: HashMap::new() };
+            let cached: Vec<String> = cached.into_iter().cloned().collect();
+            let again = self.read_flights(&cached)?;
+            read.extend(cached.into_iter().zip(again.into_iter().map(Arc::new)));
+        } else {
+            for flid in cached {
+                hand(flid, known.flights.get(flid).expect("partitioned above"));
+            }
+        }
+        for (flid, f) in read {
+            hand(&flid, &f);
+            known.flights.insert(flid, f);
+        }
+        self.known = Some(known);
+        Ok(flights)
+    }
+}
+
 impl FlightStore for RedisFlights {
     /// Flights the last read or apply left known are not read again while Redis still holds
     /// the token they stand under (`net::lasting`); the token is read first in the same round
@@ -965,46 +1045,17 @@ impl FlightStore for RedisFlights {
         }
         let (unread, cached): (Vec<&String>, Vec<&String>) =
             need.flids.iter().partition(|f| !known.flights.get(*f).is_some_and(|f| net::lasting(f)));
-        let journal = format!("{}journal", self.prefix);
-        let flight_keys: Vec<(String, String)> =
-            unread.iter().map(|f| (self.key("flight", f), self.key("fver", f))).collect();
-        let (idx, tkey, genkey) = (
-            format!("{}sodt", self.prefix),
-            format!("{}applied:token", self.prefix),
-            format!("{}schd:gen", self.prefix),
-        );
         // One round trip: the journal entries PostgreSQL now holds marked done, then the token
         // the flights stand under (read first: a write after it moves it), the round's journal,
         // the flights not known with their versions, and a snapshot's generation and window.
-        let forgetting = (!forget.is_empty()).then(|| self.forget_cmd(forget, now));
-        let taking = (!need.taken.is_empty()).then(|| self.taken_cmds(&need.taken));
-        let skip = usize::from(forgetting.is_some()) + taking.as_ref().map_or(0, Vec::len);
-        let reads = asks;
-        let values: Vec<Value> = self.run(|c, _| {
-            let mut p = redis::pipe();
-            if let Some(cmd) = &forgetting {
-                p.add_command(cmd.clone());
-            }
-            for cmd in taking.iter().flatten() {
-                p.add_command(cmd.clone());
-            }
-            if reads {
-                p.get(&tkey);
-            }
-            if !need.msg_ids.is_empty() {
-                p.cmd("HMGET").arg(&journal).arg(&need.msg_ids);
-            }
-            for (f, v) in &flight_keys {
-                p.hgetall(f);
-                p.hgetall(v);
-            }
-            if let Some((a, b)) = need.window {
-                p.hget(&genkey, "msg_id");
-                p.zrangebyscore(&idx, a, b);
-            }
-            query_bounded(c, &p, skip)
-        })?;
-        if !reads {
+        let told = [
+            (!forget.is_empty()).then(|| vec![self.forget_cmd(forget, now)]),
+            (!need.taken.is_empty()).then(|| self.taken_cmds(&need.taken)),
+        ];
+        let told: Vec<redis::Cmd> = told.into_iter().flatten().flatten().collect();
+        let p = self.round_reads(&told, asks.then_some((need, unread.as_slice())));
+        let values: Vec<Value> = self.run(|c, _| query_bounded(c, &p, told.len()))?;
+        if !asks {
             self.known = Some(known);
             return Ok(Prepared::default()); // only told of what PostgreSQL holds
         }
@@ -1013,18 +1064,10 @@ impl FlightStore for RedisFlights {
             || values.next().ok_or_else(|| StoreError::rejected(Store::Redis, "short pipeline reply"));
         let token: Option<String> = parse(next()?)?;
         self.seen.observe(token.as_deref());
-        let mut applied = HashMap::new();
-        if !need.msg_ids.is_empty() {
-            let texts: Vec<Option<String>> = parse(next()?)?;
-            for (m, text) in need.msg_ids.iter().zip(texts) {
-                if let Some(text) = text {
-                    let d: Decision = serde_json::from_str(&text).map_err(|e| {
-                        StoreError::rejected(Store::Redis, format!("journal of msg_id={m} unreadable: {e}"))
-                    })?;
-                    applied.insert(*m, d);
-                }
-            }
-        }
+        let applied = match need.msg_ids.is_empty() {
+            true => HashMap::new(),
+            false => journal_entries(&need.msg_ids, parse(next()?)?)?,
+        };
         let mut read = Vec::with_capacity(unread.len());
         for flid in &unread {
             let (fields, versions) = (next()?, next()?);
@@ -1037,31 +1080,7 @@ impl FlightStore for RedisFlights {
             }
             None => Vec::new(),
         };
-        // The round decides on each flight that holds something, shared with what is known
-        // (a state is copied only where the round changes one that is still shared).
-        let mut flights = FlightView::new();
-        let mut hand = |flid: &String, f: &Arc<FlightState>| {
-            if !f.fields.is_empty() || !f.versions.is_empty() || f.deleted > 0 {
-                flights.insert(flid.clone(), Arc::clone(f));
-            }
-        };
-        if token != known.token {
-            // Written since: what was known is not what Redis holds.
-            let generation_msg = known.generation_msg.filter(|_| need.window.is_some());
-            known = net::Known { token, generation_msg, flights: HashMap::new() };
-            let cached: Vec<String> = cached.into_iter().cloned().collect();
-            let again = self.read_flights(&cached)?;
-            read.extend(cached.into_iter().zip(again.into_iter().map(Arc::new)));
-        } else {
-            for flid in cached {
-                hand(flid, known.flights.get(flid).expect("partitioned above"));
-            }
-        }
-        for (flid, f) in read {
-            hand(&flid, &f);
-            known.flights.insert(flid, f);
-        }
-        self.known = Some(known);
+        let flights = self.hand_flights(known, token, need.window.is_some(), cached, read)?;
         if !applied.is_empty() {
             // Decisions an earlier attempt applied are reused, not applied again: they must be
             // on the replicas too before their messages are recorded SUCCEEDED.
