@@ -3,9 +3,9 @@
 //! response writer, one reason table. HTTP/1.1, one request per connection, `Connection:
 //! close`; bodies only by `Content-Length`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The largest request head (request line and headers) read before refusing.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -86,6 +86,49 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Refusal> {
         }
     }
     Ok(Some(head))
+}
+
+/// Why a request could not be read off the socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unread {
+    /// Its head is refused (`parse_head`).
+    Refused(Refusal),
+    /// Not received by the deadline.
+    TooSlow,
+    /// The connection closed or failed first: why.
+    Lost(String),
+}
+
+/// Reads into `buf` until it holds a whole head, by `deadline`; what follows the head stays in
+/// `buf` (from `Head::len`).
+pub fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<Head, Unread> {
+    loop {
+        if let Some(h) = parse_head(buf).map_err(Unread::Refused)? {
+            return Ok(h);
+        }
+        read_some(stream, buf, deadline)?;
+    }
+}
+
+/// Reads what has arrived into `buf`, waiting until `deadline` at most.
+pub fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), Unread> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Unread::TooSlow);
+    }
+    stream.set_read_timeout(Some(left)).map_err(|e| Unread::Lost(format!("socket: {e}")))?;
+    let mut chunk = [0u8; 8192];
+    match stream.read(&mut chunk) {
+        Ok(0) => Err(Unread::Lost("the client closed the connection before the request was complete".into())),
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(Unread::TooSlow)
+        }
+        Err(e) => Err(Unread::Lost(format!("cannot read the request: {e}"))),
+    }
 }
 
 /// The reason phrase of every status msgx answers with.

@@ -5,11 +5,10 @@
 //! from the stores by [`flight`], printed by `msgx flight`, served as JSON by the console.
 
 use std::collections::BTreeSet;
-use std::time::SystemTime;
 
 use serde::Serialize;
 
-use crate::clock::CivilTime;
+use crate::clock::rfc3339 as time;
 use crate::codec::xml;
 use crate::config::Config;
 use crate::ports::{FlightAudit, Landed, StoreResult};
@@ -30,6 +29,13 @@ pub struct FlightReport {
     pub fields: Vec<FieldNow>,
     /// The messages that changed it, newest first (their `KAFKA:msg` events).
     pub changes: Vec<Change>,
+}
+
+impl FlightReport {
+    /// Whether anything names the flight: Redis (its fields or its tombstone) or an event.
+    pub fn known(&self) -> bool {
+        self.exists || self.deleted_by.is_some() || !self.changes.is_empty()
+    }
 }
 
 /// One field as Redis holds it.
@@ -62,6 +68,14 @@ pub struct Change {
     pub changes: Vec<FieldChange>,
 }
 
+impl Change {
+    /// Where its event landed, if it was sent.
+    pub fn landed(&self) -> Option<Landed<'_>> {
+        let (topic, partition, offset) = (self.topic.as_deref()?, self.partition?, self.offset?);
+        Some(Landed::Kafka { topic: topic.into(), at: crate::ports::Position { partition, offset } })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct FieldChange {
     pub field: String,
@@ -87,10 +101,6 @@ pub struct FieldStory {
 pub struct Earlier {
     pub value: Option<String>,
     pub msg_id: Option<i64>,
-}
-
-fn time(t: SystemTime) -> String {
-    CivilTime::from_system(t).to_rfc3339()
 }
 
 /// The flight `flid` from Redis (`flights`) and own PostgreSQL, with at most `limit` changes.

@@ -372,6 +372,18 @@ pub enum Landed<'a> {
     Outbound { row: i64 },
 }
 
+/// As an operator reads it: `topic T partition P offset O`, or `coutmsgs_id N`.
+impl std::fmt::Display for Landed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Landed::Kafka { topic, at } => {
+                write!(f, "topic {topic} partition {} offset {}", at.partition, at.offset)
+            }
+            Landed::Outbound { row } => write!(f, "coutmsgs_id {row}"),
+        }
+    }
+}
+
 impl Landed<'_> {
     /// The receipt with nothing borrowed (a twin keeps it).
     pub fn into_owned(self) -> Landed<'static> {

@@ -14,7 +14,6 @@ pub(super) fn flight(cfg: &Config, flid: &str, field: Option<&str>, limit: i64, 
     let mut pg = own_pg(cfg)?;
     let mut redis = RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix).map_err(unreachable)?;
     let report = lineage::flight(&mut pg, &mut redis, flid, limit).map_err(unreachable)?;
-    let known = report.exists || report.deleted_by.is_some() || !report.changes.is_empty();
     match field {
         None if json => out!("{}", serde_json::to_string_pretty(&report).expect("a flight serialises")),
         None => print(&report),
@@ -35,7 +34,7 @@ pub(super) fn flight(cfg: &Config, flid: &str, field: Option<&str>, limit: i64, 
             }
         }
     }
-    if !known {
+    if !report.known() {
         return Err((
             Exit::Failed,
             anyhow::anyhow!("flight {flid}: Redis holds nothing of it and no event names it"),
@@ -79,10 +78,7 @@ fn print_change(c: &Change) {
         c.event_key,
         c.state,
         c.sent_at.as_deref().map_or(String::new(), |t| format!(" {t}")),
-        match (&c.topic, c.partition, c.offset) {
-            (Some(t), Some(p), Some(o)) => format!(" topic {t} partition {p} offset {o}"),
-            _ => String::new(),
-        }
+        c.landed().map_or(String::new(), |l| format!(" {l}"))
     );
     for x in &c.changes {
         let v = |v: &Option<String>| v.as_deref().map_or("(empty)".to_string(), one_line);

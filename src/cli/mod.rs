@@ -329,9 +329,7 @@ fn print_verdicts(out: &[(i64, Result<(), String>)], done: &str) -> CmdResult {
 
 /// A store the command needs did not answer or refused it: exit 4, the error names it.
 /// A time as the lineage commands print it: RFC 3339, UTC.
-fn time(t: std::time::SystemTime) -> String {
-    msgx::clock::CivilTime::from_system(t).to_rfc3339()
-}
+use msgx::clock::rfc3339 as time;
 
 /// An upstream text on one line: a newline in it cannot forge a line of the output.
 fn one_line(s: &str) -> String {

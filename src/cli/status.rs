@@ -71,7 +71,7 @@ impl Heals {
             self.per_hour
         );
         for h in &self.recent {
-            let at = msgx::clock::CivilTime::from_system(h.at).to_rfc3339();
+            let at = time(h.at);
             out!("  {at} {} epoch={}: {}", h.store, h.epoch, h.summary);
         }
     }
@@ -156,11 +156,7 @@ fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals) {
 /// The lease holder and the stages it reported stalled.
 fn print_lease(r: &Running) {
     match (&r.holder.free, &r.holder.since) {
-        (false, since) => out!(
-            "lease: held by {} since {}",
-            who(&r.holder),
-            since.map_or("?".into(), |t| msgx::clock::CivilTime::from_system(t).to_rfc3339())
-        ),
+        (false, since) => out!("lease: held by {} since {}", who(&r.holder), since.map_or("?".into(), time)),
         (true, _) => out!("lease: free (no instance running; last epoch {})", r.holder.epoch),
     }
     if r.stalled.is_empty() {

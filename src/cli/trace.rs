@@ -5,7 +5,6 @@
 
 use super::*;
 use msgx::lineage::Trace;
-use msgx::ports::Landed;
 use msgx::store::pg::lineage::TraceRow;
 
 pub(super) fn trace(cfg: &Config, msg_id: i64, json: bool) -> CmdResult {
@@ -31,7 +30,6 @@ fn opt_time(t: Option<std::time::SystemTime>) -> String {
 }
 
 fn print(t: &Trace) {
-    let undecodable = t.undecodable.clone();
     out!("msg_id {}", t.msg_id);
     match &t.entry {
         None => out!("mailbox:  no such row (deleted, or never written)"),
@@ -48,8 +46,8 @@ fn print(t: &Trace) {
             Some(r) => print_row(r),
         }
     let kind = t.kind.as_deref().unwrap_or("-");
-    match undecodable {
-        Some(e) => out!("type:     {kind}  (the text does not decode: {})", one_line(&e)),
+    match &t.undecodable {
+        Some(e) => out!("type:     {kind}  (the text does not decode: {})", one_line(e)),
         None if t.flights.is_empty() => out!("type:     {kind}"),
         None => out!("type:     {kind}  flights {}", t.flights.join(",")),
     }
@@ -58,10 +56,7 @@ fn print(t: &Trace) {
     }
     for e in &t.events {
         let topic = match &e.landed {
-            Some(Landed::Kafka { topic, at }) => {
-                format!(" topic {topic} partition {} offset {}", at.partition, at.offset)
-            }
-            Some(Landed::Outbound { row }) => format!(" coutmsgs_id {row}"),
+            Some(l) => format!(" {l}"),
             None => t.topic(&e.target).map_or(String::new(), |t| format!(" topic {t}")),
         };
         out!(

@@ -159,6 +159,11 @@ impl CivilTime {
     }
 }
 
+/// A time as operators read it: RFC 3339, UTC.
+pub fn rfc3339(t: SystemTime) -> String {
+    CivilTime::from_system(t).to_rfc3339()
+}
+
 /// Milliseconds since the epoch, for log lines and JSON payloads.
 pub fn unix_millis(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)

@@ -166,8 +166,7 @@ struct Delivery<O> {
 }
 
 impl<O: Outbox> Delivery<O> {
-    /// `events` SENT, each where `landed` says (one receipt each, or one for them all: a
-    /// `KAFKA:schd` array).
+    /// `events` SENT, each where its receipt in `landed` says.
     fn sent(
         &mut self,
         target: Target,
@@ -178,15 +177,11 @@ impl<O: Outbox> Delivery<O> {
         if events.is_empty() {
             return Ok(());
         }
-        assert!(landed.len() == events.len() || landed.len() == 1, "a receipt per event, or one for all");
+        assert_eq!(landed.len(), events.len(), "a receipt per event");
         let sent: Vec<Sent> = events
             .iter()
-            .enumerate()
-            .map(|(i, e)| Sent {
-                event_id: e.event_id,
-                state_version: e.state_version,
-                landed: landed.get(i).or(landed.first()).cloned(),
-            })
+            .zip(landed)
+            .map(|(e, l)| Sent { event_id: e.event_id, state_version: e.state_version, landed: Some(l) })
             .collect();
         self.outbox.mark_sent(&sent, now)?;
         stats::add(&self.stats.events_sent, events.len() as u64);
@@ -384,7 +379,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             Ok(at) => {
                 // Older generations folded into the array are delivered too, in the same record.
                 let landed = Landed::Kafka { topic: self.settings.topic_schd.as_str().into(), at };
-                self.delivery.sent(Target::KafkaSchd, ready, vec![landed], now)?;
+                self.delivery.sent(Target::KafkaSchd, ready, vec![landed; ready.len()], now)?;
                 let more = ready.len() < claimed.len();
                 self.next_flush = (!more).then_some(now + self.settings.flush_period);
                 Ok(Round::Sent { sent: ready.len(), failed: false })

@@ -148,9 +148,16 @@ pub struct Request {
 /// A head as the one HTTP module parses it (`crate::http`).
 pub use crate::http::Head;
 
-/// [`crate::http::parse_head`], refused as the compat server refuses.
-pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reject> {
-    crate::http::parse_head(buf).map_err(|(status, message)| Reject { status, message })
+impl From<crate::http::Unread> for Reject {
+    fn from(u: crate::http::Unread) -> Reject {
+        match u {
+            crate::http::Unread::Refused((status, message)) => Reject { status, message },
+            crate::http::Unread::TooSlow => {
+                reject(408, "the request was not received within msgx.compat-http.read-timeout")
+            }
+            crate::http::Unread::Lost(why) => reject(400, why),
+        }
+    }
 }
 
 /// Reads one request within `deadline`: the head, then `Content-Length` bytes of body (checked
@@ -159,12 +166,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Reject> {
 /// the deadline.
 pub fn read_request(stream: &mut TcpStream, deadline: Instant, limit: usize) -> Result<Request, Reject> {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    let head = loop {
-        if let Some(h) = parse_head(&buf)? {
-            break h;
-        }
-        read_some(stream, &mut buf, deadline)?;
-    };
+    let head = crate::http::read_head(stream, &mut buf, deadline)?;
     check_head(&head.method, &head.path, head.content_type.as_deref(), head.length, limit)?;
     let want = head.length.unwrap_or(0);
     let mut body = buf.split_off(head.len);
@@ -175,30 +177,10 @@ pub fn read_request(stream: &mut TcpStream, deadline: Instant, limit: usize) -> 
             .map_err(|e| reject(400, format!("cannot answer 100 Continue: {e}")))?;
     }
     while body.len() < want {
-        read_some(stream, &mut body, deadline)?;
+        crate::http::read_some(stream, &mut body, deadline)?;
     }
     body.truncate(want);
     Ok(Request { method: head.method, path: head.path, content_type: head.content_type, body })
-}
-
-fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), Reject> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(reject(408, "the request was not received within msgx.compat-http.read-timeout"));
-    }
-    stream.set_read_timeout(Some(left)).map_err(|e| reject(400, format!("socket: {e}")))?;
-    let mut chunk = [0u8; 8192];
-    match stream.read(&mut chunk) {
-        Ok(0) => Err(reject(400, "the client closed the connection before the request was complete")),
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            Ok(())
-        }
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-            Err(reject(408, "the request was not received within msgx.compat-http.read-timeout"))
-        }
-        Err(e) => Err(reject(400, format!("cannot read the request: {e}"))),
-    }
 }
 
 fn respond(stream: &mut TcpStream, status: u16, body: &serde_json::Value) {

@@ -6,7 +6,6 @@
 //! that hangs never holds `/live`. With `metrics.token` every path but `/live` and `/ready`
 //! asks for `Authorization: Bearer TOKEN`.
 
-use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::console::{Console, Page};
 use super::metrics::Metrics;
 use super::Ops;
+use crate::http::{Head, Unread};
 
 /// Requests served at once.
 pub const WORKERS: usize = 2;
@@ -34,18 +34,9 @@ fn text(status: u16, body: impl Into<String>) -> Answer {
     Answer { status, content_type: "text/plain; charset=utf-8", body: body.into(), location: None }
 }
 
-/// A request as the listener reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub method: String,
-    pub path: String,
-    /// The `Authorization` header, if any.
-    pub authorization: Option<String>,
-}
-
 /// Whether `r` may see `path`: always `/live` and `/ready`; the rest with the token, if one
 /// is configured.
-pub fn authorized(r: &Request, path: &str, token: Option<&str>) -> bool {
+pub fn authorized(r: &Head, path: &str, token: Option<&str>) -> bool {
     let Some(token) = token else { return true };
     if matches!(path, "/live" | "/ready") {
         return true;
@@ -98,33 +89,8 @@ fn write_answer(stream: &mut TcpStream, a: &Answer, head_only: bool) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
-/// Reads a request head within the deadline, or the status to refuse it with (0: too slow,
-/// dropped without an answer).
-fn read_head(stream: &mut TcpStream) -> Result<Request, u16> {
-    let deadline = Instant::now() + READ_TIMEOUT;
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 2048];
-    loop {
-        match crate::http::parse_head(&buf) {
-            Ok(Some(h)) => {
-                return Ok(Request { method: h.method, path: h.path, authorization: h.authorization });
-            }
-            Ok(None) => {}
-            Err((status, _)) => return Err(status),
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return Err(0);
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return Err(0),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
 /// A console request handed to the console's thread.
-type ConsoleJob = (TcpStream, Request, Page);
+type ConsoleJob = (TcpStream, Head, Page);
 
 /// What a worker needs: the instance, the metrics, the token, the console's queue.
 struct Endpoint<'a> {
@@ -135,10 +101,13 @@ struct Endpoint<'a> {
 }
 
 fn serve_one(mut stream: TcpStream, e: &Endpoint) {
-    let r = match read_head(&mut stream) {
+    let mut buf = Vec::with_capacity(512);
+    let r = match crate::http::read_head(&mut stream, &mut buf, Instant::now() + READ_TIMEOUT) {
         Ok(r) => r,
-        Err(0) => return,
-        Err(status) => return write_answer(&mut stream, &text(status, "bad request\n"), false),
+        Err(Unread::TooSlow | Unread::Lost(_)) => return, // dropped without an answer
+        Err(Unread::Refused((status, _))) => {
+            return write_answer(&mut stream, &text(status, "bad request\n"), false)
+        }
     };
     let path = r.path.split('?').next().unwrap_or(&r.path).to_string();
     let head_only = r.method == "HEAD";

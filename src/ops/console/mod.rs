@@ -19,11 +19,10 @@ use log::warn;
 use super::http::Answer;
 use super::metrics::Metrics;
 use super::{Ops, STORES};
-use crate::clock::CivilTime;
+use crate::clock::rfc3339 as time;
 use crate::config::Config;
 use crate::error::{Store, StoreError};
 use crate::lineage::{self, FlightReport, Trace};
-use crate::ports::Landed;
 use crate::store::flights::RedisFlights;
 use crate::store::mailbox::MysqlMailbox;
 use crate::store::pg::lineage::{DeadFilter, TraceEvent};
@@ -130,10 +129,6 @@ fn flight_link(flid: &str) -> Link {
     Link { href: format!("/flight/{}", segment(flid)), text: flid.to_string() }
 }
 
-fn time(t: SystemTime) -> String {
-    CivilTime::from_system(t).to_rfc3339()
-}
-
 fn opt_time(t: Option<SystemTime>) -> String {
     t.map_or("-".into(), time)
 }
@@ -166,13 +161,13 @@ impl Console {
                 with_status(status, html(&format!("message {id}"), &trace_page(&t).render()))
             }),
             Page::Flight(flid) => self.flight(&flid).map(|r| {
-                let status = if known(&r) { 200 } else { 404 };
+                let status = if r.known() { 200 } else { 404 };
                 with_status(status, html(&format!("flight {flid}"), &flight_page(&r).render()))
             }),
             Page::ApiTrace(id) => self.trace(id).map(|t| json(if t.known() { 200 } else { 404 }, &t.json())),
             Page::ApiFlight(flid) => self.flight(&flid).map(|r| {
                 let v = serde_json::to_value(&r).expect("a flight serialises");
-                json(if known(&r) { 200 } else { 404 }, &v)
+                json(if r.known() { 200 } else { 404 }, &v)
             }),
         };
         read.unwrap_or_else(|store| {
@@ -245,10 +240,6 @@ impl Console {
         })();
         read.map_err(|e| self.failed(e))
     }
-}
-
-fn known(r: &FlightReport) -> bool {
-    r.exists || r.deleted_by.is_some() || !r.changes.is_empty()
 }
 
 fn with_status(status: u16, a: Answer) -> Answer {
@@ -360,16 +351,6 @@ fn gauge_rows(metrics: &Metrics) -> (String, Vec<Pair>) {
     (age, rows)
 }
 
-fn landed(e: &TraceEvent) -> String {
-    match &e.landed {
-        Some(Landed::Kafka { topic, at }) => {
-            format!("{topic} partition {} offset {}", at.partition, at.offset)
-        }
-        Some(Landed::Outbound { row }) => format!("COUTMSGS row {row}"),
-        None => "-".into(),
-    }
-}
-
 fn trace_page(t: &Trace) -> pages::Trace {
     let mut facts = Vec::new();
     let mut fact = |name: &str, value: String| facts.push(Pair { name: name.into(), value });
@@ -422,7 +403,7 @@ fn event_row(e: &TraceEvent, type_tag: Option<String>, changes: Vec<String>) -> 
         target: e.target.clone(),
         state: e.state.clone(),
         sent_at: opt_time(e.sent_at),
-        landed: landed(e),
+        landed: e.landed.as_ref().map_or("-".into(), ToString::to_string),
         payload: e.payload_json.clone(),
         changes,
         type_tag: type_tag.unwrap_or_else(|| "-".into()),
@@ -455,10 +436,7 @@ fn flight_page(r: &FlightReport) -> pages::Flight {
             target: "KAFKA:msg".into(),
             state: c.state.clone(),
             sent_at: c.sent_at.clone().unwrap_or_else(|| "-".into()),
-            landed: match (&c.topic, c.partition, c.offset) {
-                (Some(t), Some(p), Some(o)) => format!("{t} partition {p} offset {o}"),
-                _ => "-".into(),
-            },
+            landed: c.landed().map_or("-".into(), |l| l.to_string()),
             payload: String::new(),
             changes: c
                 .changes
