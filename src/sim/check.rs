@@ -33,8 +33,10 @@ pub struct Checker {
     /// order but for a row that became visible late (PRE-2).
     decided: BTreeMap<i64, u64>,
     decisions: u64,
-    /// The messages a store remembers a decision of, at the last check.
+    /// The messages a store remembers a decision of, and those Redis journals, at the last
+    /// check.
     known: BTreeSet<i64>,
+    journaled: BTreeSet<i64>,
 }
 
 fn unfinished(s: ProcStatus) -> bool {
@@ -82,19 +84,29 @@ impl Checker {
             }
         }
         self.states = s.procs.iter().map(|(id, p)| (*id, p.row.state)).collect();
-        // A decision is taken when Redis journals it (a round that names flights) or when the
-        // message becomes SUCCEEDED. It stands while either store remembers it: an attempt
-        // whose outcome own PostgreSQL lost is reused from the journal when it runs again, one
-        // both stores forgot is decided anew, in its new place.
-        let journaled = sim.flights.applied_ids();
+        // A decision is taken when Redis journals it (a round that names flights, or a heal
+        // that writes an entry Redis lost) or when the message becomes SUCCEEDED. It stands
+        // while either store remembers it: an attempt whose outcome own PostgreSQL lost is
+        // reused from the journal when it runs again; one both stores forgot is decided anew,
+        // in its new place; one a heal writes again was decided again by the heal, in MSG_ID
+        // order. An entry that comes back with an older dump (a forget this step) was decided
+        // where it stood.
+        let journaled: BTreeSet<i64> = sim.flights.applied_ids().into_iter().collect();
         let succeeded =
             s.procs.iter().filter(|(_, p)| p.row.state == ProcStatus::Succeeded).map(|(id, _)| *id);
-        let known: BTreeSet<i64> = journaled.into_iter().chain(succeeded).collect();
-        for id in known.difference(&self.known) {
-            self.decided.insert(*id, self.decisions);
+        let known: BTreeSet<i64> = journaled.iter().copied().chain(succeeded).collect();
+        let restored = sim.last_forget == Some(sim.step);
+        let mut anew: BTreeSet<i64> = known.difference(&self.known).copied().collect();
+        anew.extend(journaled.difference(&self.journaled));
+        for id in anew {
+            if restored && self.decided.contains_key(&id) {
+                continue;
+            }
+            self.decided.insert(id, self.decisions);
             self.decisions += 1;
         }
         self.known = known;
+        self.journaled = journaled;
         Ok(())
     }
 
