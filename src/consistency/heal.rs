@@ -359,7 +359,7 @@ fn replay_onto(
         replay.load(st, need.flids)?;
         for (m, msg) in page {
             if let Some(msg) = msg {
-                redecide(replay, m, &msg);
+                redecide(st, replay, m, &msg)?;
             }
             if missing.contains(&m) {
                 let events = made.remove(&m).unwrap_or_default();
@@ -397,16 +397,25 @@ fn decode_page(
 }
 
 /// Decides message `m` again on the replay, whose flights it reads were read from Redis before,
-/// and applies it.
-fn redecide(replay: &mut Rebuild, m: i64, msg: &codec::Message) {
+/// and applies it. A decision may change a flight its message does not read (a schedule's
+/// records): that flight is read as Redis holds it before the change is laid on, as the pump's
+/// apply does — else it would be written back whole with only this message's fields (seed 4998).
+fn redecide(
+    st: &mut Stores<'_>,
+    replay: &mut Rebuild,
+    m: i64,
+    msg: &codec::Message,
+) -> Result<(), HealError> {
     let flights = handlers::flids_of(msg)
         .filter_map(|f| replay.plan.flights.get(f).map(|s| (f.to_string(), std::sync::Arc::new(s.clone()))))
         .collect();
     let window = handlers::window_of(msg).map(|w| replay.plan.window(w)).unwrap_or_default();
-    let Ok(d) = handlers::decide(&View { flights, window }, msg, m) else { return };
+    let Ok(d) = handlers::decide(&View { flights, window }, msg, m) else { return Ok(()) };
     if !d.flights.is_empty() || d.snapshot {
+        replay.load(st, d.flights.iter().map(|c| c.flid.clone()).collect())?;
         replay.plan.apply(m, &d);
     }
+    Ok(())
 }
 
 /// `msgx rebuild-flights`: every flight (or those of `only`) rebuilt from every SUCCEEDED message

@@ -145,6 +145,28 @@ fn regression_redis_restored_from_an_older_dump_is_found_and_rebuilt() {
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
 
+/// Seed 4998: a schedule update (SCHD-ADFT) changes flights it does not read, and the heal laid
+/// its change on a flight it had not read from Redis — then wrote that flight back whole, with
+/// only the schedule's fields: what earlier messages set (an FFID, here) was gone.
+#[test]
+fn regression_seed_4998_a_heal_keeps_what_a_schedule_update_did_not_set() {
+    let w = World::new(KEEP);
+    w.process(1..=3);
+    let dump = w.flights.state();
+    w.mailbox.insert(4, Some(&crate::fixtures::schd(4, "ADFT", &[("F1", "05MAR260900")])));
+    let mut pg = w.pg.clone();
+    pg.enqueue(&[InboundRow { id: 4, received_at: None }], Some(4), w.clock.now()).unwrap();
+    w.drain();
+    let before = w.flights.all();
+    assert_eq!(before["F1"].get("STND").map(String::as_str), Some("SF1"), "the schedule's: {before:?}");
+    assert!(before["F1"].contains_key("FFID"), "the FLOP's kept: {before:?}");
+    w.flights.replace_state(dump);
+    let r = w.check();
+    assert!(r.finding(FindingKind::JournalMissing).is_some(), "{r:?}");
+    assert_eq!(w.heal(&r).unwrap().from, Some(4));
+    assert_eq!(w.flights.all(), before, "F1 keeps its FFID");
+}
+
 #[test]
 fn regression_redis_emptied_is_rebuilt_from_every_succeeded_message() {
     let w = World::new(KEEP);
@@ -434,7 +456,7 @@ impl crate::ports::FlightStore for Counting {
     ) -> crate::ports::StoreResult<crate::ports::Prepared> {
         self.0.prepare(need, forget, now)
     }
-    fn apply(&mut self, d: &[(i64, &crate::handlers::Decision)]) -> crate::ports::StoreResult<Vec<bool>> {
+    fn apply(&mut self, d: &[crate::ports::Applying<'_>]) -> crate::ports::StoreResult<Vec<bool>> {
         self.0.apply(d)
     }
     fn forget(&mut self, ids: &[i64], now: std::time::SystemTime) -> crate::ports::StoreResult<()> {
