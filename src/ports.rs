@@ -538,6 +538,35 @@ pub struct Prepared {
     pub flights: crate::handlers::FlightView,
     /// A snapshot's window: the FLIDs the daily plan holds in `[min SODT, max SODT]`.
     pub window: Vec<String>,
+    /// Of the round's identities (INV-9), those under which Redis journals a decision, with the
+    /// MSG_ID it journals it for (`journal:identity`): a decision that stands keeps its
+    /// identity when own PostgreSQL forgot who held it (seed 3591).
+    pub owners: HashMap<String, i64>,
+}
+
+/// A decision for Redis: its message, and the identity it binds (INV-9), journalled with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Applying<'a> {
+    pub msg_id: i64,
+    pub identity: &'a str,
+    pub decision: &'a Decision,
+}
+
+impl<'a> Applying<'a> {
+    /// A decision that binds no identity (a tool's, a test's): nothing goes under `""`.
+    pub fn unnamed(msg_id: i64, decision: &'a Decision) -> Applying<'a> {
+        Applying { msg_id, identity: "", decision }
+    }
+
+    /// Decisions that bind no identity, in their order.
+    pub fn unnamed_all(pairs: &[(i64, &'a Decision)]) -> Vec<Applying<'a>> {
+        pairs.iter().map(|(m, d)| Applying::unnamed(*m, d)).collect()
+    }
+
+    /// The `(MSG_ID, decision)` pairs a round plays, in its order.
+    pub fn pairs(batch: &[Applying<'a>]) -> Vec<(i64, &'a Decision)> {
+        batch.iter().map(|a| (a.msg_id, a.decision)).collect()
+    }
 }
 
 /// What the pump must read for a round.
@@ -548,6 +577,9 @@ pub struct RoundNeed {
     /// A snapshot's window `[min SODT, max SODT]` as `yyyyMMddHHmm` numbers (a snapshot is
     /// always a round of its own).
     pub window: Option<(i64, i64)>,
+    /// The identities of the messages the round decides: whose decision Redis journals under
+    /// each (`Prepared::owners`).
+    pub identities: Vec<String>,
     /// Every message the round takes, recorded in Redis as being settled by msgx before
     /// PostgreSQL records any outcome of them (`journal:done`, no time yet): proof, should own
     /// PostgreSQL forget them, that it held their rows (#37) — a mark the backfill writes right
@@ -562,11 +594,11 @@ pub trait FlightStore {
     /// outcome PostgreSQL now holds (`forget`, at `now`): their journal entries go once they
     /// are older than `redis.journal-keep`.
     fn prepare(&mut self, need: &RoundNeed, forget: &[i64], now: SystemTime) -> StoreResult<Prepared>;
-    /// Applies the decisions in order and journals each under its MSG_ID, atomically (one
-    /// script). Returns, per decision, whether it was applied: a snapshot not newer than the
+    /// Applies the decisions in order and journals each under its MSG_ID, and its MSG_ID under
+    /// its identity, atomically (one script). Returns, per decision, whether it was applied: a snapshot not newer than the
     /// plan's generation is not, and changes nothing. A store holding fewer applies than this
     /// handle made before is refused as `forgot` (restored, emptied, failed over: #20).
-    fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>>;
+    fn apply(&mut self, decisions: &[Applying<'_>]) -> StoreResult<Vec<bool>>;
     /// As `prepare`'s `forget`, alone (when the pump is idle and has some to tell).
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()>;
 }

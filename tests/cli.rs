@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use common::Services;
 use msgx::domain::InboundRow;
 use msgx::error::ErrorClass;
-use msgx::ports::{Failure, MarkLedger, Operator, Settle};
+use msgx::ports::{Applying, Failure, MarkLedger, Operator, Settle};
 use msgx::store::conformance::t0;
 use msgx::store::pg::Pg;
 
@@ -437,7 +437,7 @@ fn decode_decide_shows_what_msgx_would_do_against_an_empty_view_or_redis() {
         msgx::store::flights::RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap();
     let msg = msgx::codec::decode(&msgx::fixtures::flop_body("STND", "77", "<STND>212</STND>")).unwrap();
     let first = msgx::handlers::decide(&msgx::handlers::View::default(), &msg, 1).unwrap();
-    redis.apply(&[(1, &first)]).unwrap();
+    redis.apply(&Applying::unnamed_all(&[(1, &first)])).unwrap();
     let o = msgx_cfg(&s, &[], &["decode", "--decide", "--from-redis", f]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     let d = &v["decision"];

@@ -15,7 +15,7 @@ use common::*;
 use msgx::consistency::{self, Depth, Stores};
 use msgx::fixtures;
 use msgx::handlers::{Decision, FlightChange};
-use msgx::ports::{FlightAudit, FlightStore};
+use msgx::ports::{Applying, FlightAudit, FlightStore};
 use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;
@@ -176,15 +176,16 @@ fn regression_two_applies_whose_answers_were_lost_are_no_forget() {
     let redis_port: u16 = s.cfg.redis_url.rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap();
     let proxy = Proxy::start(redis_port);
     let mut h = RedisFlights::connect(&proxy.url(), &s.cfg.redis_prefix).unwrap().fenced(1);
-    h.apply(&[(1, &stand("F", "A"))]).unwrap();
+    h.apply(&Applying::unnamed_all(&[(1, &stand("F", "A"))])).unwrap();
     proxy.set(LOSE_ANSWER);
-    let lost = h.apply(&[(2, &stand("F", "B"))]).unwrap_err();
+    let lost = h.apply(&Applying::unnamed_all(&[(2, &stand("F", "B"))])).unwrap_err();
     assert!(lost.is_unavailable(), "{lost}");
     proxy.set(CUT);
-    let cut = h.apply(&[(3, &stand("F", "C"))]).unwrap_err();
+    let cut = h.apply(&Applying::unnamed_all(&[(3, &stand("F", "C"))])).unwrap_err();
     assert!(cut.is_unavailable(), "{cut}");
     proxy.set(PASS);
-    h.apply(&[(4, &stand("F", "D"))]).expect("Redis holds a history this handle wrote: apply 2's");
+    h.apply(&Applying::unnamed_all(&[(4, &stand("F", "D"))]))
+        .expect("Redis holds a history this handle wrote: apply 2's");
     let mut audit = RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap();
     assert_eq!(audit.journal_has(&[1, 2, 3, 4]).unwrap(), [true, true, false, true], "2 landed, 3 did not");
     let need = msgx::ports::RoundNeed { flids: vec!["F".into()], ..Default::default() };
@@ -202,16 +203,17 @@ fn regression_an_old_instance_applying_after_a_takeover_is_fenced_not_a_forget()
     let s = Services::migrated("");
     let (url, prefix) = (&s.cfg.redis_url, &s.cfg.redis_prefix);
     let mut old = RedisFlights::connect(url, prefix).unwrap().fenced(1);
-    old.apply(&[(1, &stand("F", "OLD"))]).unwrap();
+    old.apply(&Applying::unnamed_all(&[(1, &stand("F", "OLD"))])).unwrap();
     // The new holder: the flights claimed for its epoch, then the token read (its pass).
     let mut claimer = RedisFlights::connect(url, prefix).unwrap();
     claimer.claim(2).unwrap();
     let token = claimer.audit().unwrap().token;
     let mut new = RedisFlights::connect(url, prefix).unwrap().fenced(2).expecting(token);
-    let refused = old.apply(&[(2, &stand("F", "STALE"))]).unwrap_err();
+    let refused = old.apply(&Applying::unnamed_all(&[(2, &stand("F", "STALE"))])).unwrap_err();
     assert!(refused.is_fenced(), "stale, not forgot: {refused}");
-    new.apply(&[(3, &stand("F", "NEW"))]).expect("the new holder's history is intact");
-    let refused = old.apply(&[(4, &stand("F", "STALE"))]).unwrap_err();
+    new.apply(&Applying::unnamed_all(&[(3, &stand("F", "NEW"))]))
+        .expect("the new holder's history is intact");
+    let refused = old.apply(&Applying::unnamed_all(&[(4, &stand("F", "STALE"))])).unwrap_err();
     assert!(refused.is_fenced(), "after the new holder wrote too: {refused}");
 }
 

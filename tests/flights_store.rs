@@ -4,6 +4,7 @@
 mod common;
 
 use common::Services;
+use msgx::ports::Applying;
 use msgx::store::flights::RedisFlights;
 
 fn fresh() -> (RedisFlights, Services) {
@@ -26,11 +27,11 @@ fn regression_an_apply_on_a_server_that_dropped_its_scripts_loads_the_script_aga
         }],
         ..Default::default()
     };
-    assert_eq!(f.apply(&[(1, &stand("A1"))]).unwrap(), vec![true]);
+    assert_eq!(f.apply(&Applying::unnamed_all(&[(1, &stand("A1"))])).unwrap(), vec![true]);
     // A restarted server, a promoted replica or an operator's SCRIPT FLUSH: the cached
     // script is gone and EVALSHA answers NOSCRIPT. Every other script msgx runs loads itself.
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut s.redis()).unwrap();
-    assert_eq!(f.apply(&[(2, &stand("A2"))]).unwrap(), vec![true]);
+    assert_eq!(f.apply(&Applying::unnamed_all(&[(2, &stand("A2"))])).unwrap(), vec![true]);
     let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None, ..Default::default() };
     let read = f.prepare(&need, &[], std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert_eq!(read.flights["F"].fields["STND"], "A2");
@@ -61,8 +62,9 @@ fn a_write_between_the_read_and_the_apply_is_read_again_not_overwritten() {
     let need = RoundNeed { msg_ids: vec![10], flids: vec!["F".into()], window: None, ..Default::default() };
     let read = a.prepare(&need, &[], std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert!(read.flights.is_empty(), "nothing there yet");
-    b.apply(&[(20, &change("F", &[("STND", "NEWER")], &[], false))]).unwrap();
-    a.apply(&[(10, &change("F", &[("STND", "OLDER"), ("GATE", "G1")], &[], false))]).unwrap();
+    b.apply(&Applying::unnamed_all(&[(20, &change("F", &[("STND", "NEWER")], &[], false))])).unwrap();
+    a.apply(&Applying::unnamed_all(&[(10, &change("F", &[("STND", "OLDER"), ("GATE", "G1")], &[], false))]))
+        .unwrap();
     let f = common::redis_flights(&s);
     assert_eq!(f["F"]["STND"], "NEWER", "20 wrote STND after 10");
     assert_eq!(f["F"]["GATE"], "G1", "nobody newer wrote GATE");
@@ -79,15 +81,19 @@ fn regression_versions_left_by_a_clear_stay_once_the_flight_holds_fields_again()
     let ttl = |r: &mut redis::Connection, flid: &str| -> i64 {
         redis::cmd("TTL").arg(format!("{}fver:{flid}", s.cfg.redis_prefix)).query(r).unwrap()
     };
-    f.apply(&[(1, &change("C", &[], &["GATE"], false))]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(1, &change("C", &[], &["GATE"], false))])).unwrap();
     assert!(ttl(&mut r, "C") > 0, "a flight that holds nothing: its versions expire");
-    f.apply(&[(2, &change("C", &[("STND", "A")], &[], false))]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(2, &change("C", &[("STND", "A")], &[], false))])).unwrap();
     assert_eq!(ttl(&mut r, "C"), -1, "it holds a field again: its versions stay");
-    f.apply(&[(3, &change("D", &[("STND", "A")], &[], false)), (4, &change("D", &[], &[], true))]).unwrap();
+    f.apply(&Applying::unnamed_all(&[
+        (3, &change("D", &[("STND", "A")], &[], false)),
+        (4, &change("D", &[], &[], true)),
+    ]))
+    .unwrap();
     assert!(ttl(&mut r, "D") > 0, "deleted: the tombstone expires");
-    f.apply(&[(5, &change("D", &[("STND", "B")], &[], false))]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(5, &change("D", &[("STND", "B")], &[], false))])).unwrap();
     assert_eq!(ttl(&mut r, "D"), -1, "back: its versions stay");
-    f.apply(&[(6, &change("D", &[("GATE", "G")], &[], false))]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(6, &change("D", &[("GATE", "G")], &[], false))])).unwrap();
     assert_eq!(ttl(&mut r, "D"), -1);
 }
 
@@ -100,9 +106,9 @@ fn a_flight_known_from_the_last_round_is_read_again_once_another_handle_wrote() 
     let mut b = a.twin();
     let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None, ..Default::default() };
     let at = std::time::SystemTime::UNIX_EPOCH;
-    a.apply(&[(1, &change("F", &[("STND", "A")], &[], false))]).unwrap();
+    a.apply(&Applying::unnamed_all(&[(1, &change("F", &[("STND", "A")], &[], false))])).unwrap();
     assert_eq!(a.prepare(&need, &[], at).unwrap().flights["F"].fields["STND"], "A");
-    b.apply(&[(2, &change("F", &[("STND", "B")], &[], false))]).unwrap();
+    b.apply(&Applying::unnamed_all(&[(2, &change("F", &[("STND", "B")], &[], false))])).unwrap();
     let f = &a.prepare(&need, &[], at).unwrap().flights["F"];
     assert_eq!((f.fields["STND"].as_str(), f.versions["STND"]), ("B", 2), "the other handle's write is read");
 }
@@ -115,7 +121,11 @@ fn a_tombstone_that_expired_is_not_taken_from_an_earlier_read() {
     let (mut a, s) = fresh();
     let need = RoundNeed { msg_ids: vec![], flids: vec!["F".into()], window: None, ..Default::default() };
     let at = std::time::SystemTime::UNIX_EPOCH;
-    a.apply(&[(1, &change("F", &[("STND", "A")], &[], false)), (2, &change("F", &[], &[], true))]).unwrap();
+    a.apply(&Applying::unnamed_all(&[
+        (1, &change("F", &[("STND", "A")], &[], false)),
+        (2, &change("F", &[], &[], true)),
+    ]))
+    .unwrap();
     assert_eq!(a.prepare(&need, &[], at).unwrap().flights["F"].deleted, 2, "a tombstone");
     let _: () = redis::cmd("PEXPIRE")
         .arg(format!("{}fver:F", s.cfg.redis_prefix))
@@ -124,7 +134,7 @@ fn a_tombstone_that_expired_is_not_taken_from_an_earlier_read() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert!(!a.prepare(&need, &[], at).unwrap().flights.contains_key("F"), "expired: nothing is left of F");
-    a.apply(&[(1, &change("F", &[("STND", "LATE")], &[], false))]).unwrap();
+    a.apply(&Applying::unnamed_all(&[(1, &change("F", &[("STND", "LATE")], &[], false))])).unwrap();
     let f = &a.prepare(&need, &[], at).unwrap().flights["F"];
     assert_eq!(f.fields["STND"], "LATE", "no tombstone refuses it any more, as Redis holds none");
 }

@@ -543,3 +543,85 @@ fn a_broker_that_lost_its_records_gets_them_again_with_msgx_resend() {
     assert_eq!(keys(&again), keys(&first), "the same records, in the same order, with the same identities");
     println!("broker restarted empty: {} records delivered again by msgx resend", again.len());
 }
+
+/// Seed 3591, on the real stores: a resend was processed while the row it resends was not yet
+/// visible (PRE-2, a transaction still open), and own PostgreSQL then forgot the resend and its
+/// events before they went out (a restore). Processed again in MSG_ID order, the late row took
+/// the identity and the resend was SKIPPED: its change stayed in Redis and its event never
+/// reached a consumer. The decision that stands in Redis keeps its identity
+/// (`journal:identity`), and its journalled event is in the outbox again.
+#[test]
+fn regression_seed_3591_a_journalled_resend_keeps_its_identity_after_postgres_forgot() {
+    use msgx::store::{flights::RedisFlights, mailbox::MysqlMailbox, pg::Pg};
+    let s = Services::migrated("");
+    let stats = std::sync::Arc::new(msgx::stats::Stats::default());
+    let pump = || {
+        let flights = RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap();
+        msgx::pump::Pump::new(
+            Pg::connect(&s.cfg.pg_url).unwrap(),
+            MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
+            flights.keeping(s.cfg.pipeline.journal_keep),
+            &s.cfg.pipeline,
+            stats.clone(),
+        )
+    };
+    let late = Open::insert(&s, &fixtures::flop_stnd(7, "F3591", "A1"));
+    let ids =
+        s.insert_inbound(&[fixtures::flop_stnd(8, "F3591", "B7"), fixtures::flop_stnd(7, "F3591", "A1")]);
+    let (mut poller, mut first) = (s.poller(&stats), pump());
+    let mut pg = s.pg();
+    let state = |pg: &mut postgres::Client, id: i64| -> Option<(String, Option<String>)> {
+        pg.query_opt("SELECT state, last_error FROM proc_state WHERE msg_id = $1", &[&id])
+            .unwrap()
+            .map(|r| (r.get(0), r.get(1)))
+    };
+    let settled = |pg: &mut postgres::Client, ids: &[i64]| {
+        ids.iter().all(|m| state(pg, *m).is_some_and(|(st, _)| st != "PENDING" && st != "FAILED"))
+    };
+    assert!(eventually(Duration::from_secs(20), || {
+        poller.round(now()).unwrap();
+        first.round(now()).unwrap();
+        settled(&mut pg, &ids)
+    }));
+    let field = |s: &Services| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(format!("{}flight:F3591", s.cfg.redis_prefix))
+            .arg("STND")
+            .query(&mut s.redis())
+            .unwrap()
+    };
+    assert_eq!(field(&s).as_deref(), Some("A1"));
+    drop(first);
+    // Own PostgreSQL restored from a backup taken before either: rows, events and watermark.
+    pg.batch_execute(&format!(
+        "DELETE FROM msg_event WHERE msg_id >= {0}; DELETE FROM proc_state WHERE msg_id >= {0};
+         UPDATE ingress_watermark SET last_id = {1}",
+        ids[0],
+        late.1 - 1
+    ))
+    .unwrap();
+    let late = late.commit();
+    let (mut poller, mut again) = (s.poller(&stats), pump());
+    let all = [late, ids[0], ids[1]];
+    assert!(eventually(Duration::from_secs(20), || {
+        poller.round(now()).unwrap();
+        again.round(now()).unwrap();
+        settled(&mut pg, &all)
+    }));
+    let dup = format!("duplicate-of:{}", ids[1]);
+    assert_eq!(
+        state(&mut pg, late),
+        Some(("SKIPPED".into(), Some(dup))),
+        "the late row is the duplicate now"
+    );
+    assert_eq!(state(&mut pg, ids[1]).unwrap().0, "SUCCEEDED", "the resend whose decision stands");
+    let events: Vec<(i64, String)> = pg
+        .query("SELECT msg_id, payload_json FROM msg_event WHERE target = 'KAFKA:msg' ORDER BY event_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(events.iter().map(|(m, _)| *m).collect::<Vec<_>>(), [ids[0], ids[1]], "{events:?}");
+    assert!(events[1].1.contains("A1"), "the last change consumers get is Redis's value: {events:?}");
+    assert_eq!(field(&s).as_deref(), Some("A1"));
+}

@@ -13,7 +13,7 @@ use msgx::codec;
 use msgx::fixtures;
 use msgx::handlers::{self, View};
 use msgx::ingress::{self, Poller};
-use msgx::ports::FlightStore;
+use msgx::ports::{Applying, FlightStore};
 use msgx::pump::{Pump, Round};
 use msgx::stats::Stats;
 use msgx::store::flights::RedisFlights;
@@ -96,15 +96,15 @@ fn the_same_snapshot_applied_twice_changes_nothing_the_second_time_on_redis() {
     let raw = dnld(1, &[("A", "05MAR260900")]);
     let d = handlers::decide(&View::default(), &codec::decode(&raw).unwrap(), 10).unwrap();
     let mut f = st.flights();
-    f.apply(&[(10, &d)]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(10, &d)])).unwrap();
     f.forget(&[10], std::time::SystemTime::UNIX_EPOCH).unwrap();
     let mut tampered = d.clone();
     tampered.flights[0].set.push(("STND".into(), "999".into()));
-    f.apply(&[(10, &tampered)]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(10, &tampered)])).unwrap();
     assert_eq!(f.generation().unwrap(), (1, 10));
     assert_eq!(st.flight("A")["STND"], "2A");
     // An older snapshot never rolls the plan back either.
-    f.apply(&[(9, &tampered)]).unwrap();
+    f.apply(&Applying::unnamed_all(&[(9, &tampered)])).unwrap();
     assert_eq!(st.flight("A")["STND"], "2A");
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use msgx::fixtures;
 use msgx::handlers::FlightState;
-use msgx::ports::{FlightAudit, FlightStore, RoundNeed};
+use msgx::ports::{Applying, FlightAudit, FlightStore, RoundNeed};
 use mysql::prelude::Queryable;
 
 const FLIGHTS: u64 = 50_000;
@@ -50,7 +50,7 @@ fn replayed(s: &Services) -> BTreeMap<String, FlightState> {
         let p = twin.prepare(&read, &[], std::time::UNIX_EPOCH).unwrap();
         let view = msgx::handlers::View { flights: p.flights, window: p.window };
         if let Ok(d) = msgx::handlers::decide(&view, &msg, id) {
-            twin.apply(&[(id, &d)]).unwrap();
+            twin.apply(&Applying::unnamed_all(&[(id, &d)])).unwrap();
         }
     }
     twin.inspect(|f| f.flights.clone().into_iter().collect())

@@ -12,15 +12,17 @@ use super::Pump;
 use crate::domain::RedisRecord;
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::Decision;
-use crate::ports::{Fifo, FlightStore, MailboxTexts, Outcome, StoreResult};
+use crate::ports::{Applying, Fifo, FlightStore, MailboxTexts, Outcome, StoreResult};
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// Settles every `Apply` step of the round.
     pub(super) fn apply(&mut self, plan: &mut Vec<Planned>, now: SystemTime) -> StoreResult<()> {
-        let batch: Vec<(i64, &Decision)> = plan
+        let batch: Vec<Applying> = plan
             .iter()
             .filter_map(|p| match &p.step {
-                Step::Apply { decision, .. } => Some((p.row.msg_id, decision)),
+                Step::Apply { identity, decision } => {
+                    Some(Applying { msg_id: p.row.msg_id, identity, decision })
+                }
                 _ => None,
             })
             .collect();
@@ -66,7 +68,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
 
     /// The batch in one script; refused, one decision at a time up to the one Redis refuses.
     /// Returns whether each applied decision changed anything, and the refusal if one was.
-    fn apply_batch(&mut self, batch: &[(i64, &Decision)]) -> StoreResult<(Vec<bool>, Option<StoreError>)> {
+    fn apply_batch(&mut self, batch: &[Applying<'_>]) -> StoreResult<(Vec<bool>, Option<StoreError>)> {
         let first = match self.flights.apply(batch) {
             Ok(flags) => return Ok((flags, None)),
             Err(e) if e.is_rejected() => e,

@@ -63,6 +63,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// The round ends after the first message that will be FAILED.
     pub(super) fn decide(&mut self, plan: &mut Vec<Planned>, now: SystemTime) -> StoreResult<()> {
         let prepared = self.prepare(plan, now)?;
+        self.hold_identities(plan, &prepared.owners)?;
         let mut applied_before = prepared.applied;
         let last_read = last_readers(plan);
         let mut overlay = Overlay { flights: prepared.flights, window: prepared.window, last_read };
@@ -91,8 +92,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let mut flids: Vec<&str> = Vec::new();
         for p in plan {
             need.taken.push(p.row.msg_id);
-            if let Step::Decide { msg, .. } = &p.step {
+            if let Step::Decide { msg, identity } = &p.step {
                 need.msg_ids.push(p.row.msg_id);
+                need.identities.push(identity.clone());
                 // Sorted and deduplicated once for the round, below; copied once each.
                 flids.extend(handlers::flids_of(msg));
                 need.window = need.window.or_else(|| handlers::window_of(msg));

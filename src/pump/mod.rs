@@ -6,10 +6,10 @@
 //! A round is a list of [`Planned`] messages in MSG_ID order, each rewritten in place by the
 //! steps, one file each:
 //! 1. here: the FIFO's first rows; a head backing off ends the round before anything is read;
-//! 2. [`read`]: the raw texts in one mailbox read, every META and body decoded (pure), the
-//!    identity holders in one query;
+//! 2. [`read`]: the raw texts in one mailbox read, every META and body decoded (pure);
 //! 3. [`decide`]: the flights the round names (and the journal of decisions an earlier attempt
-//!    applied) in one Redis round trip, then each message decided in MSG_ID order against an
+//!    applied, and whose decision it journals under each identity) in one Redis round trip,
+//!    the identity holders in one query, then each message decided in MSG_ID order against an
 //!    overlay of the decisions before it, so message k sees what k−1 decided; a daily-plan
 //!    snapshot is always a round of its own;
 //! 4. [`apply`]: every new decision applied in one Redis script (Redis first, I2), journalled

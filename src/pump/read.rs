@@ -68,13 +68,20 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             "a snapshot shares its round: {:?}",
             plan.iter().map(|p| p.row.msg_id).collect::<Vec<_>>()
         );
-        self.hold_identities(&mut plan)?;
         Ok(plan)
     }
 
-    /// Identities (INV-9): held by an earlier message, by the round still committing, or by
-    /// one earlier in this round — the message is then a duplicate, SKIPPED.
-    fn hold_identities(&mut self, plan: &mut [Planned]) -> StoreResult<()> {
+    /// Identities (INV-9): held by one earlier in this round, by the round still committing,
+    /// by a SUCCEEDED message, or else by the message whose decision Redis journals under it
+    /// (`owners`) — the message is then a duplicate, SKIPPED. The last is for own PostgreSQL
+    /// having forgotten a message and its holding while a resend became visible (seed 3591):
+    /// processed again, the message whose decision stands in Redis keeps the identity, and its
+    /// journalled events still go out, rather than a resend's taking it in MSG_ID order.
+    pub(super) fn hold_identities(
+        &mut self,
+        plan: &mut [Planned],
+        owners: &HashMap<String, i64>,
+    ) -> StoreResult<()> {
         let keys: Vec<String> = plan
             .iter()
             .filter_map(|p| match &p.step {
@@ -93,7 +100,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 .get(identity)
                 .copied()
                 .or_else(|| self.lane.as_ref().and_then(|l| l.holder(identity)))
-                .or_else(|| holders.get(identity).copied());
+                .or_else(|| holders.get(identity).copied())
+                .or_else(|| owners.get(identity).copied());
             match holder.filter(|h| *h != p.row.msg_id) {
                 Some(other) => p.settle(Outcome::Skipped { reason: SkipReason::DuplicateOf(other) }),
                 None => {

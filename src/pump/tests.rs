@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::domain::{InboundRow, ProcStatus};
 use crate::error::ErrorClass;
 use crate::fixtures;
-use crate::ports::Intake;
+use crate::ports::{Applying, Intake};
 use crate::store::memory::{Fault, MemFlights, MemMailbox, MemPg};
 use crate::{codec, handlers};
 
@@ -585,11 +585,15 @@ fn applying_the_same_snapshot_twice_changes_nothing_the_second_time() {
     let msg = codec::decode(&raw).unwrap();
     let d = handlers::decide(&Default::default(), &msg, 1).unwrap();
     let mut flights = w.flights.clone();
-    flights.apply(&[(1, &d)]).unwrap();
+    flights.apply(&Applying::unnamed_all(&[(1, &d)])).unwrap();
     flights.forget(&[1], std::time::SystemTime::UNIX_EPOCH).unwrap(); // as if the applied record was gone (expired, replay days later)
     let mut changed = d.clone();
     changed.flights[0].set.push(("STND".into(), "999".into()));
-    assert_eq!(flights.apply(&[(1, &changed)]).unwrap(), vec![false], "not newer: refused");
+    assert_eq!(
+        flights.apply(&Applying::unnamed_all(&[(1, &changed)])).unwrap(),
+        vec![false],
+        "not newer: refused"
+    );
     assert_eq!(w.flights.generation(), (1, 1), "the generation moved once");
     assert_eq!(w.flights.flight("A").unwrap()["STND"], "2A", "the replay changed nothing");
     // The pump meets the message: nothing recorded in Redis any more, the CAS keeps the state.
@@ -759,6 +763,39 @@ fn a_duplicate_of_the_round_still_committing_is_skipped() {
     assert_eq!((r.state, r.attempts), (ProcStatus::Skipped, 0), "INV-9 across the lane, at the first try");
     assert_eq!(w.flights.flight("F").unwrap()["STND"], "A1", "the duplicate never reached Redis");
     assert_eq!(w.event_msgs(), [1]);
+}
+
+/// Seed 3591: a resend (3) was processed while the row it resends (1) was not yet visible
+/// (PRE-2), and own PostgreSQL then forgot both the resend and its events before they went
+/// out. Processed again in MSG_ID order, the late row took the identity and the resend was
+/// SKIPPED: its change stayed in Redis, and its event never reached a consumer. The decision
+/// that stands in Redis now keeps its identity, and its journalled event goes out.
+#[test]
+fn regression_seed_3591_a_journalled_resend_keeps_its_identity_after_postgres_forgot() {
+    let mut w = world();
+    let cfg = Config::defaults().pipeline;
+    let keeping = |f: &MemFlights| f.handle().keeping(Duration::from_secs(3600)); // redis.journal-keep
+    w.pump =
+        Pump::new(w.pg.clone(), w.mailbox.clone(), keeping(&w.flights), &cfg, Arc::new(Stats::default()));
+    let dump = w.pg.state();
+    w.arrive(2, Some(&fixtures::flop_stnd(8, "F", "B7")));
+    w.arrive(3, Some(&fixtures::flop_stnd(7, "F", "A1"))); // resends 1, not visible yet
+    w.drain();
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A1");
+    w.pg.roll_back_to(dump); // forgot 2 and 3, and their events, before they were sent
+                             // A new process on the database as it is now.
+    w.pg = w.pg.session();
+    w.pump =
+        Pump::new(w.pg.clone(), w.mailbox.clone(), keeping(&w.flights), &cfg, Arc::new(Stats::default()));
+    w.arrive(1, Some(&fixtures::flop_stnd(7, "F", "A1")));
+    let again = [2, 3].map(|id| InboundRow { id, received_at: None });
+    w.pg.clone().enqueue(&again, Some(3), w.clock.now()).unwrap();
+    w.drain();
+    let r = w.row(1);
+    assert_eq!((r.state, r.last_error.as_deref()), (ProcStatus::Skipped, Some("duplicate-of:3")));
+    assert_eq!((w.state(2), w.state(3)), (ProcStatus::Succeeded, ProcStatus::Succeeded));
+    assert_eq!(w.flights.flight("F").unwrap()["STND"], "A1", "Redis as it was");
+    assert_eq!(w.event_msgs(), [2, 3], "the journalled events go out again, the last one A1's");
 }
 
 #[test]

@@ -98,6 +98,9 @@ impl Checker {
         let restored = sim.last_forget == Some(sim.step);
         let mut anew: BTreeSet<i64> = known.difference(&self.known).copied().collect();
         anew.extend(journaled.difference(&self.journaled));
+        if std::env::var("SIM_DEBUG").is_ok() && !anew.is_empty() {
+            eprintln!("step {}: decided anew {anew:?}", sim.step);
+        }
         for id in anew {
             if restored && self.decided.contains_key(&id) {
                 continue;
@@ -353,6 +356,9 @@ pub fn at_the_end(sim: &Sim, checker: &Checker) -> Result<(), String> {
             .filter(|id| final_row(s, *id).is_some_and(|p| p.row.state == ProcStatus::Succeeded))
             .collect();
         succeeded.sort_by_key(|id| checker.decided[id]);
+        if std::env::var("SIM_DEBUG").is_ok() {
+            eprintln!("model order: {succeeded:?}");
+        }
         model_matches(sim, s, &succeeded)
     })
 }
@@ -470,8 +476,9 @@ fn model_matches(sim: &Sim, s: &PgState, succeeded: &[i64]) -> Result<(), String
 
 /// The one case where a message that delivered events ends SKIPPED, documented in
 /// docs/operations.md ("A store that forgets"): own PostgreSQL forgot both it and a late row
-/// (PRE-2) of the same identity that became visible meanwhile; processed again in MSG_ID order,
-/// the late row wins the identity this time. Consumers saw the message's events under the other
+/// (PRE-2) of the same identity that became visible meanwhile, and Redis had dropped its
+/// journal entry (else it keeps the identity, seed 3591); processed again in MSG_ID order, the late
+/// row wins the identity this time. Consumers saw the message's events under the other
 /// MSG_ID (other `event_key`s), never one identity on two different events.
 fn duplicate_after_a_rollback(sim: &Sim, s: &PgState, m: i64) -> bool {
     sim.pg_rollbacks > 0

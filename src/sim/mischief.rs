@@ -10,10 +10,10 @@ use std::time::SystemTime;
 use crate::clock::{Clock, FakeClock};
 use crate::domain::ProcRow;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::handlers::Decision;
 use crate::lease::{Gate, LeaseGate};
 use crate::planted::{self, Bug};
 use crate::policy::retry::RetryPolicy;
+use crate::ports::Applying;
 use crate::ports::{Fifo, FlightStore, Prepared, Producer, Record, RoundNeed, RoundRecord, StoreResult};
 use crate::pump::rules::{head_action, HeadAction};
 
@@ -74,7 +74,7 @@ impl<F: FlightStore> FlightStore for Mischief<F> {
         Ok(prepared)
     }
 
-    fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>> {
+    fn apply(&mut self, decisions: &[Applying<'_>]) -> StoreResult<Vec<bool>> {
         self.inner.apply(decisions)
     }
 

@@ -651,7 +651,7 @@ pub fn reference_flights(s: &Services) -> std::collections::BTreeMap<String, msg
         let p = twin.prepare(&read, &[], std::time::UNIX_EPOCH).unwrap();
         let view = msgx::handlers::View { flights: p.flights, window: p.window };
         if let Ok(d) = msgx::handlers::decide(&view, &msg, id) {
-            twin.apply(&[(id, &d)]).unwrap();
+            twin.apply(&msgx::ports::Applying::unnamed_all(&[(id, &d)])).unwrap();
         }
     }
     twin.all()

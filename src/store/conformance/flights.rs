@@ -6,7 +6,7 @@ use crate::domain::{NewEvent, Target};
 use crate::handlers::{Decision, FlightChange};
 use std::time::{Duration, SystemTime};
 
-use crate::ports::{FlightAudit, FlightStore, RoundNeed};
+use crate::ports::{Applying, FlightAudit, FlightStore, RoundNeed};
 
 /// The suite's clock: a fixed instant, moved on by hand.
 const T0: SystemTime = SystemTime::UNIX_EPOCH;
@@ -83,7 +83,7 @@ fn read<S: FlightTwin>(s: &mut S, flids: &[&str], msg_ids: &[i64]) -> crate::por
         msg_ids: msg_ids.to_vec(),
         flids: flids.iter().map(|f| f.to_string()).collect(),
         window: None,
-        taken: Vec::new(),
+        ..Default::default()
     };
     s.prepare(&need, &[], at(0)).unwrap()
 }
@@ -98,7 +98,7 @@ fn fields<S: FlightTwin>(s: &mut S, flid: &str) -> Vec<(String, String)> {
 
 pub fn an_apply_is_read_back_with_versions_and_its_journal<S: FlightTwin>(mut s: S) {
     let d = set("F", &[("STND", "A1"), ("GATE", "G2")]);
-    assert_eq!(s.apply(&[(5, &d)]).unwrap(), vec![true]);
+    assert_eq!(s.apply(&Applying::unnamed_all(&[(5, &d)])).unwrap(), vec![true]);
     let p = read(&mut s, &["F", "NOPE"], &[5, 6]);
     let f = &p.flights["F"];
     assert_eq!(f.fields["STND"], "A1");
@@ -115,10 +115,10 @@ pub fn an_apply_is_read_back_with_versions_and_its_journal<S: FlightTwin>(mut s:
 
 pub fn a_round_applies_in_order_and_an_older_message_never_overwrites<S: FlightTwin>(mut s: S) {
     let (a, b) = (set("F", &[("STND", "A")]), set("F", &[("STND", "B")]));
-    s.apply(&[(1, &a), (2, &b)]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &a), (2, &b)])).unwrap();
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "B".into())]);
     let late = set("F", &[("STND", "OLD"), ("GATE", "G")]);
-    s.apply(&[(1, &late)]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &late)])).unwrap();
     assert_eq!(
         fields(&mut s, "F"),
         [("GATE".into(), "G".into()), ("STND".into(), "B".into())],
@@ -127,54 +127,58 @@ pub fn a_round_applies_in_order_and_an_older_message_never_overwrites<S: FlightT
 }
 
 pub fn a_clear_keeps_its_version<S: FlightTwin>(mut s: S) {
-    s.apply(&[(1, &set("F", &[("STND", "A"), ("GATE", "G")]))]).unwrap();
-    s.apply(&[(3, &decision(vec![change("F", &[], &["STND"])], 0))]).unwrap();
-    s.apply(&[(2, &set("F", &[("STND", "OLD")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "A"), ("GATE", "G")]))])).unwrap();
+    s.apply(&Applying::unnamed_all(&[(3, &decision(vec![change("F", &[], &["STND"])], 0))])).unwrap();
+    s.apply(&Applying::unnamed_all(&[(2, &set("F", &[("STND", "OLD")]))])).unwrap();
     let p = read(&mut s, &["F"], &[]);
     assert_eq!(p.flights["F"].fields.get("STND"), None, "cleared by 3, not brought back by 2");
     assert_eq!(p.flights["F"].versions["STND"], 3);
 }
 
 pub fn a_restated_value_moves_its_version<S: FlightTwin>(mut s: S) {
-    s.apply(&[(1, &set("F", &[("STND", "A")]))]).unwrap();
-    s.apply(&[(9, &decision(vec![change("F", &[("STND", "A")], &[])], 0))]).unwrap();
-    s.apply(&[(5, &set("F", &[("STND", "OLD")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "A")]))])).unwrap();
+    s.apply(&Applying::unnamed_all(&[(9, &decision(vec![change("F", &[("STND", "A")], &[])], 0))])).unwrap();
+    s.apply(&Applying::unnamed_all(&[(5, &set("F", &[("STND", "OLD")]))])).unwrap();
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "A".into())]);
 }
 
 pub fn a_delete_leaves_a_tombstone<S: FlightTwin>(mut s: S) {
-    s.apply(&[(10, &set("F", &[("STND", "A")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(10, &set("F", &[("STND", "A")]))])).unwrap();
     let mut del = change("F", &[], &[]);
     del.delete = true;
-    s.apply(&[(20, &decision(vec![del], 1))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(20, &decision(vec![del], 1))])).unwrap();
     assert!(fields(&mut s, "F").is_empty(), "deleted");
     let p = read(&mut s, &["F"], &[]);
     assert_eq!(p.flights.get("F").map(|f| f.deleted), Some(20), "the tombstone is read back");
-    s.apply(&[(15, &set("F", &[("STND", "OLD")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(15, &set("F", &[("STND", "OLD")]))])).unwrap();
     assert!(fields(&mut s, "F").is_empty(), "an older message does not revive it");
-    s.apply(&[(25, &set("F", &[("STND", "NEW")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(25, &set("F", &[("STND", "NEW")]))])).unwrap();
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "NEW".into())], "a newer one does");
 }
 
 pub fn a_snapshot_applies_once_and_only_if_newer<S: FlightTwin>(mut s: S) {
     let mut snap = set("F", &[("STND", "S")]);
     snap.snapshot = true;
-    assert_eq!(s.apply(&[(10, &snap)]).unwrap(), vec![true]);
-    assert_eq!(s.apply(&[(10, &snap)]).unwrap(), vec![false], "the same snapshot again changes nothing");
+    assert_eq!(s.apply(&Applying::unnamed_all(&[(10, &snap)])).unwrap(), vec![true]);
+    assert_eq!(
+        s.apply(&Applying::unnamed_all(&[(10, &snap)])).unwrap(),
+        vec![false],
+        "the same snapshot again changes nothing"
+    );
     let mut older = set("F", &[("STND", "OLDER")]);
     older.snapshot = true;
-    assert_eq!(s.apply(&[(7, &older)]).unwrap(), vec![false]);
+    assert_eq!(s.apply(&Applying::unnamed_all(&[(7, &older)])).unwrap(), vec![false]);
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "S".into())]);
     let p = read(&mut s, &[], &[7]);
     assert!(p.applied[&7].events.is_empty(), "a refused snapshot is journalled as the empty decision");
-    assert_eq!(s.apply(&[(12, &snap)]).unwrap(), vec![true]);
+    assert_eq!(s.apply(&Applying::unnamed_all(&[(12, &snap)])).unwrap(), vec![true]);
 }
 
 pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
     for (flid, sodt) in [("A", 202601010800), ("B", 202601011200), ("C", 202601020800)] {
         let mut c = change(flid, &[("FFID", flid)], &[]);
         c.sodt = Some(sodt);
-        s.apply(&[(1, &decision(vec![c], 0))]).unwrap();
+        s.apply(&Applying::unnamed_all(&[(1, &decision(vec![c], 0))])).unwrap();
     }
     let need = RoundNeed {
         msg_ids: vec![],
@@ -185,12 +189,13 @@ pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
     assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["A", "B"], "in SODT order");
     let mut gone = change("A", &[], &[]);
     gone.delete = true;
-    s.apply(&[(2, &decision(vec![gone], 0))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(2, &decision(vec![gone], 0))])).unwrap();
     assert_eq!(s.prepare(&need, &[], at(0)).unwrap().window, ["B"], "a deleted flight leaves the index");
 }
 
 pub fn forgotten_journal_entries_are_gone<S: FlightTwin>(mut s: S) {
-    s.apply(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "A")])), (2, &set("F", &[("STND", "B")]))]))
+        .unwrap();
     let need = RoundNeed { msg_ids: vec![1, 2], flids: vec![], window: None, ..Default::default() };
     let p = s.prepare(&need, &[1], at(0)).unwrap();
     assert_eq!(p.applied.keys().copied().collect::<Vec<_>>(), [2], "forget rides along with the read");
@@ -207,8 +212,8 @@ pub fn a_read_that_asks_for_nothing_gets_nothing<S: FlightTwin>(mut s: S) {
 pub fn a_stale_epoch_applies_nothing<S: FlightTwin>(s: S) {
     let mut new = s.fenced_twin(2);
     let mut stale = s.fenced_twin(1);
-    new.apply(&[(1, &set("F", &[("STND", "NEW")]))]).unwrap();
-    let err = stale.apply(&[(2, &set("F", &[("STND", "STALE")]))]).unwrap_err();
+    new.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "NEW")]))])).unwrap();
+    let err = stale.apply(&Applying::unnamed_all(&[(2, &set("F", &[("STND", "STALE")]))])).unwrap_err();
     assert!(err.is_fenced(), "{err}");
     assert_eq!(fields(&mut new, "F"), [("STND".into(), "NEW".into())]);
     assert!(read(&mut new, &[], &[2]).applied.is_empty(), "not even journalled");
@@ -216,11 +221,11 @@ pub fn a_stale_epoch_applies_nothing<S: FlightTwin>(s: S) {
 
 pub fn journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept<S: FlightTwin>(s: S) {
     let mut s = s.keeping_twin(Duration::from_secs(60));
-    s.apply(&[
+    s.apply(&Applying::unnamed_all(&[
         (1, &set("F", &[("STND", "A")])),
         (2, &set("F", &[("STND", "B")])),
         (3, &set("F", &[("STND", "C")])),
-    ])
+    ]))
     .unwrap();
     s.forget(&[1, 2], at(0)).unwrap();
     let need = RoundNeed { msg_ids: vec![1, 2, 3], flids: vec![], window: None, ..Default::default() };
@@ -234,29 +239,54 @@ pub fn journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept<
     assert_eq!(s.journal_has(&[1, 2, 3, 4]).unwrap(), [false, false, true, false]);
 }
 
+/// Seed 3591: the MSG_ID a decision is journalled for is read back under its identity, a later
+/// decision of the same identity takes it over, and it goes with its journal entry.
+pub fn an_identity_is_read_back_as_its_journal_entry_holds_it<S: FlightTwin>(s: S) {
+    let mut s = s.keeping_twin(Duration::from_secs(60));
+    let (a, b, c) = (set("F", &[("STND", "A")]), set("F", &[("STND", "B")]), set("G", &[("STND", "C")]));
+    s.apply(&[
+        Applying { msg_id: 18, identity: "MU|FLOP|STND|7", decision: &a },
+        Applying { msg_id: 19, identity: "MU|FLOP|STND|8", decision: &b },
+    ])
+    .unwrap();
+    s.apply(&[Applying { msg_id: 20, identity: "MU|FLOP|STND|8", decision: &c }]).unwrap();
+    let ids = ["MU|FLOP|STND|7", "MU|FLOP|STND|8", "MU|FLOP|STND|9"].map(String::from).to_vec();
+    let need = RoundNeed { msg_ids: vec![21], identities: ids, ..Default::default() };
+    let owners =
+        |p: crate::ports::Prepared| p.owners.into_iter().collect::<std::collections::BTreeMap<_, _>>();
+    let got = owners(s.prepare(&need, &[], at(0)).unwrap());
+    assert_eq!(got, [("MU|FLOP|STND|7".to_string(), 18), ("MU|FLOP|STND|8".to_string(), 20)].into());
+    s.forget(&[18, 19], at(0)).unwrap();
+    s.forget(&[20], at(61)).unwrap();
+    let got = owners(s.prepare(&need, &[], at(61)).unwrap());
+    assert_eq!(got, [("MU|FLOP|STND|8".to_string(), 20)].into(), "18's went with its entry; 19's was 20's");
+}
+
 pub fn a_store_that_lost_its_applies_refuses_the_next_as_forgot<S: FlightTwin>(s: S) {
     let mut s = s.fenced_twin(3);
-    s.apply(&[(1, &set("F", &[("STND", "A")]))]).unwrap();
-    s.apply(&[(2, &set("F", &[("STND", "B")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "A")]))])).unwrap();
+    s.apply(&Applying::unnamed_all(&[(2, &set("F", &[("STND", "B")]))])).unwrap();
     let marks = s.audit().unwrap();
     assert_eq!((marks.epoch, marks.applied_max), (3, 2));
     s.lose_everything();
-    let err = s.apply(&[(3, &set("F", &[("STND", "C")]))]).unwrap_err();
+    let err = s.apply(&Applying::unnamed_all(&[(3, &set("F", &[("STND", "C")]))])).unwrap_err();
     assert_eq!(err.kind, crate::error::StoreErrorKind::Forgot, "{err}");
     assert!(fields(&mut s, "F").is_empty(), "nothing written on a store that forgot");
     let marks = s.audit().unwrap();
     assert_eq!((marks.epoch, marks.pruned, marks.applied_max), (0, None, 0), "an empty store says so");
     let mut fresh = s.fenced_twin(3);
-    fresh.apply(&[(3, &set("F", &[("STND", "C")]))]).expect("a new handle has seen no applies");
+    fresh
+        .apply(&Applying::unnamed_all(&[(3, &set("F", &[("STND", "C")]))]))
+        .expect("a new handle has seen no applies");
 }
 
 /// #38: a heal is fenced like an apply — once a newer epoch holds the flights (a standby took
 /// over while the heal ran), nothing more of it is written, flights, journal or marks.
 pub fn a_restore_by_a_superseded_epoch_writes_nothing<S: FlightTwin>(s: S) {
     let mut healer = s.fenced_twin(1);
-    healer.apply(&[(1, &set("F", &[("STND", "OLD")]))]).unwrap();
+    healer.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "OLD")]))])).unwrap();
     let mut newer = s.fenced_twin(2);
-    newer.apply(&[(2, &set("F", &[("STND", "NEW")]))]).unwrap();
+    newer.apply(&Applying::unnamed_all(&[(2, &set("F", &[("STND", "NEW")]))])).unwrap();
     let mut stale = crate::handlers::FlightState::default();
     stale.apply(&change("F", &[("STND", "OLD")], &[]), 1);
     let restore = crate::ports::Restore {
@@ -275,8 +305,8 @@ pub fn a_restore_by_a_superseded_epoch_writes_nothing<S: FlightTwin>(s: S) {
 }
 
 pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut s: S) {
-    s.apply(&[(1, &set("F", &[("STND", "OLD"), ("GATE", "G1")]))]).unwrap();
-    s.apply(&[(2, &set("X", &[("STND", "X")]))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "OLD"), ("GATE", "G1")]))])).unwrap();
+    s.apply(&Applying::unnamed_all(&[(2, &set("X", &[("STND", "X")]))])).unwrap();
     let mut f = crate::handlers::FlightState::default();
     f.apply(&change("F", &[("STND", "NEW")], &[]), 5);
     let gone = crate::handlers::FlightState { deleted: 6, ..Default::default() };
@@ -310,13 +340,13 @@ pub fn a_restore_writes_flights_generation_and_journal_whole<S: FlightTwin>(mut 
 pub fn regression_a_late_message_does_not_index_a_deleted_flight<S: FlightTwin>(mut s: S) {
     let mut first = change("F", &[("STND", "A")], &[]);
     first.sodt = Some(202601010800);
-    s.apply(&[(10, &decision(vec![first], 0))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(10, &decision(vec![first], 0))])).unwrap();
     let mut gone = change("F", &[], &[]);
     gone.delete = true;
-    s.apply(&[(20, &decision(vec![gone], 0))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(20, &decision(vec![gone], 0))])).unwrap();
     let mut late = change("F", &[("STND", "OLD")], &[]);
     late.sodt = Some(202601010800);
-    s.apply(&[(15, &decision(vec![late], 0))]).unwrap();
+    s.apply(&Applying::unnamed_all(&[(15, &decision(vec![late], 0))])).unwrap();
     let need = RoundNeed {
         msg_ids: vec![],
         flids: vec!["F".into()],
@@ -379,7 +409,7 @@ pub fn a_round_merged_per_flight_ends_as_its_changes_one_by_one<S: FlightTwin>(m
         }
         m0 = m0.max(m);
         let round: Vec<(i64, &Decision)> = decisions.iter().map(|(m, d)| (*m, d)).collect();
-        let applied = s.apply(&round).unwrap();
+        let applied = s.apply(&Applying::unnamed_all(&round)).unwrap();
         for ((m, d), applied) in decisions.iter().zip(applied) {
             let want = !d.snapshot || *m > last_snapshot;
             assert_eq!(applied, want, "msg_id={m}: a snapshot applies only when newer");
@@ -404,7 +434,7 @@ pub fn a_round_merged_per_flight_ends_as_its_changes_one_by_one<S: FlightTwin>(m
             msg_ids: Vec::new(),
             flids: flids.iter().map(|f| f.to_string()).collect(),
             window: Some((0, i64::MAX)),
-            taken: Vec::new(),
+            ..Default::default()
         };
         let p = s.prepare(&need, &[], at(0)).unwrap();
         let got = (p.flights, p.window);
@@ -438,6 +468,7 @@ macro_rules! flight_conformance_tests {
             a_stale_epoch_applies_nothing,
             a_read_that_asks_for_nothing_gets_nothing,
             journal_entries_stay_for_the_keep_window_and_the_highest_dropped_is_kept,
+            an_identity_is_read_back_as_its_journal_entry_holds_it,
             a_store_that_lost_its_applies_refuses_the_next_as_forgot,
             a_restore_writes_flights_generation_and_journal_whole,
             a_restore_by_a_superseded_epoch_writes_nothing,

@@ -12,10 +12,13 @@
 //! - `{prefix}journal` — hash, MSG_ID → the events and references of the decision applied for
 //!   that message, so a retry after "Redis applied, PostgreSQL failed" writes the same events
 //!   (I2), kept `redis.journal-keep` after PostgreSQL holds the outcome;
+//! - `{prefix}journal:identity` — hash, identity (INV-9) → the MSG_ID whose journal entry
+//!   binds it; goes with the entry. A message PostgreSQL forgot is processed again after a
+//!   resend of it became visible: the one whose decision stands keeps the identity (seed 3591);
 //! - `{prefix}journal:done`, `{prefix}journal:pruned` — every message whose outcome PostgreSQL
 //!   holds (SUCCEEDED, SKIPPED, DEAD; told after its commit) with when it was told, and the
 //!   highest MSG_ID whose entry was dropped `redis.journal-keep` later: above it, both are
-//!   complete (#20, #37). The three keys share one time to live, a week after the last write to
+//!   complete (#20, #37). The four keys share one time to live, a week after the last write to
 //!   any of them, and go together (a quiet week leaves no `journal:pruned` that claims entries
 //!   the expiry took); the next apply marks the journal complete from its first MSG_ID;
 //! - `{prefix}applied:seq`, `applied:max`, `applied:token`, `applied:settled` — writes so far,
@@ -42,7 +45,9 @@ use redis::{Client, Connection, Script, Value};
 
 use crate::error::StoreError;
 use crate::handlers::{Decision, FlightState, FlightView};
-use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
+use crate::ports::{
+    Applying, FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult,
+};
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
 const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
@@ -54,7 +59,7 @@ const TOMBSTONE_TTL_SECS: u64 = crate::handlers::TOMBSTONE_KEEP.as_secs();
 /// current `applied:token` (comma-separated; empty: none seen yet), the token of this write,
 /// the token the writes were worked out under (empty: Redis had none), the snapshots that
 /// advance the plan's generation and the last one's MSG_ID, the round's highest MSG_ID, then
-/// n and n × (msg_id, journal doc), then the flights: f and f × (flid, `expire`|`persist`|``,
+/// n and n × (msg_id, journal doc), k and k × (identity, msg_id), then the flights: f and f × (flid, `expire`|`persist`|``,
 /// s, s × (field, value), g, g × field gone, v, v × (field, MSG_ID)), then z and z × (sodt,
 /// flid) for the plan's index, r and r × flid out of it. The journal docs (the decisions'
 /// events and references) are stored as given, never decoded.
@@ -90,6 +95,7 @@ if (cur or '') ~= read then
 end
 local gens, last, top = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
+local ikey = prefix .. 'journal:identity'
 -- No journal:pruned (a new store, or the journal expired with it after a quiet week): the
 -- journal is complete from this round on.
 if tonumber(ARGV[11]) > 0 and redis.call('EXISTS', pkey) == 0 then
@@ -105,6 +111,9 @@ local i = 11
 local n = tonumber(ARGV[i])
 chunked('HSET', jkey, i + 1, i + 2 * n)
 i = i + 1 + 2 * n
+local k = tonumber(ARGV[i])
+chunked('HSET', ikey, i + 1, i + 2 * k)
+i = i + 1 + 2 * k
 local f = tonumber(ARGV[i])
 i = i + 1
 for _ = 1, f do
@@ -133,7 +142,7 @@ if gens > 0 then
   redis.call('HSET', genkey, 'msg_id', last)
 end
 if n > 0 then
-  for _, k in ipairs({jkey, dkey, pkey}) do redis.call('EXPIRE', k, jttl) end
+  for _, key in ipairs({jkey, dkey, pkey, ikey}) do redis.call('EXPIRE', key, jttl) end
 end
 local maxkey = prefix .. 'applied:max'
 if tonumber(top) > tonumber(redis.call('GET', maxkey) or '0') then redis.call('SET', maxkey, top) end
@@ -147,11 +156,13 @@ return 1
 /// `applied:settled` keeps the highest (the evidence that PostgreSQL held it, #37). Those done
 /// longer than the keep window go with their journal entries, at most 1000 a call, and
 /// `journal:pruned` keeps the highest MSG_ID ever dropped: every entry and mark above it is still
-/// there (the evidence the consistency check and the PostgreSQL heal stand on, #20). The three
-/// journal keys' time to live is renewed together.
+/// there (the evidence the consistency check and the PostgreSQL heal stand on, #20). An entry's
+/// identity goes with it, unless a later entry binds it. The four journal keys' time to live is
+/// renewed together.
 const FORGET: &str = r#"
 local prefix, now, keep, jttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local jkey, dkey, pkey = prefix .. 'journal', prefix .. 'journal:done', prefix .. 'journal:pruned'
+local ikey = prefix .. 'journal:identity'
 local skey = prefix .. 'applied:settled'
 -- The score as the text it came as: a Lua number handed to a command is printed again (printf).
 local marks = {}
@@ -168,6 +179,12 @@ end
 if #ARGV >= 5 then redis.call('SET', skey, settled) end
 local old = redis.call('ZRANGEBYSCORE', dkey, '-inf', now - keep, 'LIMIT', 0, 1000)
 if #old > 0 then
+  local docs = redis.call('HMGET', jkey, unpack(old))
+  for j, doc in ipairs(docs) do
+    local ok, entry = pcall(cjson.decode, doc or '')
+    local id = ok and type(entry) == 'table' and entry.identity
+    if type(id) == 'string' and redis.call('HGET', ikey, id) == old[j] then redis.call('HDEL', ikey, id) end
+  end
   redis.call('HDEL', jkey, unpack(old))
   redis.call('ZREM', dkey, unpack(old))
   local top = tonumber(redis.call('GET', pkey) or '0')
@@ -177,16 +194,19 @@ if #old > 0 then
   end
   redis.call('SET', pkey, top)
 end
-for _, k in ipairs({jkey, dkey, pkey}) do redis.call('EXPIRE', k, jttl) end
+for _, k in ipairs({jkey, dkey, pkey, ikey}) do redis.call('EXPIRE', k, jttl) end
 return #old
 "#;
 
-/// What the journal keeps of a decision: what a retry must emit again (I2). The flight
-/// changes are in Redis already.
+/// What the journal keeps of a decision: what a retry must emit again (I2), and the identity
+/// it binds (`journal:identity`, dropped with the entry). The flight changes are in Redis
+/// already.
 #[derive(serde::Serialize)]
 struct Journal<'a> {
     events: &'a [crate::domain::NewEvent],
     references: &'a [crate::handlers::RefChange],
+    #[serde(skip_serializing_if = "str::is_empty")]
+    identity: &'a str,
 }
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
@@ -443,9 +463,10 @@ impl RedisFlights {
         format!("{}flight:{flid}", self.prefix)
     }
 
-    /// The journal's three keys, which share one time to live (module documentation).
-    fn journal_keys(&self) -> [String; 3] {
-        ["journal", "journal:done", "journal:pruned"].map(|k| format!("{}{k}", self.prefix))
+    /// The journal's four keys, which share one time to live (module documentation).
+    fn journal_keys(&self) -> [String; 4] {
+        ["journal", "journal:done", "journal:pruned", "journal:identity"]
+            .map(|k| format!("{}{k}", self.prefix))
     }
 
     fn key(&self, what: &str, id: impl std::fmt::Display) -> String {
@@ -613,10 +634,12 @@ impl FlightAudit for RedisFlights {
         for chunk in r.journal.chunks(500) {
             let mut cmds = Vec::with_capacity(2 * chunk.len() + keys.len());
             for (m, d) in chunk {
-                let doc = serde_json::to_string(&Journal { events: &d.events, references: &d.references })
-                    .map_err(|e| {
-                        StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
-                    })?;
+                let doc = serde_json::to_string(&Journal {
+                    events: &d.events,
+                    references: &d.references,
+                    identity: "",
+                })
+                .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
                 cmds.push(redis::Cmd::hset(&jkey, *m, doc));
                 cmds.push(redis::Cmd::zadd(&dkey, *m, unix_millis(now)));
             }
@@ -754,16 +777,16 @@ fn unix_millis(t: SystemTime) -> i64 {
 
 impl RedisFlights {
     /// The commands that record `ids` taken (`journal:done`, no time yet: `+inf`), and keep the
-    /// journal's three keys' common time to live.
+    /// journal's four keys' common time to live.
     fn taken_cmds(&self, ids: &[i64]) -> Vec<redis::Cmd> {
-        let [jkey, dkey, pkey] = self.journal_keys();
+        let keys = self.journal_keys();
         let mut zadd = redis::cmd("ZADD");
-        zadd.arg(&dkey).arg("NX");
+        zadd.arg(&keys[1]).arg("NX");
         for id in ids {
             zadd.arg("+inf").arg(*id);
         }
         let mut cmds = vec![zadd];
-        cmds.extend([jkey, dkey, pkey].iter().map(|k| redis::Cmd::expire(k, JOURNAL_TTL_SECS as i64)));
+        cmds.extend(keys.iter().map(|k| redis::Cmd::expire(k, JOURNAL_TTL_SECS as i64)));
         cmds
     }
 
@@ -804,9 +827,6 @@ fn flight_of(fields: Value, versions: Value) -> StoreResult<FlightState> {
     let deleted = versions.remove(net::TOMBSTONE).unwrap_or(0);
     Ok(FlightState { fields, versions, deleted })
 }
-
-/// What a snapshot not newer than the plan's generation journals: the empty decision.
-const EMPTY_JOURNAL: &str = r#"{"events":[],"references":[]}"#;
 
 impl RedisFlights {
     /// Reads what a round needs that `known` lacks: the token (nothing known yet), the plan's
@@ -880,32 +900,36 @@ impl RedisFlights {
         &self,
         known: &net::Known,
         round: &net::Round,
-        decisions: &[(i64, &Decision)],
+        decisions: &[Applying<'_>],
         token: &str,
     ) -> StoreResult<redis::Cmd> {
         // The journal is most of the command: an event's payload, escaped, and its envelope.
-        let events: usize = decisions.iter().flat_map(|(_, d)| &d.events).map(|e| e.payload_json.len()).sum();
+        let events: usize =
+            decisions.iter().flat_map(|a| &a.decision.events).map(|e| e.payload_json.len()).sum();
         let bytes = events * 5 / 4 + 160 * decisions.len() + 64 * round.flights.len() + 256;
         let mut cmd = redis::Cmd::with_capacity(16 + 2 * decisions.len() + 8 * round.flights.len(), bytes);
         cmd.arg("EVALSHA").arg(self.apply.get_hash()).arg(0);
         cmd.arg(&self.prefix).arg(self.epoch).arg(TOMBSTONE_TTL_SECS).arg(JOURNAL_TTL_SECS);
         cmd.arg(self.seen.list()).arg(token).arg(known.token.as_deref().unwrap_or(""));
         cmd.arg(round.generations).arg(round.generation_msg);
-        cmd.arg(decisions.last().map_or(0, |(m, _)| *m)).arg(decisions.len());
+        cmd.arg(decisions.last().map_or(0, |a| a.msg_id)).arg(decisions.len());
         // Each document is written into one buffer, reused, and copied into the command.
         let mut doc = Vec::with_capacity(2048);
-        for ((m, d), applied) in decisions.iter().zip(&round.applied) {
+        for (a, applied) in decisions.iter().zip(&round.applied) {
             doc.clear();
-            match applied {
-                true => {
-                    serde_json::to_writer(&mut doc, &Journal { events: &d.events, references: &d.references })
-                        .map_err(|e| {
-                            StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}"))
-                        })?
-                }
-                false => doc.extend_from_slice(EMPTY_JOURNAL.as_bytes()),
-            }
-            cmd.arg(*m).arg(doc.as_slice());
+            // A snapshot not newer than the plan's generation journals the empty decision.
+            let (events, references) = match applied {
+                true => (a.decision.events.as_slice(), a.decision.references.as_slice()),
+                false => (&[][..], &[][..]),
+            };
+            serde_json::to_writer(&mut doc, &Journal { events, references, identity: a.identity })
+                .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
+            cmd.arg(a.msg_id).arg(doc.as_slice());
+        }
+        let named: Vec<&Applying<'_>> = decisions.iter().filter(|a| !a.identity.is_empty()).collect();
+        cmd.arg(named.len());
+        for a in named {
+            cmd.arg(a.identity).arg(a.msg_id);
         }
         cmd.arg(round.flights.len());
         let mut w = net::Writes::default();
@@ -938,10 +962,10 @@ impl RedisFlights {
 
     /// One try at the round on what is known: `None` when Redis was written since it was read
     /// (`MSGX_MOVED`, nothing written).
-    fn apply_known(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Option<Vec<bool>>> {
+    fn apply_known(&mut self, decisions: &[Applying<'_>]) -> StoreResult<Option<Vec<bool>>> {
         // Played in place: what is known is put back only once Redis took the writes.
         let mut known = self.known.take().expect("known before a round is played");
-        let round = net::play(&mut known, decisions);
+        let round = net::play(&mut known, &Applying::pairs(decisions));
         let token = crate::store::write_token();
         let cmd = self.apply_cmd(&known, &round, decisions, &token)?;
         let result = self.run(|c, script| match evalsha::<i64>(c, script, &cmd) {
@@ -979,6 +1003,9 @@ impl RedisFlights {
         p.get(format!("{}applied:token", self.prefix));
         if !need.msg_ids.is_empty() {
             p.cmd("HMGET").arg(format!("{}journal", self.prefix)).arg(&need.msg_ids);
+        }
+        if !need.identities.is_empty() {
+            p.cmd("HMGET").arg(format!("{}journal:identity", self.prefix)).arg(&need.identities);
         }
         for f in unread {
             p.hgetall(self.key("flight", f));
@@ -1068,6 +1095,13 @@ impl FlightStore for RedisFlights {
             true => HashMap::new(),
             false => journal_entries(&need.msg_ids, parse(next()?)?)?,
         };
+        let owners = match need.identities.is_empty() {
+            true => HashMap::new(),
+            false => {
+                let held: Vec<Option<i64>> = parse(next()?)?;
+                need.identities.iter().cloned().zip(held).filter_map(|(i, m)| Some((i, m?))).collect()
+            }
+        };
         let mut read = Vec::with_capacity(unread.len());
         for flid in &unread {
             let (fields, versions) = (next()?, next()?);
@@ -1086,19 +1120,22 @@ impl FlightStore for RedisFlights {
             // on the replicas too before their messages are recorded SUCCEEDED.
             self.durable()?;
         }
-        Ok(Prepared { applied, flights, window })
+        Ok(Prepared { applied, flights, window, owners })
     }
 
     /// The round is played on what the last read found (`net`), read first where it lacks a
     /// flight; the script writes only the difference. Written since that read (`MSGX_MOVED`),
     /// it is read again and tried once more.
-    fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>> {
+    fn apply(&mut self, decisions: &[Applying<'_>]) -> StoreResult<Vec<bool>> {
         if decisions.is_empty() {
             return Ok(Vec::new());
         }
-        debug_assert!(decisions.windows(2).all(|w| w[0].0 < w[1].0), "a round is applied in MSG_ID order");
+        debug_assert!(
+            decisions.windows(2).all(|w| w[0].msg_id < w[1].msg_id),
+            "a round is applied in MSG_ID order"
+        );
         for _ in 0..2 {
-            self.know(decisions)?;
+            self.know(&Applying::pairs(decisions))?;
             if let Some(flags) = self.apply_known(decisions)? {
                 self.durable()?;
                 return Ok(flags);

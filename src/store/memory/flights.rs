@@ -11,13 +11,18 @@ use super::{fault_controls, Shared};
 use crate::error::StoreError;
 pub use crate::handlers::FlightState;
 use crate::handlers::{Decision, Flight};
-use crate::ports::{FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult};
+use crate::ports::{
+    Applying, FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult,
+};
 
 #[derive(Debug, Clone, Default)]
 pub struct FlightsState {
     /// Every flight msgx holds, with versions; a deleted flight keeps its versions (tombstone).
     pub flights: BTreeMap<String, FlightState>,
     pub applied: BTreeMap<i64, Decision>,
+    /// Identity → the MSG_ID whose journal entry binds it (`journal:identity`); goes with the
+    /// entry.
+    pub owners: BTreeMap<String, i64>,
     /// FLID → SODT (`yyyyMMddHHmm`): the daily plan's index for snapshot windows.
     pub sodt: BTreeMap<String, i64>,
     /// The plan's generation and the message that last advanced it.
@@ -62,10 +67,14 @@ pub fn forget_entries(s: &mut FlightsState, ids: &[i64], now: SystemTime, keep: 
         s.done.iter().filter(|(_, t)| **t <= cutoff).map(|(m, t)| (*t, *m)).collect();
     old.sort();
     old.truncate(1000);
-    for (_, m) in old {
-        s.done.remove(&m);
-        s.applied.remove(&m);
-        s.pruned = Some(s.pruned.unwrap_or(0).max(m));
+    for (_, m) in &old {
+        s.done.remove(m);
+        s.applied.remove(m);
+        s.pruned = Some(s.pruned.unwrap_or(0).max(*m));
+    }
+    if !old.is_empty() {
+        let gone: std::collections::BTreeSet<i64> = old.iter().map(|(_, m)| *m).collect();
+        s.owners.retain(|_, m| !gone.contains(m));
     }
 }
 
@@ -85,7 +94,11 @@ pub fn take(s: &mut FlightsState, ids: &[i64]) {
 /// Applies one decision of message `m` as the Redis adapter does (`handlers::plan`); false when
 /// a snapshot is not newer than the plan's generation (then only its empty journal entry is
 /// written).
-pub fn apply_decision(s: &mut FlightsState, m: i64, d: &Decision) -> bool {
+pub fn apply_decision(s: &mut FlightsState, a: &Applying<'_>) -> bool {
+    let (m, d) = (a.msg_id, a.decision);
+    if !a.identity.is_empty() {
+        s.owners.insert(a.identity.to_string(), m);
+    }
     // The planted store bug: a decision that changes no value leaves no journal entry.
     let dropped = crate::planted::on(crate::planted::Bug::NoOpJournalDropped)
         && d.flights.iter().all(|c| {
@@ -124,7 +137,7 @@ fn apply_round(
     s: &mut FlightsState,
     h: &Handle,
     token: &str,
-    decisions: &[(i64, &Decision)],
+    decisions: &[Applying<'_>],
 ) -> StoreResult<Vec<bool>> {
     // Fenced first, as the script: a stale instance is told it is stale (#37).
     if let Some(e) = h.fence.filter(|e| s.epoch > *e) {
@@ -144,10 +157,10 @@ fn apply_round(
     }
     if s.pruned.is_none() {
         // As the script: the journal is complete from this round on.
-        s.pruned = decisions.first().map(|(m, _)| m - 1);
+        s.pruned = decisions.first().map(|a| a.msg_id - 1);
     }
-    let flags = decisions.iter().map(|(m, d)| apply_decision(s, *m, d)).collect();
-    if let Some(top) = decisions.iter().map(|(m, _)| *m).max() {
+    let flags = decisions.iter().map(|a| apply_decision(s, a)).collect();
+    if let Some(top) = decisions.iter().map(|a| a.msg_id).max() {
         s.applied_max = s.applied_max.max(top);
     }
     s.seq += 1;
@@ -358,11 +371,13 @@ impl FlightStore for MemFlights {
                 .filter_map(|f| s.flights.get(f).map(|v| (f.clone(), Arc::new(v.clone()))))
                 .collect();
             let window = need.window.map(|w| crate::handlers::plan::window(&s.sodt, w)).unwrap_or_default();
-            Ok(Prepared { applied, flights, window })
+            let owners =
+                need.identities.iter().filter_map(|i| s.owners.get(i).map(|m| (i.clone(), *m))).collect();
+            Ok(Prepared { applied, flights, window, owners })
         })
     }
 
-    fn apply(&mut self, decisions: &[(i64, &Decision)]) -> StoreResult<Vec<bool>> {
+    fn apply(&mut self, decisions: &[Applying<'_>]) -> StoreResult<Vec<bool>> {
         if decisions.is_empty() {
             return Ok(Vec::new());
         }
@@ -405,16 +420,16 @@ mod tests {
     fn regression_another_history_with_the_same_count_of_applies_is_forgot() {
         let root = MemFlights::new();
         let mut a = root.handle();
-        a.apply(&[(1, &set("F", "A"))]).unwrap();
+        a.apply(&Applying::unnamed_all(&[(1, &set("F", "A"))])).unwrap();
         let one = root.state();
-        a.apply(&[(2, &set("F", "B"))]).unwrap();
+        a.apply(&Applying::unnamed_all(&[(2, &set("F", "B"))])).unwrap();
         let two = root.state();
         root.replace_state(one);
         let mut b = root.handle();
-        b.apply(&[(3, &set("F", "C"))]).unwrap(); // two applies again, another history
+        b.apply(&Applying::unnamed_all(&[(3, &set("F", "C"))])).unwrap(); // two applies again, another history
         assert_eq!(root.state().seq, two.seq);
         root.replace_state(two);
-        let err = b.apply(&[(4, &set("F", "D"))]).unwrap_err();
+        let err = b.apply(&Applying::unnamed_all(&[(4, &set("F", "D"))])).unwrap_err();
         assert_eq!(err.kind, crate::error::StoreErrorKind::Forgot, "found by the simulator, seed 804");
     }
 
@@ -422,9 +437,10 @@ mod tests {
     fn an_apply_whose_answer_was_lost_is_no_forgetting() {
         let root = MemFlights::new();
         let mut a = root.handle();
-        a.apply(&[(1, &set("F", "A"))]).unwrap();
+        a.apply(&Applying::unnamed_all(&[(1, &set("F", "A"))])).unwrap();
         root.inject(crate::store::memory::Fault::Lost, 1);
-        assert!(a.apply(&[(2, &set("F", "B"))]).unwrap_err().is_unavailable());
-        a.apply(&[(3, &set("F", "C"))]).expect("the lost answer's write is this handle's own");
+        assert!(a.apply(&Applying::unnamed_all(&[(2, &set("F", "B"))])).unwrap_err().is_unavailable());
+        a.apply(&Applying::unnamed_all(&[(3, &set("F", "C"))]))
+            .expect("the lost answer's write is this handle's own");
     }
 }
