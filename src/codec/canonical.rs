@@ -1,7 +1,10 @@
-//! Canonical JSON, written directly: records and lists of decoded values as the text
-//! serde_json writes for a map of them (keys in byte order, its escapes), without building
-//! the map (#23). Shared by FLOP's records ([`super::flop`]) and the daily plan's flight
-//! records ([`super::schedule`]).
+//! Canonical JSON, the one writer of decoded values: records and lists as the text serde_json
+//! writes for a map of them (keys in byte order, its escapes), without building the map (#23).
+//! [`Object`] and [`list`] write every record and list a decoder makes — FLOP's records
+//! ([`super::flop`]), the daily plan's flight records and their structured elements
+//! ([`super::schedule`]); the handlers lay those texts into their event payloads, which serde
+//! writes (`handlers::event`). An event's identity digests its payload (`event_key`), so this
+//! text must never change: the golden files and the tests below hold it to serde_json's.
 
 use std::borrow::Cow;
 
@@ -59,6 +62,56 @@ pub fn json_str(out: &mut String, s: &str) {
     }
 }
 
+/// A JSON object written in place. Its keys come in name order (the caller's: a record keeps
+/// its names sorted), each once.
+pub struct Object<'o> {
+    out: &'o mut String,
+    first: bool,
+}
+
+impl<'o> Object<'o> {
+    pub fn open(out: &'o mut String) -> Object<'o> {
+        out.push('{');
+        Object { out, first: true }
+    }
+
+    /// Writes `name` and returns where its value goes.
+    pub fn key(&mut self, name: &str) -> &mut String {
+        if !std::mem::take(&mut self.first) {
+            self.out.push(',');
+        }
+        json_str(self.out, name);
+        self.out.push(':');
+        self.out
+    }
+
+    /// `name` with a string value.
+    pub fn text(&mut self, name: &str, value: &str) {
+        json_str(self.key(name), value);
+    }
+
+    pub fn close(self) {
+        self.out.push('}');
+    }
+}
+
+/// A JSON list of `items`, each written by `write`.
+pub fn list<T, E>(
+    items: impl IntoIterator<Item = T>,
+    out: &mut String,
+    mut write: impl FnMut(T, &mut String) -> Result<(), E>,
+) -> Result<(), E> {
+    out.push('[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write(item, out)?;
+    }
+    out.push(']');
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +132,22 @@ mod tests {
         assert!(matches!(Name::upper(&text).text, Cow::Borrowed(_)));
         assert_eq!(Name::upper("gtDt"), Name::new("GTDT"));
         assert_eq!(Name::upper("gtDt").as_str(), "GTDT");
+    }
+
+    #[test]
+    fn an_object_and_a_list_are_written_as_serde_json_writes_them() {
+        let mut out = String::new();
+        let mut o = Object::open(&mut out);
+        o.text("A", "x\"y");
+        let written = list(["1", "2"], o.key("B"), |v, out| {
+            json_str(out, v);
+            Ok::<_, ()>(())
+        });
+        written.unwrap();
+        Object::open(o.key("C")).close();
+        o.close();
+        let tree = serde_json::json!({ "A": "x\"y", "B": ["1", "2"], "C": {} });
+        assert_eq!(out, serde_json::to_string(&tree).unwrap());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! normalised: times become ISO (`2021-01-23T05:35`), records and lists become canonical JSON
 //! (sorted keys), so equal states compare equal whatever the feed's spelling.
 
-use super::canonical::{json_str, Name};
+use super::canonical::{self, Name, Object};
 use super::time;
 use super::xml::{same_name, Element};
 use super::{codec_error, malformed, DecodeError};
@@ -449,20 +449,14 @@ impl<'a> Rec<'a> {
         self.0.is_empty()
     }
 
-    /// The record as a JSON object, keys in name order: the text serde_json writes for a
-    /// map of it (the test below holds the two together), without serde's machinery per
-    /// value (#23).
+    /// The record as a JSON object, keys in name order (the test below holds it to serde_json's
+    /// text for a map of it).
     fn write_json(&self, out: &mut String) {
-        out.push('{');
-        for (i, (k, v)) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            json_str(out, k.as_str());
-            out.push(':');
-            json_str(out, v.as_str());
+        let mut o = Object::open(out);
+        for (k, v) in &self.0 {
+            o.text(k.as_str(), v.as_str());
         }
-        out.push('}');
+        o.close();
     }
 }
 
@@ -474,14 +468,11 @@ fn record_json(rec: &Rec) -> String {
 
 fn list_json<'r, 'a: 'r>(items: impl Iterator<Item = &'r Rec<'a>> + Clone) -> String {
     let mut out = String::with_capacity(items.clone().map(|r| 16 * r.0.len() + 3).sum::<usize>() + 2);
-    out.push('[');
-    for (i, rec) in items.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        rec.write_json(&mut out);
-    }
-    out.push(']');
+    let written = canonical::list(items, &mut out, |rec: &Rec, out| {
+        rec.write_json(out);
+        Ok::<_, std::convert::Infallible>(())
+    });
+    written.unwrap_or_else(|never| match never {});
     out
 }
 

@@ -3,7 +3,7 @@
 //! read generically: plain elements become text (known time fields normalised to ISO),
 //! structured ones records, repeated ones lists.
 
-use super::canonical::{json_str, Name};
+use super::canonical::{json_str, list, Name, Object};
 use super::time;
 use super::xml::{same_name, trim, Element};
 use super::{codec_error, malformed, DecodeError};
@@ -108,30 +108,20 @@ impl Fields {
     /// The fields as one JSON object, with `extra` (a name no field has) in its place by
     /// name: the text serde_json writes for a map of them.
     pub fn write_object(&self, extra: Option<(&str, &str)>, out: &mut String) {
-        fn key(out: &mut String, first: &mut bool, name: &str) {
-            if !std::mem::take(first) {
-                out.push(',');
-            }
-            json_str(out, name);
-            out.push(':');
-        }
         out.reserve(self.text.len() + 6 * self.slots.len() + 2);
-        out.push('{');
-        let (mut extra, mut first) = (extra, true);
+        let mut o = Object::open(out);
+        let mut extra = extra;
         for (name, value) in self.iter() {
             if let Some((k, v)) = extra.filter(|(k, _)| *k < name) {
-                key(out, &mut first, k);
-                json_str(out, v);
+                o.text(k, v);
                 extra = None;
             }
-            key(out, &mut first, name);
-            value.write_json(out);
+            value.write_json(o.key(name));
         }
         if let Some((k, v)) = extra {
-            key(out, &mut first, k);
-            json_str(out, v);
+            o.text(k, v);
         }
-        out.push('}');
+        o.close();
     }
 
     /// [`Fields::write_object`] without an extra name, as a new text.
@@ -275,23 +265,6 @@ fn write_value(el: Element, flid: &str, out: &mut String) -> Result<(), DecodeEr
     Ok(())
 }
 
-/// A JSON list of `items`, each written by `write`.
-fn write_list<T>(
-    items: &[T],
-    out: &mut String,
-    mut write: impl FnMut(&T, &mut String) -> Result<(), DecodeError>,
-) -> Result<(), DecodeError> {
-    out.push('[');
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write(item, out)?;
-    }
-    out.push(']');
-    Ok(())
-}
-
 /// What a record's key stands for.
 enum Part<'d, 'x> {
     Child(Element<'d, 'x>),
@@ -337,20 +310,16 @@ fn write_record(el: Element, flid: &str, out: &mut String) -> Result<(), DecodeE
         }
         Ok::<_, DecodeError>(())
     };
-    out.push('{');
-    for (i, group) in parts.chunk_by(|a, b| a.0 == b.0).enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        json_str(out, group[0].0.as_str());
-        out.push(':');
+    let mut o = Object::open(out);
+    for group in parts.chunk_by(|a, b| a.0 == b.0) {
+        let out = o.key(group[0].0.as_str());
         match group {
             [(_, p)] => part(p, out)?,
             // Only children repeat a name: attributes and the text are one each.
-            many => write_list(many, out, |(_, p), out| part(p, out))?,
+            many => list(many, out, |(_, p), out| part(p, out))?,
         }
     }
-    out.push('}');
+    o.close();
     Ok(())
 }
 
@@ -384,8 +353,9 @@ fn fields<'d, 'x>(
             })?,
             [_] if !LISTS.contains(&name) => fields.push(name, true, |out| write_record(first, flid, out))?,
             // Repeated, or a list's single record.
-            _ => fields
-                .push(name, true, |out| write_list(group, out, |(_, el), out| write_value(*el, flid, out)))?,
+            _ => {
+                fields.push(name, true, |out| list(group, out, |(_, el), out| write_value(*el, flid, out)))?
+            }
         }
     }
     scratch.text_len = fields.text.len();

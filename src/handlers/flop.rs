@@ -49,6 +49,18 @@ struct Upsert<'a> {
     tag: &'a str,
 }
 
+/// A DELETE event's payload: the fields the flight lost. Keys sorted (above).
+#[derive(serde::Serialize)]
+struct Deleted<'a> {
+    deleted: bool,
+    ffid: Option<&'a str>,
+    flid: &'a str,
+    msg_id: i64,
+    old: &'a Flight,
+    #[serde(rename = "type")]
+    tag: &'a str,
+}
+
 pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64) -> Decision {
     // Each flight as this message leaves it: borrowed from the view until a change must be
     // played on it for a later record of the same message. Most messages name a flight once,
@@ -145,16 +157,14 @@ fn delete(state: &mut FlightState, rec: &FlopRecord, tag: &str, msg_id: i64, d: 
         if removed.is_empty() {
             return;
         }
-        let diffs: Vec<_> =
-            removed.iter().map(|(k, v)| serde_json::json!({ "field": k, "old": v, "new": null })).collect();
-        let payload = serde_json::json!({
-            "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "changes": diffs,
-        });
+        let diffs: Vec<Diff> =
+            removed.iter().map(|(k, v)| Diff { field: k, new: None, old: Some(v) }).collect();
+        let (ffid, flid) = (rec.ffid.as_deref(), rec.flid.as_str());
+        let payload = Upsert { changes: &diffs, created: false, ffid, flid, msg_id, tag };
         d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
     } else {
-        let payload = serde_json::json!({
-            "msg_id": msg_id, "type": tag, "flid": rec.flid, "ffid": rec.ffid, "deleted": true, "old": removed,
-        });
+        let (ffid, flid) = (rec.ffid.as_deref(), rec.flid.as_str());
+        let payload = Deleted { deleted: true, ffid, flid, msg_id, old: &removed, tag };
         d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
     }
 }

@@ -116,13 +116,24 @@ pub fn decide(view: &View, s: &Schedule, msg: &Message, msg_id: i64) -> Result<D
     Ok(d)
 }
 
+/// A `KAFKA:schd` DELETE's payload for a flight a snapshot no longer carries. Keys in name order,
+/// as every payload's.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+struct Absent<'a> {
+    deleted: bool,
+    flid: &'a str,
+    reason: &'a str,
+}
+
 /// A snapshot's deletions: every flight of its window that it does not carry goes, with a
 /// `KAFKA:schd` DELETE (SCHD DNLD/RESP and the family-B full table alike).
 pub(super) fn delete_absent(d: &mut Decision, view: &View, mut carried: Vec<String>, tag: &str, msg_id: i64) {
     carried.sort();
     for gone in view.window.iter().filter(|f| carried.binary_search(f).is_err()) {
         d.flights.push(FlightChange { flid: gone.clone(), delete: true, ..Default::default() });
-        let payload = serde_json::json!({ "FLID": gone, "DELETED": true, "REASON": format!("absent from {tag} msg_id={msg_id}") });
+        let reason = format!("absent from {tag} msg_id={msg_id}");
+        let payload = Absent { deleted: true, flid: gone, reason: &reason };
         d.events.push(event(Target::KafkaSchd, gone, "DELETE", msg_id, payload));
     }
 }
