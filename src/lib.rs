@@ -46,3 +46,5 @@ mod sim;
 pub mod stage;
 pub mod stats;
 pub mod store;
+#[cfg(test)]
+mod testkit;

@@ -202,23 +202,17 @@ mod tests {
     use crate::lease::LeaseGate;
     use crate::ports::Settle;
     use crate::store::memory::{Fault, MemMailbox, MemPg};
+    use crate::testkit::{self, Twins};
 
     fn setup(ids: &[i64]) -> (FakeClock, MemPg, MemMailbox, Backfill<MemPg, MemMailbox>) {
-        let clock = FakeClock::new();
-        let pg = MemPg::new();
-        let mailbox = MemMailbox::new();
+        let Twins { clock, pg, mailbox, .. } = Twins::new();
         for &id in ids {
             mailbox.insert(id, Some("<MSG/>"));
         }
         pg.arrive(ids, clock.now());
         let gate = Arc::new(LeaseGate::open());
-        let b = Backfill::new(
-            pg.clone(),
-            mailbox.clone(),
-            &Config::defaults().pipeline,
-            gate,
-            Arc::new(Stats::default()),
-        );
+        let b =
+            Backfill::new(pg.clone(), mailbox.clone(), &Config::defaults().pipeline, gate, testkit::stats());
         (clock, pg, mailbox, b)
     }
 

@@ -1,38 +1,32 @@
 //! The sentinel on the twins: each way a store forgets is found, and healed to the state a
 //! pipeline that never forgot would hold.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::clock::{Clock, FakeClock};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::InboundRow;
 use crate::fixtures::flop_stnd;
 use crate::ports::{Claim, Claimant, FlightAudit, Intake, LeaseStore, MailboxMarks, SucceededRow};
-use crate::pump::Pump;
 use crate::stage::{Next, RoundReport};
-use crate::stats::Stats;
-use crate::store::memory::{MemFlights, MemMailbox, MemPg};
+use crate::store::memory::{MemFlights, MemPg};
+use crate::testkit::Twins;
 
 const KEEP: Duration = Duration::from_secs(3600);
 
-struct World {
-    clock: FakeClock,
-    pg: MemPg,
-    mailbox: MemMailbox,
-    flights: MemFlights,
+struct World(Twins);
+
+impl std::ops::Deref for World {
+    type Target = Twins;
+    fn deref(&self) -> &Twins {
+        &self.0
+    }
 }
 
 impl World {
     fn new(keep: Duration) -> World {
-        let w = World {
-            clock: FakeClock::new(),
-            pg: MemPg::new(),
-            mailbox: MemMailbox::new(),
-            flights: MemFlights::new().keeping(keep),
-        };
-        w.pg.set_clock(Arc::new(w.clock.clone()));
+        let w = World(Twins::keeping(keep));
         // A fresh install: the start-up pass sets the journal's mark.
         let r = w.check();
         assert!(r.is_clean() && r.needs_pruned_mark, "{r:?}");
@@ -55,9 +49,7 @@ impl World {
     fn process(&self, ids: std::ops::RangeInclusive<i64>) {
         for id in ids.clone() {
             let flid = format!("F{}", id % 3);
-            self.mailbox.insert(id, Some(&flop_stnd(id as u64, &flid, &format!("S{id}"))));
-            let mut pg = self.pg.clone();
-            pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
+            self.arrive(id, Some(&flop_stnd(id as u64, &flid, &format!("S{id}"))));
         }
         self.drain();
         let mut mb = self.mailbox.clone();
@@ -69,9 +61,7 @@ impl World {
         let body = "<FLTR><FLID>A</FLID><FLNO>MUA</FLNO><SODT>05MAR260900</SODT><STND>2A</STND></FLTR>";
         let raw =
             crate::fixtures::other(id as u64, "SCHD", "DNLD", &format!("<SCHD><RECS>1</RECS>{body}</SCHD>"));
-        self.mailbox.insert(id, Some(&raw));
-        let mut pg = self.pg.clone();
-        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
+        self.arrive(id, Some(&raw));
         self.drain();
         let mut mb = self.mailbox.clone();
         mb.mark(&[id], self.clock.now(), &|| Ok(())).unwrap();
@@ -79,9 +69,7 @@ impl World {
 
     /// The pump runs until it has nothing to do.
     fn drain(&self) {
-        let cfg = Config::defaults().pipeline;
-        let fl = self.flights.handle();
-        let mut pump = Pump::new(self.pg.clone(), self.mailbox.clone(), fl, &cfg, Arc::new(Stats::default()));
+        let mut pump = self.pump(&Config::defaults().pipeline);
         for _ in 0..100 {
             let r = pump.round(self.clock.now()).unwrap();
             if r.next() != Next::Now && !r.progressed() {
@@ -153,9 +141,7 @@ fn regression_seed_4998_a_heal_keeps_what_a_schedule_update_did_not_set() {
     let w = World::new(KEEP);
     w.process(1..=3);
     let dump = w.flights.state();
-    w.mailbox.insert(4, Some(&crate::fixtures::schd(4, "ADFT", &[("F1", "05MAR260900")])));
-    let mut pg = w.pg.clone();
-    pg.enqueue(&[InboundRow { id: 4, received_at: None }], Some(4), w.clock.now()).unwrap();
+    w.arrive(4, Some(&crate::fixtures::schd(4, "ADFT", &[("F1", "05MAR260900")])));
     w.drain();
     let before = w.flights.all();
     assert_eq!(before["F1"].get("STND").map(String::as_str), Some("SF1"), "the schedule's: {before:?}");

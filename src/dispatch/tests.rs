@@ -9,10 +9,10 @@ use crate::domain::{EventStatus, NewEvent};
 use crate::lease::LeaseGate;
 use crate::ports::{Operator, Settle};
 use crate::store::memory::{Fault, MemOutbound, MemPg, MemProducer};
+use crate::testkit::{self, Twins};
 
 struct World {
-    clock: FakeClock,
-    pg: MemPg,
+    twins: Twins,
     producer: MemProducer,
     outbound: MemOutbound,
     d: Dispatcher<MemPg, MemProducer>,
@@ -21,9 +21,22 @@ struct World {
     next_msg: i64,
 }
 
+impl std::ops::Deref for World {
+    type Target = Twins;
+    fn deref(&self) -> &Twins {
+        &self.twins
+    }
+}
+
+impl std::ops::DerefMut for World {
+    fn deref_mut(&mut self) -> &mut Twins {
+        &mut self.twins
+    }
+}
+
 fn world(batch: usize) -> World {
-    let clock = FakeClock::new();
-    let (pg, producer, outbound) = (MemPg::new(), MemProducer::new(), MemOutbound::new());
+    let twins = Twins::new();
+    let (pg, producer, outbound) = (twins.pg.clone(), MemProducer::new(), MemOutbound::new());
     let cfg = Config::defaults();
     let mut settings = Settings::from_config(&cfg);
     settings.batch = batch;
@@ -31,11 +44,11 @@ fn world(batch: usize) -> World {
     settings.topic_schd = "t.schd".into();
     let gate = Arc::new(LeaseGate::open());
     let policy = crate::policy::retry::retry_policy(&cfg.pipeline);
-    let stats = Arc::new(Stats::default());
+    let stats = testkit::stats();
     let d =
         Dispatcher::new(pg.clone(), producer.clone(), policy.clone(), settings, gate.clone(), stats.clone());
     let o = OutboundDispatcher::new(pg.clone(), outbound.clone(), policy, batch, gate.clone(), stats);
-    World { clock, pg, producer, outbound, d, o, gate, next_msg: 0 }
+    World { twins, producer, outbound, d, o, gate, next_msg: 0 }
 }
 
 impl World {

@@ -1,25 +1,30 @@
 use std::time::Duration;
 
 use super::*;
-use crate::clock::{Clock, FakeClock};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::ProcStatus;
 use crate::store::memory::{MemMailbox, MemPg};
+use crate::testkit::{self, Twins};
 
 struct World {
-    clock: FakeClock,
-    pg: MemPg,
-    mailbox: MemMailbox,
+    twins: Twins,
     poller: Poller<MemPg, MemMailbox>,
 }
 
+impl std::ops::Deref for World {
+    type Target = Twins;
+    fn deref(&self) -> &Twins {
+        &self.twins
+    }
+}
+
 fn world(batch: usize) -> World {
-    let clock = FakeClock::new();
-    let (pg, mailbox) = (MemPg::new(), MemMailbox::new());
+    let twins = Twins::new();
     let mut cfg = Config::defaults().pipeline;
     cfg.poll_batch = batch;
-    let poller = Poller::new(pg.clone(), mailbox.clone(), &cfg, Arc::new(Stats::default()));
-    World { clock, pg, mailbox, poller }
+    let poller = Poller::new(twins.pg.clone(), twins.mailbox.clone(), &cfg, testkit::stats());
+    World { twins, poller }
 }
 
 impl World {

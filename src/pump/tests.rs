@@ -3,28 +3,32 @@
 use std::time::Duration;
 
 use super::*;
-use crate::clock::{Clock, FakeClock};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::{InboundRow, ProcStatus};
 use crate::error::ErrorClass;
 use crate::fixtures;
 use crate::ports::{Applying, Intake};
 use crate::store::memory::{Fault, MemFlights, MemMailbox, MemPg};
+use crate::testkit::Twins;
 use crate::{codec, handlers};
 
 struct World {
-    clock: FakeClock,
-    pg: MemPg,
-    mailbox: MemMailbox,
-    flights: MemFlights,
+    twins: Twins,
     pump: Pump<MemPg, MemMailbox, MemFlights>,
 }
 
+impl std::ops::Deref for World {
+    type Target = Twins;
+    fn deref(&self) -> &Twins {
+        &self.twins
+    }
+}
+
 fn world_with(cfg: crate::config::Pipeline) -> World {
-    let clock = FakeClock::new();
-    let (pg, mailbox, flights) = (MemPg::new(), MemMailbox::new(), MemFlights::new());
-    let pump = Pump::new(pg.clone(), mailbox.clone(), flights.clone(), &cfg, Arc::new(Stats::default()));
-    World { clock, pg, mailbox, flights, pump }
+    let twins = Twins::new();
+    let pump = twins.pump(&cfg);
+    World { twins, pump }
 }
 
 fn world() -> World {
@@ -37,12 +41,6 @@ const UNSUPPORTED: &str =
 impl World {
     fn round(&mut self) -> Result<Round, StoreError> {
         self.pump.round(self.clock.now())
-    }
-
-    fn arrive(&mut self, id: i64, raw: Option<&str>) {
-        self.mailbox.insert(id, raw);
-        let mut pg = self.pg.clone();
-        pg.enqueue(&[InboundRow { id, received_at: None }], Some(id), self.clock.now()).unwrap();
     }
 
     fn row(&self, id: i64) -> crate::domain::ProcRow {
@@ -709,8 +707,7 @@ fn world_with_lane(batch: usize) -> World {
     let mut cfg = Config::defaults().pipeline;
     cfg.process_batch = batch;
     let mut w = world_with(cfg.clone());
-    w.pump = Pump::new(w.pg.clone(), w.mailbox.clone(), w.flights.clone(), &cfg, Arc::new(Stats::default()))
-        .with_lane(lane::Deferred::new(w.pg.clone()));
+    w.pump = w.twins.pump(&cfg).with_lane(lane::Deferred::new(w.pg.clone()));
     w
 }
 
@@ -772,24 +769,21 @@ fn a_duplicate_of_the_round_still_committing_is_skipped() {
 /// that stands in Redis now keeps its identity, and its journalled event goes out.
 #[test]
 fn regression_seed_3591_a_journalled_resend_keeps_its_identity_after_postgres_forgot() {
-    let mut w = world();
     let cfg = Config::defaults().pipeline;
-    let keeping = |f: &MemFlights| f.handle().keeping(Duration::from_secs(3600)); // redis.journal-keep
-    w.pump =
-        Pump::new(w.pg.clone(), w.mailbox.clone(), keeping(&w.flights), &cfg, Arc::new(Stats::default()));
+    let twins = Twins::keeping(Duration::from_secs(3600)); // redis.journal-keep
+    let mut w = World { pump: twins.pump(&cfg), twins };
     let dump = w.pg.state();
     w.arrive(2, Some(&fixtures::flop_stnd(8, "F", "B7")));
     w.arrive(3, Some(&fixtures::flop_stnd(7, "F", "A1"))); // resends 1, not visible yet
     w.drain();
     assert_eq!(w.flights.flight("F").unwrap()["STND"], "A1");
-    w.pg.roll_back_to(dump); // forgot 2 and 3, and their events, before they were sent
-                             // A new process on the database as it is now.
-    w.pg = w.pg.session();
-    w.pump =
-        Pump::new(w.pg.clone(), w.mailbox.clone(), keeping(&w.flights), &cfg, Arc::new(Stats::default()));
+    // Forgot 2 and 3, and their events, before they were sent; a new process on the database
+    // as it is now.
+    w.pg.roll_back_to(dump);
+    w.twins.pg = w.pg.session();
+    w.pump = w.twins.pump(&cfg);
     w.arrive(1, Some(&fixtures::flop_stnd(7, "F", "A1")));
-    let again = [2, 3].map(|id| InboundRow { id, received_at: None });
-    w.pg.clone().enqueue(&again, Some(3), w.clock.now()).unwrap();
+    w.enqueue(&[2, 3]);
     w.drain();
     let r = w.row(1);
     assert_eq!((r.state, r.last_error.as_deref()), (ProcStatus::Skipped, Some("duplicate-of:3")));
