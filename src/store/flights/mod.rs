@@ -384,6 +384,12 @@ fn parse<T: redis::FromRedisValue>(v: Value) -> StoreResult<T> {
         .map_err(|e| StoreError::rejected(Store::Redis, format!("unexpected reply: {e}")))
 }
 
+/// Whose decision Redis journals under each identity (`HMGET journal:identity`'s reply in
+/// their order); an identity none holds is left out.
+fn owners_of(identities: &[String], held: Vec<Option<i64>>) -> HashMap<String, i64> {
+    identities.iter().cloned().zip(held).filter_map(|(i, m)| Some((i, m?))).collect()
+}
+
 /// A flight as its two hashes' `HGETALL` replies give it.
 fn flight_of(fields: Value, versions: Value) -> StoreResult<FlightState> {
     let fields: crate::handlers::Flight = parse(fields)?;
@@ -432,10 +438,7 @@ impl FlightStore for RedisFlights {
         };
         let owners = match need.identities.is_empty() {
             true => HashMap::new(),
-            false => {
-                let held: Vec<Option<i64>> = parse(next()?)?;
-                need.identities.iter().cloned().zip(held).filter_map(|(i, m)| Some((i, m?))).collect()
-            }
+            false => owners_of(&need.identities, parse(next()?)?),
         };
         let mut read = Vec::with_capacity(unread.len());
         for flid in &unread {
