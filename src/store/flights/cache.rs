@@ -71,10 +71,15 @@ impl RedisFlights {
 
     /// One try at the round on what is known: `None` when Redis was written since it was read
     /// (`MSGX_MOVED`, nothing written).
-    pub(super) fn apply_known(&mut self, decisions: &[Applying<'_>]) -> StoreResult<Option<Vec<bool>>> {
+    /// `pairs`: `decisions` as the round is played (`Applying::pairs`, made once a round).
+    pub(super) fn apply_known(
+        &mut self,
+        decisions: &[Applying<'_>],
+        pairs: &[(i64, &Decision)],
+    ) -> StoreResult<Option<Vec<bool>>> {
         // Played in place: what is known is put back only once Redis took the writes.
         let mut known = self.known.take().expect("known before a round is played");
-        let round = net::play(&mut known, &Applying::pairs(decisions));
+        let round = net::play(&mut known, pairs);
         let token = crate::store::write_token();
         let cmd = self.apply_cmd(&known, &round, decisions, &token)?;
         let result = self.run(|c, script| match evalsha::<i64>(c, script, &cmd) {

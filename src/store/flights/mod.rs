@@ -472,9 +472,10 @@ impl FlightStore for RedisFlights {
             decisions.windows(2).all(|w| w[0].msg_id < w[1].msg_id),
             "a round is applied in MSG_ID order"
         );
+        let pairs = Applying::pairs(decisions);
         for _ in 0..2 {
-            self.know(&Applying::pairs(decisions))?;
-            if let Some(flags) = self.apply_known(decisions)? {
+            self.know(&pairs)?;
+            if let Some(flags) = self.apply_known(decisions, &pairs)? {
                 self.durable()?;
                 return Ok(flags);
             }
