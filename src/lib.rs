@@ -40,6 +40,7 @@ mod planted;
 pub mod policy;
 pub mod ports;
 pub mod pump;
+pub mod requests;
 pub mod secret;
 #[cfg(test)]
 mod sim;

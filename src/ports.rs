@@ -13,6 +13,7 @@ use crate::domain::{
 };
 use crate::error::{ErrorClass, StoreError};
 use crate::handlers::{Decision, FlightState, RefChange};
+use crate::requests::{Answer, NewRequest, Outgoing, Request};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -47,6 +48,7 @@ impl Settle {
                 events,
                 references: Vec::new(),
                 record: None,
+                answer: None,
             },
         }
     }
@@ -69,6 +71,8 @@ pub enum Outcome {
         events: Vec<NewEvent>,
         references: Vec<RefChange>,
         record: Option<RedisRecord>,
+        /// What it answers (G-RESP-GUARD): the commit closes the request.
+        answer: Option<Answer>,
     },
     /// SKIPPED for `reason` (stored as `ignored:<rule>`, `duplicate-of:<id>`,
     /// `not-for-msgx:<why>`), with the backfill intent.
@@ -87,6 +91,7 @@ pub struct Succeeded<'a> {
     pub events: &'a [NewEvent],
     pub references: &'a [RefChange],
     pub record: Option<RedisRecord>,
+    pub answer: Option<&'a Answer>,
 }
 
 /// A SKIPPED outcome of a round.
@@ -138,8 +143,16 @@ impl<'a> RoundRecord<'a> {
             let tag = s.type_tag.as_deref();
             let msg_id = s.msg_id;
             match &s.outcome {
-                Outcome::Succeeded { identity, events, references, record } => {
-                    r.succeeded.push(Succeeded { msg_id, tag, identity, events, references, record: *record })
+                Outcome::Succeeded { identity, events, references, record, answer } => {
+                    r.succeeded.push(Succeeded {
+                        msg_id,
+                        tag,
+                        identity,
+                        events,
+                        references,
+                        record: *record,
+                        answer: answer.as_ref(),
+                    })
                 }
                 Outcome::Skipped { reason } => r.skipped.push(Skipped { msg_id, tag, reason }),
                 Outcome::Failed(Failure::Retry { class, error, next_attempt_at, failing_since }) => {
@@ -255,6 +268,39 @@ pub trait Fifo {
     /// same statement as its backfill intent (INV-8). Every row must still be unfinished, else
     /// nothing is recorded and a rejected error is returned (INV-3 guard).
     fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()>;
+    /// The requests these messages answered, read after their commit closed them
+    /// (G-RESP-GUARD): a message of `msg_ids` no request names was unsolicited.
+    fn answered(&mut self, msg_ids: &[i64]) -> StoreResult<Vec<Request>>;
+}
+
+/// Own PostgreSQL, `REQ_TRACK` (G-REQ-TRACK, SPEC §4.11): the requests msgx writes to the AODB.
+/// A request is a row here and an outbox event to `COUTMSGS`, written in one transaction, and
+/// needs no lease: whichever instance is active delivers it.
+pub trait Requests {
+    /// Registers a request REGISTERED with the outbox event carrying `text(req_id)`; `Err` with
+    /// the open request of the same type and key when there is one (`uk_req_open`): nothing is
+    /// written then.
+    fn register(
+        &mut self,
+        new: &NewRequest,
+        text: &dyn Fn(i64) -> Outgoing,
+        now: SystemTime,
+    ) -> StoreResult<Result<Request, Request>>;
+    /// The newest `limit` requests (only the open ones with `open_only`), newest first.
+    fn requests(&mut self, open_only: bool, limit: usize) -> StoreResult<Vec<Request>>;
+    /// The keeper's round: SENT → WAITING (its `expires_at` = SENT time + `timeout`), WAITING
+    /// past `expires_at` → EXPIRED, and REGISTERED whose outbox event is DEAD → EXPIRED (it
+    /// will never go out). Each transition one statement.
+    fn keep_requests(&mut self, timeout: std::time::Duration, now: SystemTime) -> StoreResult<Kept>;
+}
+
+/// What the keeper changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub waiting: Vec<Request>,
+    pub expired: Vec<Request>,
+    /// REGISTERED requests whose outbox event went DEAD.
+    pub undeliverable: Vec<Request>,
 }
 
 /// A mark owed, as backfill sees it.

@@ -54,6 +54,7 @@ counters! {
     consistency_findings: "findings of the consistency sentinel: a store behind what it acknowledged (U25, #20)",
     consistency_suspicions: "suspicions of the consistency sentinel: evidence that does not prove a store forgot, reported and left alone (#37)",
     heals: "heals of a store that forgot that changed something (mailbox rows enqueued again, flights or journal entries rebuilt)",
+    unsolicited_answers: "answers from the AODB (SCHD-RESP, a reference RESP, a family-B RMID) no request explains: processed, counted (G-RESP-GUARD)",
 }
 
 /// Seconds from the mailbox's `DATE_RECEIVED` to SUCCEEDED (processing), and from SUCCEEDED to

@@ -19,6 +19,7 @@ mod man;
 mod migrate_schema;
 mod reconcile;
 mod replay;
+mod request;
 mod resend;
 mod reset_watermark;
 mod run;
@@ -105,6 +106,8 @@ fn command(cmd: &Command, cfg: &Config) -> CmdResult {
             dead::dead(cfg, class.as_deref(), since.as_deref(), *limit, *json)
         }
         Command::ResetWatermark { to, yes } => reset_watermark::reset_watermark(cfg, *to, *yes),
+        Command::Request { ask } => request::request(cfg, ask),
+        Command::Requests { open, limit, json } => request::list(cfg, *open, *limit, *json),
         Command::Verify { sample, json } => consistency::verify(cfg, *sample, *json),
         Command::RebuildFlights { flid, yes } => consistency::rebuild_flights(cfg, flid, *yes),
         Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
@@ -285,6 +288,26 @@ enum Command {
         /// Do it (without: show what would change and refuse).
         #[arg(long)]
         yes: bool,
+    },
+    /// Ask the AODB (SPEC §4.11): the request goes to the outbound mailbox in the dialect of
+    /// msgx.requests.dialect and is tracked until answered or msgx.requests.timeout passes.
+    /// Shows the text and exits 2 without --yes; exit 1 when the same request is still open.
+    Request {
+        #[command(subcommand)]
+        ask: request::AskArgs,
+    },
+    /// List the requests to the AODB, newest first: type, key, state, times, the COUTMSGS row
+    /// and the message that answered. Read only.
+    Requests {
+        /// Only the open ones (REGISTERED, SENT, WAITING).
+        #[arg(long)]
+        open: bool,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Decode message files and print kind, identity, ignore verdict or error class as JSON.
     Decode {

@@ -43,6 +43,9 @@ pub struct Meta {
     /// Family B's message id (`MGID`), part of its identity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mgid: Option<String>,
+    /// Family B's `RMID`: the `MGID` of the request this message answers (G-RESP-GUARD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rmid: Option<String>,
 }
 
 /// Which platform wrote a message (`format/FORMAT.md` §0).
@@ -338,6 +341,7 @@ fn meta_of(root: Element) -> Result<Meta, DecodeError> {
         styp: field(text(styp), "STYP")?.to_ascii_uppercase(),
         dialect: if platform { Dialect::B } else { Dialect::A },
         mgid: mgid.and_then(Element::filled_text).map(|s| s.trim().to_string()),
+        rmid: rmid.and_then(Element::filled_text).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()),
     };
     Ok(meta)
 }
@@ -354,6 +358,7 @@ fn imf_meta(root: Element) -> Meta {
         styp: text("MessageType").to_ascii_uppercase(),
         dialect: Dialect::C,
         mgid: None,
+        rmid: None,
     }
 }
 

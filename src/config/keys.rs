@@ -375,6 +375,27 @@ pub const KEYS: &[KeySpec] = &[
         "an event payload larger than this makes its message DEAD(PROTOCOL), nothing applied; \
          the producer refuses records over 1000000 bytes (librdkafka's message.max.bytes), key and headers included",
     ),
+    // --- msgx.requests: asking the AODB for data (SPEC §4.11) ---
+    k(
+        "msgx.requests.dialect",
+        "\"sis\"",
+        Kind::Str,
+        "which family's request msgx writes to COUTMSGS: \"sis\" (RQFD, RQRD) or \"platform\" (REQE-RQDF, answered with RMID)",
+    ),
+    k(
+        "msgx.requests.timeout",
+        "\"10m\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "a request in COUTMSGS that no answer closed within this long is EXPIRED (WARN); a late answer is still processed",
+    ),
+    k("msgx.requests.sender", "\"VIEW\"", Kind::Str, "SNDR of every request (and SORC in the platform dialect)"),
+    k("msgx.requests.receiver", "\"\"", Kind::Text, "RCVR of a platform request (empty: written empty)"),
+    k(
+        "msgx.requests.airport",
+        "\"\"",
+        Kind::Text,
+        "APOT and BAPT of a platform request, the airport's code (empty: written empty)",
+    ),
     // --- the compat write path POST /cminmsgs/send ---
     k(
         "metrics.listen",

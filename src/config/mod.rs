@@ -6,7 +6,7 @@
 //! setting other than D3's are refused with an error that names the key.
 
 mod policies;
-pub use policies::{LeasePolicy, OutagePolicy, Thresholds};
+pub use policies::{LeasePolicy, OutagePolicy, RequestDialect, RequestPolicy, Thresholds};
 pub mod keys;
 
 use std::collections::BTreeMap;
@@ -160,6 +160,8 @@ pub struct Config {
     pub topic_msg: String,
     pub topic_schd: String,
     pub producer: Producer,
+    /// `msgx.requests.*`.
+    pub requests: RequestPolicy,
 }
 
 /// Raw key → value map after defaults, the file and the environment were layered.
@@ -233,6 +235,7 @@ impl Config {
             topic_msg: string(v, "kafka.topics.msg")?,
             topic_schd: string(v, "kafka.topics.schd")?,
             producer,
+            requests: requests(v)?,
         })
     }
 
@@ -611,6 +614,27 @@ fn mailboxes(v: &Values) -> Result<(InboundMailbox, OutboundMailbox), ConfigErro
 }
 
 /// `kafka.producers.default.*`, D3 enforced.
+/// `msgx.requests.*`.
+fn requests(v: &Values) -> Result<RequestPolicy, ConfigError> {
+    let dialect = match string(v, "msgx.requests.dialect")?.as_str() {
+        "sis" => RequestDialect::Sis,
+        "platform" => RequestDialect::Platform,
+        other => {
+            return Err(bad(
+                "msgx.requests.dialect",
+                format!("{other:?} is neither \"sis\" nor \"platform\""),
+            ))
+        }
+    };
+    Ok(RequestPolicy {
+        dialect,
+        timeout: duration(v, "msgx.requests.timeout")?,
+        sender: string(v, "msgx.requests.sender")?,
+        receiver: text(v, "msgx.requests.receiver")?,
+        airport: text(v, "msgx.requests.airport")?,
+    })
+}
+
 fn producer(v: &Values) -> Result<Producer, ConfigError> {
     let producer = Producer {
         acks: string(v, "kafka.producers.default.acks")?,

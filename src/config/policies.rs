@@ -35,3 +35,36 @@ pub struct Thresholds {
     pub stalled_warning: Duration,
     pub stalled_critical: Duration,
 }
+
+/// Which family's request msgx writes to `COUTMSGS` (`msgx.requests.dialect`, SPEC §4.11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestDialect {
+    /// Family A (SIS): `RQFD` for a window of flights, `RQRD` for a reference list.
+    Sis,
+    /// Family B (the integration platform): `REQE-RQDF`, answered with `RMID` = its `MGID`.
+    Platform,
+}
+
+impl RequestDialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestDialect::Sis => "sis",
+            RequestDialect::Platform => "platform",
+        }
+    }
+}
+
+/// `msgx.requests.*`: how msgx asks the AODB for data (SPEC §4.11). Its rules are in
+/// `requests`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestPolicy {
+    pub dialect: RequestDialect,
+    /// How long a request waits for its answer once in `COUTMSGS` before it is EXPIRED.
+    pub timeout: Duration,
+    /// `SNDR` of every request (and `SORC` in family B).
+    pub sender: String,
+    /// Family B's `RCVR` (empty: the element is written empty).
+    pub receiver: String,
+    /// Family B's `APOT` and the request's `BAPT` (empty: written empty).
+    pub airport: String,
+}

@@ -18,7 +18,7 @@ use crate::lease::Gate;
 use crate::policy::retry::retry_policy;
 use crate::ports::{
     Fifo, FlightStore, Housekeeping, Intake, MailboxMarks, MailboxScan, MailboxTexts, MarkLedger, Outbound,
-    Outbox, Producer,
+    Outbox, Producer, Requests,
 };
 use crate::pump::lane::CommitLane;
 use crate::pump::Pump;
@@ -40,7 +40,7 @@ pub trait Stores {
     type Outbound: Outbound + 'static;
     type Ledger: MarkLedger + 'static;
     type Marks: MailboxMarks + 'static;
-    type Housekeeping: Housekeeping + 'static;
+    type Housekeeping: Housekeeping + Requests + 'static;
     type Audit: PgSide + 'static;
     type MailboxAudit: MailboxSide + 'static;
     type FlightAudit: FlightsSide + 'static;
@@ -104,7 +104,7 @@ pub fn stages<S: Stores>(
             stats.clone(),
         ),
         backfill: Backfill::new(ledger, marks, p, gate, stats.clone()),
-        jobs: Jobs::new(stores.jobs()?, p, stats.clone()),
+        jobs: Jobs::new(stores.jobs()?, cfg, stats.clone()),
         sentinel: Sentinel::new(audit, mailbox_audit, flight_audit, p, stats.clone()),
     })
 }

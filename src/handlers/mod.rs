@@ -118,6 +118,10 @@ pub struct Decision {
     /// WARN), e.g. a reference package whose `RECS` does not match its records.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What the message answers, if it answers a request (G-RESP-GUARD): set by the pump, not
+    /// by a handler; the commit closes the request it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::requests::Answer>,
 }
 
 /// Why a message has no decision.

@@ -1,16 +1,17 @@
-//! Jobs (jobs thread; never in the way of the head): event retention (G-EVENT-RETENTION) and
-//! archiving settled terminal rows to PROC_STATE_HST (G-PROC-HST). Both touch only rows the
-//! pump is done with (SENT events; terminal rows whose mark is written), with conditional
-//! writes, so they need no lock against the pump (SPEC §4.6). Neither touches flights (INV-18).
+//! Jobs (jobs thread; never in the way of the head): event retention (G-EVENT-RETENTION),
+//! archiving settled terminal rows to PROC_STATE_HST (G-PROC-HST), and the requests' timeouts
+//! (G-REQ-TRACK). All touch only rows the pump is done with (SENT events; terminal rows whose
+//! mark is written; requests through conditional writes the answer guard's also respect), so
+//! they need no lock against the pump (SPEC §4.6). None touches flights (INV-18).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use log::{info, warn};
 
-use crate::config::Pipeline;
+use crate::config::Config;
 use crate::error::StoreError;
-use crate::ports::{ArchiveCut, ArchivedAs, Housekeeping};
+use crate::ports::{ArchiveCut, ArchivedAs, Housekeeping, Requests};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
@@ -45,11 +46,13 @@ pub struct Jobs<H> {
     retention: Duration,
     archive_after: Duration,
     dead_keep: Duration,
+    /// `msgx.requests.timeout`.
+    request_timeout: Duration,
     batch: usize,
     stats: Arc<Stats>,
 }
 
-impl<H: Housekeeping> Stage for Jobs<H> {
+impl<H: Housekeeping + Requests> Stage for Jobs<H> {
     type Round = Round;
     const ID: crate::stage::StageId = crate::stage::StageId::Jobs;
 
@@ -58,14 +61,16 @@ impl<H: Housekeeping> Stage for Jobs<H> {
     }
 }
 
-impl<H: Housekeeping> Jobs<H> {
-    pub fn new(store: H, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
+impl<H: Housekeeping + Requests> Jobs<H> {
+    pub fn new(store: H, cfg: &Config, stats: Arc<Stats>) -> Self {
+        let p = &cfg.pipeline;
         Jobs {
             store,
-            retention: cfg.event_retention,
-            archive_after: cfg.archive_after,
-            dead_keep: cfg.dead_keep,
-            batch: cfg.backfill_batch.max(100),
+            retention: p.event_retention,
+            archive_after: p.archive_after,
+            dead_keep: p.dead_keep,
+            request_timeout: cfg.requests.timeout,
+            batch: p.backfill_batch.max(100),
             stats,
         }
     }
@@ -80,6 +85,7 @@ impl<H: Housekeeping> Jobs<H> {
         {
             self.archive(&ArchiveCut { settled_before, dead_before }, now, &mut r)?;
         }
+        self.keep_requests(now)?;
         r.more = r.events_deleted == self.batch || r.archived + r.skipped == self.batch;
         if r.events_deleted > 0 {
             stats::add(&self.stats.events_deleted, r.events_deleted as u64);
@@ -90,6 +96,34 @@ impl<H: Housekeeping> Jobs<H> {
             info!("archived rows={} skipped={} (to PROC_STATE_HST)", r.archived, r.skipped);
         }
         Ok(r)
+    }
+
+    /// The requests' clock (G-REQ-TRACK): a request in `COUTMSGS` starts waiting, one waiting
+    /// past `msgx.requests.timeout` expires, one whose outbox event went DEAD never goes out.
+    fn keep_requests(&mut self, now: SystemTime) -> Result<(), StoreError> {
+        let kept = self.store.keep_requests(self.request_timeout, now)?;
+        let timeout = crate::config::format_duration(self.request_timeout);
+        for r in &kept.waiting {
+            let (id, ty, key) = (r.req_id, &r.req_type, &r.req_key);
+            let until = r.expires_at.map_or_else(|| "-".into(), crate::clock::rfc3339);
+            let row = r.coutmsgs_id.map_or_else(|| "-".into(), |x| x.to_string());
+            info!("request sent req_id={id} type={ty} key={key} coutmsgs_id={row}: waiting for its answer until {until}");
+        }
+        for r in &kept.expired {
+            let (id, ty, key) = (r.req_id, &r.req_type, &r.req_key);
+            warn!(
+                "request expired req_id={id} type={ty} key={key}: no answer within msgx.requests.timeout ({timeout}); \
+                 an answer that comes later is processed and noted"
+            );
+        }
+        for r in &kept.undeliverable {
+            let (id, ty, key, event) = (r.req_id, &r.req_type, &r.req_key, r.event_id.unwrap_or_default());
+            warn!(
+                "request undeliverable req_id={id} type={ty} key={key} event_id={event}: its outbox event is DEAD, \
+                 it never went out; EXPIRED (ask again with msgx request)"
+            );
+        }
+        Ok(())
     }
 
     /// One archive pass, a transaction per row. A row the store refuses is that row's trouble
@@ -150,7 +184,7 @@ mod tests {
         let id = pg.pending(Target::KafkaMsg, 1).unwrap()[0].event_id;
         pg.mark_sent(&[Sent::unlanded(id, 1)], clock.now()).unwrap();
         pg.backfill_settled(&[1], clock.now()).unwrap();
-        let mut jobs = Jobs::new(pg.clone(), &Config::defaults().pipeline, Arc::new(Stats::default()));
+        let mut jobs = Jobs::new(pg.clone(), &Config::defaults(), Arc::new(Stats::default()));
         assert_eq!(jobs.round(clock.now()).unwrap(), Round::default());
         clock.advance(Duration::from_secs(86_401)); // archive-after 1d
         assert_eq!(jobs.round(clock.now()).unwrap(), Round { archived: 1, ..Default::default() });
@@ -183,7 +217,7 @@ mod tests {
         let clock = FakeClock::new();
         let mut pg = MemPg::new();
         dead_rows(&mut pg, &[1, 2], clock.now());
-        let mut jobs = Jobs::new(pg.clone(), &Config::defaults().pipeline, Arc::new(Stats::default()));
+        let mut jobs = Jobs::new(pg.clone(), &Config::defaults(), Arc::new(Stats::default()));
         clock.advance(Duration::from_secs(3 * 86_400));
         assert_eq!(jobs.round(clock.now()).unwrap(), Round::default(), "Monday: still in the queue");
         assert_eq!(pg.proc(1).unwrap().row.state, ProcStatus::Dead);
@@ -217,7 +251,7 @@ mod tests {
             (1..=3).map(|id| Settle::succeeded(id, &format!("k{id}"), vec![])).collect();
         pg.commit(&RoundRecord::of(&settles), clock.now()).unwrap();
         pg.backfill_settled(&[1, 2, 3], clock.now()).unwrap();
-        let mut jobs = Jobs::new(pg.clone(), &Config::defaults().pipeline, Arc::new(Stats::default()));
+        let mut jobs = Jobs::new(pg.clone(), &Config::defaults(), Arc::new(Stats::default()));
         clock.advance(Duration::from_secs(86_401));
         // Let retention, the candidates and the first row through; refuse the second row.
         pg.inject_later(3, Fault::Rejected, 1);

@@ -156,7 +156,7 @@ impl Metrics {
     fn plain_counters(&self, r: &mut Registry) {
         let s = &self.ops.stats;
         let get = |c: &AtomicU64| c.load(Relaxed);
-        let plain: [(&str, &str, &AtomicU64); 12] = [
+        let plain: [(&str, &str, &AtomicU64); 13] = [
             ("msgx_polled", "Mailbox rows seen by the poller", &s.polled),
             ("msgx_enqueued", "PROC_STATE rows created (PENDING)", &s.enqueued),
             ("msgx_rescued", "Unmarked mailbox rows the compensating rescan enqueued", &s.rescued),
@@ -177,6 +177,11 @@ impl Metrics {
                 &s.consistency_suspicions,
             ),
             ("msgx_heals", "Heals of a store that forgot that changed something", &s.heals),
+            (
+                "msgx_unsolicited_answers",
+                "Answers from the AODB no request explains (G-RESP-GUARD)",
+                &s.unsolicited_answers,
+            ),
         ];
         for (name, help, c) in plain {
             let counter = Counter::<u64>::default();
@@ -300,6 +305,7 @@ pub const SERIES: &[&str] = &[
     "msgx_consistency_findings_total",
     "msgx_consistency_suspicions_total",
     "msgx_heals_total",
+    "msgx_unsolicited_answers_total",
     "msgx_processing_latency_seconds",
     "msgx_delivery_latency_seconds",
     "msgx_store_up",

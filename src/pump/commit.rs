@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use log::warn;
+use log::{info, warn};
 
 use super::lane::{Committing, Entry};
 use super::plan::Planned;
@@ -12,6 +12,7 @@ use super::rules::Failing;
 use super::{Pump, Round};
 use crate::error::{ErrorClass, StoreError};
 use crate::ports::{Failure, Fifo, FlightStore, MailboxTexts, Outcome, RoundRecord, Settle, StoreResult};
+use crate::requests::{self, Answer, Verdict};
 
 /// What waiting for the lane found.
 pub(super) enum Landing {
@@ -60,6 +61,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                     self.log(&e.row, &e.settle, round.now);
                 }
                 self.done(round.entries.iter().map(|e| &e.settle));
+                self.answered(round.entries.iter().map(|e| &e.settle));
                 Ok(round.entries.len())
             }
             Err(e) if e.is_rejected() => self.commit_one_by_one(round, e),
@@ -76,6 +78,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 Ok(()) => {
                     self.log(&row, &settle, now);
                     self.done(std::iter::once(&settle));
+                    self.answered(std::iter::once(&settle));
                 }
                 Err(e) if e.is_rejected() => {
                     let error = format!("the outcome was refused: {e}");
@@ -108,6 +111,48 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 .filter(|s| !matches!(s.outcome, Outcome::Failed(Failure::Retry { .. })))
                 .map(|s| s.msg_id),
         );
+    }
+
+    /// What the recorded answers closed (G-RESP-GUARD), read back after their commit: logged,
+    /// and an answer no request explains counted. The commit has closed the requests already;
+    /// a failed read costs only these lines.
+    fn answered<'s>(&mut self, settles: impl Iterator<Item = &'s Settle>) {
+        let answers: Vec<(i64, &Answer)> = settles
+            .filter_map(|s| match &s.outcome {
+                Outcome::Succeeded { answer: Some(a), .. } => Some((s.msg_id, a)),
+                _ => None,
+            })
+            .collect();
+        if answers.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = answers.iter().map(|(m, _)| *m).collect();
+        let answered = match self.fifo.answered(&ids) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(target: super::LOG, "answers recorded msg_ids={ids:?}; which requests they closed could not be read: {e}");
+                return;
+            }
+        };
+        for ((msg_id, verdict), (_, answer)) in
+            requests::verdicts(&answers, &answered).into_iter().zip(&answers)
+        {
+            match verdict {
+                Verdict::Closed(r) => info!(
+                    target: super::LOG,
+                    "request answered req_id={} type={} key={} msg_id={msg_id}: DONE", r.req_id, r.req_type, r.req_key
+                ),
+                Verdict::Late(r) => info!(
+                    target: super::LOG,
+                    "request answered after it expired req_id={} type={} key={} msg_id={msg_id}: processed as any message, noted on the request",
+                    r.req_id, r.req_type, r.req_key
+                ),
+                Verdict::Unsolicited => {
+                    self.stats.unsolicited_answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    info!(target: super::LOG, "unsolicited answer msg_id={msg_id} answers=\"{answer}\": no request explains it; processed as any message");
+                }
+            }
+        }
     }
 
     /// Drops journal entries while there is nothing else to do.

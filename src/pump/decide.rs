@@ -143,7 +143,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 now,
             )))
         };
-        let d = match decided {
+        let mut d = match decided {
             Ok(Ok(d)) => d,
             Ok(Err(Reject::Unsupported(e))) => {
                 return failed(ErrorClass::Unsupported, &format!("no handler for {e}"))
@@ -151,6 +151,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Ok(Err(Reject::Protocol(e))) => return failed(ErrorClass::Protocol, &e),
             Err(panic) => return failed(ErrorClass::Infra, &panic),
         };
+        // What it answers is the pump's to say, not a handler's: the commit closes the request.
+        d.answer = crate::requests::answer_of(msg);
         for w in &d.warnings {
             warn!(target: super::LOG, "tolerated msg_id={} type={}: {w}", row.msg_id, p.tag.as_deref().unwrap_or("-"));
         }

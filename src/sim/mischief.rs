@@ -62,6 +62,10 @@ impl<P: Fifo> Fifo for Mischief<P> {
     fn commit(&mut self, round: &RoundRecord<'_>, now: SystemTime) -> StoreResult<()> {
         self.inner.commit(round, now)
     }
+
+    fn answered(&mut self, msg_ids: &[i64]) -> StoreResult<Vec<crate::requests::Request>> {
+        self.inner.answered(msg_ids)
+    }
 }
 
 /// A flight store that forgets the journal of decisions an earlier attempt applied (I2).

@@ -8,6 +8,9 @@
 pub mod flights;
 pub mod mailbox;
 pub mod producer;
+mod requests;
+
+pub use requests::*;
 
 use crate::domain::SkipReason;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,7 +25,7 @@ use crate::ports::{
 /// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
 /// handle on the same store fenced by an epoch.
 pub trait OwnStore:
-    Intake + Fifo + MarkLedger + Operator + Outbox + Housekeeping + LeaseStore + Sized
+    Intake + Fifo + MarkLedger + Operator + Outbox + Housekeeping + LeaseStore + crate::ports::Requests + Sized
 {
     /// Another handle on the same store whose writes carry `epoch`.
     fn fenced_twin(&self, epoch: i64) -> Self;
@@ -690,6 +693,10 @@ macro_rules! conformance_tests {
             a_replayed_abandoned_row_owes_its_mark_again,
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,
             a_seasonal_plan_is_replaced_whole,
+            a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key,
+            a_request_is_sent_then_waits_then_expires_and_frees_its_key,
+            an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one,
+            a_request_whose_event_went_dead_expires_as_undeliverable,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(13, "event_ordinal", "V013__event_ordinal.sql"),
     migration!(14, "redis_record_and_heal_log", "V014__redis_record_and_heal_log.sql"),
     migration!(15, "delivery_receipts", "V015__delivery_receipts.sql"),
+    migration!(16, "requests", "V016__requests.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,7 @@ pub mod lease;
 pub mod lineage;
 pub mod migrate;
 mod operator;
+mod requests;
 mod session;
 pub mod witness;
 
@@ -641,6 +642,9 @@ impl Fifo for Pg {
         self.write(|c| {
             insert_events(c, &events, now)?;
             write_references(c, &references, now)?;
+            let answers: Vec<(i64, &crate::requests::Answer)> =
+                round.succeeded.iter().filter_map(|x| x.answer.map(|a| (x.msg_id, a))).collect();
+            requests::answer(c, &answers, now)?;
             let steps: [(&str, usize, Recorder); 4] = [
                 ("succeed", round.succeeded.len(), record_succeeded),
                 ("skip", round.skipped.len(), record_skipped),
@@ -656,6 +660,11 @@ impl Fifo for Pg {
             }
             Ok(Ok(()))
         })
+    }
+
+    fn answered(&mut self, msg_ids: &[i64]) -> StoreResult<Vec<crate::requests::Request>> {
+        let rows = self.run(|c| requests::answered(c, msg_ids))?;
+        requests::requests(&rows)
     }
 }
 
@@ -815,6 +824,7 @@ impl Outbox for Pg {
         self.write(|c| {
             let r = &receipts;
             c.execute(SENT, &[&ids, &versions, &now, &lo, &hi, &r.topic, &r.partition, &r.offset, &r.row])?;
+            requests::sent(c, sent, now)?;
             Ok(Ok(()))
         })
     }

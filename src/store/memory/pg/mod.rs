@@ -98,6 +98,9 @@ pub struct PgState {
     pub timeline: u64,
     /// CONSISTENCY_HEAL: the heals recorded, oldest first.
     pub heals: Vec<crate::ports::HealRecord>,
+    /// REQ_TRACK: the requests to the AODB by REQ_ID (#41).
+    pub requests: BTreeMap<i64, crate::requests::Request>,
+    next_req_id: i64,
 }
 
 impl Default for PgState {
@@ -115,6 +118,8 @@ impl Default for PgState {
             clock: Arc::new(FakeClock::new()),
             timeline: 0,
             heals: Vec::new(),
+            requests: BTreeMap::new(),
+            next_req_id: 0,
         }
     }
 }
@@ -349,6 +354,7 @@ mod lease;
 mod ledger;
 mod operator;
 mod outbox;
+mod requests;
 mod round;
 
 #[cfg(test)]

@@ -30,6 +30,9 @@ impl Outbox for MemPg {
                     e.state = EventStatus::Sent;
                     e.sent_at = Some(now);
                     e.landed = x.landed.clone().map(Landed::into_owned);
+                    if let Some(Landed::Outbound { row }) = &x.landed {
+                        super::requests::sent(s, x.event_id, *row, now);
+                    }
                 }
             }
             Ok(())

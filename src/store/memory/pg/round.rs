@@ -10,6 +10,7 @@ struct Tables {
     refs: BTreeMap<(String, String), (String, SystemTime)>,
     seasons: BTreeMap<String, MemSeason>,
     next_event_id: i64,
+    requests: BTreeMap<i64, crate::requests::Request>,
 }
 
 /// Applies one round to copies of the tables, each outcome as its SQL does (`store::pg`).
@@ -29,10 +30,14 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
         refs: s.refs.clone(),
         seasons: s.seasons.clone(),
         next_event_id: s.next_event_id,
+        requests: s.requests.clone(),
     };
     let mut round_keys: HashMap<&str, i64> = HashMap::new();
     for x in &round.succeeded {
         t.succeed(s, x, &mut round_keys, now)?;
+        if let Some(answer) = x.answer {
+            t.answer(x.msg_id, answer, now);
+        }
     }
     for x in &round.skipped {
         t.skip(x, now)?;
@@ -47,6 +52,20 @@ fn record_round(s: &PgState, round: &RoundRecord<'_>, now: SystemTime) -> StoreR
 }
 
 impl Tables {
+    /// The answer guard (G-RESP-GUARD): the request the message answers is closed (DONE), or
+    /// noted when it had EXPIRED (`requests::closes`, as the PostgreSQL statement).
+    fn answer(&mut self, msg_id: i64, answer: &crate::requests::Answer, now: SystemTime) {
+        let Some(id) = crate::requests::closes(answer, self.requests.values()).map(|r| r.req_id) else {
+            return;
+        };
+        let r = self.requests.get_mut(&id).expect("found above");
+        if r.state.is_open() {
+            r.state = crate::requests::ReqState::Done;
+        }
+        r.answer_msg_id = Some(msg_id);
+        r.updated_at = now;
+    }
+
     /// SUCCEEDED: the identity (uk_proc_identity, also within the round), the row, its
     /// references and events.
     fn succeed<'a>(
@@ -56,7 +75,7 @@ impl Tables {
         round_keys: &mut HashMap<&'a str, i64>,
         now: SystemTime,
     ) -> StoreResult<()> {
-        let crate::ports::Succeeded { msg_id: id, tag, identity, events, references, record } = *x;
+        let crate::ports::Succeeded { msg_id: id, tag, identity, events, references, record, answer: _ } = *x;
         if planted::on(Bug::IdentityUnchecked) {
             round_keys.clear();
         } else if let Some(other) = round_keys.insert(identity, id) {
@@ -247,7 +266,18 @@ impl Fifo for MemPg {
             s.refs = t.refs;
             s.seasons = t.seasons;
             s.next_event_id = t.next_event_id;
+            s.requests = t.requests;
             Ok(())
+        })
+    }
+
+    fn answered(&mut self, msg_ids: &[i64]) -> StoreResult<Vec<crate::requests::Request>> {
+        self.read(|s| {
+            Ok(s.requests
+                .values()
+                .filter(|r| r.answer_msg_id.is_some_and(|m| msg_ids.contains(&m)))
+                .cloned()
+                .collect())
         })
     }
 }

@@ -1,0 +1,358 @@
+//! Requests to the AODB (SPEC §4.11, G-REQ-TRACK, G-RESP-GUARD): what msgx can ask, the text it
+//! writes to `COUTMSGS` in either dialect, a request's states, and what an inbound message
+//! answers. Pure: the store adapters keep `REQ_TRACK`, the outbound stage delivers the text, the
+//! pump's commit closes the request an answer answers.
+//!
+//! The formats where FORMAT.md is silent are msgx's choice, documented in docs/events.md:
+//! a family-A window as `ddMMMyyHHmm` (the body's time format), `SEQN` = the request's id,
+//! family B's `MGID` = `MSGX` and the id on 28 digits, its window as `STTM`/`ENTM`
+//! (`yyyyMMddHHmmss`) and one flight as `FLID`.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use jiff::civil::DateTime;
+
+use crate::clock::zone::MailboxZone;
+use crate::codec::{Dialect, Message, MsgKind, SchdKind};
+use crate::config::{RequestDialect, RequestPolicy};
+
+#[cfg(test)]
+mod tests;
+
+/// What an operator (or msgx itself) asks the AODB for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// The flights scheduled in `[from, to]` (local airport time): answered by a snapshot of
+    /// the window (`SCHD-RESP`, or family B's `DFOE` with `RMID`).
+    Flights { from: DateTime, to: DateTime },
+    /// One reference list (`SLST`, `GLST`, …): answered by that type's `RESP`. Family A only.
+    Reference(String),
+    /// One flight by FLID. Family B only (`RQTP` = `FLID`).
+    Flight(String),
+}
+
+/// Why an ask cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    #[error("--from {from} is after --to {to}")]
+    Window { from: String, to: String },
+    #[error("{0:?} is not a time (yyyy-MM-ddTHH:mm, local airport time)")]
+    Time(String),
+    #[error("{0:?} is not a reference type msgx knows (SLST, GLST, … as in docs/events.md)")]
+    ReferenceType(String),
+    #[error("the {dialect} dialect has no {what} request (msgx.requests.dialect)")]
+    Dialect { dialect: &'static str, what: &'static str },
+    #[error("an empty FLID")]
+    Flid,
+}
+
+/// Parses an operator's `--from`/`--to`: `yyyy-MM-ddTHH:mm` (seconds allowed), local time.
+pub fn parse_time(s: &str) -> Result<DateTime, AskError> {
+    s.trim().parse::<DateTime>().map_err(|_| AskError::Time(s.to_string()))
+}
+
+impl Ask {
+    pub fn flights(from: &str, to: &str) -> Result<Ask, AskError> {
+        let (from, to) = (parse_time(from)?, parse_time(to)?);
+        if from > to {
+            return Err(AskError::Window { from: iso(from), to: iso(to) });
+        }
+        Ok(Ask::Flights { from, to })
+    }
+
+    pub fn reference(rtype: &str) -> Result<Ask, AskError> {
+        let t = rtype.trim().to_ascii_uppercase();
+        crate::codec::reference::key_of(&t).ok_or_else(|| AskError::ReferenceType(rtype.to_string()))?;
+        Ok(Ask::Reference(t))
+    }
+
+    pub fn flight(flid: &str) -> Result<Ask, AskError> {
+        let f = flid.trim();
+        if f.is_empty() {
+            return Err(AskError::Flid);
+        }
+        Ok(Ask::Flight(f.to_string()))
+    }
+
+    /// `REQ_TRACK.REQ_TYPE`: the message type written (`RQFD`, `RQRD`, `RQDF`).
+    pub fn req_type(&self, dialect: RequestDialect) -> &'static str {
+        match (self, dialect) {
+            (Ask::Flights { .. }, RequestDialect::Sis) => "RQFD",
+            (Ask::Reference(_), _) => "RQRD",
+            (Ask::Flights { .. } | Ask::Flight(_), _) => "RQDF",
+        }
+    }
+
+    /// `REQ_TRACK.REQ_KEY`: at most one open request per type and key (the V001 index).
+    pub fn req_key(&self) -> String {
+        match self {
+            Ask::Flights { from, to } => format!("{}/{}", iso(*from), iso(*to)),
+            Ask::Reference(t) => t.clone(),
+            Ask::Flight(f) => format!("FLID:{f}"),
+        }
+    }
+
+    /// Refuses what the configured dialect cannot ask.
+    pub fn check(&self, dialect: RequestDialect) -> Result<(), AskError> {
+        match (self, dialect) {
+            (Ask::Reference(_), RequestDialect::Platform) => {
+                Err(AskError::Dialect { dialect: "platform", what: "reference-list" })
+            }
+            (Ask::Flight(_), RequestDialect::Sis) => {
+                Err(AskError::Dialect { dialect: "sis", what: "one-flight" })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn iso(t: DateTime) -> String {
+    t.strftime("%Y-%m-%dT%H:%M").to_string()
+}
+
+/// The text of a request as it goes to `COUTMSGS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub routing_id: String,
+    pub xml: String,
+    /// Family B's `MGID`, which its answer carries as `RMID`.
+    pub mgid: Option<String>,
+}
+
+/// Family B's `MGID` of a request: its answer carries it back as `RMID`.
+pub fn mgid_of(req_id: i64) -> String {
+    format!("MSGX{req_id:028}")
+}
+
+/// The request's text in the configured dialect. `now` is written as `DTTM`/`DDTM` in the
+/// mailbox's zone, as msgx writes every mailbox time.
+pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, req_id: i64, now: SystemTime) -> Outgoing {
+    let stamp = zone.civil(now).strftime("%Y%m%d%H%M%S").to_string();
+    let e = |s: &str| quick_xml::escape::escape(s).into_owned();
+    let sndr = e(&policy.sender);
+    match policy.dialect {
+        RequestDialect::Sis => {
+            let (styp, body, routing) = match ask {
+                Ask::Flights { from, to } => (
+                    "NONE".to_string(),
+                    format!("<RQFD><STDB>{}</STDB><STDE>{}</STDE></RQFD>", sis_time(*from), sis_time(*to)),
+                    "VIEWRQFD",
+                ),
+                Ask::Reference(t) => (e(t), format!("<RQRD><RTYP>{}</RTYP></RQRD>", e(t)), "VIEWRQRD"),
+                Ask::Flight(_) => unreachable!("refused by Ask::check"),
+            };
+            let ty = ask.req_type(policy.dialect);
+            let xml = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><SEQN>{req_id}</SEQN>\
+                 <DTTM>{stamp}</DTTM><TYPE>{ty}</TYPE><STYP>{styp}</STYP></META>{body}</MSG>"
+            );
+            Outgoing { routing_id: routing.into(), xml, mgid: None }
+        }
+        RequestDialect::Platform => {
+            let mgid = mgid_of(req_id);
+            let apot = e(&policy.airport);
+            let what = match ask {
+                Ask::Flights { from, to } => format!(
+                    "<RQTP>DFTM</RQTP><STTM>{}</STTM><ENTM>{}</ENTM>",
+                    from.strftime("%Y%m%d%H%M%S"),
+                    to.strftime("%Y%m%d%H%M%S")
+                ),
+                Ask::Flight(f) => format!("<RQTP>FLID</RQTP><FLID>{}</FLID>", e(f)),
+                Ask::Reference(_) => unreachable!("refused by Ask::check"),
+            };
+            let xml = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><RCVR>{rcvr}</RCVR>\
+                 <SEQN>{req_id}</SEQN><DDTM>{stamp}</DDTM><TYPE>REQE</TYPE><STYP>RQDF</STYP><SORC>{sndr}</SORC>\
+                 <MGID>{mgid}</MGID><RMID></RMID><APOT>{apot}</APOT></META><RQDF><BAPT>{apot}</BAPT>{what}</RQDF></MSG>",
+                rcvr = e(&policy.receiver),
+            );
+            Outgoing { routing_id: "VIEWRQDF".into(), xml, mgid: Some(mgid) }
+        }
+    }
+}
+
+/// A time as a SIS body writes it: `ddMMMyyHHmm`.
+fn sis_time(t: DateTime) -> String {
+    t.strftime("%d%b%y%H%M").to_string().to_ascii_uppercase()
+}
+
+/// A request's state in `REQ_TRACK` (G-REQ-TRACK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReqState {
+    /// In the outbox, not yet in `COUTMSGS`.
+    Registered,
+    /// Inserted into `COUTMSGS` (its row id recorded).
+    Sent,
+    /// Its timeout runs (`expires_at`).
+    Waiting,
+    /// Answered (the answering MSG_ID recorded).
+    Done,
+    /// No answer within `msgx.requests.timeout`.
+    Expired,
+}
+
+impl ReqState {
+    pub const ALL: [ReqState; 5] =
+        [ReqState::Registered, ReqState::Sent, ReqState::Waiting, ReqState::Done, ReqState::Expired];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReqState::Registered => "REGISTERED",
+            ReqState::Sent => "SENT",
+            ReqState::Waiting => "WAITING",
+            ReqState::Done => "DONE",
+            ReqState::Expired => "EXPIRED",
+        }
+    }
+
+    /// A state as the database stores it; `None` for one msgx does not know (the adapter's
+    /// error names it).
+    pub fn parse(s: &str) -> Option<ReqState> {
+        ReqState::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub fn is_open(self) -> bool {
+        matches!(self, ReqState::Registered | ReqState::Sent | ReqState::Waiting)
+    }
+}
+
+impl fmt::Display for ReqState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// `msgx request …`.
+    Operator,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Operator => "operator",
+        }
+    }
+}
+
+/// One `REQ_TRACK` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub req_id: i64,
+    pub req_type: String,
+    pub req_key: String,
+    pub state: ReqState,
+    pub origin: String,
+    /// The outbox event that carries it.
+    pub event_id: Option<i64>,
+    pub coutmsgs_id: Option<i64>,
+    pub mgid: Option<String>,
+    /// The message that answered it (an EXPIRED request answered late keeps its state).
+    pub answer_msg_id: Option<i64>,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+    pub expires_at: Option<SystemTime>,
+}
+
+/// What a request needs to be registered: its ask and the text that goes out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRequest {
+    pub req_type: &'static str,
+    pub req_key: String,
+    pub origin: Origin,
+}
+
+/// What an inbound message answers, if it is an answer (G-RESP-GUARD).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Answer {
+    /// `SCHD-RESP`: the oldest open `RQFD` request.
+    Window,
+    /// A reference `RESP` of this type: the open `RQRD` request for it.
+    Reference(String),
+    /// A family-B message carrying `RMID`: the request whose `MGID` it names.
+    Rmid(String),
+}
+
+impl fmt::Display for Answer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Answer::Window => f.write_str("a flight window (RQFD)"),
+            Answer::Reference(t) => write!(f, "reference list {t} (RQRD)"),
+            Answer::Rmid(m) => write!(f, "RMID {m}"),
+        }
+    }
+}
+
+/// What `msg` answers: `SCHD-RESP`, a reference `RESP`, or a family-B message with an `RMID`.
+pub fn answer_of(msg: &Message) -> Option<Answer> {
+    if msg.meta.dialect == Dialect::B {
+        return msg.meta.rmid.clone().filter(|r| !r.is_empty()).map(Answer::Rmid);
+    }
+    match msg.kind {
+        MsgKind::Schd(SchdKind::Resp) => Some(Answer::Window),
+        MsgKind::Reference { rtype, op: crate::codec::reference::RefOp::Resp } => {
+            Some(Answer::Reference(rtype.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// What the commit made of an answer, read back after it (logged, and counted when nobody
+/// asked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It closed this open request (DONE).
+    Closed(Request),
+    /// It answered this request after it EXPIRED: processed, and noted on the request.
+    Late(Request),
+    /// No request explains it: processed as any other message, counted.
+    Unsolicited,
+}
+
+impl Answer {
+    /// Whether this answer answers `r` (its type, its key or its MGID).
+    pub fn answers(&self, r: &Request) -> bool {
+        match self {
+            Answer::Window => r.req_type == "RQFD",
+            Answer::Reference(t) => r.req_type == "RQRD" && r.req_key == *t,
+            Answer::Rmid(m) => r.mgid.as_deref() == Some(m.as_str()),
+        }
+    }
+}
+
+/// The request `answer` closes among `requests` (G-RESP-GUARD): the oldest open one it answers;
+/// else the newest EXPIRED one it answers that no message answered yet (a late answer, noted on
+/// it). The PostgreSQL adapter's statement follows the same rule.
+pub fn closes<'a>(answer: &Answer, requests: impl IntoIterator<Item = &'a Request>) -> Option<&'a Request> {
+    let mut open: Option<&Request> = None;
+    let mut late: Option<&Request> = None;
+    for r in requests.into_iter().filter(|r| r.answer_msg_id.is_none() && answer.answers(r)) {
+        if r.state.is_open() {
+            open = Some(open.map_or(r, |o| if r.req_id < o.req_id { r } else { o }));
+        } else if r.state == ReqState::Expired {
+            late = Some(late.map_or(r, |o| if r.req_id > o.req_id { r } else { o }));
+        }
+    }
+    open.or(late)
+}
+
+/// What the commit made of each answer of `answers` (MSG_ID, answer), given the requests the
+/// messages answered as read back after it.
+pub fn verdicts(answers: &[(i64, &Answer)], answered: &[Request]) -> Vec<(i64, Verdict)> {
+    answers
+        .iter()
+        .map(|(m, _)| {
+            let v = match answered.iter().find(|r| r.answer_msg_id == Some(*m)) {
+                Some(r) if r.state == ReqState::Done => Verdict::Closed(r.clone()),
+                Some(r) => Verdict::Late(r.clone()),
+                None => Verdict::Unsolicited,
+            };
+            (*m, v)
+        })
+        .collect()
+}

@@ -1,0 +1,177 @@
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::clock::zone::MailboxZone;
+use crate::config::{RequestDialect, RequestPolicy};
+use crate::fixtures;
+
+fn policy(dialect: RequestDialect) -> RequestPolicy {
+    RequestPolicy {
+        dialect,
+        timeout: Duration::from_secs(600),
+        sender: "VIEW".into(),
+        receiver: "FIMS".into(),
+        airport: "ZXXX".into(),
+    }
+}
+
+/// 2026-03-05T08:30:00Z.
+fn now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_772_699_400)
+}
+
+fn window() -> Ask {
+    Ask::flights("2026-03-05T06:00", "2026-03-05T23:59").unwrap()
+}
+
+#[test]
+fn a_sis_window_request_is_rqfd_with_the_body_time_format_and_its_routing_id() {
+    let out =
+        text(&policy(RequestDialect::Sis), &MailboxZone::parse("+08:00").unwrap(), &window(), 42, now());
+    assert_eq!(out.routing_id, "VIEWRQFD");
+    assert_eq!(out.mgid, None);
+    assert_eq!(
+        out.xml,
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>VIEW</SNDR><SEQN>42</SEQN>\
+         <DTTM>20260305163000</DTTM><TYPE>RQFD</TYPE><STYP>NONE</STYP></META>\
+         <RQFD><STDB>05MAR260600</STDB><STDE>05MAR262359</STDE></RQFD></MSG>"
+    );
+    // msgx's own reader takes it as a family-A message of TYPE RQFD.
+    let m = crate::codec::decode(&out.xml).expect("well-formed");
+    assert_eq!((m.meta.dialect, m.meta.msg_type.as_str(), m.meta.seqn.as_str()), (Dialect::A, "RQFD", "42"));
+}
+
+#[test]
+fn a_sis_reference_request_is_rqrd_with_its_type_as_styp() {
+    let ask = Ask::reference("slst").unwrap();
+    let out = text(&policy(RequestDialect::Sis), &MailboxZone::default(), &ask, 7, now());
+    assert_eq!(out.routing_id, "VIEWRQRD");
+    assert!(
+        out.xml.contains("<TYPE>RQRD</TYPE><STYP>SLST</STYP></META><RQRD><RTYP>SLST</RTYP></RQRD>"),
+        "{}",
+        out.xml
+    );
+    assert_eq!((ask.req_type(RequestDialect::Sis), ask.req_key()), ("RQRD", "SLST".to_string()));
+}
+
+#[test]
+fn a_platform_request_is_reqe_rqdf_with_an_mgid_its_answer_names() {
+    let p = policy(RequestDialect::Platform);
+    let out = text(&p, &MailboxZone::default(), &window(), 42, now());
+    assert_eq!(out.routing_id, "VIEWRQDF");
+    assert_eq!(out.mgid.as_deref(), Some("MSGX0000000000000000000000000042"));
+    assert_eq!(out.mgid.as_ref().unwrap().len(), 32, "as long as the platform's own MGIDs");
+    assert!(out.xml.contains("<TYPE>REQE</TYPE><STYP>RQDF</STYP>"), "{}", out.xml);
+    assert!(out.xml.contains("<RQDF><BAPT>ZXXX</BAPT><RQTP>DFTM</RQTP><STTM>20260305060000</STTM><ENTM>20260305235900</ENTM></RQDF>"), "{}", out.xml);
+    let m = crate::codec::decode(&out.xml).expect("well-formed");
+    assert_eq!((m.meta.dialect, m.meta.mgid.as_deref()), (Dialect::B, out.mgid.as_deref()));
+    let one = text(&p, &MailboxZone::default(), &Ask::flight("MU5101").unwrap(), 43, now());
+    assert!(one.xml.contains("<RQTP>FLID</RQTP><FLID>MU5101</FLID>"), "{}", one.xml);
+    assert_eq!(Ask::flight("MU5101").unwrap().req_key(), "FLID:MU5101");
+}
+
+#[test]
+fn what_a_dialect_cannot_ask_is_refused_naming_the_key() {
+    let e = Ask::reference("SLST").unwrap().check(RequestDialect::Platform).unwrap_err();
+    assert!(e.to_string().contains("msgx.requests.dialect"), "{e}");
+    assert!(Ask::flight("F1").unwrap().check(RequestDialect::Sis).is_err());
+    assert!(window().check(RequestDialect::Sis).is_ok() && window().check(RequestDialect::Platform).is_ok());
+}
+
+#[test]
+fn bad_asks_name_what_is_wrong() {
+    assert!(matches!(Ask::flights("2026-03-05T10:00", "2026-03-05T09:00"), Err(AskError::Window { .. })));
+    assert_eq!(Ask::flights("tomorrow", "2026-03-05T09:00"), Err(AskError::Time("tomorrow".into())));
+    assert_eq!(Ask::reference("NOPE"), Err(AskError::ReferenceType("NOPE".into())));
+    assert_eq!(Ask::flight("  "), Err(AskError::Flid));
+}
+
+#[test]
+fn a_text_escapes_what_configuration_and_operators_put_in_it() {
+    let mut p = policy(RequestDialect::Platform);
+    p.sender = "A&B".into();
+    let out = text(&p, &MailboxZone::default(), &Ask::flight("<x>").unwrap(), 1, now());
+    assert!(
+        out.xml.contains("<SNDR>A&amp;B</SNDR>") && out.xml.contains("<FLID>&lt;x&gt;</FLID>"),
+        "{}",
+        out.xml
+    );
+    crate::codec::decode(&out.xml).expect("still well-formed");
+}
+
+#[test]
+fn answers_are_a_schd_resp_a_reference_resp_and_a_platform_rmid() {
+    let decode = |raw: &str| crate::codec::decode(raw).expect("fixture decodes");
+    assert_eq!(
+        answer_of(&decode(&fixtures::schd(1, "RESP", &[("F1", "05MAR260900")]))),
+        Some(Answer::Window)
+    );
+    assert_eq!(
+        answer_of(&decode(&fixtures::schd(1, "DNLD", &[("F1", "05MAR260900")]))),
+        None,
+        "a pushed snapshot"
+    );
+    assert_eq!(answer_of(&decode(&fixtures::flop_stnd(1, "F1", "A1"))), None);
+    let rmid = fixtures::dfdl(3, "20260305", &[("F1", "0900")])
+        .replace("<RMID/>", "<RMID>MSGX0000000000000000000000000042</RMID>");
+    assert_eq!(answer_of(&decode(&rmid)), Some(Answer::Rmid("MSGX0000000000000000000000000042".into())));
+    assert_eq!(answer_of(&decode(&fixtures::dfdl(3, "20260305", &[("F1", "0900")]))), None, "no RMID");
+}
+
+fn req(req_id: i64, req_type: &str, key: &str, state: ReqState) -> Request {
+    Request {
+        req_id,
+        req_type: req_type.into(),
+        req_key: key.into(),
+        state,
+        origin: "operator".into(),
+        event_id: Some(req_id),
+        coutmsgs_id: None,
+        mgid: Some(mgid_of(req_id)),
+        answer_msg_id: None,
+        created_at: now(),
+        updated_at: now(),
+        expires_at: None,
+    }
+}
+
+#[test]
+fn an_answer_closes_the_oldest_open_request_else_notes_the_newest_expired_one() {
+    let rs = [
+        req(1, "RQFD", "a", ReqState::Expired),
+        req(2, "RQFD", "b", ReqState::Expired),
+        req(3, "RQFD", "c", ReqState::Waiting),
+        req(4, "RQFD", "d", ReqState::Sent),
+        req(5, "RQRD", "SLST", ReqState::Waiting),
+    ];
+    assert_eq!(closes(&Answer::Window, &rs).map(|r| r.req_id), Some(3));
+    let expired_only = &rs[..2];
+    assert_eq!(closes(&Answer::Window, expired_only).map(|r| r.req_id), Some(2));
+    assert_eq!(closes(&Answer::Reference("SLST".into()), &rs).map(|r| r.req_id), Some(5));
+    assert_eq!(closes(&Answer::Reference("GLST".into()), &rs), None);
+    assert_eq!(closes(&Answer::Rmid(mgid_of(4)), &rs).map(|r| r.req_id), Some(4));
+    let mut answered = rs[2].clone();
+    answered.answer_msg_id = Some(9);
+    answered.state = ReqState::Done;
+    assert_eq!(closes(&Answer::Rmid(mgid_of(3)), [&answered]), None, "answered once only");
+}
+
+#[test]
+fn verdicts_tell_closed_late_and_unsolicited_apart() {
+    let mut done = req(1, "RQFD", "a", ReqState::Done);
+    done.answer_msg_id = Some(10);
+    let mut late = req(2, "RQFD", "b", ReqState::Expired);
+    late.answer_msg_id = Some(11);
+    let w = Answer::Window;
+    let v = verdicts(&[(10, &w), (11, &w), (12, &w)], &[done.clone(), late.clone()]);
+    assert_eq!(v, vec![(10, Verdict::Closed(done)), (11, Verdict::Late(late)), (12, Verdict::Unsolicited)]);
+}
+
+#[test]
+fn request_states_read_back_and_an_unknown_one_is_none() {
+    for s in ReqState::ALL {
+        assert_eq!(ReqState::parse(s.as_str()), Some(s));
+    }
+    assert_eq!(ReqState::parse("LOST"), None);
+    assert!(ReqState::Waiting.is_open() && !ReqState::Expired.is_open());
+}

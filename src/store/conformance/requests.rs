@@ -1,0 +1,137 @@
+//! `REQ_TRACK`'s cases of the own-PostgreSQL suite (#41): a request and its outbox event in one
+//! write, one open request per type and key, SENT with the COUTMSGS row, WAITING, EXPIRED, and
+//! the answer guard in the round's commit.
+
+use std::time::Duration;
+
+use super::{at, commit, enqueue, OwnStore};
+use crate::domain::Target;
+use crate::error::ErrorClass;
+use crate::ports::{Landed, Outcome, Sent, Settle};
+use crate::requests::{mgid_of, Answer, NewRequest, Origin, Outgoing, ReqState, Request};
+
+fn new(req_type: &'static str, key: &str) -> NewRequest {
+    NewRequest { req_type, req_key: key.into(), origin: Origin::Operator }
+}
+
+fn text(req_id: i64) -> Outgoing {
+    Outgoing {
+        routing_id: "VIEWRQFD".into(),
+        xml: format!("<MSG><SEQN>{req_id}</SEQN></MSG>"),
+        mgid: Some(mgid_of(req_id)),
+    }
+}
+
+fn register<S: OwnStore>(s: &mut S, req_type: &'static str, key: &str, t: u64) -> Request {
+    s.register(&new(req_type, key), &text, at(t)).unwrap().expect("no open request of this key")
+}
+
+fn answering(msg_id: i64, answer: Answer) -> Settle {
+    let mut s = Settle::succeeded(msg_id, &format!("k{msg_id}"), Vec::new());
+    if let Outcome::Succeeded { answer: a, .. } = &mut s.outcome {
+        *a = Some(answer);
+    }
+    s
+}
+
+fn one<S: OwnStore>(s: &mut S, req_id: i64) -> Request {
+    s.requests(false, 100).unwrap().into_iter().find(|r| r.req_id == req_id).expect("listed")
+}
+
+/// The COUTMSGS row `row` holds request `r`'s text.
+fn deliver<S: OwnStore>(s: &mut S, r: &Request, row: i64, t: u64) {
+    let e = s
+        .pending(Target::Coutmsgs, 100)
+        .unwrap()
+        .into_iter()
+        .find(|e| Some(e.event_id) == r.event_id)
+        .unwrap();
+    s.mark_sent(
+        &[Sent {
+            event_id: e.event_id,
+            state_version: e.state_version,
+            landed: Some(Landed::Outbound { row }),
+        }],
+        at(t),
+    )
+    .unwrap();
+}
+
+pub fn a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key<S: OwnStore>(mut s: S) {
+    let r = register(&mut s, "RQFD", "2026-03-05T06:00/2026-03-05T23:59", 1);
+    assert_eq!(
+        (r.state, r.req_type.as_str(), r.mgid.clone()),
+        (ReqState::Registered, "RQFD", Some(mgid_of(r.req_id)))
+    );
+    let events = s.pending(Target::Coutmsgs, 10).unwrap();
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(
+        (Some(e.event_id), e.msg_id, e.partition_key.clone()),
+        (r.event_id, None, format!("req:{}", r.req_id))
+    );
+    let intent: crate::dispatch::OutboundIntent = serde_json::from_str(&e.payload_json).unwrap();
+    assert_eq!(
+        (intent.routing_id.as_str(), intent.xml),
+        ("VIEWRQFD", format!("<MSG><SEQN>{}</SEQN></MSG>", r.req_id))
+    );
+    let again = s.register(&new("RQFD", "2026-03-05T06:00/2026-03-05T23:59"), &text, at(2)).unwrap();
+    assert_eq!(again.map_err(|o| o.req_id), Err(r.req_id), "the open one is named, nothing written");
+    assert_eq!(s.pending(Target::Coutmsgs, 10).unwrap().len(), 1);
+    let other = register(&mut s, "RQRD", "SLST", 3);
+    assert_ne!(other.req_id, r.req_id);
+    let listed: Vec<i64> = s.requests(false, 10).unwrap().iter().map(|r| r.req_id).collect();
+    assert_eq!(listed, [other.req_id, r.req_id], "newest first");
+}
+
+pub fn a_request_is_sent_then_waits_then_expires_and_frees_its_key<S: OwnStore>(mut s: S) {
+    let r = register(&mut s, "RQRD", "SLST", 1);
+    deliver(&mut s, &r, 77, 10);
+    let sent = one(&mut s, r.req_id);
+    assert_eq!((sent.state, sent.coutmsgs_id), (ReqState::Sent, Some(77)));
+    let kept = s.keep_requests(Duration::from_secs(30), at(12)).unwrap();
+    assert_eq!(
+        kept.waiting.iter().map(|r| (r.req_id, r.expires_at)).collect::<Vec<_>>(),
+        [(r.req_id, Some(at(40)))]
+    );
+    assert!(kept.expired.is_empty());
+    assert!(s.keep_requests(Duration::from_secs(30), at(39)).unwrap() == Default::default(), "not yet");
+    let kept = s.keep_requests(Duration::from_secs(30), at(40)).unwrap();
+    assert_eq!(
+        kept.expired.iter().map(|r| (r.req_id, r.state)).collect::<Vec<_>>(),
+        [(r.req_id, ReqState::Expired)]
+    );
+    assert!(s.requests(true, 10).unwrap().is_empty());
+    register(&mut s, "RQRD", "SLST", 41);
+}
+
+pub fn an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3, 4, 5]);
+    let a = register(&mut s, "RQFD", "a", 1);
+    let b = register(&mut s, "RQFD", "b", 2);
+    let p = register(&mut s, "RQDF", "FLID:F1", 3);
+    commit(&mut s, &[answering(1, Answer::Window), answering(2, Answer::Window)], at(5)).unwrap();
+    let mut answered = s.answered(&[1, 2]).unwrap();
+    answered.sort_by_key(|r| r.req_id);
+    let got: Vec<_> = answered.iter().map(|r| (r.req_id, r.state, r.answer_msg_id)).collect();
+    assert_eq!(got, [(a.req_id, ReqState::Done, Some(1)), (b.req_id, ReqState::Done, Some(2))]);
+    commit(&mut s, &[answering(3, Answer::Window)], at(6)).unwrap();
+    assert!(s.answered(&[3]).unwrap().is_empty(), "unsolicited: no request explains it");
+    commit(&mut s, &[answering(4, Answer::Rmid(p.mgid.clone().unwrap()))], at(7)).unwrap();
+    assert_eq!(one(&mut s, p.req_id).answer_msg_id, Some(4));
+    let late = register(&mut s, "RQFD", "c", 8);
+    deliver(&mut s, &late, 9, 9);
+    s.keep_requests(Duration::from_secs(1), at(9)).unwrap();
+    s.keep_requests(Duration::from_secs(1), at(20)).unwrap();
+    commit(&mut s, &[answering(5, Answer::Window)], at(21)).unwrap();
+    let noted = one(&mut s, late.req_id);
+    assert_eq!((noted.state, noted.answer_msg_id), (ReqState::Expired, Some(5)), "processed and noted");
+}
+
+pub fn a_request_whose_event_went_dead_expires_as_undeliverable<S: OwnStore>(mut s: S) {
+    let r = register(&mut s, "RQRD", "GLST", 1);
+    s.dead(&[r.event_id.unwrap()], ErrorClass::Exhausted, "mailbox refused").unwrap();
+    let kept = s.keep_requests(Duration::from_secs(30), at(2)).unwrap();
+    assert_eq!(kept.undeliverable.iter().map(|r| r.req_id).collect::<Vec<_>>(), [r.req_id]);
+    assert_eq!(one(&mut s, r.req_id).state, ReqState::Expired);
+}

@@ -1,0 +1,126 @@
+//! `REQ_TRACK` in memory: the requests to the AODB, as `store::pg::requests` keeps them.
+
+use super::*;
+use crate::dispatch::OutboundIntent;
+use crate::ports::{Kept, Requests};
+use crate::requests::{NewRequest, Outgoing, ReqState, Request};
+
+/// REGISTERED → SENT: the outbox event `event_id` became `COUTMSGS` row `row` (in the same
+/// write as the event's SENT, as in PostgreSQL).
+pub(super) fn sent(s: &mut PgState, event_id: i64, row: i64, now: SystemTime) {
+    for r in s.requests.values_mut() {
+        if r.event_id == Some(event_id) && r.state == ReqState::Registered {
+            r.state = ReqState::Sent;
+            r.coutmsgs_id = Some(row);
+            r.updated_at = now;
+        }
+    }
+}
+
+impl Requests for MemPg {
+    fn register(
+        &mut self,
+        new: &NewRequest,
+        text: &dyn Fn(i64) -> Outgoing,
+        now: SystemTime,
+    ) -> StoreResult<Result<Request, Request>> {
+        self.session_write(|s| {
+            let open = s
+                .requests
+                .values()
+                .find(|r| r.state.is_open() && r.req_type == new.req_type && r.req_key == new.req_key);
+            if let Some(open) = open {
+                return Ok(Err(open.clone()));
+            }
+            s.next_req_id += 1;
+            s.next_event_id += 1;
+            let (req_id, event_id) = (s.next_req_id, s.next_event_id);
+            let out = text(req_id);
+            let intent = OutboundIntent { routing_id: out.routing_id, xml: out.xml };
+            let event = MsgEvent {
+                event_id,
+                msg_id: None,
+                target: Target::Coutmsgs,
+                partition_key: format!("req:{req_id}"),
+                state_version: req_id,
+                payload_json: serde_json::to_string(&intent).expect("two strings serialise"),
+                attempts: 0,
+                next_attempt_at: None,
+                last_attempt_at: None,
+                created_at: Some(now),
+                ordinal: None,
+            };
+            let mem = MemEvent {
+                event,
+                state: EventStatus::Pending,
+                error_class: None,
+                last_error: None,
+                sent_at: None,
+                landed: None,
+            };
+            s.events.insert(event_id, mem);
+            let r = Request {
+                req_id,
+                req_type: new.req_type.to_string(),
+                req_key: new.req_key.clone(),
+                state: ReqState::Registered,
+                origin: new.origin.as_str().to_string(),
+                event_id: Some(event_id),
+                coutmsgs_id: None,
+                mgid: out.mgid,
+                answer_msg_id: None,
+                created_at: now,
+                updated_at: now,
+                expires_at: None,
+            };
+            s.requests.insert(req_id, r.clone());
+            Ok(Ok(r))
+        })
+    }
+
+    fn requests(&mut self, open_only: bool, limit: usize) -> StoreResult<Vec<Request>> {
+        self.read(|s| {
+            Ok(s.requests
+                .values()
+                .rev()
+                .filter(|r| !open_only || r.state.is_open())
+                .take(limit)
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn keep_requests(&mut self, timeout: Duration, now: SystemTime) -> StoreResult<Kept> {
+        self.session_write(|s| {
+            let mut kept = Kept::default();
+            let dead: Vec<i64> = s
+                .events
+                .values()
+                .filter(|e| e.state == EventStatus::Dead)
+                .map(|e| e.event.event_id)
+                .collect();
+            for r in s.requests.values_mut() {
+                match r.state {
+                    ReqState::Sent => {
+                        r.state = ReqState::Waiting;
+                        r.expires_at = Some(r.updated_at + timeout);
+                        r.updated_at = now;
+                        kept.waiting.push(r.clone());
+                    }
+                    ReqState::Waiting if r.expires_at.is_some_and(|t| t <= now) => {
+                        r.state = ReqState::Expired;
+                        r.updated_at = now;
+                        kept.expired.push(r.clone());
+                    }
+                    ReqState::Registered if r.event_id.is_some_and(|e| dead.contains(&e)) => {
+                        r.state = ReqState::Expired;
+                        r.updated_at = now;
+                        kept.undeliverable.push(r.clone());
+                    }
+                    _ => {}
+                }
+            }
+            Ok(kept)
+        })
+    }
+}

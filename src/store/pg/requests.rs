@@ -1,0 +1,197 @@
+//! `REQ_TRACK` (G-REQ-TRACK, SPEC §4.11): the requests msgx writes to the AODB. Every transition
+//! is one conditional statement; the open-request index (`uk_req_open`, V001) keeps one open
+//! request per type and key.
+
+use std::time::{Duration, SystemTime};
+
+use super::{known_state, Pg, Session};
+use crate::dispatch::OutboundIntent;
+use crate::error::StoreError;
+use crate::ports::{Kept, Requests, Sent, StoreResult};
+use crate::requests::{Answer, NewRequest, Outgoing, ReqState, Request};
+
+/// The columns [`request`] reads, in its order.
+pub(super) const REQUEST: &str =
+    "req_id, req_type, req_key, state, origin, event_id, coutmsgs_id, mgid, answer_msg_id, \
+     created_at, updated_at, expires_at";
+
+const OPEN: &str = "('REGISTERED', 'SENT', 'WAITING')";
+
+pub(super) fn request(r: &postgres::Row) -> Result<Request, StoreError> {
+    let state: &str = r.get(3);
+    Ok(Request {
+        req_id: r.get(0),
+        req_type: r.get(1),
+        req_key: r.get(2),
+        state: known_state(ReqState::parse(state), "REQ_TRACK.STATE", state)?,
+        origin: r.get(4),
+        event_id: r.get(5),
+        coutmsgs_id: r.get(6),
+        mgid: r.get(7),
+        answer_msg_id: r.get(8),
+        created_at: r.get(9),
+        updated_at: r.get(10),
+        expires_at: r.get(11),
+    })
+}
+
+pub(super) fn requests(rows: &[postgres::Row]) -> StoreResult<Vec<Request>> {
+    rows.iter().map(request).collect()
+}
+
+/// The request and its outbox event in one statement; nothing when one of the same type and key
+/// is open (the partial unique index is the arbiter, so two operators at once cannot both win).
+fn register_sql() -> String {
+    format!(
+        "WITH r AS (
+           INSERT INTO req_track (req_id, req_type, req_key, state, origin, event_id, mgid, created_at, updated_at)
+           VALUES ($1, $2, $3, 'REGISTERED', $4, $5, $6, $7, $7)
+           ON CONFLICT (req_type, req_key) WHERE state IN {OPEN} DO NOTHING
+           RETURNING {REQUEST})
+         , e AS (
+           INSERT INTO msg_event (event_id, target, partition_key, event_type, state_version, payload_json, state, attempts, created_at)
+           SELECT $5, 'COUTMSGS', 'req:' || r.req_id, 'REQUEST', r.req_id, $8, 'PENDING', 0, $7 FROM r)
+         SELECT {REQUEST} FROM r"
+    )
+}
+
+impl Requests for Pg {
+    fn register(
+        &mut self,
+        new: &NewRequest,
+        text: &dyn Fn(i64) -> Outgoing,
+        now: SystemTime,
+    ) -> StoreResult<Result<Request, Request>> {
+        let sql = register_sql();
+        // Unfenced: an operator's command writes beside the daemon, through the index.
+        self.write(|c| {
+            let ids = c.query_one(
+                "SELECT nextval('req_track_req_id_seq'), nextval('msg_event_event_id_seq')",
+                &[],
+            )?;
+            let (req_id, event_id): (i64, i64) = (ids.get(0), ids.get(1));
+            let out = text(req_id);
+            let payload = serde_json::to_string(&OutboundIntent { routing_id: out.routing_id, xml: out.xml })
+                .expect("two strings serialise");
+            let origin = new.origin.as_str();
+            let params: [&(dyn postgres::types::ToSql + Sync); 8] =
+                [&req_id, &new.req_type, &new.req_key, &origin, &event_id, &out.mgid, &now, &payload];
+            if let Some(row) = c.query_opt(&sql, &params)? {
+                return Ok(request(&row).map(Ok));
+            }
+            let open = c.query_one(
+                &format!("SELECT {REQUEST} FROM req_track WHERE req_type = $1 AND req_key = $2 AND state IN {OPEN}"),
+                &[&new.req_type, &new.req_key],
+            )?;
+            Ok(request(&open).map(Err))
+        })
+    }
+
+    fn requests(&mut self, open_only: bool, limit: usize) -> StoreResult<Vec<Request>> {
+        let sql = format!(
+            "SELECT {REQUEST} FROM req_track WHERE NOT $1 OR state IN {OPEN} ORDER BY req_id DESC LIMIT $2"
+        );
+        let rows = self.run(|c| c.query(&sql, &[&open_only, &(limit as i64)]))?;
+        requests(&rows)
+    }
+
+    fn keep_requests(&mut self, timeout: Duration, now: SystemTime) -> StoreResult<Kept> {
+        let micros = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
+        self.write(|c| {
+            let expired = c.query(
+                &format!(
+                    "UPDATE req_track SET state = 'EXPIRED', updated_at = $1
+                     WHERE state = 'WAITING' AND expires_at <= $1 RETURNING {REQUEST}"
+                ),
+                &[&now],
+            )?;
+            let waiting = c.query(
+                &format!(
+                    "UPDATE req_track SET state = 'WAITING', updated_at = $1,
+                            expires_at = updated_at + $2::bigint * interval '1 microsecond'
+                     WHERE state = 'SENT' RETURNING {REQUEST}"
+                ),
+                &[&now, &micros],
+            )?;
+            let undeliverable = c.query(
+                &format!(
+                    "UPDATE req_track r SET state = 'EXPIRED', updated_at = $1
+                     FROM msg_event e WHERE r.state = 'REGISTERED' AND e.event_id = r.event_id AND e.state = 'DEAD'
+                     RETURNING {}",
+                    prefixed("r.")
+                ),
+                &[&now],
+            )?;
+            let kept = (|| {
+                Ok(Kept {
+                    waiting: requests(&waiting)?,
+                    expired: requests(&expired)?,
+                    undeliverable: requests(&undeliverable)?,
+                })
+            })();
+            Ok(kept)
+        })
+    }
+}
+
+/// [`REQUEST`]'s columns of a table aliased `p`.
+fn prefixed(p: &str) -> String {
+    REQUEST.split(", ").map(|c| format!("{p}{c}")).collect::<Vec<_>>().join(", ")
+}
+
+/// REGISTERED → SENT for the outbox events that became `COUTMSGS` rows, in the transaction that
+/// marks them SENT.
+pub(super) fn sent(c: &mut Session<'_>, sent: &[Sent<'_>], now: SystemTime) -> Result<(), postgres::Error> {
+    let (events, rows): (Vec<i64>, Vec<i64>) = sent
+        .iter()
+        .filter_map(|x| match x.landed {
+            Some(crate::ports::Landed::Outbound { row }) => Some((x.event_id, row)),
+            _ => None,
+        })
+        .unzip();
+    if events.is_empty() {
+        return Ok(());
+    }
+    c.execute(
+        "UPDATE req_track r SET state = 'SENT', coutmsgs_id = x.row_id, updated_at = $3
+         FROM UNNEST($1::bigint[], $2::bigint[]) AS x(event_id, row_id)
+         WHERE r.event_id = x.event_id AND r.state = 'REGISTERED'",
+        &[&events, &rows, &now],
+    )?;
+    Ok(())
+}
+
+/// The answer guard (G-RESP-GUARD) in the round's transaction: each answer closes the oldest
+/// open request it answers (DONE), else notes itself on the newest EXPIRED one no message
+/// answered yet (`requests::closes`). One statement per answer: answers are rare (a snapshot a
+/// request asked for, a reference list), and two in one round must not close the same request.
+pub(super) fn answer(
+    c: &mut Session<'_>,
+    answers: &[(i64, &Answer)],
+    now: SystemTime,
+) -> Result<(), postgres::Error> {
+    for (msg_id, a) in answers {
+        let (matching, key): (&str, Option<&str>) = match a {
+            // $3 is NULL here: named so that every statement takes the same parameters.
+            Answer::Window => ("req_type = 'RQFD' AND $3::text IS NULL", None),
+            Answer::Reference(t) => ("req_type = 'RQRD' AND req_key = $3", Some(t.as_str())),
+            Answer::Rmid(m) => ("mgid = $3", Some(m.as_str())),
+        };
+        let sql = format!(
+            "UPDATE req_track SET state = CASE WHEN state = 'EXPIRED' THEN state ELSE 'DONE' END,
+                    answer_msg_id = $1, updated_at = $2
+             WHERE req_id = (SELECT req_id FROM req_track
+                             WHERE answer_msg_id IS NULL AND state IN ('REGISTERED', 'SENT', 'WAITING', 'EXPIRED')
+                               AND {matching}
+                             ORDER BY state = 'EXPIRED', CASE WHEN state = 'EXPIRED' THEN -req_id ELSE req_id END
+                             LIMIT 1 FOR UPDATE)"
+        );
+        c.execute(&sql, &[msg_id, &now, &key])?;
+    }
+    Ok(())
+}
+
+/// The requests these messages answered.
+pub(super) fn answered(c: &mut Session<'_>, msg_ids: &[i64]) -> Result<Vec<postgres::Row>, postgres::Error> {
+    c.query(&format!("SELECT {REQUEST} FROM req_track WHERE answer_msg_id = ANY($1)"), &[&msg_ids])
+}
