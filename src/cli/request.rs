@@ -151,7 +151,7 @@ pub(super) fn list(cfg: &Config, open: bool, limit: usize, json: bool) -> CmdRes
         return Ok(());
     }
     out!(
-        "{:<7} {:<5} {:<34} {:<10} {:<21} {:<21} {:<21} {:>11} {:>10}",
+        "{:<7} {:<5} {:<34} {:<10} {:<20} {:<20} {:<20} {:>11} {:>10}",
         "req_id",
         "type",
         "key",
@@ -165,14 +165,14 @@ pub(super) fn list(cfg: &Config, open: bool, limit: usize, json: bool) -> CmdRes
     let dash = || "-".to_string();
     for r in &rows {
         out!(
-            "{:<7} {:<5} {:<34} {:<10} {:<21} {:<21} {:<21} {:>11} {:>10}",
+            "{:<7} {:<5} {:<34} {:<10} {:<20} {:<20} {:<20} {:>11} {:>10}",
             r.req_id,
             r.req_type,
             one_line(&r.req_key),
-            r.state,
-            time(r.created_at),
-            time(r.updated_at),
-            r.expires_at.map_or_else(dash, time),
+            r.state.as_str(),
+            to_second(r.created_at),
+            to_second(r.updated_at),
+            r.expires_at.map_or_else(dash, to_second),
             r.coutmsgs_id.map_or_else(dash, |x| x.to_string()),
             r.answer_msg_id.map_or_else(dash, |x| format!("msg {x}")),
         );
@@ -181,4 +181,10 @@ pub(super) fn list(cfg: &Config, open: bool, limit: usize, json: bool) -> CmdRes
         out!("(the newest {limit}; --limit shows more)");
     }
     Ok(())
+}
+
+/// A time in the table, to the second (the JSON keeps the microseconds).
+fn to_second(t: std::time::SystemTime) -> String {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }

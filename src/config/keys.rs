@@ -192,7 +192,7 @@ pub const KEYS: &[KeySpec] = &[
         "msgx.pipeline.jobs-interval",
         "\"1m\"",
         Kind::Duration { min: Duration::from_secs(1) },
-        "pause between rounds of the jobs thread (event retention, archive)",
+        "pause between rounds of the jobs thread (event retention, archive, the requests' clock: a request starts waiting and expires at most this long after its time)",
     ),
     k(
         "msgx.pipeline.reconnect-backoff-ms",
@@ -390,6 +390,12 @@ pub const KEYS: &[KeySpec] = &[
     ),
     k("msgx.requests.sender", "\"VIEW\"", Kind::Str, "SNDR of every request (and SORC in the platform dialect)"),
     k("msgx.requests.receiver", "\"\"", Kind::Text, "RCVR of a platform request (empty: written empty)"),
+    k(
+        "msgx.requests.window-format",
+        "\"%d%b%y%H%M\"",
+        Kind::Str,
+        "how an RQFD request's STDB and STDE write a time: a strftime pattern, written in upper case (the default writes 05MAR261430, as SIS writes SODT)",
+    ),
     k(
         "msgx.requests.airport",
         "\"\"",

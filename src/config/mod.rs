@@ -632,7 +632,23 @@ fn requests(v: &Values) -> Result<RequestPolicy, ConfigError> {
         sender: string(v, "msgx.requests.sender")?,
         receiver: text(v, "msgx.requests.receiver")?,
         airport: text(v, "msgx.requests.airport")?,
+        window_format: window_format(v)?,
     })
+}
+
+/// `msgx.requests.window-format`: a strftime pattern that formats a time (an unknown directive
+/// or a pattern that writes nothing is refused here, never when a request is written).
+fn window_format(v: &Values) -> Result<String, ConfigError> {
+    const KEY: &str = "msgx.requests.window-format";
+    let pattern = string(v, KEY)?;
+    let at = |d, h| jiff::fmt::strtime::format(&pattern, jiff::civil::date(2026, 3, d).at(h, 30, 0, 0));
+    match (at(5, 14), at(6, 15)) {
+        (Ok(a), Ok(b)) if a != b => Ok(pattern),
+        (Ok(_), Ok(_)) => {
+            Err(bad(KEY, format!("{pattern:?} writes no time (two different times read the same)")))
+        }
+        (Err(e), _) | (_, Err(e)) => Err(bad(KEY, format!("{pattern:?} is not a strftime pattern: {e}"))),
+    }
 }
 
 fn producer(v: &Values) -> Result<Producer, ConfigError> {

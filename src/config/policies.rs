@@ -67,4 +67,7 @@ pub struct RequestPolicy {
     pub receiver: String,
     /// Family B's `APOT` and the request's `BAPT` (empty: written empty).
     pub airport: String,
+    /// How an RQFD's `STDB`/`STDE` write a time (strftime, written upper case); checked at
+    /// start-up, so writing a request never fails on it.
+    pub window_format: String,
 }

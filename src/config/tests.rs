@@ -80,6 +80,9 @@ fn bad_values_name_the_key() {
         ("[mailbox.inbound]\ntable = \"x; DROP TABLE y\"", "mailbox.inbound.table", "SQL name"),
         ("[msgx.codec]\nignore-rules = [\"LDM\"]", "msgx.codec.ignore-rules", "TYPE-STYP"),
         ("[redis]\nurl = \"\"", "redis.url", "empty"),
+        ("[msgx.requests]\ndialect = \"SITA\"", "msgx.requests.dialect", "neither"),
+        ("[msgx.requests]\nwindow-format = \"%Q\"", "msgx.requests.window-format", "strftime"),
+        ("[msgx.requests]\nwindow-format = \"NOON\"", "msgx.requests.window-format", "writes no time"),
         ("[msgx.compat-http]\nlisten = \"localhost\"", "msgx.compat-http.listen", "ip:port"),
         (
             "[msgx.pipeline]\nbackfill-backoff-ms = 1000000",

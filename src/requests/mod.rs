@@ -136,7 +136,11 @@ pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, req_id: i64, 
             let (styp, body, routing) = match ask {
                 Ask::Flights { from, to } => (
                     "NONE".to_string(),
-                    format!("<RQFD><STDB>{}</STDB><STDE>{}</STDE></RQFD>", sis_time(*from), sis_time(*to)),
+                    format!(
+                        "<RQFD><STDB>{}</STDB><STDE>{}</STDE></RQFD>",
+                        e(&window_time(policy, *from)),
+                        e(&window_time(policy, *to))
+                    ),
                     "VIEWRQFD",
                 ),
                 Ask::Reference(t) => (e(t), format!("<RQRD><RTYP>{}</RTYP></RQRD>", e(t)), "VIEWRQRD"),
@@ -172,9 +176,12 @@ pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, req_id: i64, 
     }
 }
 
-/// A time as a SIS body writes it: `ddMMMyyHHmm`.
-fn sis_time(t: DateTime) -> String {
-    t.strftime("%d%b%y%H%M").to_string().to_ascii_uppercase()
+/// A window's time as an RQFD writes it (`msgx.requests.window-format`, checked at start-up;
+/// the default writes `ddMMMyyHHmm`).
+fn window_time(policy: &RequestPolicy, t: DateTime) -> String {
+    jiff::fmt::strtime::format(&policy.window_format, t)
+        .expect("msgx.requests.window-format was checked when the configuration was read")
+        .to_ascii_uppercase()
 }
 
 /// A request's state in `REQ_TRACK` (G-REQ-TRACK).

@@ -12,6 +12,7 @@ fn policy(dialect: RequestDialect) -> RequestPolicy {
         sender: "VIEW".into(),
         receiver: "FIMS".into(),
         airport: "ZXXX".into(),
+        window_format: "%d%b%y%H%M".into(),
     }
 }
 
@@ -39,6 +40,14 @@ fn a_sis_window_request_is_rqfd_with_the_body_time_format_and_its_routing_id() {
     // msgx's own reader takes it as a family-A message of TYPE RQFD.
     let m = crate::codec::decode(&out.xml).expect("well-formed");
     assert_eq!((m.meta.dialect, m.meta.msg_type.as_str(), m.meta.seqn.as_str()), (Dialect::A, "RQFD", "42"));
+}
+
+#[test]
+fn the_window_format_is_the_installations_choice() {
+    let mut p = policy(RequestDialect::Sis);
+    p.window_format = "%Y-%m-%d %H:%M".into();
+    let out = text(&p, &MailboxZone::default(), &window(), 1, now());
+    assert!(out.xml.contains("<STDB>2026-03-05 06:00</STDB><STDE>2026-03-05 23:59</STDE>"), "{}", out.xml);
 }
 
 #[test]

@@ -1,0 +1,216 @@
+//! #41: requests to the AODB (SPEC §4.11) on the real services — `msgx request` registers a
+//! request, the running instance writes it to `COUTMSGS`, the answer that comes back through
+//! `CMINMSGS` closes it (G-RESP-GUARD), an unanswered one expires, an answer nobody asked for is
+//! processed and counted.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use msgx::fixtures;
+
+/// `msgx ARGS` on `s`'s stores: exit code and output.
+fn msgx(s: &Services, args: &[&str]) -> (Option<i32>, String) {
+    let o = operator_command(s, args);
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// One request as `msgx requests --json` lists it.
+fn listed(s: &Services, req_id: i64) -> serde_json::Value {
+    let (code, json) = msgx(s, &["requests", "--json"]);
+    assert_eq!(code, Some(0), "{json}");
+    let all: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    all.into_iter()
+        .find(|r| r["req_id"] == req_id)
+        .unwrap_or_else(|| panic!("req_id {req_id} listed: {json}"))
+}
+
+/// Waits until request `req_id` is in `state`; fails with the daemon's log.
+fn wait_state(s: &Services, a: &Instance, req_id: i64, state: &str) -> serde_json::Value {
+    let mut pg = s.pg();
+    let q = format!("SELECT count(*) FROM req_track WHERE req_id = {req_id} AND state = '{state}'");
+    let ok = eventually(Duration::from_secs(60), || count(&mut pg, &q) == 1);
+    assert!(ok, "request {req_id} never became {state}:\n{}", a.log_text());
+    listed(s, req_id)
+}
+
+/// `msgx request ARGS --yes`: the id it registered.
+fn ask(s: &Services, args: &[&str]) -> i64 {
+    let (code, out) = msgx(s, &[&["request"], args, &["--yes"]].concat());
+    println!("msgx request {}:\n{out}", args.join(" "));
+    assert_eq!(code, Some(0), "{out}");
+    let id = out.split("req_id=").nth(1).and_then(|r| r.split(' ').next()).expect("registered req_id=");
+    id.parse().unwrap()
+}
+
+/// The outbound mailbox: (COUTMSGS_ID, ROUTINGID, text), in order.
+fn coutmsgs(s: &Services) -> Vec<(i64, String, String)> {
+    use mysql::prelude::Queryable;
+    s.mysql()
+        .query("SELECT COUTMSGS_ID, ROUTINGID, COUTMSGS_CLOB_MSG FROM coutmsgs ORDER BY COUTMSGS_ID")
+        .unwrap()
+}
+
+fn wait_coutmsgs(s: &Services, a: &Instance, n: usize) -> Vec<(i64, String, String)> {
+    let ok = eventually(Duration::from_secs(60), || coutmsgs(s).len() == n);
+    assert!(ok, "{n} COUTMSGS rows never came:\n{}", a.log_text());
+    coutmsgs(s)
+}
+
+const SUCCEEDED: &str = "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'";
+
+#[test]
+fn a_window_request_goes_to_coutmsgs_and_its_schd_resp_closes_it_and_replaces_the_window() {
+    let s = Services::migrated("jobs-interval = \"1s\"\n");
+    // The day as msgx holds it: three flights on 5 March.
+    s.insert_inbound(&[fixtures::schd(
+        1,
+        "DNLD",
+        &[("A1", "05MAR261200"), ("A2", "05MAR261300"), ("A3", "05MAR261400")],
+    )]);
+    let a = Instance::run(&s, "asker", "");
+    settled(&s, &a, &[(SUCCEEDED, 1)]);
+
+    // A dry run shows the text and writes nothing.
+    let (code, out) =
+        msgx(&s, &["request", "flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(
+            "would ask the AODB: type=RQFD key=2026-03-05T00:00/2026-03-05T23:59 routing_id=VIEWRQFD"
+        ),
+        "{out}"
+    );
+    assert_eq!(count(&mut s.pg(), "SELECT count(*) FROM req_track"), 0, "a dry run registers nothing");
+
+    let req = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    let rows = wait_coutmsgs(&s, &a, 1);
+    println!("COUTMSGS row (sis): {rows:?}");
+    let (row_id, routing, xml) = &rows[0];
+    assert_eq!(routing, "VIEWRQFD");
+    assert!(xml.contains("<TYPE>RQFD</TYPE><STYP>NONE</STYP>"), "{xml}");
+    assert!(xml.contains("<RQFD><STDB>05MAR260000</STDB><STDE>05MAR262359</STDE></RQFD>"), "{xml}");
+    assert!(xml.contains(&format!("<SNDR>VIEW</SNDR><SEQN>{req}</SEQN>")), "{xml}");
+    let waiting = wait_state(&s, &a, req, "WAITING");
+    assert_eq!(waiting["coutmsgs_id"], *row_id, "{waiting}");
+    assert!(waiting["expires_at"].is_string(), "{waiting}");
+
+    // One open request per type and key.
+    let (code, out) =
+        msgx(&s, &["request", "flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59", "--yes"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("is open: req_id={req} state=WAITING")), "{out}");
+    let (_, open) = msgx(&s, &["requests", "--open"]);
+    println!("msgx requests --open:\n{open}");
+    assert!(open.contains("WAITING"), "{open}");
+
+    // The AODB answers with the window: A2 is gone from it, A4 is new.
+    let answer = s.insert_inbound(&[fixtures::schd(
+        2,
+        "RESP",
+        &[("A1", "05MAR261200"), ("A3", "05MAR261400"), ("A4", "05MAR261500")],
+    )])[0];
+    let done = wait_state(&s, &a, req, "DONE");
+    assert_eq!(done["answer_msg_id"], answer, "{done}");
+    assert!(
+        a.wait_for_log(&format!("request answered req_id={req} type=RQFD"), Duration::from_secs(10)),
+        "{}",
+        a.log_text()
+    );
+    let flights = redis_flights(&s);
+    assert_eq!(flights.keys().collect::<Vec<_>>(), ["A1", "A3", "A4"], "the answer replaced the window");
+    let (_, all) = msgx(&s, &["requests"]);
+    println!("msgx requests:\n{all}");
+    assert!(all.contains(&format!("msg {answer}")), "{all}");
+    assert!(!a.log_text().contains("unsolicited answer"), "{}", a.log_text());
+}
+
+#[test]
+fn an_unanswered_request_expires_a_late_answer_is_noted_and_an_unsolicited_one_counted() {
+    let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\ntimeout = \"1s\"\n");
+    let a = Instance::run(&s, "expiring", "");
+    let req = ask(&s, &["reference", "slst"]);
+    let rows = wait_coutmsgs(&s, &a, 1);
+    println!("COUTMSGS row (sis, reference): {rows:?}");
+    assert_eq!(rows[0].1, "VIEWRQRD");
+    assert!(rows[0].2.contains("<TYPE>RQRD</TYPE><STYP>SLST</STYP>"), "{}", rows[0].2);
+    assert!(rows[0].2.contains("<RQRD><RTYP>SLST</RTYP></RQRD>"), "{}", rows[0].2);
+    let expired = wait_state(&s, &a, req, "EXPIRED");
+    assert!(expired["answer_msg_id"].is_null(), "{expired}");
+    assert!(
+        a.wait_for_log(&format!("request expired req_id={req} type=RQRD key=SLST"), Duration::from_secs(10))
+    );
+    let (_, all) = msgx(&s, &["requests"]);
+    println!("msgx requests (expired):\n{all}");
+    assert!(all.contains("EXPIRED"), "{all}");
+
+    // The key is free again once expired.
+    let (code, out) = msgx(&s, &["request", "reference", "SLST"]);
+    assert_eq!(code, Some(2), "a dry run: {out}");
+
+    // The late answer is processed and noted on the request; an answer nobody asked for is
+    // processed and counted.
+    let body = |k: &str| format!("<RECS>1</RECS><SLST><SCOD>{k}</SCOD><NOTE>x</NOTE></SLST>");
+    let late = s.insert_inbound(&[fixtures::other(1, "SLST", "RESP", &body("S1"))])[0];
+    settled(&s, &a, &[(SUCCEEDED, 1)]);
+    assert!(
+        a.wait_for_log(&format!("request answered after it expired req_id={req}"), Duration::from_secs(10))
+    );
+    let noted = listed(&s, req);
+    assert_eq!(
+        (noted["state"].as_str(), noted["answer_msg_id"].as_i64()),
+        (Some("EXPIRED"), Some(late)),
+        "{noted}"
+    );
+    let glst = "<RECS>1</RECS><GLST><GCOD>G1</GCOD></GLST>";
+    let stray = s.insert_inbound(&[fixtures::other(2, "GLST", "RESP", glst)])[0];
+    settled(&s, &a, &[(SUCCEEDED, 2)]);
+    assert!(
+        a.wait_for_log(&format!("unsolicited answer msg_id={stray}"), Duration::from_secs(10)),
+        "{}",
+        a.log_text()
+    );
+    assert_eq!(count(&mut s.pg(), "SELECT count(*) FROM ref_master WHERE rtype = 'GLST'"), 1, "processed");
+    let mut a = a;
+    a.signal("-TERM");
+    a.wait(Duration::from_secs(30));
+    assert!(a.log_text().contains("unsolicited_answers=1"), "{}", a.log_text());
+}
+
+#[test]
+fn a_platform_request_carries_its_mgid_and_the_answer_with_that_rmid_closes_it() {
+    let s = Services::migrated(
+        "jobs-interval = \"1s\"\n[msgx.requests]\ndialect = \"platform\"\nreceiver = \"FIMS\"\nairport = \"ZXXX\"\n",
+    );
+    let a = Instance::run(&s, "platform", "");
+    let (code, out) = msgx(&s, &["request", "reference", "SLST", "--yes"]);
+    assert_eq!(code, Some(2), "the platform dialect asks no reference list: {out}");
+    let window = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    let one = ask(&s, &["flight", "4711"]);
+    let rows = wait_coutmsgs(&s, &a, 2);
+    println!("COUTMSGS rows (platform): {rows:?}");
+    for (_, routing, xml) in &rows {
+        assert_eq!(routing, "VIEWRQDF");
+        assert!(xml.contains("<TYPE>REQE</TYPE><STYP>RQDF</STYP>"), "{xml}");
+        assert!(xml.contains("<RCVR>FIMS</RCVR>") && xml.contains("<APOT>ZXXX</APOT>"), "{xml}");
+    }
+    assert!(
+        rows[0].2.contains("<RQTP>DFTM</RQTP><STTM>20260305000000</STTM><ENTM>20260305235900</ENTM>"),
+        "{}",
+        rows[0].2
+    );
+    assert!(rows[1].2.contains("<RQTP>FLID</RQTP><FLID>4711</FLID>"), "{}", rows[1].2);
+    let waiting = wait_state(&s, &a, window, "WAITING");
+    let mgid = waiting["mgid"].as_str().expect("a platform request has its MGID").to_string();
+    assert!(rows[0].2.contains(&format!("<MGID>{mgid}</MGID>")), "{}", rows[0].2);
+
+    // The platform's full table, carrying the window request's MGID as RMID.
+    let table = fixtures::dfdl(7, "20260305", &[("4711", "0900"), ("4712", "1000")])
+        .replace("<RMID/>", &format!("<RMID>{mgid}</RMID>"));
+    let answer = s.insert_inbound(&[table])[0];
+    let done = wait_state(&s, &a, window, "DONE");
+    assert_eq!(done["answer_msg_id"], answer, "{done}");
+    assert_eq!(listed(&s, one)["state"], "WAITING", "an answer closes the request it names, no other");
+    assert!(redis_flights(&s).contains_key("4712"), "the answer was processed");
+}
