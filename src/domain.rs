@@ -324,3 +324,11 @@ mod tests {
         assert_eq!(super::payload_digest(""), "e3b0c442");
     }
 }
+
+/// An outbound message as its outbox event to target COUTMSGS carries it (a request to the
+/// AODB, #41): the row's routing id and text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutboundIntent {
+    pub routing_id: String,
+    pub xml: String,
+}

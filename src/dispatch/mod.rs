@@ -126,12 +126,7 @@ pub fn schd_batch_len(events: &[MsgEvent], max_bytes: usize) -> usize {
     events.len()
 }
 
-/// An outbound intent as the pump writes it for target COUTMSGS.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutboundIntent {
-    pub routing_id: String,
-    pub xml: String,
-}
+pub use crate::domain::OutboundIntent;
 
 /// Topics, batches and the schd cadence.
 #[derive(Debug, Clone, PartialEq)]

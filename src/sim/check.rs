@@ -9,6 +9,7 @@ use super::Sim;
 use crate::domain::{EventStatus, ProcStatus, Target};
 use crate::handlers::plan::Replay;
 use crate::handlers::{self, FlightState, View};
+use crate::requests::ReqState;
 use crate::store::memory::{MemProc, PgState};
 
 /// What the previous checks saw: the invariants are about changes from step to step.
@@ -75,6 +76,7 @@ impl Checker {
             no_charge_for_an_outage(*id, p, sim)?;
         }
         one_success_per_identity(s)?;
+        requests_hold(sim, s)?;
         if !sim.forgotten {
             // A store that forgot breaks this until the consistency pass heals it.
             redis_first(sim, s)?;
@@ -314,6 +316,47 @@ fn redis_first(sim: &Sim, s: &PgState) -> Result<(), String> {
 }
 
 /// The row as it is now, or as it was archived.
+/// The requests to the AODB (#41, G-REQ-TRACK, G-RESP-GUARD): at most one open per type and
+/// key; a DONE request names the message that answered it; that message SUCCEEDED and is an
+/// answer of the request's kind; no message answers two requests; a request whose event went
+/// out is no longer REGISTERED.
+fn requests_hold(sim: &Sim, s: &PgState) -> Result<(), String> {
+    let mut open = BTreeSet::new();
+    let mut answered: BTreeMap<i64, i64> = BTreeMap::new();
+    for r in s.requests.values() {
+        if r.state.is_open() && !open.insert((&r.req_type, &r.req_key)) {
+            return Err(format!("two open {} requests for {} (G-REQ-OPEN-UNIQUE)", r.req_type, r.req_key));
+        }
+        let sent = r.event_id.and_then(|e| s.events.get(&e)).is_some_and(|e| e.state == EventStatus::Sent);
+        if sent && r.state == ReqState::Registered {
+            return Err(format!("request {} is REGISTERED while its event was SENT", r.req_id));
+        }
+        let Some(m) = r.answer_msg_id else {
+            if r.state == ReqState::Done {
+                return Err(format!("request {} is DONE with no answer recorded", r.req_id));
+            }
+            continue;
+        };
+        if let Some(other) = answered.insert(m, r.req_id) {
+            return Err(format!("msg {m} answered two requests: {other} and {}", r.req_id));
+        }
+        let tag = sim.upstream.rows.get(&m).map(|row| row.kind.tag()).unwrap_or("unknown");
+        let fits = match r.req_type.as_str() {
+            "RQFD" => tag == "SCHD-RESP",
+            "RQRD" => tag == format!("{}-RESP", r.req_key),
+            _ => tag.starts_with("DFOE-"),
+        };
+        let state = final_row(s, m).map(|p| p.row.state);
+        if !fits || state != Some(ProcStatus::Succeeded) {
+            return Err(format!(
+                "request {} ({} {}) answered by msg {m}, a {tag} {state:?}: not an answer to it",
+                r.req_id, r.req_type, r.req_key
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn final_row(s: &PgState, id: i64) -> Option<&MemProc> {
     match s.procs.get(&id) {
         Some(p) if p.row.state == ProcStatus::Archived => s.hst.get(&id),

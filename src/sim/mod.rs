@@ -203,6 +203,10 @@ pub struct Sim {
     /// A false alarm seen: an instance stopped as `forgot`, or a pass found something, with no
     /// forget injected since the stores were last found to agree (#37). Fails the seed.
     pub false_alarm: Option<String>,
+    /// The AODB's side of the requests (#41): how many COUTMSGS rows it has read, and the
+    /// answers it will write later (when, to which request's text).
+    aodb_read: usize,
+    aodb_later: Vec<(SystemTime, String)>,
 }
 
 impl Sim {
@@ -226,6 +230,11 @@ impl Sim {
         // Every message sampled for versions: the most evidence, the most chances of a false
         // alarm (#37).
         cfg.pipeline.check_sample_ratio = 1.0;
+        // Requests (#41): some expire before the AODB answers them.
+        cfg.requests.timeout = Duration::from_secs(rng.range(5, 300));
+        if rng.chance(300) {
+            cfg.requests.dialect = crate::config::RequestDialect::Platform;
+        }
         let pg = MemPg::new();
         pg.set_clock(Arc::new(clock.clone()));
         let lanes = rng.chance(500);
@@ -258,6 +267,8 @@ impl Sim {
             last_forget: None,
             last_clean_pass: 0,
             false_alarm: None,
+            aodb_read: 0,
+            aodb_later: Vec::new(),
         };
         sim.spawn_standby(Duration::ZERO);
         sim
@@ -302,6 +313,8 @@ impl Sim {
             }
             117..=118 => self.forget(),
             119 => self.replay_dead(),
+            120..=121 => self.ask(),
+            122..=127 => self.aodb(),
             _ => self.run_something(),
         }
     }
@@ -622,6 +635,72 @@ impl Sim {
                 self.say(format!("operator replays DEAD msg {id}"));
             }
         }
+    }
+
+    /// An operator asks the AODB (`msgx request --yes`, #41): a day's flights, or the gates'
+    /// list, in the seed's dialect, through the same port the command uses; refused while a
+    /// request for the same type and key is open.
+    fn ask(&mut self) {
+        use crate::config::RequestDialect;
+        use crate::ports::Requests;
+        use crate::requests::{text, Ask, NewRequest, Origin};
+        let policy = self.cfg.requests.clone();
+        let ask = match policy.dialect {
+            RequestDialect::Sis if self.rng.chance(300) => Ask::reference("GLST"),
+            RequestDialect::Sis => {
+                let day = *self.rng.pick(&["2026-03-05", "2026-03-06"]);
+                Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
+            }
+            RequestDialect::Platform => {
+                let day = *self.rng.pick(&["2026-03-07", "2026-03-08"]);
+                Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
+            }
+        }
+        .expect("the simulator asks what may be asked");
+        let new = NewRequest {
+            req_type: ask.req_type(policy.dialect),
+            req_key: ask.req_key(),
+            origin: Origin::Operator,
+        };
+        let (zone, now) = (self.cfg.outbound.zone.clone(), self.clock.now());
+        let written = |req_id| text(&policy, &zone, &ask, req_id, now);
+        let line = match self.pg.session().register(&new, &written, now) {
+            Ok(Ok(r)) => format!("operator asks req_id={} {} {}", r.req_id, r.req_type, r.req_key),
+            Ok(Err(open)) => format!("operator's ask refused: req_id={} is open", open.req_id),
+            Err(e) => format!("operator's ask failed: {e}"),
+        };
+        self.say(line);
+    }
+
+    /// The AODB reads the requests msgx wrote to COUTMSGS and answers each: at once, later, at
+    /// once and again later (a second answer, unsolicited), or never.
+    fn aodb(&mut self) {
+        let rows = self.outbound.rows();
+        let now = self.clock.now();
+        for (_, xml) in rows.iter().skip(self.aodb_read) {
+            let later = now + Duration::from_millis(self.rng.range(1, 600_000));
+            match self.rng.below(100) {
+                0..=54 => self.answer(xml),
+                55..=69 => {
+                    self.answer(xml);
+                    self.aodb_later.push((later, xml.clone()));
+                }
+                70..=84 => self.aodb_later.push((later, xml.clone())),
+                _ => self.say("the AODB never answers a request".into()),
+            }
+        }
+        self.aodb_read = rows.len();
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.aodb_later).into_iter().partition(|(t, _)| *t <= now);
+        self.aodb_later = later;
+        due.iter().for_each(|(_, xml)| self.answer(xml));
+    }
+
+    fn answer(&mut self, request: &str) {
+        let now = self.clock.now();
+        let line = self.upstream.answer(&mut self.rng, &self.mailbox, now, request);
+        let line = line.unwrap_or_else(|| format!("the AODB does not know the request {request}"));
+        self.say(format!("AODB answers: {line}"));
     }
 
     /// Starts the daemon's consistency pass (`consistency::pass`, the same function) for

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::run;
 use crate::planted::{self, Bug};
+use crate::requests::ReqState;
 
 /// Steps per seed before the heal-and-drain.
 const STEPS: u64 = 400;
@@ -31,6 +32,8 @@ fn seeds_hold_every_invariant() {
     let mut faults = [0u64; FAULTS.len()];
     // The upstream's message mix (#39), and how many rows committed late.
     let mut mix: std::collections::BTreeMap<&str, u64> = Default::default();
+    // The requests to the AODB (#41): how they ended, and the AODB's answers.
+    let mut requests: std::collections::BTreeMap<String, u64> = Default::default();
     for seed in first..first + seeds {
         match run(seed, per_seed) {
             Ok(sim) => {
@@ -39,6 +42,18 @@ fn seeds_hold_every_invariant() {
                     *mix.entry(row.kind.tag()).or_default() += 1;
                     *mix.entry("(of them committed late or rolled back)").or_default() += row.late as u64;
                 }
+                sim.pg.inspect(|s| {
+                    for r in s.requests.values() {
+                        let late = if r.state == ReqState::Expired && r.answer_msg_id.is_some() {
+                            ", answered late"
+                        } else {
+                            ""
+                        };
+                        *requests.entry(format!("{}{late}", r.state)).or_default() += 1;
+                    }
+                });
+                *requests.entry("answers the AODB wrote".into()).or_default() +=
+                    sim.log.iter().filter(|l| l.contains("AODB answers: upstream")).count() as u64;
                 for (n, f) in FAULTS.iter().enumerate() {
                     faults[n] += sim.log.iter().filter(|l| l.contains(f)).count() as u64;
                 }
@@ -54,6 +69,7 @@ fn seeds_hold_every_invariant() {
     );
     FAULTS.iter().zip(faults).for_each(|(f, n)| eprintln!("sim: {n} × {f}"));
     mix.iter().for_each(|(kind, n)| eprintln!("sim: upstream {n} × {kind}"));
+    requests.iter().for_each(|(what, n)| eprintln!("sim: requests {n} × {what}"));
 }
 
 #[test]

@@ -120,6 +120,59 @@ impl Upstream {
     /// Writes one row; returns the step log line. `foreign`: another system marks rows too.
     pub fn write(&mut self, rng: &mut Rng, mailbox: &MemMailbox, now: SystemTime, foreign: bool) -> String {
         let (kind, raw) = self.next_row(rng, foreign);
+        self.put(rng, mailbox, now, kind, raw)
+    }
+
+    /// The AODB answers a request msgx wrote to COUTMSGS (#41), as any row it writes (it may
+    /// commit late): an RQFD with the SCHD-RESP of its window's day, an RQRD of the gates with
+    /// their list's RESP, a platform RQDF of a day with that day's table carrying the request's
+    /// MGID as RMID. `None`: a request this AODB does not answer.
+    pub fn answer(
+        &mut self,
+        rng: &mut Rng,
+        mailbox: &MemMailbox,
+        now: SystemTime,
+        request: &str,
+    ) -> Option<String> {
+        let (kind, raw) = self.answer_to(rng, request)?;
+        Some(self.put(rng, mailbox, now, kind, raw))
+    }
+
+    fn answer_to(&mut self, rng: &mut Rng, request: &str) -> Option<(Kind, String)> {
+        let element = |name: &str| {
+            let (_, rest) = request.split_once(&format!("<{name}>"))?;
+            rest.split_once(&format!("</{name}>")).map(|(v, _)| v.to_string())
+        };
+        if let Some(from) = element("STDB") {
+            let day = [D5, D6].into_iter().find(|d| from.starts_with(d.0))?;
+            return Some(self.plan("RESP", &some_of(day, 750, rng), rng));
+        }
+        if let (Some(from), Some(mgid)) = (element("STTM"), element("MGID")) {
+            let day = [D7, D8].into_iter().find(|d| from.starts_with(d.1))?;
+            let (kind, raw) = self.platform_table_of(day, rng);
+            return Some((kind, raw.replacen("<RMID/>", &format!("<RMID>{mgid}</RMID>"), 1)));
+        }
+        match element("RTYP").as_deref() {
+            Some("GLST") => {
+                let body = gate_list(rng);
+                Some(self.decided(
+                    "GLST-RESP",
+                    &[],
+                    fixtures::other(self.next_seqn + 1, "GLST", "RESP", &body),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    fn put(
+        &mut self,
+        rng: &mut Rng,
+        mailbox: &MemMailbox,
+        now: SystemTime,
+        kind: Kind,
+        raw: String,
+    ) -> String {
         let id = mailbox.tamper(|s| s.allocate());
         let late = rng.chance(80) && kind != Kind::MarkedElsewhere;
         if kind == Kind::MarkedElsewhere {
@@ -253,6 +306,19 @@ impl Upstream {
     }
 }
 
+/// The gates' full list (GLST), each gate kept or not; never empty: a full list without
+/// records is refused (it would delete them all).
+fn gate_list(rng: &mut Rng) -> String {
+    let rec = |g: &str| format!("<GLST><GCOD>{g}</GCOD><GTNM>Gate 1</GTNM><GTML>T2</GTML></GLST>");
+    let gate = *rng.pick(&GATES);
+    let mut kept: Vec<&str> = GATES.iter().copied().filter(|_| rng.chance(600)).collect();
+    if kept.is_empty() {
+        kept.push(gate);
+    }
+    let recs: String = kept.iter().map(|g| rec(g)).collect();
+    format!("<RECS>{}</RECS>{recs}", kept.len())
+}
+
 /// Family A's flights of `day`, each kept `per_mille` times in a thousand; never none.
 fn some_of(day: Day, per_mille: u64, rng: &mut Rng) -> Vec<&'static str> {
     let of_day: Vec<&'static str> =
@@ -306,15 +372,7 @@ impl Upstream {
         ]);
         let gate = *rng.pick(&GATES);
         let body = match styp {
-            "DNLD" => {
-                // Never empty: a full list without records is refused (it would delete them all).
-                let mut kept: Vec<&str> = GATES.iter().copied().filter(|_| rng.chance(600)).collect();
-                if kept.is_empty() {
-                    kept.push(gate);
-                }
-                let recs: String = kept.iter().map(|g| rec(g, "1")).collect();
-                format!("<RECS>{}</RECS>{recs}", kept.len())
-            }
+            "DNLD" => gate_list(rng),
             "UPD" => rec(gate, if rng.chance(500) { "2" } else { "3" }),
             "DEL" => format!("<RECS>1</RECS><GLST><GCOD>{gate}</GCOD></GLST>"),
             _ => format!("<RECS>1</RECS>{}", rec(gate, "1")),
@@ -361,6 +419,10 @@ impl Upstream {
     /// Family B's full table (DFOE-DFDL) of a day: a snapshot of its window.
     fn platform_table(&mut self, rng: &mut Rng) -> (Kind, String) {
         let day = rng.pick(&[D7, D8]).to_owned();
+        self.platform_table_of(day, rng)
+    }
+
+    fn platform_table_of(&mut self, day: Day, rng: &mut Rng) -> (Kind, String) {
         let of_day: Vec<(&str, String)> = PLATFORM
             .iter()
             .filter(|(_, d, _)| *d == day)

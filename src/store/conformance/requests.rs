@@ -70,7 +70,7 @@ pub fn a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key<S:
         (Some(e.event_id), e.msg_id, e.partition_key.clone()),
         (r.event_id, None, format!("req:{}", r.req_id))
     );
-    let intent: crate::dispatch::OutboundIntent = serde_json::from_str(&e.payload_json).unwrap();
+    let intent: crate::domain::OutboundIntent = serde_json::from_str(&e.payload_json).unwrap();
     assert_eq!(
         (intent.routing_id.as_str(), intent.xml),
         ("VIEWRQFD", format!("<MSG><SEQN>{}</SEQN></MSG>", r.req_id))

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{known_state, Pg, Session};
-use crate::dispatch::OutboundIntent;
+use crate::domain::OutboundIntent;
 use crate::error::StoreError;
 use crate::ports::{Kept, Requests, Sent, StoreResult};
 use crate::requests::{Answer, NewRequest, Outgoing, ReqState, Request};

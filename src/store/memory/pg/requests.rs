@@ -1,7 +1,7 @@
 //! `REQ_TRACK` in memory: the requests to the AODB, as `store::pg::requests` keeps them.
 
 use super::*;
-use crate::dispatch::OutboundIntent;
+use crate::domain::OutboundIntent;
 use crate::ports::{Kept, Requests};
 use crate::requests::{NewRequest, Outgoing, ReqState, Request};
 
