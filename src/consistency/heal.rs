@@ -23,7 +23,7 @@ use log::{info, warn};
 
 use super::{texts, unknown_now, Behind, FindingKind, Report, Stores};
 use crate::codec;
-use crate::domain::InboundRow;
+use crate::domain::{InboundRow, RedisRecord};
 use crate::error::StoreError;
 use crate::handlers::plan::Replay;
 use crate::handlers::{self, Decision, FlightState, View};
@@ -348,6 +348,9 @@ fn replay_onto(
         for (m, e) in st.pg.events_of(&missing)? {
             made.entry(m).or_default().push(e);
         }
+        // The snapshots that advanced the plan when they were taken (seed 2155).
+        let advanced: Vec<i64> =
+            rows.iter().filter(|m| m.record == Some(RedisRecord::Generation)).map(|m| m.msg_id).collect();
         let page = decode_page(texts(st, &ids)?, from)?;
         // What the page's messages read, from Redis in one go (not a round trip a message).
         let mut need = handlers::Need::default();
@@ -359,7 +362,7 @@ fn replay_onto(
         replay.load(st, need.flids)?;
         for (m, msg) in page {
             if let Some(msg) = msg {
-                redecide(st, replay, m, &msg)?;
+                redecide(st, replay, m, &msg, advanced.contains(&m))?;
             }
             if missing.contains(&m) {
                 let events = made.remove(&m).unwrap_or_default();
@@ -400,11 +403,13 @@ fn decode_page(
 /// and applies it. A decision may change a flight its message does not read (a schedule's
 /// records): that flight is read as Redis holds it before the change is laid on, as the pump's
 /// apply does — else it would be written back whole with only this message's fields (seed 4998).
+/// `advanced`: own PostgreSQL recorded that this snapshot advanced the plan when it was taken.
 fn redecide(
     st: &mut Stores<'_>,
     replay: &mut Rebuild,
     m: i64,
     msg: &codec::Message,
+    advanced: bool,
 ) -> Result<(), HealError> {
     let flights = handlers::flids_of(msg)
         .filter_map(|f| replay.plan.flights.get(f).map(|s| (f.to_string(), std::sync::Arc::new(s.clone()))))
@@ -413,7 +418,11 @@ fn redecide(
     let Ok(d) = handlers::decide(&View { flights, window }, msg, m) else { return Ok(()) };
     if !d.flights.is_empty() || d.snapshot {
         replay.load(st, d.flights.iter().map(|c| c.flid.clone()).collect())?;
-        replay.plan.apply(m, &d);
+        if advanced {
+            replay.plan.apply_advanced(m, &d);
+        } else {
+            replay.plan.apply(m, &d);
+        }
     }
     Ok(())
 }

@@ -153,6 +153,32 @@ fn regression_seed_4998_a_heal_keeps_what_a_schedule_update_did_not_set() {
     assert_eq!(w.flights.all(), before, "F1 keeps its FFID");
 }
 
+/// Seed 2155: Redis lost a day's snapshot (its flights gone) but kept the next day's, which
+/// had advanced the plan past it. The heal replayed the lost snapshot on Redis's generation,
+/// took it for one not newer than the plan and changed nothing; the check after found the same
+/// again, and every instance stopped with "not healed" — though own PostgreSQL had recorded
+/// that the snapshot advanced the plan when it was taken.
+#[test]
+fn regression_seed_2155_a_snapshot_redis_lost_behind_a_later_one_is_healed() {
+    let w = World::new(KEEP);
+    w.arrive(1, Some(&crate::fixtures::schd(1, "DNLD", &[("D5", "05MAR260900")])));
+    w.arrive(2, Some(&crate::fixtures::schd(2, "DNLD", &[("D6", "06MAR260900")])));
+    w.drain();
+    let before = w.flights.all();
+    assert!(before.contains_key("D5") && before.contains_key("D6"), "{before:?}");
+    // Redis forgets the first day's flight; its journal and the plan's generation stay.
+    let mut lost = w.flights.state();
+    lost.flights.remove("D5");
+    lost.sodt.remove("D5");
+    w.flights.replace_state(lost);
+    let r = w.check();
+    let behind = r.finding(FindingKind::VersionsBehind).expect("the sample sees the lost snapshot");
+    assert_eq!(behind.ids, [1], "{r:?}");
+    w.heal(&r).unwrap();
+    assert_eq!(w.flights.all(), before, "the first day's flight is back");
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
 #[test]
 fn regression_redis_emptied_is_rebuilt_from_every_succeeded_message() {
     let w = World::new(KEEP);

@@ -70,6 +70,18 @@ impl Replay {
         apply(&mut self.flights, &mut self.sodt, &mut self.generation, m, d)
     }
 
+    /// As [`Replay::apply`], for a snapshot own PostgreSQL recorded as having advanced the plan
+    /// when it was taken (`RedisRecord::Generation`): its changes are played again even when
+    /// Redis's generation is past it now — a Redis that lost the snapshot and kept a later one
+    /// of another window (seed 2155) would otherwise never get its window back. The generation
+    /// only moves forward.
+    pub fn apply_advanced(&mut self, m: i64, d: &Decision) {
+        if !self.apply(m, d) {
+            let mut behind = (self.generation.0, m - 1);
+            apply(&mut self.flights, &mut self.sodt, &mut behind, m, d);
+        }
+    }
+
     pub fn window(&self, w: (i64, i64)) -> Vec<String> {
         window(&self.sodt, w)
     }
