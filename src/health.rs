@@ -28,6 +28,9 @@ pub struct Observed {
     /// The consistency check's first finding (a store behind what it acknowledged, #20), or
     /// why the check could not run (a store unreachable: said, not alarmed on).
     pub forgotten: Option<String>,
+    /// Requests a heal made that are still open: windows whose flights await the AODB's answer
+    /// (#41) — (REQ_ID, window) of each.
+    pub awaiting: Vec<(i64, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -104,6 +107,13 @@ pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
     if let Some(f) = &o.forgotten {
         problems.push((Level::Critical, f.clone()));
     }
+    if let Some((req, key)) = o.awaiting.first() {
+        let n = o.awaiting.len();
+        problems.push((
+            Level::Warning,
+            format!("degraded: {n} window(s) of flights await the AODB's answer after a heal (req_id={req} {key})"),
+        ));
+    }
     let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
     let mut said: Vec<&str> =
         problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();
@@ -153,6 +163,14 @@ mod tests {
 
     fn healthy() -> Observed {
         Observed { backlog: 3, holder: Some("host=a pid=1".into()), ..Observed::default() }
+    }
+
+    #[test]
+    fn flights_awaiting_the_aodbs_answer_after_a_heal_are_a_warning() {
+        let o = Observed { awaiting: vec![(7, "2026-03-05T00:00/2026-03-05T23:59".into())], ..healthy() };
+        let v = assess(&o, &t());
+        assert_eq!(v.level, Level::Warning);
+        assert!(v.line.contains("degraded: 1 window(s) of flights await the AODB's answer after a heal (req_id=7 2026-03-05T00:00/2026-03-05T23:59)"), "{}", v.line);
     }
 
     #[test]

@@ -900,6 +900,20 @@ pub struct Gauges {
     pub lag: f64,
     pub marks_owed: i64,
     pub marks_abandoned: i64,
+    /// Open requests to the AODB (REGISTERED, SENT, WAITING) per origin (`operator`, `heal`):
+    /// a heal's are windows whose flights await the answer (#41).
+    pub requests_open: Vec<(String, i64)>,
+}
+
+impl Gauges {
+    /// Open requests a heal made: windows whose flights await the AODB's answer.
+    pub fn awaiting_answers(&self) -> i64 {
+        self.requests_open
+            .iter()
+            .filter(|(o, _)| o == crate::requests::Origin::Heal.as_str())
+            .map(|(_, n)| n)
+            .sum()
+    }
 }
 
 /// Own PostgreSQL as the operations endpoint reads it: its gauges (`/metrics`), on the

@@ -29,13 +29,6 @@ fn get(addr: &str, path: &str, headers: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
-fn endpoint(i: &Instance) -> String {
-    assert!(i.wait_for_log("metrics listening on ", Duration::from_secs(30)), "{}", i.log_text());
-    let log = i.log_text();
-    let at = log.find("metrics listening on ").unwrap() + "metrics listening on ".len();
-    log[at..].split_whitespace().next().unwrap().to_string()
-}
-
 /// Headless Chromium with `args` on `url`, bounded: its standard output.
 fn chromium(args: &[&str], url: &str) -> String {
     let profile = tempdir("chromium");

@@ -11,25 +11,6 @@ use std::time::Duration;
 use common::*;
 use msgx::fixtures;
 
-/// `GET path` on the instance's operations endpoint: (status, body).
-fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut c = TcpStream::connect(addr).expect("connect to the operations endpoint");
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = c.read_to_string(&mut out);
-    let status = out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, out.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default())
-}
-
-/// The address the instance logged it listens on.
-fn endpoint(i: &Instance) -> String {
-    assert!(i.wait_for_log("metrics listening on ", Duration::from_secs(30)), "{}", i.log_text());
-    let log = i.log_text();
-    let at = log.find("metrics listening on ").unwrap() + "metrics listening on ".len();
-    log[at..].split_whitespace().next().unwrap().to_string()
-}
-
 /// The value of one sample (`name{labels}`), if it is there.
 fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
@@ -72,7 +53,7 @@ fn the_metrics_follow_the_pipeline_and_ready_follows_a_redis_outage() {
     let mut body = String::new();
     assert!(
         eventually(Duration::from_secs(10), || {
-            let (status, b) = get(&addr, "/metrics");
+            let (status, b) = http_get(&addr, "/metrics");
             body = b;
             status == 200 && sample(&body, sent) == Some(20.0)
         }),
@@ -93,8 +74,8 @@ fn the_metrics_follow_the_pipeline_and_ready_follows_a_redis_outage() {
     assert_eq!(sample(&body, "msgx_lease_epoch"), Some(1.0));
     assert_eq!(sample(&body, r#"msgx_queue_messages{state="PENDING"}"#), Some(0.0));
     assert!(!body.contains("msg_id=") && !body.contains("flid"), "no message or flight ids as labels");
-    assert_eq!(get(&addr, "/ready"), (200, "ready\n".to_string()));
-    assert_eq!(get(&addr, "/live").0, 200);
+    assert_eq!(http_get(&addr, "/ready"), (200, "ready\n".to_string()));
+    assert_eq!(http_get(&addr, "/live").0, 200);
     println!(
         "scrape after 20 messages (trimmed):\n{}",
         body.lines().filter(|l| !l.starts_with('#')).take(40).collect::<Vec<_>>().join("\n")
@@ -103,17 +84,17 @@ fn the_metrics_follow_the_pipeline_and_ready_follows_a_redis_outage() {
     // Redis away while a message waits: the store goes down, /ready says why, and back.
     redis.stop();
     s.insert_inbound(&[fixtures::flop_stnd(21, "M1", "S21")]);
-    let down = eventually(Duration::from_secs(30), || get(&addr, "/ready").0 == 503);
-    let (_, why) = get(&addr, "/ready");
-    let (_, body) = get(&addr, "/metrics");
+    let down = eventually(Duration::from_secs(30), || http_get(&addr, "/ready").0 == 503);
+    let (_, why) = http_get(&addr, "/ready");
+    let (_, body) = http_get(&addr, "/metrics");
     println!("during the outage: /ready {why:?}, {:?}", sample(&body, r#"msgx_store_up{store="redis"}"#));
     assert!(down && why.contains("redis"), "{why}");
     assert_eq!(sample(&body, r#"msgx_store_up{store="redis"}"#), Some(0.0), "{body}");
     assert_eq!(sample(&body, r#"msgx_stage_stalled{stage="process",store="redis"}"#), Some(1.0), "{body}");
-    assert_eq!(get(&addr, "/live").0, 200, "live all the same");
+    assert_eq!(http_get(&addr, "/live").0, 200, "live all the same");
     redis.restart();
-    assert!(eventually(Duration::from_secs(30), || get(&addr, "/ready").0 == 200), "ready again");
-    let (_, body) = get(&addr, "/metrics");
+    assert!(eventually(Duration::from_secs(30), || http_get(&addr, "/ready").0 == 200), "ready again");
+    let (_, body) = http_get(&addr, "/metrics");
     assert_eq!(sample(&body, r#"msgx_store_up{store="redis"}"#), Some(1.0));
     assert!(sample(&body, "msgx_outage_seconds_total").unwrap_or(0.0) > 0.0, "{body}");
 
@@ -121,14 +102,14 @@ fn the_metrics_follow_the_pipeline_and_ready_follows_a_redis_outage() {
     let b = Instance::run(&s, "standby", "");
     let standby = endpoint(&b);
     assert!(b.wait_for_log("standby: lease held by", Duration::from_secs(30)));
-    assert_eq!(get(&standby, "/live").0, 200);
-    let (status, why) = get(&standby, "/ready");
+    assert_eq!(http_get(&standby, "/live").0, 200);
+    let (status, why) = http_get(&standby, "/ready");
     println!("standby /ready: {status} {why:?}");
     assert_eq!(status, 503);
     assert!(why.contains("standby: the lease is held by"), "{why}");
-    let (_, body) = get(&standby, "/metrics");
+    let (_, body) = http_get(&standby, "/metrics");
     assert_eq!(sample(&body, "msgx_lease_held"), Some(0.0));
-    assert_eq!(get(&standby, "/nope").0, 404);
+    assert_eq!(http_get(&standby, "/nope").0, 404);
     let mut c = TcpStream::connect(&standby).unwrap();
     write!(c, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n").unwrap();
     let mut out = String::new();
@@ -147,7 +128,7 @@ fn live_answers_within_a_second_while_postgres_is_frozen() {
     let addr = endpoint(&a);
     assert!(a.wait_for_log("lease acquired", Duration::from_secs(30)), "{}", a.log_text());
     assert!(
-        eventually(Duration::from_secs(20), || sample(&get(&addr, "/metrics").1, "msgx_gauges_up")
+        eventually(Duration::from_secs(20), || sample(&http_get(&addr, "/metrics").1, "msgx_gauges_up")
             == Some(1.0)),
         "the gauges are read"
     );
@@ -168,12 +149,12 @@ fn live_answers_within_a_second_while_postgres_is_frozen() {
         let scrapes: Vec<_> = (0..2)
             .map(|_| {
                 let addr = addr.clone();
-                std::thread::spawn(move || get(&addr, "/metrics"))
+                std::thread::spawn(move || http_get(&addr, "/metrics"))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(50));
         let asked = std::time::Instant::now();
-        let (status, body) = get(&addr, "/live");
+        let (status, body) = http_get(&addr, "/live");
         slowest = slowest.max(asked.elapsed());
         let mut scraped = scrapes.into_iter().map(|t| t.join().unwrap());
         let (m1, m2) = (scraped.next().unwrap(), scraped.next().unwrap());
@@ -190,7 +171,7 @@ fn live_answers_within_a_second_while_postgres_is_frozen() {
     assert!(up_fell.is_some(), "msgx_gauges_up fell to 0 while PostgreSQL was frozen");
     drop(_thaw);
     assert!(
-        eventually(Duration::from_secs(60), || sample(&get(&addr, "/metrics").1, "msgx_gauges_up")
+        eventually(Duration::from_secs(60), || sample(&http_get(&addr, "/metrics").1, "msgx_gauges_up")
             == Some(1.0)),
         "the gauges are read again once PostgreSQL thaws"
     );

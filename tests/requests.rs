@@ -214,3 +214,88 @@ fn a_platform_request_carries_its_mgid_and_the_answer_with_that_rmid_closes_it()
     assert_eq!(listed(&s, one)["state"], "WAITING", "an answer closes the request it names, no other");
     assert!(redis_flights(&s).contains_key("4712"), "the answer was processed");
 }
+
+/// Deletes every Redis key of `s`'s prefix: Redis emptied, as far as this instance can tell.
+fn empty_redis(s: &Services) {
+    let mut c = s.redis();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", s.cfg.redis_prefix)).query(&mut c).unwrap();
+    assert!(!keys.is_empty(), "msgx wrote Redis");
+    redis::cmd("DEL").arg(&keys).query::<()>(&mut c).unwrap();
+}
+
+/// #41, healing by request: Redis emptied while msgx was stopped, and the mailbox no longer
+/// holds the text of the day's plan. The heal rebuilds what the other texts prove, asks the
+/// AODB for the plan's day instead of stopping (exit 6), and the stages run meanwhile —
+/// degraded in `msgx status`, `status --check` and `/ready`. The answer heals the day.
+#[test]
+fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
+    use mysql::prelude::Queryable;
+    let t0 = std::time::Instant::now();
+    let at = || format!("{:>5.1}s", t0.elapsed().as_secs_f64());
+    let s = Services::migrated("jobs-interval = \"1s\"\n");
+    let day = |m: u64, styp: &str| fixtures::schd(m, styp, &[("H1", "05MAR260900"), ("H2", "05MAR261000")]);
+    let ids = s.insert_inbound(&[
+        day(1, "DNLD"),
+        fixtures::flop_stnd(2, "H1", "B9"),
+        fixtures::schd(3, "DNLD", &[("K1", "06MAR260900")]),
+    ]);
+    let mut a = Instance::run(&s, "before", "");
+    settled(&s, &a, &[(SUCCEEDED, 3)]);
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
+    println!("{} 3 messages processed; msgx stopped", at());
+
+    // While msgx is stopped: the mailbox owner purges the plan's row, and Redis is emptied.
+    s.mysql().exec_drop("DELETE FROM cminmsgs WHERE CMINMSGS_ID = ?", (ids[0],)).unwrap();
+    empty_redis(&s);
+    println!("{} mailbox row {} purged, Redis emptied; msgx starts", at(), ids[0]);
+    let b = Instance::run(&s, "after", "");
+    assert!(b.wait_for_log("heal by request req_id=", Duration::from_secs(60)), "{}", b.log_text());
+    assert!(
+        b.wait_for_log("consistency: healed; the stores agree again", Duration::from_secs(30)),
+        "{}",
+        b.log_text()
+    );
+    let log = b.log_text();
+    let asked = log.lines().find(|l| l.contains("heal by request")).unwrap().to_string();
+    println!("{} {asked}", at());
+    assert!(asked.contains("key=2026-03-05T00:00/2026-03-05T23:59"), "{asked}");
+    assert!(!log.contains("not healed"), "{log}");
+    let rows = wait_coutmsgs(&s, &b, 1);
+    assert!(rows[0].2.contains("<RQFD><STDB>05MAR260000</STDB><STDE>05MAR262359</STDE></RQFD>"), "{rows:?}");
+    println!("{} COUTMSGS row {}: {} {}", at(), rows[0].0, rows[0].1, rows[0].2);
+
+    // Degraded meanwhile, and serving: a new message is processed.
+    let (_, status) = msgx(&s, &["status"]);
+    assert!(status.contains("requests open: 1") && status.contains("degraded"), "{status}");
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(1), "WARNING: {check}");
+    assert!(check.contains("degraded: 1 window(s) of flights await the AODB's answer"), "{check}");
+    let addr = endpoint(&b);
+    let ready = eventually(Duration::from_secs(30), || http_get(&addr, "/ready").1.contains("degraded"));
+    assert!(ready, "/ready: {:?}", http_get(&addr, "/ready"));
+    println!("{} msgx status --check: {} /ready: {}", at(), check.trim(), http_get(&addr, "/ready").1.trim());
+    s.insert_inbound(&[fixtures::flop_stnd(4, "K1", "C3")]);
+    settled(&s, &b, &[(SUCCEEDED, 4)]);
+    let meanwhile = redis_flights(&s);
+    assert!(meanwhile.contains_key("K1") && !meanwhile.contains_key("H2"), "{meanwhile:?}");
+    println!("{} msg 4 processed meanwhile; flights held: {:?}", at(), meanwhile.keys().collect::<Vec<_>>());
+
+    // The AODB answers with the day.
+    let answer = s.insert_inbound(&[day(5, "RESP")])[0];
+    let req: i64 = asked.split("req_id=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let done = wait_state(&s, &b, req, "DONE");
+    assert_eq!(done["answer_msg_id"], answer, "{done}");
+    let healed = redis_flights(&s);
+    assert!(["H1", "H2", "K1"].iter().all(|f| healed.contains_key(*f)), "{healed:?}");
+    println!(
+        "{} answer msg {answer} processed: request {req} DONE; flights held: {:?}",
+        at(),
+        healed.keys().collect::<Vec<_>>()
+    );
+    let ok = eventually(Duration::from_secs(30), || http_get(&addr, "/ready").1 == "ready\n");
+    assert!(ok, "/ready after the answer: {:?}", http_get(&addr, "/ready"));
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(0), "{check}");
+    println!("{} /ready: ready; msgx status --check: {}", at(), check.trim());
+}

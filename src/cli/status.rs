@@ -8,10 +8,10 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
     let now = SystemClock.now();
     let verdict = match own_pg(cfg).and_then(|mut pg| {
         let s = pg.status(0).map_err(unreachable)?;
-        Ok((running(&mut pg, now)?, s))
+        Ok((running(&mut pg, now)?, s, open_requests(&mut pg)?))
     }) {
         Err((_, e)) => unknown(&format!("{e:#}")),
-        Ok((r, s)) => {
+        Ok((r, s, open)) => {
             let count = |states: &[&str]| -> u64 {
                 s.states.iter().filter(|(st, _)| states.contains(&st.as_str())).map(|(_, n)| *n as u64).sum()
             };
@@ -26,6 +26,7 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
                 stalled: r.stalled.first().cloned(),
                 holder: (!r.holder.free).then(|| who(&r.holder)),
                 forgotten: super::consistency::finding(cfg),
+                awaiting: awaiting(&open).map(|r| (r.req_id, r.req_key.clone())).collect(),
             };
             assess(&o, &cfg.health)
         }
@@ -40,15 +41,49 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     let now = SystemClock.now();
     let r = running(&mut pg, now)?;
     let heals = Heals::read(&mut pg, cfg, now)?;
+    let open = open_requests(&mut pg)?;
     if json {
-        print_json(&s, &r, &heals);
+        print_json(&s, &r, &heals, &open);
         return Ok(());
     }
     print_lease(&r);
     print_messages(&s);
     print_outbox(&s);
     heals.print();
+    print_requests(&open);
     Ok(())
+}
+
+/// The open requests to the AODB (#41), oldest first: at most 100.
+fn open_requests(pg: &mut Pg) -> Result<Vec<msgx::requests::Request>, (Exit, anyhow::Error)> {
+    use msgx::ports::Requests;
+    let mut open = pg.requests(true, 100).map_err(unreachable)?;
+    open.reverse();
+    Ok(open)
+}
+
+/// The open requests a heal made: windows whose flights await the AODB's answer.
+fn awaiting(open: &[msgx::requests::Request]) -> impl Iterator<Item = &msgx::requests::Request> {
+    open.iter().filter(|r| r.origin == msgx::requests::Origin::Heal.as_str())
+}
+
+fn print_requests(open: &[msgx::requests::Request]) {
+    out!("requests open: {}", open.len());
+    for r in open {
+        let why = if r.origin == msgx::requests::Origin::Heal.as_str() {
+            " — degraded: asked by a heal, the window's flights await its answer"
+        } else {
+            ""
+        };
+        out!(
+            "  req_id={} {} {} {} since {}{why}",
+            r.req_id,
+            r.req_type,
+            r.req_key,
+            r.state,
+            time(r.created_at)
+        );
+    }
 }
 
 /// The heals of the last hour against the budget (#37).
@@ -84,6 +119,8 @@ struct StatusDoc<'a> {
     #[serde(flatten)]
     status: &'a msgx::store::pg::Status,
     heals: HealsDoc<'a>,
+    /// The open requests to the AODB (#41), and how many of them a heal made.
+    requests: RequestsDoc,
     lease: LeaseDoc<'a>,
     stalled: Vec<StalledDoc<'a>>,
 }
@@ -104,6 +141,22 @@ struct HealDoc<'a> {
 }
 
 #[derive(serde::Serialize)]
+struct RequestsDoc {
+    awaiting_heal: usize,
+    open: Vec<OpenDoc>,
+}
+
+#[derive(serde::Serialize)]
+struct OpenDoc {
+    req_id: i64,
+    req_type: String,
+    req_key: String,
+    state: msgx::requests::ReqState,
+    origin: String,
+    created_ms: i64,
+}
+
+#[derive(serde::Serialize)]
 struct LeaseDoc<'a> {
     held: bool,
     host: Option<&'a str>,
@@ -120,7 +173,7 @@ struct StalledDoc<'a> {
     for_ms: u64,
 }
 
-fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals) {
+fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals, open: &[msgx::requests::Request]) {
     let recent: Vec<HealDoc> = heals
         .recent
         .iter()
@@ -134,6 +187,20 @@ fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals) {
     let doc = StatusDoc {
         status: s,
         heals: HealsDoc { last_hour: recent.len(), per_hour: heals.per_hour, recent },
+        requests: RequestsDoc {
+            awaiting_heal: awaiting(open).count(),
+            open: open
+                .iter()
+                .map(|r| OpenDoc {
+                    req_id: r.req_id,
+                    req_type: r.req_type.clone(),
+                    req_key: r.req_key.clone(),
+                    state: r.state,
+                    origin: r.origin.clone(),
+                    created_ms: msgx::clock::unix_millis(r.created_at),
+                })
+                .collect(),
+        },
         lease: LeaseDoc {
             held: !r.holder.free,
             host: r.holder.host.as_deref(),

@@ -391,6 +391,12 @@ pub const KEYS: &[KeySpec] = &[
     k("msgx.requests.sender", "\"VIEW\"", Kind::Str, "SNDR of every request (and SORC in the platform dialect)"),
     k("msgx.requests.receiver", "\"\"", Kind::Text, "RCVR of a platform request (empty: written empty)"),
     k(
+        "msgx.requests.on-empty",
+        "true",
+        Kind::Bool,
+        "a heal of an emptied Redis whose lost flights no event places on a day asks the AODB for today's window (false: it stops for a person)",
+    ),
+    k(
         "msgx.requests.window-format",
         "\"%d%b%y%H%M\"",
         Kind::Str,

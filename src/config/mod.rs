@@ -633,6 +633,7 @@ fn requests(v: &Values) -> Result<RequestPolicy, ConfigError> {
         receiver: text(v, "msgx.requests.receiver")?,
         airport: text(v, "msgx.requests.airport")?,
         window_format: window_format(v)?,
+        on_empty: boolean(v, "msgx.requests.on-empty")?,
     })
 }
 

@@ -21,6 +21,7 @@ use std::time::SystemTime;
 
 use log::{info, warn};
 
+use super::ask::{self, Asking};
 use super::{texts, unknown_now, Behind, FindingKind, Report, Stores};
 use crate::codec;
 use crate::domain::{InboundRow, RedisRecord};
@@ -28,6 +29,7 @@ use crate::error::StoreError;
 use crate::handlers::plan::Replay;
 use crate::handlers::{self, Decision, FlightState, View};
 use crate::ports::{Restore, RoundNeed};
+use crate::requests::Request;
 
 /// Why a heal did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -53,12 +55,14 @@ pub struct Healed {
     pub journal: usize,
     pub messages: usize,
     pub from: Option<i64>,
+    /// Requests to the AODB for the windows whose texts are gone (#41): their REQ_IDs.
+    pub asked: Vec<i64>,
 }
 
 impl Healed {
     /// Whether the heal changed any store (what the heal budget counts).
     pub fn changed(&self) -> bool {
-        self.enqueued > 0 || self.flights > 0 || self.journal > 0
+        self.enqueued > 0 || self.flights > 0 || self.journal > 0 || !self.asked.is_empty()
     }
 
     /// One line for the heal log and `msgx status`.
@@ -75,6 +79,14 @@ impl Healed {
                 self.from.unwrap_or(0)
             ));
         }
+        if !self.asked.is_empty() {
+            let ids: Vec<String> = self.asked.iter().map(i64::to_string).collect();
+            parts.push(format!(
+                "the AODB asked for {} window(s) whose texts are gone (req_id {})",
+                ids.len(),
+                ids.join(", ")
+            ));
+        }
         parts.join("; ")
     }
 
@@ -88,8 +100,20 @@ impl Healed {
     }
 }
 
-/// Heals what `report` found, PostgreSQL first (the rebuild reads its SUCCEEDED messages).
+/// Heals what `report` found, PostgreSQL first (the rebuild reads its SUCCEEDED messages); a
+/// text gone from the mailbox is a person's to decide.
 pub fn heal(st: &mut Stores<'_>, report: &Report, now: SystemTime) -> Result<Healed, HealError> {
+    heal_asking(st, report, now, None)
+}
+
+/// As [`heal`]; with `asking`, a text gone from the mailbox makes the heal ask the AODB for its
+/// flights' windows instead (`ask`, #41).
+pub fn heal_asking(
+    st: &mut Stores<'_>,
+    report: &Report,
+    now: SystemTime,
+    asking: Option<&Asking>,
+) -> Result<Healed, HealError> {
     let mut healed = Healed::default();
     if report.behind(Behind::Postgres) {
         heal_postgres(st, report, now, &mut healed)?;
@@ -105,7 +129,8 @@ pub fn heal(st: &mut Stores<'_>, report: &Report, now: SystemTime) -> Result<Hea
                 .min()
                 .unwrap_or(0)
         };
-        let (flights, journal, messages) = rebuild(st, from, None, now, true)?;
+        let how = How { only: None, write: true, asking, empty };
+        let (flights, journal, messages, asked) = rebuild(st, from, &how, now)?;
         if empty {
             // Nothing of the old journal is there: everything up to now counts as dropped.
             let top = st.pg.succeeded_last(1)?.first().map_or(0, |m| m.msg_id);
@@ -114,6 +139,7 @@ pub fn heal(st: &mut Stores<'_>, report: &Report, now: SystemTime) -> Result<Hea
         info!("healed redis: {flights} flight(s) and {journal} journal entry(ies) rebuilt from {messages} SUCCEEDED message(s) from MSG_ID {from}");
         (healed.flights, healed.journal, healed.messages, healed.from) =
             (flights, journal, messages, Some(from));
+        healed.asked = asked.iter().map(|r| r.req_id).collect();
     }
     if report.needs_pruned_mark && !report.behind(Behind::Redis) {
         let top = st.pg.succeeded_last(1)?.first().map_or(0, |m| m.msg_id);
@@ -256,14 +282,18 @@ fn marked_above(st: &mut Stores<'_>, known: i64) -> Result<Vec<i64>, HealError> 
 fn rebuild(
     st: &mut Stores<'_>,
     from: i64,
-    only: Option<&[String]>,
+    how: &How<'_>,
     now: SystemTime,
-    write: bool,
-) -> Result<(usize, usize, usize), HealError> {
+) -> Result<(usize, usize, usize, Vec<Request>), HealError> {
+    let (only, write) = (how.only, how.write);
     let pruned = st.flights.audit()?.pruned;
     let generation = st.flights.generation_of()?;
     let mut replay = Rebuild { plan: Replay::new(generation), seed: BTreeMap::new(), windows: Vec::new() };
-    let (journal, messages) = replay_onto(st, &mut replay, from, pruned)?;
+    let (journal, messages, gone) = replay_onto(st, &mut replay, from, pruned, how.asking.is_some())?;
+    let asked = match how.asking {
+        Some(a) if !gone.is_empty() && write => ask::for_gone(st, &mut replay, a, &gone, how.empty, now)?,
+        _ => Vec::new(),
+    };
     let Rebuild { plan, seed, .. } = replay;
     let changed: Vec<(String, FlightState, Option<i64>)> = plan
         .flights
@@ -278,20 +308,29 @@ fn rebuild(
         let generation = (plan.generation != generation).then_some(plan.generation);
         st.flights.restore(&Restore { flights: changed.clone(), generation, journal }, now)?;
     }
-    Ok((changed.len(), entries, messages))
+    Ok((changed.len(), entries, messages, asked))
+}
+
+/// What a rebuild does: only some flights (`msgx rebuild-flights --flid`), whether it writes,
+/// and whether it asks the AODB for what the mailbox no longer holds (Redis `empty` before).
+struct How<'a> {
+    only: Option<&'a [String]>,
+    write: bool,
+    asking: Option<&'a Asking>,
+    empty: bool,
 }
 
 /// The heal's replay: the plan as the messages leave it, each flight as Redis held it when first
 /// read (`seed`), and the windows already read.
-struct Rebuild {
-    plan: Replay,
+pub(super) struct Rebuild {
+    pub(super) plan: Replay,
     seed: BTreeMap<String, (FlightState, Option<i64>)>,
     windows: Vec<(i64, i64)>,
 }
 
 impl Rebuild {
     /// Reads from Redis, once each, the flights of `flids` not read yet.
-    fn load(&mut self, st: &mut Stores<'_>, mut flids: Vec<String>) -> Result<(), HealError> {
+    pub(super) fn load(&mut self, st: &mut Stores<'_>, mut flids: Vec<String>) -> Result<(), HealError> {
         flids.retain(|f| !self.seed.contains_key(f));
         flids.sort();
         flids.dedup();
@@ -320,14 +359,17 @@ impl Rebuild {
 
 /// Every SUCCEEDED message from MSG_ID `from` on decided again, in order, on the replay; the
 /// journal entries Redis acknowledged and is missing above `pruned` (with the events the outbox
-/// holds); and how many messages were read.
+/// holds); how many messages were read; and, with `asking`, the messages whose text the
+/// mailbox no longer holds (without it, such a message stops the replay for a person).
 #[allow(clippy::type_complexity)]
 fn replay_onto(
     st: &mut Stores<'_>,
     replay: &mut Rebuild,
     from: i64,
     pruned: Option<i64>,
-) -> Result<(Vec<(i64, Decision)>, usize), HealError> {
+    asking: bool,
+) -> Result<(Vec<(i64, Decision)>, usize, Vec<ask::Gone>), HealError> {
+    let mut gone = Vec::new();
     let mut journal = Vec::new();
     let mut messages = 0;
     let mut after = from - 1;
@@ -351,7 +393,8 @@ fn replay_onto(
         // The snapshots that advanced the plan when they were taken (seed 2155).
         let advanced: Vec<i64> =
             rows.iter().filter(|m| m.record == Some(RedisRecord::Generation)).map(|m| m.msg_id).collect();
-        let page = decode_page(texts(st, &ids)?, from)?;
+        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking)?;
+        gone.extend(rows.iter().filter(|m| missing_texts.contains(&m.msg_id)).map(|m| (m.msg_id, m.record)));
         // What the page's messages read, from Redis in one go (not a round trip a message).
         let mut need = handlers::Need::default();
         for msg in page.iter().filter_map(|(_, msg)| msg.as_ref()) {
@@ -372,17 +415,25 @@ fn replay_onto(
         }
         after = last;
     }
-    Ok((journal, messages))
+    Ok((journal, messages, gone))
 }
 
 /// The page's texts decoded, in MSG_ID order (`None`: it no longer decodes, and is left out); a
-/// text the mailbox no longer holds is a person's to decide.
+/// text the mailbox no longer holds is a person's to decide — or, `asking`, left out and listed.
+#[allow(clippy::type_complexity)]
 fn decode_page(
     texts: Vec<(i64, Option<String>)>,
     from: i64,
-) -> Result<Vec<(i64, Option<codec::Message>)>, HealError> {
+    asking: bool,
+) -> Result<(Vec<(i64, Option<codec::Message>)>, Vec<i64>), HealError> {
     let mut out = Vec::with_capacity(texts.len());
+    let mut gone = Vec::new();
     for (m, text) in texts {
+        if text.is_none() && asking {
+            gone.push(m);
+            out.push((m, None));
+            continue;
+        }
         let Some(text) = text else {
             return Err(HealError::Person(format!(
                 "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
@@ -396,7 +447,7 @@ fn decode_page(
             }
         }
     }
-    Ok(out)
+    Ok((out, gone))
 }
 
 /// Decides message `m` again on the replay, whose flights it reads were read from Redis before,
@@ -435,5 +486,6 @@ pub fn rebuild_flights(
     now: SystemTime,
     write: bool,
 ) -> Result<(usize, usize), HealError> {
-    rebuild(st, 0, only, now, write).map(|(flights, _, messages)| (flights, messages))
+    let how = How { only, write, asking: None, empty: false };
+    rebuild(st, 0, &how, now).map(|(flights, _, messages, _)| (flights, messages))
 }

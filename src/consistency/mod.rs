@@ -25,14 +25,16 @@
 //! both before its stages start and after a stage stopped on a store that forgot; `msgx verify`
 //! runs the check by hand; the sentinel stage runs the check on the newest messages.
 
+mod ask;
 mod budget;
 mod heal;
 pub mod stage;
 #[cfg(test)]
 mod tests;
 
+pub use ask::Asking;
 pub use budget::{HealBudget, HOUR};
-pub use heal::{heal, rebuild_flights, HealError, Healed};
+pub use heal::{heal, heal_asking, rebuild_flights, HealError, Healed};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -44,12 +46,12 @@ use crate::error::StoreError;
 use crate::handlers::{self, View, TOMBSTONE_KEEP};
 use crate::ports::{
     FlightAudit, FlightMarks, FlightStore, HealLog, Intake, LeaseStore, MailboxAudit, MailboxTexts, Raw,
-    RoundNeed, StateAudit, StoreResult, SucceededRow,
+    Requests, RoundNeed, StateAudit, StoreResult, SucceededRow,
 };
 
 /// Own PostgreSQL as the sentinel uses it.
-pub trait PgSide: StateAudit + Intake + LeaseStore + HealLog {}
-impl<T: StateAudit + Intake + LeaseStore + HealLog> PgSide for T {}
+pub trait PgSide: StateAudit + Intake + LeaseStore + HealLog + Requests {}
+impl<T: StateAudit + Intake + LeaseStore + HealLog + Requests> PgSide for T {}
 /// The shared mailbox as the sentinel uses it.
 pub trait MailboxSide: MailboxAudit + MailboxTexts {}
 impl<T: MailboxAudit + MailboxTexts> MailboxSide for T {}
@@ -639,12 +641,15 @@ pub fn unreachable(e: &StoreError) -> String {
 }
 
 /// What a consistency pass before the stages run needs to know besides the stores.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PassPolicy {
     /// The lease epoch the pass runs under (its heal is recorded with it).
     pub epoch: i64,
     pub sample: f64,
     pub budget: HealBudget,
+    /// How a heal asks the AODB for what the mailbox no longer holds (#41); `None`: it stops
+    /// for a person instead.
+    pub asking: Option<Asking>,
 }
 
 /// How a consistency pass ended.
@@ -691,7 +696,7 @@ pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
         }
         Err(e) => return failed(e),
     }
-    let healed = match heal(st, &report, now) {
+    let healed = match heal_asking(st, &report, now, policy.asking.as_ref()) {
         Ok(h) => h,
         Err(e) => return healing_failed(e),
     };

@@ -45,6 +45,20 @@ impl World {
         heal(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl }, r, self.clock.now())
     }
 
+    /// As [`World::heal`], asking the AODB for what the mailbox no longer holds (#41).
+    fn heal_asking(&self, r: &Report, on_empty: bool) -> Result<Healed, HealError> {
+        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
+        let mut asking = Asking::of(&Config::defaults());
+        asking.policy.on_empty = on_empty;
+        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        heal_asking(st, r, self.clock.now(), Some(&asking))
+    }
+
+    /// The requests to the AODB, oldest first.
+    fn requests(&self) -> Vec<crate::requests::Request> {
+        self.pg.inspect(|s| s.requests.values().cloned().collect())
+    }
+
     /// Messages `ids` arrive, are processed to the end and marked, as the daemon's stages do.
     fn process(&self, ids: std::ops::RangeInclusive<i64>) {
         for id in ids.clone() {
@@ -261,6 +275,76 @@ fn a_text_gone_from_the_mailbox_stops_the_rebuild_with_what_to_decide() {
     }
 }
 
+/// #41: an emptied Redis, and the text of the day's plan gone from the mailbox. The heal
+/// rebuilds what the other texts prove, asks the AODB for the plan's day — the day its outbox
+/// events place its flights on — and lets the stages run; the answer, processed as any
+/// message, brings the day back and closes the request.
+#[test]
+fn a_heal_asks_the_aodb_for_the_window_whose_text_is_gone_and_the_answer_heals_it() {
+    let w = World::new(KEEP);
+    let plan =
+        |m: u64, styp: &str| crate::fixtures::schd(m, styp, &[("A1", "05MAR260900"), ("A2", "05MAR261000")]);
+    w.arrive(1, Some(&plan(1, "DNLD")));
+    w.arrive(2, Some(&flop_stnd(2, "A1", "B9")));
+    w.arrive(3, Some(&crate::fixtures::schd(3, "DNLD", &[("C1", "06MAR260900")])));
+    w.drain();
+    w.flights.replace_state(Default::default());
+    w.mailbox.insert(1, None);
+    let r = w.check();
+    assert!(r.finding(FindingKind::FlightsEmpty).is_some(), "{r:?}");
+    let healed = w.heal_asking(&r, true).unwrap();
+    let asked = w.requests();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(healed.asked, [asked[0].req_id]);
+    assert_eq!(
+        (asked[0].req_type.as_str(), asked[0].req_key.as_str()),
+        ("RQFD", "2026-03-05T00:00/2026-03-05T23:59")
+    );
+    assert_eq!(asked[0].origin, "heal");
+    assert!(healed.summary().contains("the AODB asked for 1 window(s)"), "{}", healed.summary());
+    assert!(w.check().is_clean(), "the stages may run meanwhile: {:?}", w.check());
+    let meanwhile = w.flights.all();
+    assert!(meanwhile.contains_key("C1") && !meanwhile.contains_key("A2"), "{meanwhile:?}");
+
+    // The AODB answers with the day's plan.
+    w.arrive(4, Some(&plan(4, "RESP")));
+    w.drain();
+    let after = w.flights.all();
+    assert!(after.contains_key("A1") && after.contains_key("A2") && after.contains_key("C1"), "{after:?}");
+    let done = &w.requests()[0];
+    assert_eq!((done.state, done.answer_msg_id), (crate::requests::ReqState::Done, Some(4)));
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
+/// #41: the text gone and its events past retention: nothing says which day to ask for. An
+/// emptied Redis asks for today's window (`msgx.requests.on-empty`); without it, a person.
+#[test]
+fn a_heal_that_cannot_place_the_lost_flights_asks_for_today_or_stops_for_a_person() {
+    for on_empty in [true, false] {
+        let w = World::new(KEEP);
+        w.process(1..=3);
+        w.flights.replace_state(Default::default());
+        w.mailbox.insert(2, None);
+        let mut pg = w.pg.state();
+        pg.events.clear();
+        w.pg.replace_state(pg);
+        let r = w.check();
+        match (on_empty, w.heal_asking(&r, on_empty)) {
+            (true, Ok(healed)) => {
+                let today = crate::clock::zone::MailboxZone::default().civil(w.clock.now()).date();
+                let key = format!("{0}T00:00/{0}T23:59", today.strftime("%Y-%m-%d"));
+                assert_eq!(w.requests().iter().map(|r| r.req_key.clone()).collect::<Vec<_>>(), [key]);
+                assert_eq!(healed.asked.len(), 1);
+            }
+            (false, Err(HealError::Person(why))) => {
+                assert!(why.contains("SUCCEEDED message(s) 2 that changed flights"), "{why}");
+                assert!(w.requests().is_empty());
+            }
+            (_, other) => panic!("on-empty {on_empty}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn regression_a_new_epoch_is_above_every_epoch_another_store_saw() {
     let mut pg = MemPg::new();
@@ -346,6 +430,31 @@ impl crate::ports::StateAudit for ReadEarly {
     }
     fn events_of(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
         self.0.events_of(ids)
+    }
+}
+
+impl crate::ports::Requests for ReadEarly {
+    fn register(
+        &mut self,
+        new: &crate::requests::NewRequest,
+        text: &dyn Fn(i64) -> crate::requests::Outgoing,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<Result<crate::requests::Request, crate::requests::Request>> {
+        self.0.register(new, text, now)
+    }
+    fn requests(
+        &mut self,
+        open_only: bool,
+        limit: usize,
+    ) -> crate::ports::StoreResult<Vec<crate::requests::Request>> {
+        self.0.requests(open_only, limit)
+    }
+    fn keep_requests(
+        &mut self,
+        timeout: Duration,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<crate::ports::Kept> {
+        self.0.keep_requests(timeout, now)
     }
 }
 

@@ -298,6 +298,7 @@ fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) 
         epoch,
         sample: cfg.pipeline.check_sample_ratio,
         budget: consistency::HealBudget { per_hour: cfg.pipeline.max_heals_per_hour },
+        asking: Some(consistency::Asking::of(cfg)),
     };
     let pass = consistency::pass(&mut st, policy, clock.now());
     if let Pass::Agreed { report, healed, .. } = &pass {

@@ -70,6 +70,14 @@ impl Replay {
         apply(&mut self.flights, &mut self.sodt, &mut self.generation, m, d)
     }
 
+    /// Moves the generation to snapshot `m` without its changes (a snapshot whose text is gone,
+    /// whose window the AODB is asked for: its answer is a newer snapshot). Only forward.
+    pub fn advance_to(&mut self, m: i64) {
+        if m > self.generation.1 {
+            self.generation = (self.generation.0 + 1, m);
+        }
+    }
+
     /// As [`Replay::apply`], for a snapshot own PostgreSQL recorded as having advanced the plan
     /// when it was taken (`RedisRecord::Generation`): its changes are played again even when
     /// Redis's generation is past it now — a Redis that lost the snapshot and kept a later one

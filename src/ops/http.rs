@@ -66,6 +66,14 @@ pub fn answer(method: &str, path: &str, ops: &Ops, metrics: &Metrics) -> Answer 
         },
         "/live" => text(200, "live\n"),
         _ => match ops.ready() {
+            // Serving, with flights a heal could not rebuild until the AODB answers (#41).
+            Ok(()) if metrics.awaiting_answers() > 0 => text(
+                200,
+                format!(
+                    "ready, degraded: {} window(s) of flights await the AODB's answer after a heal (msgx requests --open)\n",
+                    metrics.awaiting_answers()
+                ),
+            ),
             Ok(()) => text(200, "ready\n"),
             Err(why) => text(503, format!("not ready: {why}\n")),
         },

@@ -21,6 +21,7 @@ use super::{Ops, STORES};
 use crate::clock::{Clock, Mono};
 use crate::error::Store;
 use crate::ports::{GaugeSource, Gauges};
+use crate::requests::Origin;
 
 /// How often the store gauges are read again.
 pub const GAUGES_TTL: Duration = Duration::from_secs(5);
@@ -80,10 +81,18 @@ impl Metrics {
         let (age, g) = good?;
         let dead: i64 = g.dead.iter().map(|(_, n)| n).sum();
         let mut line = format!("lag={:.0}s dead={dead}", g.lag);
+        if g.awaiting_answers() > 0 {
+            line.push_str(&format!(" degraded: {} window(s) await the AODB's answer", g.awaiting_answers()));
+        }
         if !up {
             line.push_str(&format!(" (read {}s ago: own PostgreSQL does not answer)", age.as_secs()));
         }
         Some(line)
+    }
+
+    /// Windows whose flights await the AODB's answer after a heal (#41), as last read.
+    pub fn awaiting_answers(&self) -> i64 {
+        self.gauges().1.map_or(0, |(_, g)| g.awaiting_answers())
     }
 
     /// The last good read of the store gauges and its age; whether the reads are up (the last
@@ -261,6 +270,20 @@ impl Metrics {
             by("class", &g.dead),
         );
         r.register("msgx_dead_events", "DEAD outbox events, per target", by("target", &g.dead_events));
+        let open: Vec<(String, i64)> = [Origin::Operator, Origin::Heal]
+            .iter()
+            .map(|o| {
+                (
+                    o.as_str().to_string(),
+                    g.requests_open.iter().find(|(x, _)| x == o.as_str()).map_or(0, |(_, n)| *n),
+                )
+            })
+            .collect();
+        r.register(
+            "msgx_requests_open",
+            "Open requests to the AODB, per origin (heal: windows whose flights await the answer)",
+            by("origin", &open),
+        );
         let pending: Vec<(String, i64)> = g.outbox.iter().map(|(t, n, _)| (t.clone(), *n)).collect();
         r.register("msgx_outbox_pending", "PENDING outbox events, per target", by("target", &pending));
         let oldest = Family::<Labels, FloatGauge>::default();
@@ -325,4 +348,5 @@ pub const SERIES: &[&str] = &[
     "msgx_lag_seconds",
     "msgx_marks_owed",
     "msgx_marks_abandoned",
+    "msgx_requests_open",
 ];

@@ -237,12 +237,15 @@ impl fmt::Display for ReqState {
 pub enum Origin {
     /// `msgx request …`.
     Operator,
+    /// A heal that could not rebuild flights from the mailbox texts (#41).
+    Heal,
 }
 
 impl Origin {
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Operator => "operator",
+            Origin::Heal => "heal",
         }
     }
 }

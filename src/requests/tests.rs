@@ -13,6 +13,7 @@ fn policy(dialect: RequestDialect) -> RequestPolicy {
         receiver: "FIMS".into(),
         airport: "ZXXX".into(),
         window_format: "%d%b%y%H%M".into(),
+        on_empty: true,
     }
 }
 

@@ -713,6 +713,7 @@ impl Sim {
             epoch,
             sample: p.check_sample_ratio,
             budget: HealBudget { per_hour: p.max_heals_per_hour },
+            asking: Some(crate::consistency::Asking::of(&self.cfg)),
         };
         let mut pg = self.pg.session().fenced(epoch);
         let mut mailbox = self.mailbox.clone();

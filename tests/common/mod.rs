@@ -845,3 +845,23 @@ pub fn insert_marked_elsewhere(s: &Services, raw: &str) -> i64 {
     .unwrap();
     c.last_insert_id() as i64
 }
+
+/// The address an instance's operations endpoint listens on (its log says).
+pub fn endpoint(i: &Instance) -> String {
+    assert!(i.wait_for_log("metrics listening on ", Duration::from_secs(30)), "{}", i.log_text());
+    let log = i.log_text();
+    let at = log.find("metrics listening on ").unwrap() + "metrics listening on ".len();
+    log[at..].split_whitespace().next().unwrap().to_string()
+}
+
+/// `GET path` on an operations endpoint: (status, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect to the operations endpoint");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    let status = out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, out.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default())
+}

@@ -525,6 +525,10 @@ impl Pg {
                     &[],
                 )?
                 .get(0);
+            g.requests_open = pairs(c.query(
+                "SELECT origin, count(*) FROM req_track WHERE state IN ('REGISTERED', 'SENT', 'WAITING') GROUP BY origin",
+                &[],
+            )?);
             Ok(g)
         })
     }

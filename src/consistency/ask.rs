@@ -1,0 +1,161 @@
+//! Healing by request (#41, SPEC §4.11): where Redis is rebuilt and the mailbox no longer holds
+//! the text of a message that changed flights, the AODB is asked for the windows those flights
+//! lie in, instead of stopping for a person. The rebuild writes what the other messages prove;
+//! the answer — a snapshot of each window, processed as any message — brings the rest.
+//!
+//! Which windows: the flights the message's outbox events name (`KAFKA:msg`, `KAFKA:schd`), on
+//! the day their scheduled time falls on (the time the event carried, else Redis's plan index).
+//! When that cannot be known (the events are past `event-retention`, the flights have no
+//! scheduled time) the heal asks for today's window only when Redis is empty and
+//! `msgx.requests.on-empty` allows it; otherwise it stops for a person, as before.
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use log::warn;
+
+use super::heal::{HealError, Rebuild};
+use super::Stores;
+use crate::clock::zone::MailboxZone;
+use crate::config::RequestPolicy;
+use crate::domain::{RedisRecord, Target};
+use crate::requests::{self, Ask, NewRequest, Origin, Request};
+
+/// How a heal asks the AODB: the requests' policy (with `msgx.requests.on-empty`) and the
+/// mailbox's zone (a window's day).
+#[derive(Debug, Clone)]
+pub struct Asking {
+    pub policy: RequestPolicy,
+    pub zone: MailboxZone,
+}
+
+impl Asking {
+    pub fn of(cfg: &crate::config::Config) -> Asking {
+        Asking { policy: cfg.requests.clone(), zone: cfg.outbound.zone.clone() }
+    }
+}
+
+/// A SUCCEEDED message whose text the mailbox no longer holds, with what Redis acknowledged of
+/// its decision.
+pub(super) type Gone = (i64, Option<RedisRecord>);
+
+/// Asks the AODB for the windows of the flights the `gone` messages changed; the requests asked
+/// (or already open for the same window). A snapshot among them that advanced the plan moves the
+/// replay's generation to it: its window's answer is a newer snapshot.
+pub(super) fn for_gone(
+    st: &mut Stores<'_>,
+    replay: &mut Rebuild,
+    asking: &Asking,
+    gone: &[Gone],
+    empty: bool,
+    now: SystemTime,
+) -> Result<Vec<Request>, HealError> {
+    for (m, _) in gone.iter().filter(|(_, r)| *r == Some(RedisRecord::Generation)) {
+        replay.plan.advance_to(*m);
+    }
+    let wrote: Vec<i64> = gone
+        .iter()
+        .filter(|(_, r)| matches!(r, Some(RedisRecord::Applied | RedisRecord::Generation)))
+        .map(|(m, _)| *m)
+        .collect();
+    if wrote.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut days, unplaced) = days_of(st, replay, &wrote)?;
+    if !unplaced.is_empty() {
+        if !(empty && asking.policy.on_empty) {
+            return Err(HealError::Person(unplaceable(&unplaced)));
+        }
+        days.insert(today(&asking.zone, now));
+    }
+    let mut asked = Vec::new();
+    for day in days {
+        asked.push(ask_day(st, asking, &day, &wrote, now)?);
+    }
+    Ok(asked)
+}
+
+/// The days (`2026-03-05`) of the flights the messages `wrote` changed, and the messages whose
+/// flights cannot be placed on a day.
+fn days_of(
+    st: &mut Stores<'_>,
+    replay: &mut Rebuild,
+    wrote: &[i64],
+) -> Result<(BTreeSet<String>, Vec<i64>), HealError> {
+    let events = st.pg.events_of(wrote)?;
+    let flights: Vec<String> = events
+        .iter()
+        .filter(|(_, e)| matches!(e.target, Target::KafkaMsg | Target::KafkaSchd))
+        .map(|(_, e)| e.partition_key.clone())
+        .collect();
+    replay.load(st, flights)?;
+    let mut days = BTreeSet::new();
+    let mut placed = BTreeSet::new();
+    for (m, e) in events.iter().filter(|(_, e)| matches!(e.target, Target::KafkaMsg | Target::KafkaSchd)) {
+        // The scheduled time the lost message itself wrote (a plan record's), else the day
+        // Redis's plan index puts the flight on.
+        let day = day_in(&e.payload_json)
+            .or_else(|| replay.plan.sodt.get(&e.partition_key).map(|k| day_of_key(*k)));
+        if let Some(day) = day {
+            days.insert(day);
+            placed.insert(*m);
+        }
+    }
+    let unplaced = wrote.iter().filter(|m| !placed.contains(m)).copied().collect();
+    Ok((days, unplaced))
+}
+
+/// The day of a plan index key (`yyyyMMddHHmm`).
+fn day_of_key(k: i64) -> String {
+    let d = k / 10_000;
+    format!("{:04}-{:02}-{:02}", d / 10_000, d / 100 % 100, d % 100)
+}
+
+/// The day of the `SODT` an event's payload carries (a `KAFKA:schd` record's, `2026-03-05T08:00`).
+fn day_in(payload: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
+    let sodt = v.get("SODT")?.as_str()?;
+    let day = sodt.get(..10)?;
+    jiff::civil::Date::strptime("%Y-%m-%d", day).ok().map(|_| day.to_string())
+}
+
+fn today(zone: &MailboxZone, now: SystemTime) -> String {
+    zone.civil(now).date().strftime("%Y-%m-%d").to_string()
+}
+
+fn unplaceable(unplaced: &[i64]) -> String {
+    let ids: Vec<String> = unplaced.iter().take(10).map(i64::to_string).collect();
+    format!(
+        "the mailbox no longer holds the text of SUCCEEDED message(s) {} that changed flights, and which day's flights they changed is not known (their events are past msgx.pipeline.event-retention, or the flights have no scheduled time): Redis cannot be rebuilt without them, and the AODB cannot be asked for their window. A person must decide: restore the mailbox rows, ask the AODB (msgx request flights --from … --to … --yes), or accept the flights as Redis holds them",
+        ids.join(", ")
+    )
+}
+
+/// Registers the request for `day`'s flights (or finds the one open for it).
+fn ask_day(
+    st: &mut Stores<'_>,
+    asking: &Asking,
+    day: &str,
+    wrote: &[i64],
+    now: SystemTime,
+) -> Result<Request, HealError> {
+    let ask = Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
+        .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))?;
+    let policy = &asking.policy;
+    let new =
+        NewRequest { req_type: ask.req_type(policy.dialect), req_key: ask.req_key(), origin: Origin::Heal };
+    let text = |req_id| requests::text(policy, &asking.zone, &ask, req_id, now);
+    let (r, how) = match st.pg.register(&new, &text, now)? {
+        Ok(r) => (r, "asked"),
+        Err(open) => (open, "already asked"),
+    };
+    let ids: Vec<String> = wrote.iter().take(10).map(i64::to_string).collect();
+    warn!(
+        "heal by request req_id={} key={}: the mailbox no longer holds the texts of SUCCEEDED message(s) {}; {how} the AODB for the window's flights ({}), which stay as the other messages leave them until its answer is processed",
+        r.req_id,
+        r.req_key,
+        ids.join(", "),
+        r.req_type
+    );
+    Ok(r)
+}
