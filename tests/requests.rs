@@ -299,3 +299,27 @@ fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
     assert_eq!(code, Some(0), "{check}");
     println!("{} /ready: ready; msgx status --check: {}", at(), check.trim());
 }
+
+/// #41, `msgx.requests.on-empty`: a first start — Redis empty, nothing msgx holds to rebuild it
+/// from — asks the AODB for today's flights; a second start while the request is open does not
+/// ask again.
+#[test]
+fn a_first_start_with_an_empty_redis_asks_for_todays_flights_once() {
+    let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\non-empty = true\n");
+    let mut a = Instance::run(&s, "first", "");
+    assert!(a.wait_for_log("empty at start-up req_id=1", Duration::from_secs(60)), "{}", a.log_text());
+    let rows = wait_coutmsgs(&s, &a, 1);
+    let line = a.log_text().lines().find(|l| l.contains("empty at start-up")).unwrap().to_string();
+    println!("{line}\nCOUTMSGS row: {rows:?}");
+    let today = line.split("key=").nth(1).unwrap().get(..10).unwrap().to_string();
+    let stdb = jiff::civil::Date::strptime("%Y-%m-%d", &today).unwrap().strftime("%d%b%y0000").to_string();
+    assert!(rows[0].2.contains(&format!("<STDB>{}</STDB>", stdb.to_ascii_uppercase())), "{rows:?}");
+    a.signal("-TERM");
+    a.wait(Duration::from_secs(30));
+    let b = Instance::run(&s, "second", "");
+    assert!(b.wait_for_log("empty at start-up req_id=1", Duration::from_secs(60)), "{}", b.log_text());
+    assert!(b.log_text().contains("already asked the AODB for today's flights"), "{}", b.log_text());
+    let (_, status) = msgx(&s, &["status"]);
+    assert!(status.contains("requests open: 1") && status.contains("degraded"), "{status}");
+    assert_eq!(coutmsgs(&s).len(), 1, "asked once");
+}

@@ -394,7 +394,7 @@ pub const KEYS: &[KeySpec] = &[
         "msgx.requests.on-empty",
         "true",
         Kind::Bool,
-        "a heal of an emptied Redis whose lost flights no event places on a day asks the AODB for today's window (false: it stops for a person)",
+        "a start with an empty Redis that nothing msgx holds can rebuild, and a heal of an emptied Redis whose lost flights no event places on a day, ask the AODB for today's flights (false: neither; the heal then stops for a person)",
     ),
     k(
         "msgx.requests.window-format",

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use log::warn;
+use log::{info, warn};
 
 use super::heal::{HealError, Rebuild};
 use super::Stores;
@@ -75,6 +75,27 @@ pub(super) fn for_gone(
     Ok(asked)
 }
 
+/// Start-up with an empty Redis and nothing to rebuild it from (a first start, or every
+/// message msgx processed changed no flight): with `msgx.requests.on-empty`, the AODB is asked
+/// for today's flights (SPEC §4.11), the flights await its answer as after a heal. A request
+/// already open for today is not asked again.
+pub(super) fn on_empty(
+    st: &mut Stores<'_>,
+    asking: &Asking,
+    now: SystemTime,
+) -> Result<Option<Request>, HealError> {
+    if !asking.policy.on_empty {
+        return Ok(None);
+    }
+    let day = today(&asking.zone, now);
+    let (r, how) = register(st, asking, &day, now)?;
+    info!(
+        "empty at start-up req_id={} key={}: Redis holds no flight and no message msgx holds can rebuild one; {how} the AODB for today's flights ({}) (msgx.requests.on-empty)",
+        r.req_id, r.req_key, r.req_type
+    );
+    Ok(Some(r))
+}
+
 /// The days (`2026-03-05`) of the flights the messages `wrote` changed, and the messages whose
 /// flights cannot be placed on a day.
 fn days_of(
@@ -131,7 +152,27 @@ fn unplaceable(unplaced: &[i64]) -> String {
     )
 }
 
-/// Registers the request for `day`'s flights (or finds the one open for it).
+/// Registers the request for `day`'s flights, or finds the one open for it: the request, and
+/// `asked` or `already asked`.
+fn register(
+    st: &mut Stores<'_>,
+    asking: &Asking,
+    day: &str,
+    now: SystemTime,
+) -> Result<(Request, &'static str), HealError> {
+    let ask = Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
+        .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))?;
+    let policy = &asking.policy;
+    let new =
+        NewRequest { req_type: ask.req_type(policy.dialect), req_key: ask.req_key(), origin: Origin::Heal };
+    let text = |req_id| requests::text(policy, &asking.zone, &ask, req_id, now);
+    Ok(match st.pg.register(&new, &text, now)? {
+        Ok(r) => (r, "asked"),
+        Err(open) => (open, "already asked"),
+    })
+}
+
+/// Asks for `day`'s flights on behalf of the messages `wrote`, whose texts are gone.
 fn ask_day(
     st: &mut Stores<'_>,
     asking: &Asking,
@@ -139,16 +180,7 @@ fn ask_day(
     wrote: &[i64],
     now: SystemTime,
 ) -> Result<Request, HealError> {
-    let ask = Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
-        .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))?;
-    let policy = &asking.policy;
-    let new =
-        NewRequest { req_type: ask.req_type(policy.dialect), req_key: ask.req_key(), origin: Origin::Heal };
-    let text = |req_id| requests::text(policy, &asking.zone, &ask, req_id, now);
-    let (r, how) = match st.pg.register(&new, &text, now)? {
-        Ok(r) => (r, "asked"),
-        Err(open) => (open, "already asked"),
-    };
+    let (r, how) = register(st, asking, day, now)?;
     let ids: Vec<String> = wrote.iter().take(10).map(i64::to_string).collect();
     warn!(
         "heal by request req_id={} key={}: the mailbox no longer holds the texts of SUCCEEDED message(s) {}; {how} the AODB for the window's flights ({}), which stay as the other messages leave them until its answer is processed",

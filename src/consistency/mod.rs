@@ -679,7 +679,11 @@ pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
     };
     report.warn();
     if report.is_clean() {
-        return match heal(st, &report, now) {
+        let asked = match policy.asking.as_ref().filter(|_| report.redis.seq == 0) {
+            Some(a) => ask::on_empty(st, a, now),
+            None => Ok(None),
+        };
+        return match asked.and_then(|_| heal(st, &report, now)) {
             Ok(_) => {
                 Pass::Agreed { token: report.redis.token.clone(), report: Box::new(report), healed: None }
             }

@@ -88,6 +88,13 @@ impl Services {
         create_topic_on(&brokers, &format!("{topic}.schd"));
         // Tests poll fast unless they say otherwise; `extra` lands in [msgx.pipeline].
         let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
+        // A first start asks the AODB for today's flights (`msgx.requests.on-empty`, #41): a
+        // COUTMSGS event every test would count. Off unless a test says otherwise.
+        let extra = match (extra.contains("on-empty"), extra.contains("[msgx.requests]")) {
+            (true, _) => extra.to_string(),
+            (false, true) => extra.replacen("[msgx.requests]\n", "[msgx.requests]\non-empty = false\n", 1),
+            (false, false) => format!("{extra}\n[msgx.requests]\non-empty = false\n"),
+        };
         let text = format!(
             "[kafka.topics]\nmsg = \"{topic}\"\nschd = \"{topic}.schd\"\n[redis]\nkey-prefix = \"{name}:\"\n\
              [metrics]\nlisten = \"127.0.0.1:0\"\n[msgx.pipeline]\n{poll}{extra}"
