@@ -270,20 +270,7 @@ impl Metrics {
             by("class", &g.dead),
         );
         r.register("msgx_dead_events", "DEAD outbox events, per target", by("target", &g.dead_events));
-        let open: Vec<(String, i64)> = [Origin::Operator, Origin::Heal]
-            .iter()
-            .map(|o| {
-                (
-                    o.as_str().to_string(),
-                    g.requests_open.iter().find(|(x, _)| x == o.as_str()).map_or(0, |(_, n)| *n),
-                )
-            })
-            .collect();
-        r.register(
-            "msgx_requests_open",
-            "Open requests to the AODB, per origin (heal: windows whose flights await the answer)",
-            by("origin", &open),
-        );
+        requests_open(r, &g);
         let pending: Vec<(String, i64)> = g.outbox.iter().map(|(t, n, _)| (t.clone(), *n)).collect();
         r.register("msgx_outbox_pending", "PENDING outbox events, per target", by("target", &pending));
         let oldest = Family::<Labels, FloatGauge>::default();
@@ -307,6 +294,20 @@ impl Metrics {
             r.register(name, help, gauge);
         }
     }
+}
+
+/// `msgx_requests_open{origin}` (#41): every origin, 0 when none is open.
+fn requests_open(r: &mut Registry, g: &Gauges) {
+    let f = Family::<Labels, Gauge>::default();
+    for o in [Origin::Operator, Origin::Heal] {
+        let n = g.requests_open.iter().find(|(x, _)| x == o.as_str()).map_or(0, |(_, n)| *n);
+        f.get_or_create(&labels(&[("origin", o.as_str())])).set(n);
+    }
+    r.register(
+        "msgx_requests_open",
+        "Open requests to the AODB, per origin (heal: windows whose flights await the answer)",
+        f,
+    );
 }
 
 /// Every series name `/metrics` exports (with `_total`, `_bucket`, `_sum`, `_count` where the
