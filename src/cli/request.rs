@@ -183,8 +183,8 @@ pub(super) fn list(cfg: &Config, open: bool, limit: usize, json: bool) -> CmdRes
     Ok(())
 }
 
-/// A time in the table, to the second (the JSON keeps the microseconds).
+/// A time in the table, UTC to the second (the JSON keeps the microseconds).
 fn to_second(t: std::time::SystemTime) -> String {
-    let secs = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+    let ts = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
