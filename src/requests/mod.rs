@@ -107,6 +107,12 @@ impl Ask {
     }
 }
 
+/// A plan index key (`yyyyMMddHHmm`) as a window's key writes it (`2026-03-05T09:00`).
+fn key_time(k: i64) -> String {
+    let (d, hm) = (k / 10_000, k % 10_000);
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}", d / 10_000, d / 100 % 100, d % 100, hm / 100, hm % 100)
+}
+
 fn iso(t: DateTime) -> String {
     t.strftime("%Y-%m-%dT%H:%M").to_string()
 }
@@ -280,8 +286,10 @@ pub struct NewRequest {
 /// What an inbound message answers, if it is an answer (G-RESP-GUARD).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Answer {
-    /// `SCHD-RESP`: the oldest open `RQFD` request.
-    Window,
+    /// `SCHD-RESP`, with its earliest and latest scheduled time as a window's key writes them
+    /// (`2026-03-05T09:00`; none when no record has one): the oldest open `RQFD` request whose
+    /// window holds them, else the oldest open one — SIS answers name no request.
+    Window(Option<(String, String)>),
     /// A reference `RESP` of this type: the open `RQRD` request for it.
     Reference(String),
     /// A family-B message carrying `RMID`: the request whose `MGID` it names.
@@ -291,7 +299,8 @@ pub enum Answer {
 impl fmt::Display for Answer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Answer::Window => f.write_str("a flight window (RQFD)"),
+            Answer::Window(Some((a, b))) => write!(f, "flights {a}..{b} (RQFD)"),
+            Answer::Window(None) => f.write_str("a flight window (RQFD)"),
             Answer::Reference(t) => write!(f, "reference list {t} (RQRD)"),
             Answer::Rmid(m) => write!(f, "RMID {m}"),
         }
@@ -304,7 +313,10 @@ pub fn answer_of(msg: &Message) -> Option<Answer> {
         return msg.meta.rmid.clone().filter(|r| !r.is_empty()).map(Answer::Rmid);
     }
     match msg.kind {
-        MsgKind::Schd(SchdKind::Resp) => Some(Answer::Window),
+        MsgKind::Schd(SchdKind::Resp) => {
+            let span = crate::handlers::window_of(msg).map(|(a, b)| (key_time(a), key_time(b)));
+            Some(Answer::Window(span))
+        }
         MsgKind::Reference { rtype, op: crate::codec::reference::RefOp::Resp } => {
             Some(Answer::Reference(rtype.to_string()))
         }
@@ -326,9 +338,15 @@ pub enum Verdict {
 
 impl Answer {
     /// Whether this answer answers `r` (its type, its key or its MGID).
+    /// Whether `r`'s window holds this answer's scheduled times (a window answer only).
+    pub fn within(&self, r: &Request) -> bool {
+        let Answer::Window(Some((a, b))) = self else { return false };
+        r.req_key.split_once('/').is_some_and(|(lo, hi)| lo <= a.as_str() && b.as_str() <= hi)
+    }
+
     pub fn answers(&self, r: &Request) -> bool {
         match self {
-            Answer::Window => r.req_type == "RQFD",
+            Answer::Window(_) => r.req_type == "RQFD",
             Answer::Reference(t) => r.req_type == "RQRD" && r.req_key == *t,
             Answer::Rmid(m) => r.mgid.as_deref() == Some(m.as_str()),
         }
@@ -339,16 +357,15 @@ impl Answer {
 /// else the newest EXPIRED one it answers that no message answered yet (a late answer, noted on
 /// it). The PostgreSQL adapter's statement follows the same rule.
 pub fn closes<'a>(answer: &Answer, requests: impl IntoIterator<Item = &'a Request>) -> Option<&'a Request> {
-    let mut open: Option<&Request> = None;
-    let mut late: Option<&Request> = None;
-    for r in requests.into_iter().filter(|r| r.answer_msg_id.is_none() && answer.answers(r)) {
-        if r.state.is_open() {
-            open = Some(open.map_or(r, |o| if r.req_id < o.req_id { r } else { o }));
-        } else if r.state == ReqState::Expired {
-            late = Some(late.map_or(r, |o| if r.req_id > o.req_id { r } else { o }));
-        }
-    }
-    open.or(late)
+    let candidates: Vec<&Request> =
+        requests.into_iter().filter(|r| r.answer_msg_id.is_none() && answer.answers(r)).collect();
+    // A request whose window holds the answer first; then the oldest open, the newest expired.
+    let open = candidates.iter().filter(|r| r.state.is_open()).min_by_key(|r| (!answer.within(r), r.req_id));
+    let late = candidates
+        .iter()
+        .filter(|r| r.state == ReqState::Expired)
+        .min_by_key(|r| (!answer.within(r), std::cmp::Reverse(r.req_id)));
+    open.or(late).copied()
 }
 
 /// What the commit made of each answer of `answers` (MSG_ID, answer), given the requests the

@@ -114,7 +114,7 @@ fn answers_are_a_schd_resp_a_reference_resp_and_a_platform_rmid() {
     let decode = |raw: &str| crate::codec::decode(raw).expect("fixture decodes");
     assert_eq!(
         answer_of(&decode(&fixtures::schd(1, "RESP", &[("F1", "05MAR260900")]))),
-        Some(Answer::Window)
+        Some(Answer::Window(Some(("2026-03-05T09:00".into(), "2026-03-05T09:00".into()))))
     );
     assert_eq!(
         answer_of(&decode(&fixtures::schd(1, "DNLD", &[("F1", "05MAR260900")]))),
@@ -154,9 +154,9 @@ fn an_answer_closes_the_oldest_open_request_else_notes_the_newest_expired_one() 
         req(4, "RQFD", "d", ReqState::Sent),
         req(5, "RQRD", "SLST", ReqState::Waiting),
     ];
-    assert_eq!(closes(&Answer::Window, &rs).map(|r| r.req_id), Some(3));
+    assert_eq!(closes(&Answer::Window(None), &rs).map(|r| r.req_id), Some(3));
     let expired_only = &rs[..2];
-    assert_eq!(closes(&Answer::Window, expired_only).map(|r| r.req_id), Some(2));
+    assert_eq!(closes(&Answer::Window(None), expired_only).map(|r| r.req_id), Some(2));
     assert_eq!(closes(&Answer::Reference("SLST".into()), &rs).map(|r| r.req_id), Some(5));
     assert_eq!(closes(&Answer::Reference("GLST".into()), &rs), None);
     assert_eq!(closes(&Answer::Rmid(mgid_of(4)), &rs).map(|r| r.req_id), Some(4));
@@ -167,12 +167,26 @@ fn an_answer_closes_the_oldest_open_request_else_notes_the_newest_expired_one() 
 }
 
 #[test]
+fn a_window_answer_closes_the_request_whose_window_holds_it_first() {
+    let day = |d: u32| format!("2026-03-0{d}T00:00/2026-03-0{d}T23:59");
+    let rs = [req(1, "RQFD", &day(5), ReqState::Waiting), req(2, "RQFD", &day(6), ReqState::Waiting)];
+    let of = |a: &str, b: &str| Answer::Window(Some((a.into(), b.into())));
+    assert_eq!(closes(&of("2026-03-06T08:00", "2026-03-06T14:00"), &rs).map(|r| r.req_id), Some(2));
+    assert_eq!(closes(&of("2026-03-05T08:00", "2026-03-05T14:00"), &rs).map(|r| r.req_id), Some(1));
+    assert_eq!(
+        closes(&of("2026-03-05T08:00", "2026-03-06T14:00"), &rs).map(|r| r.req_id),
+        Some(1),
+        "held by none: the oldest"
+    );
+}
+
+#[test]
 fn verdicts_tell_closed_late_and_unsolicited_apart() {
     let mut done = req(1, "RQFD", "a", ReqState::Done);
     done.answer_msg_id = Some(10);
     let mut late = req(2, "RQFD", "b", ReqState::Expired);
     late.answer_msg_id = Some(11);
-    let w = Answer::Window;
+    let w = Answer::Window(None);
     let v = verdicts(&[(10, &w), (11, &w), (12, &w)], &[done.clone(), late.clone()]);
     assert_eq!(v, vec![(10, Verdict::Closed(done)), (11, Verdict::Late(late)), (12, Verdict::Unsolicited)]);
 }

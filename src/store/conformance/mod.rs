@@ -696,6 +696,7 @@ macro_rules! conformance_tests {
             a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key,
             a_request_is_sent_then_waits_then_expires_and_frees_its_key,
             an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one,
+            a_window_answer_closes_the_request_whose_window_holds_it,
             a_request_whose_event_went_dead_expires_as_undeliverable,
         );
     };

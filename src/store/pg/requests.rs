@@ -173,9 +173,15 @@ pub(super) fn answer(
     for (msg_id, a) in answers {
         let (matching, key): (&str, Option<&str>) = match a {
             // $3 is NULL here: named so that every statement takes the same parameters.
-            Answer::Window => ("req_type = 'RQFD' AND $3::text IS NULL", None),
+            Answer::Window(_) => ("req_type = 'RQFD' AND $3::text IS NULL", None),
             Answer::Reference(t) => ("req_type = 'RQRD' AND req_key = $3", Some(t.as_str())),
             Answer::Rmid(m) => ("mgid = $3", Some(m.as_str())),
+        };
+        // A window answer's scheduled times ($4..$5): the request whose window holds them first
+        // (`requests::closes`, the same rule).
+        let (from, to) = match a {
+            Answer::Window(Some((f, t))) => (Some(f.as_str()), Some(t.as_str())),
+            _ => (None, None),
         };
         let sql = format!(
             "UPDATE req_track SET state = CASE WHEN state = 'EXPIRED' THEN state ELSE 'DONE' END,
@@ -183,10 +189,12 @@ pub(super) fn answer(
              WHERE req_id = (SELECT req_id FROM req_track
                              WHERE answer_msg_id IS NULL AND state IN ('REGISTERED', 'SENT', 'WAITING', 'EXPIRED')
                                AND {matching}
-                             ORDER BY state = 'EXPIRED', CASE WHEN state = 'EXPIRED' THEN -req_id ELSE req_id END
+                             ORDER BY state = 'EXPIRED',
+                                      NOT coalesce(split_part(req_key, '/', 1) <= $4::text AND split_part(req_key, '/', 2) >= $5::text, false),
+                                      CASE WHEN state = 'EXPIRED' THEN -req_id ELSE req_id END
                              LIMIT 1 FOR UPDATE)"
         );
-        c.execute(&sql, &[msg_id, &now, &key])?;
+        c.execute(&sql, &[msg_id, &now, &key, &from, &to])?;
     }
     Ok(())
 }
