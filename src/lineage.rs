@@ -29,6 +29,16 @@ pub struct FlightReport {
     pub fields: Vec<FieldNow>,
     /// The messages that changed it, newest first (their `KAFKA:msg` events).
     pub changes: Vec<Change>,
+    /// The open request a heal made for the day it is scheduled on (#41): its fields may still
+    /// lack what a message whose text is gone set, until the AODB's answer is processed.
+    pub awaiting: Option<Awaiting>,
+}
+
+/// A request a flight's day awaits the answer to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Awaiting {
+    pub req_id: i64,
+    pub req_key: String,
 }
 
 impl FlightReport {
@@ -141,6 +151,10 @@ pub fn flight<F: FlightAudit>(
         .iter()
         .map(|e| change(e, e.msg_id.and_then(|m| decided.get(&m)).and_then(|d| d.type_tag.clone())))
         .collect();
+    let awaiting = match sodt {
+        Some(k) => awaiting(pg, k)?,
+        None => None,
+    };
     Ok(FlightReport {
         flid: flid.to_string(),
         exists: state.exists(),
@@ -148,7 +162,19 @@ pub fn flight<F: FlightAudit>(
         sodt,
         fields,
         changes,
+        awaiting,
     })
+}
+
+/// The open request a heal made whose window holds plan key `k`, if any.
+fn awaiting(pg: &mut Pg, k: i64) -> StoreResult<Option<Awaiting>> {
+    use crate::ports::Requests;
+    let open = pg.requests(true, 100)?;
+    Ok(open
+        .into_iter()
+        .filter(|r| r.origin == crate::requests::Origin::Heal.as_str())
+        .find(|r| crate::requests::window_holds(&r.req_key, k))
+        .map(|r| Awaiting { req_id: r.req_id, req_key: r.req_key }))
 }
 
 /// A `KAFKA:msg` event as a change: its payload's `changes` and where it landed.
@@ -383,6 +409,7 @@ mod tests {
             exists: true,
             deleted_by: None,
             sodt: None,
+            awaiting: None,
             fields: vec![FieldNow {
                 name: "STND".into(),
                 value: "B12".into(),

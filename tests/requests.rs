@@ -236,7 +236,8 @@ fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
     let day = |m: u64, styp: &str| fixtures::schd(m, styp, &[("H1", "05MAR260900"), ("H2", "05MAR261000")]);
     let ids = s.insert_inbound(&[
         day(1, "DNLD"),
-        fixtures::flop_stnd(2, "H1", "B9"),
+        // A FLOP whose FFID puts H1 on that day (05MAR26 14:30).
+        fixtures::flop_body("STND", "H1", "<STND>B9</STND>"),
         fixtures::schd(3, "DNLD", &[("K1", "06MAR260900")]),
     ]);
     let mut a = Instance::run(&s, "before", "");
@@ -279,6 +280,18 @@ fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
     settled(&s, &b, &[(SUCCEEDED, 4)]);
     let meanwhile = redis_flights(&s);
     assert!(meanwhile.contains_key("K1") && !meanwhile.contains_key("H2"), "{meanwhile:?}");
+    let (_, h1) = msgx(&s, &["flight", "H1"]);
+    assert!(
+        h1.contains("degraded: its day's flights await the AODB's answer after a heal (req_id=1"),
+        "{h1}"
+    );
+    println!(
+        "{} msgx flight H1: {}",
+        at(),
+        h1.lines().find(|l| l.starts_with("degraded")).unwrap_or_default()
+    );
+    let (_, k1) = msgx(&s, &["flight", "K1"]);
+    assert!(!k1.contains("degraded"), "another day: {k1}");
     println!("{} msg 4 processed meanwhile; flights held: {:?}", at(), meanwhile.keys().collect::<Vec<_>>());
 
     // The AODB answers with the day.
@@ -288,6 +301,8 @@ fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
     assert_eq!(done["answer_msg_id"], answer, "{done}");
     let healed = redis_flights(&s);
     assert!(["H1", "H2", "K1"].iter().all(|f| healed.contains_key(*f)), "{healed:?}");
+    let (_, h1) = msgx(&s, &["flight", "H1", "--json"]);
+    assert!(h1.contains("\"awaiting\": null"), "{h1}");
     println!(
         "{} answer msg {answer} processed: request {req} DONE; flights held: {:?}",
         at(),

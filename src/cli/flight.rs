@@ -50,6 +50,13 @@ fn print(r: &FlightReport) {
         (false, Some(m)) => out!("flight {}: deleted by msg {m} (a tombstone)", one_line(&r.flid)),
         (false, None) => out!("flight {}: Redis holds nothing of it", one_line(&r.flid)),
     }
+    if let Some(a) = &r.awaiting {
+        out!(
+            "degraded: its day's flights await the AODB's answer after a heal (req_id={} {}); a field a message whose text is gone set may be missing until then",
+            a.req_id,
+            a.req_key
+        );
+    }
     for f in &r.fields {
         out!(
             "  {:<6} = {}    set by msg {} {} at {}",

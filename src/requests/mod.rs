@@ -107,6 +107,12 @@ impl Ask {
     }
 }
 
+/// Whether a flight window's request key (`FROM/TO`) holds a plan index key (`yyyyMMddHHmm`).
+pub fn window_holds(req_key: &str, sodt_key: i64) -> bool {
+    let t = key_time(sodt_key);
+    req_key.split_once('/').is_some_and(|(lo, hi)| lo <= t.as_str() && t.as_str() <= hi)
+}
+
 /// A plan index key (`yyyyMMddHHmm`) as a window's key writes it (`2026-03-05T09:00`).
 fn key_time(k: i64) -> String {
     let (d, hm) = (k / 10_000, k % 10_000);

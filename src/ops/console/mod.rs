@@ -411,11 +411,17 @@ fn event_row(e: &TraceEvent, type_tag: Option<String>, changes: Vec<String>) -> 
 }
 
 fn flight_page(r: &FlightReport) -> pages::Flight {
-    let summary = match (r.exists, r.deleted_by) {
+    let mut summary = match (r.exists, r.deleted_by) {
         (true, _) => format!("{} field(s) in Redis", r.fields.len()),
         (false, Some(m)) => format!("deleted by message {m} (a tombstone)"),
         (false, None) => "Redis holds nothing of this flight".into(),
     };
+    if let Some(a) = &r.awaiting {
+        summary.push_str(&format!(
+            "; degraded: its day's flights await the AODB's answer after a heal (req_id={} {})",
+            a.req_id, a.req_key
+        ));
+    }
     let fields = r
         .fields
         .iter()
