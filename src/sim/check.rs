@@ -340,7 +340,8 @@ fn requests_hold(sim: &Sim, s: &PgState) -> Result<(), String> {
         if let Some(other) = answered.insert(m, r.req_id) {
             return Err(format!("msg {m} answered two requests: {other} and {}", r.req_id));
         }
-        let tag = sim.upstream.rows.get(&m).map(|row| row.kind.tag()).unwrap_or("unknown");
+        // A resend that SUCCEEDED (its original rolled back, or late) answers as its original.
+        let tag = sim.upstream.original(m).map(|row| row.kind.tag()).unwrap_or("unknown");
         let fits = match r.req_type.as_str() {
             "RQFD" => tag == "SCHD-RESP",
             "RQRD" => tag == format!("{}-RESP", r.req_key),
