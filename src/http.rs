@@ -5,7 +5,9 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{Clock, Mono};
 
 /// The largest request head (request line and headers) read before refusing.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -99,9 +101,28 @@ pub enum Unread {
     Lost(String),
 }
 
+/// When a read must be done, on the injected clock's monotonic time.
+#[derive(Clone, Copy)]
+pub struct Deadline<'c> {
+    clock: &'c dyn Clock,
+    at: Mono,
+}
+
+impl<'c> Deadline<'c> {
+    /// `d` from now.
+    pub fn after(clock: &'c dyn Clock, d: Duration) -> Deadline<'c> {
+        Deadline { clock, at: clock.mono().after(d) }
+    }
+
+    /// What is left of it (zero once passed).
+    pub fn left(&self) -> Duration {
+        self.at.as_duration().saturating_sub(self.clock.mono().as_duration())
+    }
+}
+
 /// Reads into `buf` until it holds a whole head, by `deadline`; what follows the head stays in
 /// `buf` (from `Head::len`).
-pub fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<Head, Unread> {
+pub fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Deadline<'_>) -> Result<Head, Unread> {
     loop {
         if let Some(h) = parse_head(buf).map_err(Unread::Refused)? {
             return Ok(h);
@@ -111,8 +132,8 @@ pub fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -
 }
 
 /// Reads what has arrived into `buf`, waiting until `deadline` at most.
-pub fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), Unread> {
-    let left = deadline.saturating_duration_since(Instant::now());
+pub fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Deadline<'_>) -> Result<(), Unread> {
+    let left = deadline.left();
     if left.is_zero() {
         return Err(Unread::TooSlow);
     }

@@ -10,13 +10,14 @@ use crate::error::Store;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use log::{info, warn};
 
 use crate::clock::Clock;
 use crate::domain::InboundRow;
 use crate::error::StoreError;
+use crate::http::Deadline;
 use crate::ports::{Intake, MailboxSubmit};
 
 pub const PATH: &str = "/cminmsgs/send";
@@ -164,7 +165,7 @@ impl From<crate::http::Unread> for Reject {
 /// against `limit` before it is read; a client that asked for `100 Continue` gets it only
 /// then). A client that sends too slowly gets 408; nothing it does can hold the worker past
 /// the deadline.
-pub fn read_request(stream: &mut TcpStream, deadline: Instant, limit: usize) -> Result<Request, Reject> {
+pub fn read_request(stream: &mut TcpStream, deadline: Deadline<'_>, limit: usize) -> Result<Request, Reject> {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     let head = crate::http::read_head(stream, &mut buf, deadline)?;
     check_head(&head.method, &head.path, head.content_type.as_deref(), head.length, limit)?;
@@ -214,13 +215,13 @@ fn drop_unread(mut stream: TcpStream) {
 
 /// Ends a connection whose request was refused: no more writes, then what the client still
 /// sends is read and dropped for a bounded time, so it reads the answer.
-fn linger(stream: &mut TcpStream) {
+fn linger(stream: &mut TcpStream, clock: &dyn Clock) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    let until = Instant::now() + LINGER;
+    let until = Deadline::after(clock, LINGER);
     let mut chunk = [0u8; 16 * 1024];
     let mut drained = 0;
     while drained < LINGER_BYTES {
-        let left = until.saturating_duration_since(Instant::now());
+        let left = until.left();
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             break;
         }
@@ -246,7 +247,7 @@ impl<M: MailboxSubmit, P: Intake> Worker<M, P> {
 
     /// Serves one connection; true when a message was accepted.
     pub fn serve(&mut self, mut stream: TcpStream) -> bool {
-        let deadline = Instant::now() + self.limits.read_timeout;
+        let deadline = Deadline::after(self.clock.as_ref(), self.limits.read_timeout);
         let result = read_request(&mut stream, deadline, self.limits.max_body_bytes)
             .and_then(|req| check_body(req.body, self.limits.max_body_bytes))
             .and_then(|raw| {
@@ -269,7 +270,7 @@ impl<M: MailboxSubmit, P: Intake> Worker<M, P> {
                     r.status,
                     &serde_json::json!({ "status": "rejected", "error": r.message }),
                 );
-                linger(&mut stream);
+                linger(&mut stream, self.clock.as_ref());
                 false
             }
         }

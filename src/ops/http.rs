@@ -8,7 +8,7 @@
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::console::{Console, Page};
 use super::metrics::Metrics;
@@ -65,16 +65,15 @@ pub fn answer(method: &str, path: &str, ops: &Ops, metrics: &Metrics) -> Answer 
             location: None,
         },
         "/live" => text(200, "live\n"),
-        _ => match ops.ready() {
+        _ => match ops.ready().map(|()| metrics.awaiting_answers()) {
+            Ok(0) => text(200, "ready\n"),
             // Serving, with flights a heal could not rebuild until the AODB answers (#41).
-            Ok(()) if metrics.awaiting_answers() > 0 => text(
+            Ok(n) => text(
                 200,
                 format!(
-                    "ready, degraded: {} window(s) of flights await the AODB's answer after a heal (msgx requests --open)\n",
-                    metrics.awaiting_answers()
+                    "ready, degraded: {n} window(s) of flights await the AODB's answer after a heal (msgx requests --open)\n"
                 ),
             ),
-            Ok(()) => text(200, "ready\n"),
             Err(why) => text(503, format!("not ready: {why}\n")),
         },
     }
@@ -110,7 +109,8 @@ struct Endpoint<'a> {
 
 fn serve_one(mut stream: TcpStream, e: &Endpoint) {
     let mut buf = Vec::with_capacity(512);
-    let r = match crate::http::read_head(&mut stream, &mut buf, Instant::now() + READ_TIMEOUT) {
+    let deadline = crate::http::Deadline::after(e.metrics.clock().as_ref(), READ_TIMEOUT);
+    let r = match crate::http::read_head(&mut stream, &mut buf, deadline) {
         Ok(r) => r,
         Err(Unread::TooSlow | Unread::Lost(_)) => return, // dropped without an answer
         Err(Unread::Refused((status, _))) => {
