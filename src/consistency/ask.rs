@@ -126,10 +126,11 @@ fn days_of(
     Ok((days, unplaced))
 }
 
-/// The day of a plan index key (`yyyyMMddHHmm`).
+/// The day (`2026-03-05`) of a plan index key (`yyyyMMddHHmm`).
 fn day_of_key(k: i64) -> String {
-    let d = k / 10_000;
-    format!("{:04}-{:02}-{:02}", d / 10_000, d / 100 % 100, d % 100)
+    let mut t = crate::handlers::sodt_text(k);
+    t.truncate(10);
+    t
 }
 
 /// The day of the `SODT` an event's payload carries (a `KAFKA:schd` record's, `2026-03-05T08:00`).

@@ -390,11 +390,11 @@ fn replay_onto(
         for (m, e) in st.pg.events_of(&missing)? {
             made.entry(m).or_default().push(e);
         }
-        // The snapshots that advanced the plan when they were taken (seed 2155).
-        let advanced: Vec<i64> =
-            rows.iter().filter(|m| m.record == Some(RedisRecord::Generation)).map(|m| m.msg_id).collect();
+        // What Redis acknowledged of each decision: a snapshot that advanced the plan when it
+        // was taken is played again as such (seed 2155).
+        let record: BTreeMap<i64, Option<RedisRecord>> = rows.iter().map(|m| (m.msg_id, m.record)).collect();
         let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking)?;
-        gone.extend(rows.iter().filter(|m| missing_texts.contains(&m.msg_id)).map(|m| (m.msg_id, m.record)));
+        gone.extend(missing_texts.into_iter().map(|m| (m, record[&m])));
         // What the page's messages read, from Redis in one go (not a round trip a message).
         let mut need = handlers::Need::default();
         for msg in page.iter().filter_map(|(_, msg)| msg.as_ref()) {
@@ -405,7 +405,7 @@ fn replay_onto(
         replay.load(st, need.flids)?;
         for (m, msg) in page {
             if let Some(msg) = msg {
-                redecide(st, replay, m, &msg, advanced.contains(&m))?;
+                redecide(st, replay, m, &msg, record[&m] == Some(RedisRecord::Generation))?;
             }
             if missing.contains(&m) {
                 let events = made.remove(&m).unwrap_or_default();

@@ -145,6 +145,12 @@ pub fn sodt_key(iso: &str) -> Option<i64> {
     }
 }
 
+/// `yyyyMMddHHmm` → `yyyy-MM-ddTHH:mm`: [`sodt_key`] undone (a request window's key, a day).
+pub fn sodt_text(k: i64) -> String {
+    let (d, hm) = (k / 10_000, k % 10_000);
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}", d / 10_000, d / 100 % 100, d % 100, hm / 100, hm % 100)
+}
+
 /// The flights `msg` names, in record order, repeats included: [`need_of`] without a copy.
 pub fn flids_of(msg: &Message) -> impl Iterator<Item = &str> {
     let records = match &msg.body {

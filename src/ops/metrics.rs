@@ -81,8 +81,9 @@ impl Metrics {
         let (age, g) = good?;
         let dead: i64 = g.dead.iter().map(|(_, n)| n).sum();
         let mut line = format!("lag={:.0}s dead={dead}", g.lag);
-        if g.awaiting_answers() > 0 {
-            line.push_str(&format!(" degraded: {} window(s) await the AODB's answer", g.awaiting_answers()));
+        let awaiting = g.awaiting_answers();
+        if awaiting > 0 {
+            line.push_str(&format!(" degraded: {awaiting} window(s) await the AODB's answer"));
         }
         if !up {
             line.push_str(&format!(" (read {}s ago: own PostgreSQL does not answer)", age.as_secs()));

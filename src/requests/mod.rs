@@ -16,6 +16,7 @@ use jiff::civil::DateTime;
 use crate::clock::zone::MailboxZone;
 use crate::codec::{Dialect, Message, MsgKind, SchdKind};
 use crate::config::{RequestDialect, RequestPolicy};
+use crate::handlers::sodt_text;
 
 #[cfg(test)]
 mod tests;
@@ -109,14 +110,14 @@ impl Ask {
 
 /// Whether a flight window's request key (`FROM/TO`) holds a plan index key (`yyyyMMddHHmm`).
 pub fn window_holds(req_key: &str, sodt_key: i64) -> bool {
-    let t = key_time(sodt_key);
-    req_key.split_once('/').is_some_and(|(lo, hi)| lo <= t.as_str() && t.as_str() <= hi)
+    let t = sodt_text(sodt_key);
+    holds(req_key, &t, &t)
 }
 
-/// A plan index key (`yyyyMMddHHmm`) as a window's key writes it (`2026-03-05T09:00`).
-fn key_time(k: i64) -> String {
-    let (d, hm) = (k / 10_000, k % 10_000);
-    format!("{:04}-{:02}-{:02}T{:02}:{:02}", d / 10_000, d / 100 % 100, d % 100, hm / 100, hm % 100)
+/// Whether a flight window's request key (`FROM/TO`) holds the times `from..=to`, written as
+/// the key writes them (`2026-03-05T09:00`: text order is time order).
+fn holds(req_key: &str, from: &str, to: &str) -> bool {
+    req_key.split_once('/').is_some_and(|(lo, hi)| lo <= from && to <= hi)
 }
 
 fn iso(t: DateTime) -> String {
@@ -320,7 +321,7 @@ pub fn answer_of(msg: &Message) -> Option<Answer> {
     }
     match msg.kind {
         MsgKind::Schd(SchdKind::Resp) => {
-            let span = crate::handlers::window_of(msg).map(|(a, b)| (key_time(a), key_time(b)));
+            let span = crate::handlers::window_of(msg).map(|(a, b)| (sodt_text(a), sodt_text(b)));
             Some(Answer::Window(span))
         }
         MsgKind::Reference { rtype, op: crate::codec::reference::RefOp::Resp } => {
@@ -343,13 +344,12 @@ pub enum Verdict {
 }
 
 impl Answer {
-    /// Whether this answer answers `r` (its type, its key or its MGID).
     /// Whether `r`'s window holds this answer's scheduled times (a window answer only).
     pub fn within(&self, r: &Request) -> bool {
-        let Answer::Window(Some((a, b))) = self else { return false };
-        r.req_key.split_once('/').is_some_and(|(lo, hi)| lo <= a.as_str() && b.as_str() <= hi)
+        matches!(self, Answer::Window(Some((a, b))) if holds(&r.req_key, a, b))
     }
 
+    /// Whether this answer answers `r` (its type, its key or its MGID).
     pub fn answers(&self, r: &Request) -> bool {
         match self {
             Answer::Window(_) => r.req_type == "RQFD",

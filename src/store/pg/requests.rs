@@ -122,16 +122,22 @@ impl Requests for Pg {
                 ),
                 &[&now],
             )?;
-            let kept = (|| {
-                Ok(Kept {
-                    waiting: requests(&waiting)?,
-                    expired: requests(&expired)?,
-                    undeliverable: requests(&undeliverable)?,
-                })
-            })();
-            Ok(kept)
+            Ok(kept(&waiting, &expired, &undeliverable))
         })
     }
+}
+
+/// What [`Requests::keep_requests`] moved, each list read back.
+fn kept(
+    waiting: &[postgres::Row],
+    expired: &[postgres::Row],
+    undeliverable: &[postgres::Row],
+) -> StoreResult<Kept> {
+    Ok(Kept {
+        waiting: requests(waiting)?,
+        expired: requests(expired)?,
+        undeliverable: requests(undeliverable)?,
+    })
 }
 
 /// [`REQUEST`]'s columns of a table aliased `p`.
