@@ -150,3 +150,110 @@ pub fn schd(seqn: u64, styp: &str, flights: &[(&str, &str)]) -> String {
         .collect();
     other(seqn, "SCHD", styp, &format!("<SCHD><RECS>{}</RECS>{body}</SCHD>", flights.len()))
 }
+
+/// Shapes a hostile or broken upstream can give a message (#53), each about `bytes` long, and a
+/// plain one of the same size (a SCHD-DNLD of many FLTR): `cargo bench --bench decode` and the
+/// codec's fuzz suite hold each to a cost linear in its size.
+pub mod shapes {
+    /// Every shape with its name; the plain one first.
+    pub const ALL: [(&str, fn(usize) -> String); 8] = [
+        ("plain SCHD-DNLD", plain),
+        ("attributes on one element", many_attributes),
+        ("distinct unknown elements", distinct_unknown),
+        ("one unknown element repeated", repeated_unknown),
+        ("long text with references", long_text),
+        ("many FLOP records", many_records),
+        ("nested to the depth cap", deep),
+        ("wide records", wide_records),
+    ];
+
+    fn meta(msg_type: &str, styp: &str) -> String {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MSG><META><SNDR>AODB</SNDR><SEQN>1</SEQN>\
+             <DTTM>20260305010000</DTTM><TYPE>{msg_type}</TYPE><STYP>{styp}</STYP></META>"
+        )
+    }
+
+    /// `head`, then `unit(0)`, `unit(1)`, … while the text is under `bytes`, then `tail`.
+    fn fill(head: String, tail: &str, bytes: usize, unit: impl Fn(usize) -> String) -> String {
+        let mut text = head;
+        let mut i = 0;
+        while text.len() + tail.len() < bytes {
+            text.push_str(&unit(i));
+            i += 1;
+        }
+        text.push_str(tail);
+        text
+    }
+
+    /// One flight of a day's plan, as an airport sends it.
+    pub fn fltr(i: usize) -> String {
+        format!(
+            "<FLTR><FLID>{}</FLID><ALCD>MU</ALCD><FLNO>MU{}</FLNO><MVIN>{}</MVIN><SODT>05MAR26{:02}{:02}</SODT><FLTY>J</FLTY><FLIN>D</FLIN>\
+             <ROUT RTNO=\"1\"><APCD>SHA</APCD><SCAT>05MAR261130</SCAT></ROUT><ACFT>32N</ACFT><RENO>B-30EK</RENO><TRML>T2</TRML>\
+             <MAXP>186</MAXP><STND>2{:02}</STND><PSDT PSNO=\"1\"><PSST>2{:02}</PSST><STST>05MAR260800</STST><STET>05MAR260950</STET></PSDT>\
+             <PHAG>110009</PHAG><FHAG>110009</FHAG><MHAG>110009</MHAG><ERUT RTNO=\"1\"><APCD>CTU</APCD><SCDT>05MAR260905</SCDT></ERUT>\
+             <ERUT RTNO=\"2\"><APCD>SHA</APCD><SCAT>05MAR261130</SCAT></ERUT><EXSC>SCH</EXSC><FTSS>SCH</FTSS></FLTR>",
+            100_000 + i,
+            5000 + i % 5000,
+            if i % 2 == 0 { "D" } else { "A" },
+            6 + i % 16,
+            i % 60,
+            i % 90,
+            i % 90
+        )
+    }
+
+    pub fn plain(bytes: usize) -> String {
+        fill(meta("SCHD", "DNLD") + "<SCHD>", "</SCHD></MSG>", bytes, fltr)
+    }
+
+    /// A FLOP-STND whose `<FLOP>` carries attributes `A0000001="1"`, … (13 s a MiB before #53).
+    pub fn many_attributes(bytes: usize) -> String {
+        let text =
+            fill(meta("FLOP", "STND") + "<FLOP", "", bytes.saturating_sub(60), |i| format!(" A{i:07}=\"1\""));
+        text + "><FLID>7</FLID><STND>12</STND></FLOP></MSG>"
+    }
+
+    /// A FLOP-STND with empty elements of distinct unknown names (18 s a MiB before #53).
+    pub fn distinct_unknown(bytes: usize) -> String {
+        let head = meta("FLOP", "STND") + "<FLOP><FLID>7</FLID><STND>12</STND>";
+        fill(head, "</FLOP></MSG>", bytes, |i| format!("<X{i:07}/>"))
+    }
+
+    pub fn repeated_unknown(bytes: usize) -> String {
+        let head = meta("FLOP", "STND") + "<FLOP><FLID>7</FLID><STND>12</STND>";
+        fill(head, "</FLOP></MSG>", bytes, |_| "<XSTND>9</XSTND>".to_string())
+    }
+
+    /// One remark, long, with character and entity references throughout.
+    pub fn long_text(bytes: usize) -> String {
+        let head = meta("FLOP", "REMC") + "<FLOP><FLID>7</FLID><REMC>";
+        fill(head, "</REMC></FLOP></MSG>", bytes, |i| format!("gate {i} &amp; stand &#65; "))
+    }
+
+    pub fn many_records(bytes: usize) -> String {
+        fill(meta("FLOP", "STND") + "", "</MSG>", bytes, |i| {
+            format!("<FLOP><FLID>{i}</FLID><STND>{}</STND></FLOP>", i % 300)
+        })
+    }
+
+    /// Flights whose remark nests as deep as the parser allows.
+    pub fn deep(bytes: usize) -> String {
+        let depth = crate::codec::MAX_DEPTH - 5;
+        let nest = "<N>".repeat(depth) + "x" + &"</N>".repeat(depth);
+        fill(meta("SCHD", "DNLD") + "<SCHD>", "</SCHD></MSG>", bytes, |i| {
+            format!("<FLTR><FLID>{i}</FLID><SODT>05MAR261200</SODT><REMK>{nest}</REMK></FLTR>")
+        })
+    }
+
+    /// Flights whose route record carries as many attributes as an element may.
+    pub fn wide_records(bytes: usize) -> String {
+        let attrs: String = (0..60).map(|a| format!(" B{a:02}=\"v\"")).collect();
+        fill(meta("SCHD", "DNLD") + "<SCHD>", "</SCHD></MSG>", bytes, |i| {
+            format!(
+                "<FLTR><FLID>{i}</FLID><SODT>05MAR261200</SODT><ROUT{attrs}><APCD>SHA</APCD></ROUT></FLTR>"
+            )
+        })
+    }
+}

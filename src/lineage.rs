@@ -244,7 +244,7 @@ pub fn field_story(report: &FlightReport, field: &str, text: Option<&str>) -> Fi
 /// The first element named `field` in the record of flight `flid` in `text` (a record: an
 /// element whose `FLID` child is `flid`), else in the whole text; written back as XML.
 pub fn element_in(text: &str, flid: &str, field: &str) -> Option<String> {
-    let doc = xml::parse(text).ok()?;
+    let doc = xml::parse(text, &crate::codec::Limits::DEFAULT).ok()?;
     let root = doc.root();
     let record = find(root, &|e| e.child_text("FLID").is_some_and(|f| xml::trim(f) == flid));
     find(record.unwrap_or(root), &|e| xml::same_name(e.name(), field)).map(write)

@@ -71,6 +71,20 @@ fn unquote(s: &str) -> (String, usize) {
         match c {
             '\\' => match chars.next() {
                 Some((_, 'n')) => value.push('\n'),
+                Some((_, 'r')) => value.push('\r'),
+                Some((_, 't')) => value.push('\t'),
+                // `\u{2028}`, as [`Upstream`] writes a character it escapes.
+                Some((at, 'u')) if s[at + 1..].starts_with('{') => {
+                    let hex = &s[at + 2..];
+                    let end = hex.find('}').unwrap_or(0);
+                    match u32::from_str_radix(&hex[..end], 16).ok().and_then(char::from_u32) {
+                        Some(c) => {
+                            value.push(c);
+                            chars.nth(end + 1);
+                        }
+                        None => value.push('u'),
+                    }
+                }
                 Some((_, other)) => value.push(other),
                 None => {}
             },
@@ -79,6 +93,62 @@ fn unquote(s: &str) -> (String, usize) {
         }
     }
     (value, s.len())
+}
+
+/// A value that came from upstream (a TYPE, an element name, an RMID, a decoder's error about
+/// a value), as a log line shows it (#53): as it stands when it is a plain token — ASCII
+/// letters, digits and `-_.:/@`, at most [`Upstream::TOKEN`] characters, so `type=FLOP-STND`
+/// reads as it always has — otherwise in double quotes with `"`, `\` and every character that
+/// is not printable ASCII escaped (`\n`, `\u{2028}`) and cut at [`Upstream::MAX`] characters.
+/// No value can end a line, forge a `key=value` or make a line longer than its cut.
+pub struct Upstream<'a>(pub &'a str);
+
+impl Upstream<'_> {
+    pub const TOKEN: usize = 64;
+    pub const MAX: usize = 300;
+
+    fn plain(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= Self::TOKEN
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/' | b'@'))
+    }
+}
+
+impl std::fmt::Display for Upstream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if Self::plain(self.0) {
+            return f.write_str(self.0);
+        }
+        Quoted(self.0).fmt(f)
+    }
+}
+
+/// A text that may hold upstream values (an error about a value, a handler's warning), always
+/// quoted as [`Upstream`] quotes what is not a plain token: `error="…"` reads as it always did.
+pub struct Quoted<'a>(pub &'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        f.write_char('"')?;
+        for (n, c) in self.0.chars().enumerate() {
+            if n == Upstream::MAX {
+                return write!(f, "…\" ({} characters)", self.0.chars().count());
+            }
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                ' '..='~' => f.write_char(c)?,
+                c if !c.is_control() && c.escape_debug().len() == 1 => f.write_char(c)?,
+                c => write!(f, "\\u{{{:x}}}", c as u32)?,
+            }
+        }
+        f.write_char('"')
+    }
 }
 
 /// One JSON log line (without the newline).
@@ -102,6 +172,34 @@ pub fn render(ts: &str, level: &str, target: &str, thread: &str, msg: &str) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_value_cannot_forge_a_line_or_a_field() {
+        let hostile = "X\nERROR msgx::pump] dead msg_id=1 class=MALFORMED\u{2028}y=\"z\\";
+        let line = format!("succeeded msg_id=7 type={} events=1", Upstream(hostile));
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(!line.contains('\u{2028}'), "{line}");
+        let (verb, f) = fields(&line);
+        assert_eq!(verb, "succeeded");
+        let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["msg_id", "type", "events"], "{line}");
+        assert_eq!(f[1].1, Value::from(hostile), "the JSON format reads the value back whole");
+        assert_eq!(
+            format!("type={}", Upstream("FLOP-STND")),
+            "type=FLOP-STND",
+            "a plain token stands as it is"
+        );
+        assert_eq!(format!("{}", Upstream("")), "\"\"");
+        assert_eq!(format!("{}", Upstream("a b")), "\"a b\"");
+    }
+
+    #[test]
+    fn an_upstream_value_is_cut_so_no_line_grows_with_its_input() {
+        let long = "x ".repeat(100_000);
+        let shown = Upstream(&long).to_string();
+        assert!(shown.chars().count() < Upstream::MAX + 40, "{}", shown.len());
+        assert!(shown.ends_with("(200000 characters)"), "{shown}");
+    }
 
     #[test]
     fn a_lifecycle_line_becomes_its_verb_and_typed_fields() {

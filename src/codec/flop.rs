@@ -6,7 +6,7 @@
 use super::canonical::{self, Name, Object};
 use super::time;
 use super::xml::{same_name, Element};
-use super::{codec_error, malformed, DecodeError};
+use super::{codec_error, malformed, DecodeError, Unknown};
 
 /// How a value is checked and normalised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,27 +339,6 @@ fn canonical_int(v: &str) -> bool {
 
 type Fields = &'static [(&'static str, Kind)];
 
-/// What the tolerant reader skipped: element and attribute names the subtype's table does not
-/// know. `None` is the strict reader, which refuses them (CODEC_ERROR).
-pub type Unknown = Option<Vec<String>>;
-
-/// Notes an unknown name, or refuses it when reading strictly.
-fn unknown_name(
-    unknown: &mut Unknown,
-    name: String,
-    refuse: impl FnOnce() -> DecodeError,
-) -> Result<(), DecodeError> {
-    match unknown {
-        Some(list) => {
-            if !list.contains(&name) {
-                list.push(name);
-            }
-            Ok(())
-        }
-        None => Err(refuse()),
-    }
-}
-
 /// A record of attributes (plus the list's sequence attribute, an integer), children and
 /// text; empty parts are left out.
 fn record<'d>(
@@ -377,7 +356,7 @@ fn record<'d>(
     for (name, v) in el.attrs() {
         let spec = attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| same_name(a, name));
         let Some((a, kind)) = spec else {
-            unknown_name(unknown, format!("{}@{name}", el.name()), || {
+            unknown.note(format!("{}@{name}", el.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an attribute {name} this codec does not know",
                     el.name()
@@ -391,7 +370,7 @@ fn record<'d>(
     }
     for c in el.children() {
         let Some((n, kind)) = children.iter().find(|(n, _)| same_name(n, c.name())) else {
-            unknown_name(unknown, format!("{}/{}", el.name(), c.name()), || {
+            unknown.note(format!("{}/{}", el.name(), c.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an element <{}> this codec does not know",
                     el.name(),
@@ -486,45 +465,52 @@ const _: () = {
     }
 };
 
-/// Decodes one `<FLOP>` record of subtype `st`; `unknown` collects the names the table does
-/// not know (tolerant) or is `None` (strict: they are refused).
-pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
-    // One walk over the children finds FLID, FFID and each element's first place and count;
-    // the record was walked once per element and once more for strays (#23).
-    let (mut flid, mut ffid, mut stray) = (None, None, false);
-    let mut seen: [(Option<Element>, usize); MAX_ELEMENTS] = [(None, 0); MAX_ELEMENTS];
-    for c in flop.children() {
-        if same_name(c.name(), "FLID") {
-            flid.get_or_insert(c);
-        } else if same_name(c.name(), "FFID") {
-            ffid.get_or_insert(c);
-        } else if let Some(at) = st.elements.iter().position(|(n, _)| same_name(n, c.name())) {
-            seen[at].0.get_or_insert(c);
-            seen[at].1 += 1;
-        } else {
-            stray = true;
+/// A record's children found in one walk: FLID, FFID, each element's first place and count,
+/// and whether any child is none of these (#23: the record was walked once per element).
+struct Walk<'d, 'a> {
+    flid: Option<Element<'d, 'a>>,
+    ffid: Option<Element<'d, 'a>>,
+    seen: [(Option<Element<'d, 'a>>, usize); MAX_ELEMENTS],
+    stray: bool,
+}
+
+impl<'d, 'a> Walk<'d, 'a> {
+    fn of(flop: Element<'d, 'a>, st: &Subtype) -> Self {
+        let mut w = Walk { flid: None, ffid: None, seen: [(None, 0); MAX_ELEMENTS], stray: false };
+        for c in flop.children() {
+            if same_name(c.name(), "FLID") {
+                w.flid.get_or_insert(c);
+            } else if same_name(c.name(), "FFID") {
+                w.ffid.get_or_insert(c);
+            } else if let Some(at) = st.elements.iter().position(|(n, _)| same_name(n, c.name())) {
+                w.seen[at].0.get_or_insert(c);
+                w.seen[at].1 += 1;
+            } else {
+                w.stray = true;
+            }
         }
+        w
     }
-    let flid =
-        flid.and_then(Element::filled_text).ok_or_else(|| malformed("<FLOP> has no <FLID>"))?.to_string();
-    let ffid = ffid.and_then(Element::filled_text).map(str::to_string);
+}
+
+/// Decodes one `<FLOP>` record of subtype `st`; `unknown` collects the names the table does
+/// not know (tolerant) or refuses them (strict).
+pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Result<FlopRecord, DecodeError> {
+    let walk = Walk::of(flop, st);
+    let flid = walk
+        .flid
+        .and_then(Element::filled_text)
+        .ok_or_else(|| malformed("<FLOP> has no <FLID>"))?
+        .to_string();
+    let ffid = walk.ffid.and_then(Element::filled_text).map(str::to_string);
     if st.styp == "FDEL" {
         return Ok(FlopRecord { flid, ffid, fields: Vec::new(), delete: true });
     }
-    if stray {
-        let body = flop.children().filter(|c| !same_name(c.name(), "FLID") && !same_name(c.name(), "FFID"));
-        for stray in body.filter(|c| !st.elements.iter().any(|(n, _)| same_name(n, c.name()))) {
-            unknown_name(unknown, stray.name().to_ascii_uppercase(), || {
-                codec_error(format!(
-                    "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
-                    st.styp,
-                    stray.name()
-                ))
-            })?;
-        }
+    if walk.stray {
+        strays(flop, st, &flid, unknown)?;
     }
     let mut fields = Vec::new();
-    for ((name, shape), (first, times)) in st.elements.iter().zip(seen) {
+    for ((name, shape), (first, times)) in st.elements.iter().zip(walk.seen) {
         let Some(first) = first else {
             continue;
         };
@@ -532,42 +518,66 @@ pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Resu
         if !matches!(shape, Shape::List { .. }) && times > 1 {
             return Err(codec_error(format!("<{name}> appears {times} times for FLID {flid}")));
         }
-        let v = match shape {
-            Shape::Scalar(kind) => {
-                let el = first;
-                if el.has_children() {
-                    return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
-                }
-                for (a, _) in el.attrs() {
-                    unknown_name(unknown, format!("{name}@{a}"), || {
-                        codec_error(format!("<{name}> of FLID {flid} should be a plain value, not carry {a}"))
-                    })?;
-                }
-                (!el.text().is_empty()).then(|| value(*kind, el.text(), name, &flid)).transpose()?
-            }
-            Shape::Record { attrs, children, text } => {
-                let rec = record(first, attrs, None, children, *text, &flid, unknown)?;
-                (!rec.is_empty()).then(|| record_json(&rec))
-            }
-            Shape::List { seq, attrs, children, text } => {
-                // A list is the complete current list; one empty element clears it. Items
-                // go in sequence order, each item's number read once, not at every
-                // comparison (#23); without a sequence attribute, in document order.
-                let mut items = Vec::new();
-                for el in first.and_following().filter(|c| same_name(c.name(), name)) {
-                    let rec = record(el, attrs, *seq, children, *text, &flid, unknown)?;
-                    if !rec.is_empty() {
-                        let at = seq.and_then(|s| rec.get(s)?.parse::<i64>().ok()).unwrap_or(i64::MAX);
-                        items.push((at, rec));
-                    }
-                }
-                items.sort_by_key(|(at, _)| *at);
-                (!items.is_empty()).then(|| list_json(items.iter().map(|(_, r)| r)))
-            }
-        };
-        fields.push((name.to_string(), v));
+        fields.push((name.to_string(), element_value(name, shape, first, &flid, unknown)?));
     }
     Ok(FlopRecord { flid, ffid, fields, delete: false })
+}
+
+/// Notes (or refuses) the children of a record that are not elements of its subtype.
+fn strays(flop: Element, st: &Subtype, flid: &str, unknown: &mut Unknown) -> Result<(), DecodeError> {
+    let body = flop.children().filter(|c| !same_name(c.name(), "FLID") && !same_name(c.name(), "FFID"));
+    for stray in body.filter(|c| !st.elements.iter().any(|(n, _)| same_name(n, c.name()))) {
+        unknown.note(stray.name().to_ascii_uppercase(), || {
+            codec_error(format!(
+                "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
+                st.styp,
+                stray.name()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// One element's value in its subtype's shape, `None` when it clears the field.
+fn element_value(
+    name: &str,
+    shape: &Shape,
+    first: Element,
+    flid: &str,
+    unknown: &mut Unknown,
+) -> Result<Option<String>, DecodeError> {
+    Ok(match shape {
+        Shape::Scalar(kind) => {
+            if first.has_children() {
+                return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
+            }
+            for (a, _) in first.attrs() {
+                unknown.note(format!("{name}@{a}"), || {
+                    codec_error(format!("<{name}> of FLID {flid} should be a plain value, not carry {a}"))
+                })?;
+            }
+            (!first.text().is_empty()).then(|| value(*kind, first.text(), name, flid)).transpose()?
+        }
+        Shape::Record { attrs, children, text } => {
+            let rec = record(first, attrs, None, children, *text, flid, unknown)?;
+            (!rec.is_empty()).then(|| record_json(&rec))
+        }
+        Shape::List { seq, attrs, children, text } => {
+            // A list is the complete current list; one empty element clears it. Items go in
+            // sequence order, each item's number read once, not at every comparison (#23);
+            // without a sequence attribute, in document order.
+            let mut items = Vec::new();
+            for el in first.and_following().filter(|c| same_name(c.name(), name)) {
+                let rec = record(el, attrs, *seq, children, *text, flid, unknown)?;
+                if !rec.is_empty() {
+                    let at = seq.and_then(|s| rec.get(s)?.parse::<i64>().ok()).unwrap_or(i64::MAX);
+                    items.push((at, rec));
+                }
+            }
+            items.sort_by_key(|(at, _)| *at);
+            (!items.is_empty()).then(|| list_json(items.iter().map(|(_, r)| r)))
+        }
+    })
 }
 
 #[cfg(test)]

@@ -61,3 +61,61 @@ proptest! {
         }
     }
 }
+
+/// No limit at all: the shapes are decoded whole, so their cost is the decoder's, not the
+/// refusal's.
+const UNBOUNDED: super::Limits =
+    super::Limits { max_elements: u32::MAX, max_attributes: u32::MAX, max_unknown_names: u32::MAX };
+
+/// The decoder's steps per byte for `text` (#53): a count of work done, the same on any machine.
+fn steps_per_byte(text: &str, limits: &super::Limits) -> (f64, Result<super::Message, super::DecodeError>) {
+    let before = super::work::steps();
+    let out = super::decode_with(text, limits);
+    ((super::work::steps() - before) as f64 / text.len() as f64, out)
+}
+
+#[test]
+fn every_shape_costs_work_linear_in_its_size() {
+    // Sixteen times the size costs at most a quarter more steps a byte, for every shape, and no
+    // shape costs more than a few steps a byte: a quadratic step (a name compared with every
+    // earlier one) would make the large one cost sixteen times the small one's per byte.
+    for (name, shape) in fixtures::shapes::ALL {
+        let (small, large) = (shape(16 << 10), shape(256 << 10));
+        let (a, out) = steps_per_byte(&small, &UNBOUNDED);
+        assert!(out.is_ok(), "{name}: {out:?}");
+        let (b, out) = steps_per_byte(&large, &UNBOUNDED);
+        assert!(out.is_ok(), "{name}: {out:?}");
+        println!("{name:<32} {a:.3} steps a byte at 16 KiB, {b:.3} at 256 KiB");
+        assert!(b <= a * 1.25 + 0.01, "{name}: {a:.3} steps a byte at 16 KiB, {b:.3} at 256 KiB");
+        assert!(b < 2.0, "{name}: {b:.3} steps a byte");
+    }
+}
+
+#[test]
+fn at_the_default_limits_every_shape_decodes_or_is_protocol_naming_its_limit() {
+    for (name, shape) in fixtures::shapes::ALL {
+        let text = shape(1 << 20);
+        let (cost, out) = steps_per_byte(&text, &super::Limits::DEFAULT);
+        match out {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(e.class, ErrorClass::Protocol, "{name}: {e}");
+                assert!(e.detail.contains("msgx.codec.max-"), "{name}: {e}");
+            }
+        }
+        assert!(cost < 2.0, "{name}: {cost:.3} steps a byte");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn a_shape_of_any_size_costs_a_bounded_work_per_byte(at in 0usize..8, kib in 1usize..96) {
+        let (name, shape) = fixtures::shapes::ALL[at];
+        let text = shape(kib << 10);
+        let (cost, out) = steps_per_byte(&text, &UNBOUNDED);
+        prop_assert!(out.is_ok(), "{}: {:?}", name, out.err());
+        prop_assert!(cost < 2.0, "{}: {:.3} steps a byte at {} KiB", name, cost, kib);
+    }
+}

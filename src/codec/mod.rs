@@ -10,6 +10,7 @@
 mod canonical;
 pub mod flop;
 pub mod ignore;
+mod limits;
 pub mod platform;
 pub mod reference;
 pub mod report;
@@ -18,9 +19,11 @@ pub mod time;
 pub(crate) mod xml;
 
 pub use flop::FlopRecord;
+pub use limits::{work, Limit, Limits, Unknown};
 pub use platform::DfoeKind;
 pub use reference::{RefData, RefOp};
 pub use schedule::{Fltr, Schedule};
+pub use xml::MAX_DEPTH;
 
 use std::borrow::Cow;
 
@@ -255,6 +258,11 @@ fn malformed(detail: impl Into<String>) -> DecodeError {
     DecodeError { class: ErrorClass::Malformed, detail: detail.into() }
 }
 
+/// A message that breaks the protocol's bounds (a size, a shape limit): DEAD at once.
+fn protocol(detail: impl Into<String>) -> DecodeError {
+    DecodeError { class: ErrorClass::Protocol, detail: detail.into() }
+}
+
 fn codec_error(detail: impl Into<String>) -> DecodeError {
     DecodeError { class: ErrorClass::CodecError, detail: detail.into() }
 }
@@ -264,6 +272,8 @@ fn codec_error(detail: impl Into<String>) -> DecodeError {
 pub struct Envelope<'a> {
     pub meta: Meta,
     doc: Doc<'a>,
+    /// The limits it was parsed under, which its body is read under too.
+    limits: Limits,
 }
 
 /// Whether XML 1.0 allows `c` in a document (`Char` of the XML 1.0 grammar): no NUL, no other
@@ -296,15 +306,20 @@ pub fn text_of(body: &[u8]) -> Result<&str, DecodeError> {
     Ok(s)
 }
 
-/// Parses the document and its META. Not XML, no `MSG` root, no META, or a META without its
-/// required fields → MALFORMED.
+/// Parses the document and its META at the default [`Limits`]. Not XML, no `MSG` root, no
+/// META, or a META without its required fields → MALFORMED; a shape past a limit → PROTOCOL.
 pub fn decode_meta(raw: &str) -> Result<Envelope<'_>, DecodeError> {
+    decode_meta_with(raw, &Limits::DEFAULT)
+}
+
+/// [`decode_meta`] under the configured limits (`msgx.codec.max-*`).
+pub fn decode_meta_with<'a>(raw: &'a str, limits: &Limits) -> Result<Envelope<'a>, DecodeError> {
     if raw.trim().is_empty() {
         return Err(malformed("raw text is empty"));
     }
-    let doc = xml::parse(raw).map_err(|e| malformed(format!("not XML: {e}")))?;
+    let doc = xml::parse(raw, limits)?;
     let meta = meta_of(doc.root())?;
-    Ok(Envelope { meta, doc })
+    Ok(Envelope { meta, doc, limits: *limits })
 }
 
 /// The META of a document's root, or why it has none msgx can read.
@@ -385,7 +400,8 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
         }
     }
     let root = env.doc.root();
-    let mut unknown: flop::Unknown = if strict { None } else { Some(Vec::new()) };
+    let mut unknown =
+        if strict { Unknown::strict() } else { Unknown::tolerant(env.limits.max_unknown_names) };
     let body = match &kind {
         MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp, &mut unknown)? },
         MsgKind::Fdel => Body::Flop { records: decode_flop(root, "FDEL", &mut unknown)? },
@@ -405,7 +421,7 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
         MsgKind::Base { table, op } => Body::Reference(platform::decode_base(root, table, *op)?),
         MsgKind::Unsupported { .. } | MsgKind::NotForUs { .. } => Body::Unread,
     };
-    Ok(Message { meta: env.meta, kind, body, unknown: unknown.unwrap_or_default() })
+    Ok(Message { meta: env.meta, kind, body, unknown: unknown.into_names() })
 }
 
 /// [`decode_meta`] then [`decode_body`], for callers that apply no ignore rules in between.
@@ -413,11 +429,12 @@ pub fn decode(raw: &str) -> Result<Message, DecodeError> {
     decode_body(decode_meta(raw)?)
 }
 
-fn decode_flop(
-    root: Element,
-    styp: &str,
-    unknown: &mut flop::Unknown,
-) -> Result<Vec<FlopRecord>, DecodeError> {
+/// [`decode`] under `limits` (the tolerant reader).
+pub fn decode_with(raw: &str, limits: &Limits) -> Result<Message, DecodeError> {
+    decode_body(decode_meta_with(raw, limits)?)
+}
+
+fn decode_flop(root: Element, styp: &str, unknown: &mut Unknown) -> Result<Vec<FlopRecord>, DecodeError> {
     let st = flop::subtype(styp).expect("called for known subtypes only");
     let records = root
         .children_named("FLOP")
@@ -429,21 +446,57 @@ fn decode_flop(
     Ok(records)
 }
 
-/// The business identity of a message (INV-9): `SNDR|TYPE|STYP|SEQN`, plus `|yyyyMMdd` of the
-/// DTTM when `include_day_boundary` is on (Q11). The only place the key is built.
+/// The business identity of a message (INV-9): `SNDR|TYPE|STYP|SEQN`, plus family B's MGID,
+/// plus `|yyyyMMdd` of the DTTM when `include_day_boundary` is on (Q11). The only place the
+/// key is built. Each part has its `\` and `|` escaped (`\\`, `\|`), so two different
+/// tuples never give one key (#53: a SEQN `77|X` of family A and SEQN 77 with MGID `X` of
+/// family B were one identity, and the second was SKIPPED as a duplicate). A key whose parts
+/// hold neither character — every key an airport's feed makes — is what it was before.
 pub fn identity(meta: &Meta, include_day_boundary: bool) -> String {
-    let mut key = format!("{}|{}|{}|{}", meta.sndr, meta.msg_type, meta.styp, meta.seqn);
+    bounded_identity(identity_joined(meta, include_day_boundary, escaped))
+}
+
+/// The key as releases before #53 joined it, parts as they stand: only ever compared with a
+/// key such a release recorded ([`same_identity`]), never used to tell messages apart.
+fn unescaped(part: &str, key: &mut String) {
+    key.push_str(part)
+}
+
+fn identity_joined(meta: &Meta, include_day_boundary: bool, push: fn(&str, &mut String)) -> String {
+    let mut key = String::with_capacity(meta.sndr.len() + meta.seqn.len() + 24);
     // Family B numbers messages per sender and names each with a unique MGID: a resend keeps
     // both, another message with a reused SEQN does not.
-    if let Some(mgid) = meta.mgid.as_deref().filter(|m| !m.is_empty()) {
-        key.push('|');
-        key.push_str(mgid);
+    let mgid = meta.mgid.as_deref().filter(|m| !m.is_empty());
+    let day = include_day_boundary.then(|| meta.dttm.get(..8).unwrap_or(&meta.dttm));
+    let parts = [&meta.sndr, &meta.msg_type, &meta.styp, &meta.seqn].map(String::as_str);
+    for (i, part) in parts.into_iter().chain(mgid).chain(day).enumerate() {
+        if i > 0 {
+            key.push('|');
+        }
+        push(part, &mut key);
     }
-    if include_day_boundary {
-        key.push('|');
-        key.push_str(meta.dttm.get(..8).unwrap_or(&meta.dttm));
+    key
+}
+
+fn escaped(part: &str, key: &mut String) {
+    for c in part.chars() {
+        if matches!(c, '\\' | '|') {
+            key.push('\\');
+        }
+        key.push(c);
     }
-    bounded_identity(key)
+}
+
+/// Whether `recorded`, an identity PROC_STATE holds, is this message's under either setting of
+/// `include-day-boundary`: as this release builds it, as a release before #53 built it (the
+/// parts unescaped), or clipped to the column as releases before the bound clipped it.
+pub fn same_identity(meta: &Meta, recorded: &str) -> bool {
+    let clipped = recorded.chars().count() >= IDENTITY_MAX_CHARS;
+    let push: [fn(&str, &mut String); 2] = [escaped, unescaped];
+    [false, true]
+        .into_iter()
+        .flat_map(|day| push.map(|p| identity_joined(meta, day, p)))
+        .any(|whole| (clipped && whole.starts_with(recorded)) || bounded_identity(whole) == recorded)
 }
 
 /// PROC_STATE.IDENTITY_KEY holds 200 characters. META fields have no length limit, so a longer

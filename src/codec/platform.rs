@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::flop::{FlopRecord, Unknown};
+use super::flop::FlopRecord;
 use super::reference::{RefData, RefOp, RefRecord};
 use super::xml::Element;
-use super::{codec_error, malformed, DecodeError};
+use super::{codec_error, malformed, DecodeError, Unknown};
 
 /// The 29 `DFME` event subtypes: (STYP, meaning, the DFLT elements it is known to carry).
 /// Every known DFLT element a message carries is applied; the list documents the usual ones.
@@ -298,20 +298,10 @@ pub fn decode_dflt(el: Element, delete: bool, unknown: &mut Unknown) -> Result<F
             }
         } else {
             // The tolerant reader skips what the table does not know, and says so.
-            match unknown {
-                Some(list) => {
-                    let n = format!("DFLT/{name}");
-                    if !list.contains(&n) {
-                        list.push(n);
-                    }
-                    continue;
-                }
-                None => {
-                    return Err(codec_error(format!(
-                        "DFLT {flid} carries <{name}>, which this codec does not know"
-                    )))
-                }
-            }
+            unknown.note(format!("DFLT/{name}"), || {
+                codec_error(format!("DFLT {flid} carries <{name}>, which this codec does not know"))
+            })?;
+            continue;
         };
         fields.push((name, v));
     }

@@ -279,12 +279,15 @@ enum Part<'d, 'x> {
 fn write_record(el: Element, flid: &str, out: &mut String) -> Result<(), DecodeError> {
     let mut parts: Vec<(Name, Part)> =
         el.children().map(|c| (Name::upper(c.name()), Part::Child(c))).collect();
+    // Stable: a repeated child name keeps document order. Sorted first so that an attribute
+    // is looked up among the children, not compared with each (#53).
+    parts.sort_by(|a, b| a.0.cmp(&b.0));
     let children = parts.len();
     for (k, v) in el.attrs() {
-        if el.children().any(|c| same_name(c.name(), k)) {
+        let key = Name::upper(k);
+        if parts[..children].binary_search_by(|(n, _)| n.cmp(&key)).is_ok() {
             continue;
         }
-        let key = Name::upper(k);
         match parts[children..].iter_mut().find(|(n, _)| *n == key) {
             Some(earlier) => earlier.1 = Part::Attr(v),
             None => parts.push((key, Part::Attr(v))),
@@ -534,7 +537,7 @@ mod tests {
         #[test]
         fn a_record_is_read_as_the_map_of_json_values_read_it(children in prop::collection::vec(element(2), 0..8)) {
             let text = format!("<FLTR><FLID>7</FLID>{}</FLTR>", children.concat());
-            let doc = super::super::xml::parse(&text).unwrap();
+            let doc = super::super::xml::parse(&text, &super::super::Limits::DEFAULT).unwrap();
             let el = doc.root();
             let ours = fields(el, "7", &mut Scratch::default());
             match (oracle::fields(el, "7"), ours) {
@@ -591,20 +594,27 @@ mod tests {
     /// child `TEXT` before the child was read, so a bad time in it went unrefused.
     #[test]
     fn regression_a_child_the_text_replaces_is_still_checked() {
-        let doc = super::super::xml::parse("<FLTR><REMK>x<TEXT><SODT>x</SODT></TEXT></REMK></FLTR>").unwrap();
+        let doc = super::super::xml::parse(
+            "<FLTR><REMK>x<TEXT><SODT>x</SODT></TEXT></REMK></FLTR>",
+            &super::super::Limits::DEFAULT,
+        )
+        .unwrap();
         let err = fields(doc.root(), "7", &mut Scratch::default()).unwrap_err();
         assert_eq!(err.class, crate::error::ErrorClass::CodecError);
         assert!(err.detail.contains("SODT of FLTR 7: \"x\" is not a time"), "{err}");
-        let doc =
-            super::super::xml::parse("<FLTR><REMK>x<TEXT><SODT>05MAR261130</SODT></TEXT></REMK></FLTR>")
-                .unwrap();
+        let doc = super::super::xml::parse(
+            "<FLTR><REMK>x<TEXT><SODT>05MAR261130</SODT></TEXT></REMK></FLTR>",
+            &super::super::Limits::DEFAULT,
+        )
+        .unwrap();
         let ok = fields(doc.root(), "7", &mut Scratch::default()).unwrap();
         assert_eq!(ok.get("REMK"), Some(FieldValue::Json(r#"{"TEXT":"x"}"#)));
     }
 
     #[test]
     fn an_extra_name_goes_in_its_place_first_last_or_between() {
-        let doc = super::super::xml::parse("<FLTR><B>1</B><D>2</D></FLTR>").unwrap();
+        let doc = super::super::xml::parse("<FLTR><B>1</B><D>2</D></FLTR>", &super::super::Limits::DEFAULT)
+            .unwrap();
         let f = fields(doc.root(), "7", &mut Scratch::default()).unwrap();
         for (extra, want) in [
             ("A", r#"{"A":"x","B":"1","D":"2"}"#),

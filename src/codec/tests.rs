@@ -448,3 +448,55 @@ fn a_body_is_refused_for_exactly_the_characters_xml_1_0_forbids_at_their_offset(
         );
     }
 }
+
+#[test]
+fn regression_two_tuples_that_joined_to_one_identity_are_two_messages() {
+    // A family-A SEQN `77|X` and a family-B SEQN 77 with MGID `X` were one key, and the
+    // second was SKIPPED as a duplicate: a message lost by a text collision (#53).
+    let a = Meta { seqn: "77|X".into(), ..decode(&fixtures::flop_stnd(77, "1", "A1")).unwrap().meta };
+    let b = Meta { mgid: Some("X".into()), dialect: Dialect::B, ..a.clone() };
+    let b = Meta { seqn: "77".into(), ..b };
+    for day in [false, true] {
+        assert_ne!(identity(&a, day), identity(&b, day), "day boundary {day}");
+    }
+    assert_eq!(identity(&a, false), "AODB|FLOP|STND|77\\|X");
+    assert_eq!(identity(&b, false), "AODB|FLOP|STND|77|X");
+    let slash = Meta { seqn: "77\\".into(), ..a.clone() };
+    let slash_bar = Meta { sndr: "AODB\\".into(), seqn: "|77".into(), ..a.clone() };
+    assert_ne!(identity(&slash, false), identity(&slash_bar, false));
+    // A key with neither character is the key it always was.
+    let plain = decode(&fixtures::flop_stnd(77, "1", "A1")).unwrap().meta;
+    assert_eq!(identity(&plain, false), "AODB|FLOP|STND|77");
+}
+
+#[test]
+fn a_shape_past_a_limit_is_protocol_naming_the_key_and_the_limit() {
+    let limits = Limits { max_elements: 100, max_attributes: 10, max_unknown_names: 3 };
+    let attrs: String = (0..11).map(|i| format!(" a{i}=\"1\"")).collect();
+    let wide = flop_msg("STND", "7", &format!("<STND{attrs}>1</STND>"));
+    let e = decode_with(&wide, &limits).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Protocol);
+    assert!(e.detail.contains("<STND> has more than 10 attributes (msgx.codec.max-attributes = 10)"), "{e}");
+    let many = flop_msg("STND", "7", &"<STND>1</STND>".repeat(100));
+    let e = decode_with(&many, &limits).unwrap_err();
+    assert!(e.detail.contains("more than 100 elements (msgx.codec.max-elements = 100)"), "{e}");
+    let unknown = flop_msg("STND", "7", "<STND>1</STND><XA/><XB/><XC/><XA/><XD/>");
+    let e = decode_with(&unknown, &limits).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Protocol);
+    assert!(e.detail.contains("msgx.codec.max-unknown-names = 3"), "{e}");
+    let three = flop_msg("STND", "7", "<STND>1</STND><XA/><XB/><XC/><XA/><XB/>");
+    assert_eq!(decode_with(&three, &limits).unwrap().unknown, ["XA", "XB", "XC"], "each name once, in order");
+}
+
+#[test]
+fn a_duplicate_attribute_is_refused_among_few_and_among_many() {
+    for n in [2usize, 8, 9, 40] {
+        let attrs: String = (0..n).map(|i| format!(" a{i}=\"1\"")).collect();
+        let twice = flop_msg("STND", "7", &format!("<STND{attrs} a{}=\"2\">1</STND>", n / 2));
+        let e = decode(&twice).unwrap_err();
+        assert_eq!(e.class, ErrorClass::Malformed, "{n}: {e}");
+        assert!(e.detail.contains("appears twice"), "{n}: {e}");
+        let once = flop_msg("STND", "7", &format!("<STND{attrs}>1</STND>"));
+        assert!(decode(&once).is_ok(), "{n} distinct attributes");
+    }
+}

@@ -10,8 +10,12 @@
 
 use std::borrow::Cow;
 
-use quick_xml::events::Event;
+use std::collections::HashSet;
+
+use quick_xml::events::{BytesRef, BytesStart, Event};
 use quick_xml::Reader;
+
+use super::{malformed, work, DecodeError, Limit, Limits};
 
 /// Deeper nesting than any SIS message has (it uses four levels) is refused.
 pub const MAX_DEPTH: usize = 32;
@@ -67,7 +71,10 @@ impl<'d, 'a> Element<'d, 'a> {
     /// Attributes in document order, names and values.
     pub fn attrs(self) -> impl ExactSizeIterator<Item = (&'d str, &'d str)> {
         let (from, to) = self.node().attrs;
-        self.doc.attrs[from as usize..to as usize].iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
+        self.doc.attrs[from as usize..to as usize].iter().map(|(k, v)| {
+            work::tick();
+            (k.as_ref(), v.as_ref())
+        })
     }
 
     pub fn has_attrs(self) -> bool {
@@ -155,6 +162,7 @@ impl<'d, 'a> Iterator for Children<'d, 'a> {
     type Item = Element<'d, 'a>;
 
     fn next(&mut self) -> Option<Element<'d, 'a>> {
+        work::tick();
         (self.next != NONE).then(|| {
             let el = Element { doc: self.doc, at: self.next };
             self.next = el.node().next_sibling;
@@ -203,37 +211,62 @@ fn name_of<'a>(text: &'a str, raw: &[u8]) -> Cow<'a, str> {
 /// The document being built: its vectors, and the open elements with the last child each
 /// has so far (where the next child is linked). The open elements are a fixed array, as
 /// deep as nesting may go.
-struct Builder<'a> {
+struct Builder<'a, 'l> {
     text: &'a str,
     doc: Doc<'a>,
     open: [(u32, u32); MAX_DEPTH],
     depth: usize,
+    limits: &'l Limits,
+    /// The element's attribute names so far (reused from element to element) and, past a
+    /// few, the same names hashed: the duplicate check is a set, not a comparison of each
+    /// name with every earlier one (#53: quick-xml's own check was quadratic, 13 s for one
+    /// element of 100 000 attributes).
+    keys: Vec<Cow<'a, str>>,
+    hashed: HashSet<Cow<'a, str>>,
 }
 
-impl<'a> Builder<'a> {
+/// Up to this many attributes an element's names are compared pairwise; beyond, hashed.
+const FEW_ATTRIBUTES: usize = 8;
+
+/// A document that is not well-formed XML: MALFORMED, as every text that is not a message.
+fn not_xml(detail: impl std::fmt::Display) -> DecodeError {
+    malformed(format!("not XML: {detail}"))
+}
+
+impl<'a> Builder<'a, '_> {
     fn root_done(&self) -> bool {
         self.depth == 0 && !self.doc.nodes.is_empty()
     }
 
+    /// An element opens (or is empty): refused after the root, deeper than [`MAX_DEPTH`] or
+    /// past `max_elements`.
+    fn start(&mut self, s: &BytesStart<'_>, empty: bool) -> Result<(), DecodeError> {
+        if self.root_done() {
+            return Err(not_xml(if empty {
+                "more than one root element"
+            } else {
+                "content after the root element"
+            }));
+        }
+        if !empty && self.depth >= MAX_DEPTH {
+            return Err(not_xml(format_args!("elements nested deeper than {MAX_DEPTH}")));
+        }
+        if self.doc.nodes.len() >= self.limits.max_elements as usize {
+            return Err(Limit::Elements.breach(self.limits.max_elements, "the message"));
+        }
+        let at = self.element(s)?;
+        if !empty {
+            self.open[self.depth] = (at, NONE);
+            self.depth += 1;
+        }
+        Ok(())
+    }
+
     /// Adds an element and links it to its parent; returns its index.
-    fn element(&mut self, s: &quick_xml::events::BytesStart<'_>) -> Result<u32, String> {
+    fn element(&mut self, s: &BytesStart<'_>) -> Result<u32, DecodeError> {
         let name = name_of(self.text, s.local_name().as_ref());
         let from = self.doc.attrs.len() as u32;
-        for a in s.attributes() {
-            let a = a.map_err(|e| format!("bad attribute in <{name}>: {e}"))?;
-            let key = name_of(self.text, a.key.local_name().as_ref());
-            // A value without a reference is the message's own text: sliced, no second UTF-8
-            // check and no scan for entities (#23).
-            let value = match plain(self.text, &a.value, b'&') {
-                Some(v) => Cow::Borrowed(v),
-                None => {
-                    let v =
-                        a.unescape_value().map_err(|e| format!("bad attribute value in <{name}>: {e}"))?;
-                    keep(self.text, v)
-                }
-            };
-            self.doc.attrs.push((key, value));
-        }
+        self.attributes(s, &name)?;
         let at = self.doc.nodes.len() as u32;
         let attrs = (from, self.doc.attrs.len() as u32);
         self.doc.nodes.push(Node {
@@ -253,12 +286,57 @@ impl<'a> Builder<'a> {
         Ok(at)
     }
 
-    fn text(&mut self, s: Cow<'a, str>) -> Result<(), String> {
+    /// An element's attributes: each name once, at most `max_attributes` of them.
+    fn attributes(&mut self, s: &BytesStart<'_>, name: &str) -> Result<(), DecodeError> {
+        self.keys.clear();
+        self.hashed.clear();
+        for a in s.attributes().with_checks(false) {
+            work::tick();
+            if self.keys.len() >= self.limits.max_attributes as usize {
+                return Err(Limit::Attributes.breach(self.limits.max_attributes, format_args!("<{name}>")));
+            }
+            let a = a.map_err(|e| not_xml(format_args!("bad attribute in <{name}>: {e}")))?;
+            let key = name_of(self.text, a.key.as_ref());
+            if !self.first_time(key.clone()) {
+                return Err(not_xml(format_args!("bad attribute in <{name}>: {key:?} appears twice")));
+            }
+            let local = name_of(self.text, a.key.local_name().as_ref());
+            // A value without a reference is the message's own text: sliced, no second UTF-8
+            // check and no scan for entities (#23).
+            let value = match plain(self.text, &a.value, b'&') {
+                Some(v) => Cow::Borrowed(v),
+                None => {
+                    let v = a
+                        .unescape_value()
+                        .map_err(|e| not_xml(format_args!("bad attribute value in <{name}>: {e}")))?;
+                    keep(self.text, v)
+                }
+            };
+            self.doc.attrs.push((local, value));
+        }
+        Ok(())
+    }
+
+    /// Whether this element had no attribute named `key` yet; notes it.
+    fn first_time(&mut self, key: Cow<'a, str>) -> bool {
+        if self.keys.len() < FEW_ATTRIBUTES {
+            let new = !self.keys.contains(&key);
+            self.keys.push(key);
+            return new;
+        }
+        if self.hashed.is_empty() {
+            self.hashed.extend(self.keys.iter().cloned());
+        }
+        self.keys.push(key.clone());
+        self.hashed.insert(key)
+    }
+
+    fn text(&mut self, s: Cow<'a, str>) -> Result<(), DecodeError> {
         let Some(&(at, _)) = self.depth.checked_sub(1).map(|d| &self.open[d]) else {
             // Only XML's own white space may stand outside the root (not U+2028, not NBSP).
             return match s.chars().all(|c| matches!(c, ' ' | '\t' | '\r' | '\n')) {
                 true => Ok(()),
-                false => Err("text outside the root element".into()),
+                false => Err(not_xml("text outside the root element")),
             };
         };
         let el = &mut self.doc.nodes[at as usize];
@@ -273,8 +351,9 @@ impl<'a> Builder<'a> {
     }
 
     /// Closes the innermost open element: its text is complete, so it is trimmed now.
-    fn close(&mut self) -> Result<(), String> {
-        self.depth = self.depth.checked_sub(1).ok_or("closing tag without an opening one")?;
+    fn close(&mut self) -> Result<(), DecodeError> {
+        self.depth =
+            self.depth.checked_sub(1).ok_or_else(|| not_xml("closing tag without an opening one"))?;
         let el = &mut self.doc.nodes[self.open[self.depth].0 as usize];
         match &mut el.text {
             Cow::Borrowed(t) => *t = trim(t),
@@ -287,91 +366,101 @@ impl<'a> Builder<'a> {
         }
         Ok(())
     }
+
+    /// The document, once the text has ended: every element closed, a root there.
+    fn finish(self) -> Result<Doc<'a>, DecodeError> {
+        if self.depth > 0 {
+            let open = &self.doc.nodes[self.open[self.depth - 1].0 as usize].name;
+            return Err(not_xml(format_args!("element <{open}> is not closed")));
+        }
+        match self.doc.nodes.is_empty() {
+            true => Err(not_xml("no root element")),
+            false => Ok(self.doc),
+        }
+    }
 }
 
-/// Parses a whole document, or says why it is not well-formed.
-pub fn parse(text: &str) -> Result<Doc<'_>, String> {
+/// A character or entity reference, resolved; `at` places it in an error.
+fn reference(r: &BytesRef<'_>, at: u64) -> Result<String, DecodeError> {
+    let resolved = if r.is_char_ref() {
+        r.resolve_char_ref()
+            .map_err(|e| not_xml(format_args!("bad character reference: {e}")))?
+            .map(String::from)
+    } else {
+        let name = r.decode().map_err(|e| not_xml(format_args!("bad entity: {e}")))?;
+        quick_xml::escape::resolve_predefined_entity(&name).map(String::from)
+    };
+    let s = resolved.ok_or_else(|| not_xml("unknown entity reference"))?;
+    if let Some(c) = s.chars().find(|c| !super::xml_char(*c)) {
+        return Err(not_xml(format_args!(
+            "character reference to U+{:04X}, which XML 1.0 forbids, at byte {at}",
+            c as u32
+        )));
+    }
+    Ok(s)
+}
+
+/// Parses a whole document under the [`Limits`] of its shape, or says why it is not
+/// well-formed (MALFORMED) or breaks a limit (PROTOCOL). Every step is linear in the text:
+/// no name is compared with every earlier one (#53).
+pub fn parse<'a>(text: &'a str, limits: &Limits) -> Result<Doc<'a>, DecodeError> {
     if u32::try_from(text.len()).is_err() {
-        return Err(format!("a document of {} bytes is larger than 4 GiB", text.len()));
+        return Err(not_xml(format_args!("a document of {} bytes is larger than 4 GiB", text.len())));
     }
     let mut reader = Reader::from_str(text);
     reader.config_mut().check_end_names = true;
     // About one element per 20 bytes in SIS messages: one allocation for most of them.
-    let doc = Doc {
-        nodes: Vec::with_capacity(text.len() / 16 + 4),
-        attrs: Vec::with_capacity(text.len() / 64 + 2),
+    let cap = (text.len() / 16 + 4).min(limits.max_elements as usize);
+    let doc = Doc { nodes: Vec::with_capacity(cap), attrs: Vec::with_capacity(text.len() / 64 + 2) };
+    let mut b = Builder {
+        text,
+        doc,
+        open: [(NONE, NONE); MAX_DEPTH],
+        depth: 0,
+        limits,
+        keys: Vec::new(),
+        hashed: HashSet::new(),
     };
-    let mut b = Builder { text, doc, open: [(NONE, NONE); MAX_DEPTH], depth: 0 };
     loop {
-        let ev = reader
-            .read_event()
-            .map_err(|e| format!("not well-formed XML at byte {}: {e}", reader.error_position()))?;
+        work::tick();
+        let ev = reader.read_event().map_err(|e| {
+            not_xml(format_args!("not well-formed XML at byte {}: {e}", reader.error_position()))
+        })?;
         match ev {
-            Event::Start(s) => {
-                if b.root_done() {
-                    return Err("content after the root element".into());
-                }
-                if b.depth >= MAX_DEPTH {
-                    return Err(format!("elements nested deeper than {MAX_DEPTH}"));
-                }
-                let at = b.element(&s)?;
-                b.open[b.depth] = (at, NONE);
-                b.depth += 1;
-            }
-            Event::Empty(s) => {
-                if b.root_done() {
-                    return Err("more than one root element".into());
-                }
-                b.element(&s)?;
-            }
+            Event::Start(s) => b.start(&s, false)?,
+            Event::Empty(s) => b.start(&s, true)?,
             Event::End(_) => b.close()?,
             Event::Text(t) => {
                 // XML 1.0 line ends: 1.1's would turn U+2028 and U+0085 into line feeds. Text
                 // without a CR needs none of it: sliced (references are events of their own).
                 match plain(text, &t, b'\r') {
                     Some(s) => b.text(Cow::Borrowed(s))?,
-                    None => b.text(keep(text, t.xml10_content().map_err(|e| format!("bad text: {e}"))?))?,
+                    None => {
+                        let s = t.xml10_content().map_err(|e| not_xml(format_args!("bad text: {e}")))?;
+                        b.text(keep(text, s))?
+                    }
                 }
             }
             Event::CData(c) => {
-                let s = c.decode().map_err(|e| format!("bad CDATA: {e}"))?;
+                let s = c.decode().map_err(|e| not_xml(format_args!("bad CDATA: {e}")))?;
                 b.text(keep(text, s))?;
             }
-            Event::GeneralRef(r) => {
-                let resolved = if r.is_char_ref() {
-                    r.resolve_char_ref()
-                        .map_err(|e| format!("bad character reference: {e}"))?
-                        .map(String::from)
-                } else {
-                    let name = r.decode().map_err(|e| format!("bad entity: {e}"))?;
-                    quick_xml::escape::resolve_predefined_entity(&name).map(String::from)
-                };
-                let s = resolved.ok_or("unknown entity reference")?;
-                if let Some(c) = s.chars().find(|c| !super::xml_char(*c)) {
-                    return Err(format!(
-                        "character reference to U+{:04X}, which XML 1.0 forbids, at byte {}",
-                        c as u32,
-                        reader.buffer_position()
-                    ));
-                }
-                b.text(Cow::Owned(s))?;
-            }
+            Event::GeneralRef(r) => b.text(Cow::Owned(reference(&r, reader.buffer_position())?))?,
             Event::Eof => break,
             Event::Decl(_) | Event::Comment(_) | Event::PI(_) | Event::DocType(_) => {}
         }
     }
-    if b.depth > 0 {
-        return Err(format!("element <{}> is not closed", b.doc.nodes[b.open[b.depth - 1].0 as usize].name));
-    }
-    match b.doc.nodes.is_empty() {
-        true => Err("no root element".to_string()),
-        false => Ok(b.doc),
-    }
+    b.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parser at the default limits, its refusal as text.
+    fn parse(text: &str) -> Result<Doc<'_>, String> {
+        super::parse(text, &Limits::DEFAULT).map_err(|e| e.detail)
+    }
 
     /// Whether `part` is a slice of `text` (borrowed) rather than a copy.
     fn within(text: &str, part: &str) -> bool {
@@ -494,8 +583,11 @@ mod tests {
 mod outside {
     #[test]
     fn text_outside_the_root_that_is_not_xml_white_space_is_refused() {
-        assert!(super::parse("<?xml version=\"1.0\"?>\n\u{2028}<MSG/>").is_err(), "U+2028 before the root");
-        assert!(super::parse("<MSG/>\u{a0}").is_err(), "NBSP after the root");
-        assert!(super::parse("<?xml version=\"1.0\"?>\n \t\r\n<MSG/>\n").is_ok());
+        assert!(
+            super::parse("<?xml version=\"1.0\"?>\n\u{2028}<MSG/>", &super::Limits::DEFAULT).is_err(),
+            "U+2028 before the root"
+        );
+        assert!(super::parse("<MSG/>\u{a0}", &super::Limits::DEFAULT).is_err(), "NBSP after the root");
+        assert!(super::parse("<?xml version=\"1.0\"?>\n \t\r\n<MSG/>\n", &super::Limits::DEFAULT).is_ok());
     }
 }

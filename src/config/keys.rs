@@ -369,6 +369,26 @@ pub const KEYS: &[KeySpec] = &[
         "a mailbox message larger than this is DEAD(PROTOCOL) before it is decoded",
     ),
     k(
+        "msgx.codec.max-elements",
+        "262144",
+        Kind::Int { min: 64, max: 16_777_216 },
+        "a message with more elements than this is DEAD(PROTOCOL), refused as soon as the parser meets one more \
+         (one per four bytes of a message at the default max-message-bytes; raise both together)",
+    ),
+    k(
+        "msgx.codec.max-attributes",
+        "64",
+        Kind::Int { min: 8, max: 65_536 },
+        "an element with more attributes than this makes its message DEAD(PROTOCOL)",
+    ),
+    k(
+        "msgx.codec.max-unknown-names",
+        "64",
+        Kind::Int { min: 1, max: 65_536 },
+        "a message in which the tolerant reader meets more distinct unknown element or attribute names than this \
+         is DEAD(PROTOCOL)",
+    ),
+    k(
         "msgx.codec.max-event-bytes",
         "900000",
         Kind::Int { min: 1024, max: 990_000 },

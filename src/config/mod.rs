@@ -76,6 +76,10 @@ pub struct Pipeline {
     pub outage: OutagePolicy,
     pub strict_codec: bool,
     pub max_message_bytes: u64,
+    /// `msgx.codec.max-elements`, `max-attributes`, `max-unknown-names` (#53).
+    pub max_elements: u32,
+    pub max_attributes: u32,
+    pub max_unknown_names: u32,
     pub max_event_bytes: usize,
 }
 
@@ -569,6 +573,9 @@ fn pipeline(v: &Values) -> Result<Pipeline, ConfigError> {
         },
         strict_codec: boolean(v, "msgx.codec.strict")?,
         max_message_bytes: int(v, "msgx.codec.max-message-bytes")? as u64,
+        max_elements: int(v, "msgx.codec.max-elements")? as u32,
+        max_attributes: int(v, "msgx.codec.max-attributes")? as u32,
+        max_unknown_names: int(v, "msgx.codec.max-unknown-names")? as u32,
         max_event_bytes: int(v, "msgx.codec.max-event-bytes")? as usize,
     };
     if pipeline.outage.backoff > pipeline.outage.cap {
@@ -602,6 +609,14 @@ fn mailboxes(v: &Values) -> Result<(InboundMailbox, OutboundMailbox), ConfigErro
         exclusive_marks: boolean(v, "mailbox.inbound.exclusive-marks")?,
         zone: zone.clone(),
     };
+    // `IN ()` takes no row and is not SQL every server accepts: a filter that cannot work is
+    // refused here, naming the key, not met on every poll (#53).
+    if inbound.status_filter.is_empty() {
+        return Err(bad(
+            "mailbox.inbound.status-filter",
+            "is empty: it must name at least one status of the rows msgx takes (the default is [\"VALID\"])",
+        ));
+    }
     let outbound = OutboundMailbox {
         table: string(v, "mailbox.outbound.table")?,
         id_column: string(v, "mailbox.outbound.id-column")?,

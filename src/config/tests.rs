@@ -249,3 +249,25 @@ fn the_mailbox_time_zone_is_parsed_and_a_bad_one_is_named() {
         Config::from_toml_str("[mailbox]\ntime-zone = \"Asia/Shangai\"\n", |_| None).unwrap_err().to_string();
     assert!(e.contains("mailbox.time-zone") && e.contains("Asia/Shangai"), "{e}");
 }
+
+#[test]
+fn an_empty_status_filter_is_refused_at_start_naming_the_key() {
+    // `IN ()` on every poll, and an index panic in the compat insert (#53).
+    let err = parse("[mailbox.inbound]\nstatus-filter = []\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("mailbox.inbound.status-filter"), "{text}");
+    assert!(text.contains("at least one status"), "{text}");
+    assert!(parse("[mailbox.inbound]\nstatus-filter = [\"VALID\", \"RESENT\"]\n").is_ok());
+}
+
+#[test]
+fn the_codec_limits_are_keys_with_their_defaults() {
+    let p = parse("").unwrap().pipeline;
+    assert_eq!((p.max_elements, p.max_attributes, p.max_unknown_names), (262_144, 64, 64));
+    let p = parse("[msgx.codec]\nmax-elements = 1000000\nmax-attributes = 16\nmax-unknown-names = 8\n")
+        .unwrap()
+        .pipeline;
+    assert_eq!((p.max_elements, p.max_attributes, p.max_unknown_names), (1_000_000, 16, 8));
+    let err = parse("[msgx.codec]\nmax-attributes = 0\n").unwrap_err().to_string();
+    assert!(err.contains("msgx.codec.max-attributes"), "{err}");
+}

@@ -77,60 +77,68 @@ pub fn decide(view: &FlightView, msg: &Message, recs: &[FlopRecord], msg_id: i64
             delete(state.to_mut(), rec, &tag, msg_id, &mut d);
             continue;
         }
-        let created = !state.exists();
-        let mut change = FlightChange { flid: rec.flid.clone(), ..Default::default() };
-        let mut diffs = Vec::new();
-        // Every record restates its flight's FFID, not only the one that creates it: then a
-        // delete older than this message, processed after it (a late row), leaves the FFID
-        // this message would have created the flight with in MSG_ID order (found by the
-        // simulator once it sent deletes: `regression_a_late_delete_keeps_the_ffid_a_newer_update_restated`).
-        if let Some(ffid) = rec.ffid.as_ref().filter(|_| state.writable("FFID", msg_id)) {
-            change.set.push(("FFID".into(), ffid.clone()));
-            if created {
-                change.sodt = sodt_from_ffid(ffid);
-            }
-        }
-        for (field, value) in &rec.fields {
-            // A field a later message wrote (or a flight a later message deleted) stays as it
-            // is: the message is older than what msgx holds.
-            if !state.writable(field, msg_id) {
-                continue;
-            }
-            // A value restated (or a field cleared that is empty) says nothing downstream, but
-            // it is still this message's word on the field: its version moves, so an older
-            // message processed later cannot bring another value back (found by the simulator:
-            // `regression_a_restated_value_outranks_an_older_late_message`).
-            let old = state.fields.get(field).map(String::as_str);
-            match value {
-                Some(v) => change.set.push((field.clone(), v.clone())),
-                None => change.clear.push(field.clone()),
-            }
-            if old != value.as_deref() {
-                diffs.push(Diff { field, new: value.as_deref(), old });
-            }
-        }
-        if change.set.is_empty() && change.clear.is_empty() {
+        let Some(change) = change_of(state, rec, &tag, msg_id, &mut d) else {
             continue;
-        }
-        let announced = created && change.set.iter().any(|(f, _)| f == "FFID");
-        if !diffs.is_empty() || announced {
-            let payload = Upsert {
-                changes: &diffs,
-                created,
-                ffid: rec.ffid.as_deref(),
-                flid: &rec.flid,
-                msg_id,
-                tag: &tag,
-            };
-            d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
-        }
-        drop(diffs);
+        };
         if last.get(rec.flid.as_str()).is_some_and(|l| *l > i) {
             state.to_mut().apply(&change, msg_id);
         }
         d.flights.push(change);
     }
     d
+}
+
+/// What one record of the message changes on its flight as `state` holds it, and the UPSERT
+/// event that announces what differs; `None` when it touches no field it may write.
+fn change_of(
+    state: &FlightState,
+    rec: &FlopRecord,
+    tag: &str,
+    msg_id: i64,
+    d: &mut Decision,
+) -> Option<FlightChange> {
+    let created = !state.exists();
+    let mut change = FlightChange { flid: rec.flid.clone(), ..Default::default() };
+    let mut diffs = Vec::new();
+    // Every record restates its flight's FFID, not only the one that creates it: then a
+    // delete older than this message, processed after it (a late row), leaves the FFID
+    // this message would have created the flight with in MSG_ID order (found by the
+    // simulator once it sent deletes: `regression_a_late_delete_keeps_the_ffid_a_newer_update_restated`).
+    if let Some(ffid) = rec.ffid.as_ref().filter(|_| state.writable("FFID", msg_id)) {
+        change.set.push(("FFID".into(), ffid.clone()));
+        if created {
+            change.sodt = sodt_from_ffid(ffid);
+        }
+    }
+    for (field, value) in &rec.fields {
+        // A field a later message wrote (or a flight a later message deleted) stays as it
+        // is: the message is older than what msgx holds.
+        if !state.writable(field, msg_id) {
+            continue;
+        }
+        // A value restated (or a field cleared that is empty) says nothing downstream, but
+        // it is still this message's word on the field: its version moves, so an older
+        // message processed later cannot bring another value back (found by the simulator:
+        // `regression_a_restated_value_outranks_an_older_late_message`).
+        let old = state.fields.get(field).map(String::as_str);
+        match value {
+            Some(v) => change.set.push((field.clone(), v.clone())),
+            None => change.clear.push(field.clone()),
+        }
+        if old != value.as_deref() {
+            diffs.push(Diff { field, new: value.as_deref(), old });
+        }
+    }
+    if change.set.is_empty() && change.clear.is_empty() {
+        return None;
+    }
+    let announced = created && change.set.iter().any(|(f, _)| f == "FFID");
+    if !diffs.is_empty() || announced {
+        let payload =
+            Upsert { changes: &diffs, created, ffid: rec.ffid.as_deref(), flid: &rec.flid, msg_id, tag };
+        d.events.push(event(Target::KafkaMsg, &rec.flid, "UPSERT", msg_id, payload));
+    }
+    Some(change)
 }
 
 /// Each FLID named by more than one record, with the index of its last record: the flights

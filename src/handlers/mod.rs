@@ -249,6 +249,9 @@ pub fn keys_too_long(d: &Decision) -> Option<String> {
             )
         })
     };
+    // Every flight the decision writes, not only those an event names: a record that only
+    // clears a field announces nothing and still writes its flight's Redis key (#53).
+    let flights = d.flights.iter().find_map(|f| long("flight key", &f.flid, EVENT_KEY_MAX_CHARS));
     let events = d.events.iter().find_map(|e| long("flight key", &e.partition_key, EVENT_KEY_MAX_CHARS));
     let refs = d.references.iter().find_map(|r| match r {
         RefChange::Keep { keys, .. } => keys.iter().find_map(|k| long("reference key", k, REF_KEY_MAX_CHARS)),
@@ -261,7 +264,7 @@ pub fn keys_too_long(d: &Decision) -> Option<String> {
             })
         }
     });
-    events.or(refs)
+    flights.or(events).or(refs)
 }
 
 /// `msgx decode --decide`: what msgx would do with `msg` against `view` (an empty one, or
@@ -319,6 +322,20 @@ mod preview_tests {
 #[cfg(test)]
 mod key_tests {
     use super::*;
+
+    #[test]
+    fn regression_a_clear_only_record_with_a_long_flight_key_is_refused() {
+        // An empty element clears a field: the change announces nothing (the flight holds no
+        // such field), so no event key was checked and Redis got a key of any length (#53).
+        let flid = "9".repeat(40);
+        let text =
+            crate::fixtures::other(1, "FLOP", "STND", &format!("<FLOP><FLID>{flid}</FLID><STND/></FLOP>"));
+        let msg = crate::codec::decode(&text).unwrap();
+        let d = decide(&View::default(), &msg, 1).unwrap();
+        assert!(d.events.is_empty(), "a clear of a field nobody set announces nothing");
+        let why = keys_too_long(&d).expect("refused");
+        assert!(why.starts_with("flight key of 40 characters"), "{why}");
+    }
 
     #[test]
     fn a_key_longer_than_its_column_refuses_the_decision_naming_it() {

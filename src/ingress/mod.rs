@@ -370,10 +370,9 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
                 // Gone meanwhile, too large or beyond this pass's budget: not a verdict.
                 _ => continue,
             };
-            // Either setting of include-day-boundary may have recorded it.
-            let same = now.as_ref().is_ok_and(|m| {
-                [false, true].iter().any(|day| same_identity(&crate::codec::identity(m, *day), was))
-            });
+            // Either setting of include-day-boundary, and a release before #53, may have
+            // recorded it.
+            let same = now.as_ref().is_ok_and(|m| crate::codec::same_identity(m, was));
             if !same {
                 let is = match &now {
                     Ok(m) => format!("identity {}", crate::codec::identity(m, self.include_day_boundary)),
@@ -458,11 +457,4 @@ fn reused_why(id: i64) -> String {
     format!(
         "mailbox row {id} is unmarked, but msgx processed MSG_ID {id} and wrote its mark: the mailbox reused the ID or cleared the mark"
     )
-}
-
-/// Identities are bounded to PROC_STATE.IDENTITY_KEY's 200 characters now; one recorded
-/// before that was clipped to them.
-fn same_identity(now: &str, recorded: &str) -> bool {
-    now == recorded
-        || (recorded.chars().count() >= crate::codec::IDENTITY_MAX_CHARS && now.starts_with(recorded))
 }

@@ -426,11 +426,31 @@ fn pre3_a_replaced_row_keeps_the_poller_stopped_until_the_mailbox_is_put_right()
 fn regression_a_long_identity_recorded_clipped_is_still_the_same_message() {
     // IDENTITY_KEY is VARCHAR(200) and the PostgreSQL adapter clips to it: comparing the
     // whole identity with the clipped one would have stopped the poller for nothing.
+    let meta = |sndr: &str, seqn: &str| {
+        let text = crate::fixtures::flop_body("STND", "1", "<STND>1</STND>")
+            .replace("<SEQN>1</SEQN>", &format!("<SEQN>{seqn}</SEQN>"))
+            .replace("<SNDR>AODB</SNDR>", &format!("<SNDR>{sndr}</SNDR>"));
+        crate::codec::decode_meta(&text).unwrap().meta
+    };
     let long = "S".repeat(250);
+    let m = meta(&long, "12");
+    assert_eq!(m.sndr, long, "the fixture names its sender");
     let recorded: String = format!("{long}|FLOP|STND|12").chars().take(200).collect();
-    assert!(super::same_identity(&format!("{long}|FLOP|STND|12"), &recorded));
-    assert!(!super::same_identity("AODB|FLOP|STND|13", "AODB|FLOP|STND|12"));
-    assert!(!super::same_identity("AODB|FLOP|STND|12|x", "AODB|FLOP|STND|12"), "a short key is whole");
+    assert!(crate::codec::same_identity(&m, &recorded));
+    assert!(!crate::codec::same_identity(&meta("AODB", "13"), "AODB|FLOP|STND|12"));
+    assert!(!crate::codec::same_identity(&meta("AODB", "12"), "AODB|FLOP|STND|12|x"), "a short key is whole");
+}
+
+#[test]
+fn an_identity_a_release_before_the_escaping_recorded_is_still_the_same_message() {
+    // A SEQN holding '|' was recorded unescaped before #53; the reuse check must not take
+    // the row for a reused ID after the upgrade.
+    let text = crate::fixtures::flop_body("STND", "1", "<STND>1</STND>")
+        .replace("<SEQN>1</SEQN>", "<SEQN>7|X</SEQN>");
+    let m = crate::codec::decode_meta(&text).unwrap().meta;
+    let old = format!("{}|FLOP|STND|7|X", m.sndr);
+    assert_ne!(crate::codec::identity(&m, false), old, "escaped now");
+    assert!(crate::codec::same_identity(&m, &old));
 }
 
 #[test]

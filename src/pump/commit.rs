@@ -149,7 +149,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 ),
                 Verdict::Unsolicited => {
                     self.stats.unsolicited_answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    info!(target: super::LOG, "unsolicited answer msg_id={msg_id} answers=\"{answer}\": no request explains it; processed as any message");
+                    let answer = crate::logline::Quoted(&answer.to_string()).to_string();
+                    info!(target: super::LOG, "unsolicited answer msg_id={msg_id} answers={answer}: no request explains it; processed as any message");
                 }
             }
         }

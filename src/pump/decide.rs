@@ -57,6 +57,9 @@ fn last_readers(plan: &[Planned]) -> Vec<(u64, usize)> {
     last
 }
 
+/// The most `tolerated` lines one message writes (#53).
+const TOLERATED_PER_MESSAGE: usize = 5;
+
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// Rewrites every `Decide` step: a decision an earlier attempt applied is reused from the
     /// journal (I2); a new one that changes flights becomes `Apply`, any other is settled.
@@ -69,7 +72,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let mut overlay = Overlay { flights: prepared.flights, window: prepared.window, last_read };
         for k in 0..plan.len() {
             let p = &mut plan[k];
-            self.report_unknown(p.tag.as_deref(), &p.unknown);
+            self.report_unknown(p.row.msg_id, p.tag.as_deref(), &p.unknown, now);
             if let Step::Decide { .. } = p.step {
                 let Step::Decide { msg, identity } = p.take_step() else { unreachable!() };
                 p.step = match applied_before.remove(&p.row.msg_id) {
@@ -153,8 +156,13 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         };
         // What it answers is the pump's to say, not a handler's: the commit closes the request.
         d.answer = crate::requests::answer_of(msg);
-        for w in &d.warnings {
-            warn!(target: super::LOG, "tolerated msg_id={} type={}: {w}", row.msg_id, p.tag.as_deref().unwrap_or("-"));
+        // A handler's warnings, a few a message: what input can make msgx log is bounded (#53).
+        let tag = crate::logline::Upstream(p.tag.as_deref().unwrap_or("-"));
+        for w in d.warnings.iter().take(TOLERATED_PER_MESSAGE) {
+            warn!(target: super::LOG, "tolerated msg_id={} type={tag}: {}", row.msg_id, crate::logline::Quoted(w));
+        }
+        if let Some(more) = d.warnings.len().checked_sub(TOLERATED_PER_MESSAGE).filter(|n| *n > 0) {
+            warn!(target: super::LOG, "tolerated msg_id={} type={tag}: {more} more warning(s) not listed", row.msg_id);
         }
         if let Some(why) = self.too_large(&d) {
             return failed(ErrorClass::Protocol, &why);

@@ -38,11 +38,10 @@ pub mod rules;
 /// The log target of every pump line, whichever file says it (operators filter on it).
 const LOG: &str = "msgx::pump";
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::codec::ignore::IgnoreRules;
+use crate::codec::{self, ignore::IgnoreRules};
 use crate::config::Pipeline;
 use crate::error::StoreError;
 use crate::ports::{Fifo, FlightStore, MailboxTexts};
@@ -92,8 +91,10 @@ pub struct Pump<P, M, F> {
     stats: Arc<Stats>,
     /// Journal entries to drop at the next Redis read: their outcomes are in PostgreSQL.
     forget: Vec<i64>,
-    /// TYPE-STYP/element pairs already reported as unknown in this run.
-    unknown_seen: HashSet<String>,
+    /// What the pump has said of unknown names in this run (bounded, #53).
+    unknown_names: report::UnknownNames,
+    /// The shape a message may have (`msgx.codec.max-*`, #53).
+    limits: codec::Limits,
     /// Where a round's commit runs while the next round is read; none: the pump waits.
     lane: Option<Lane>,
 }
@@ -129,7 +130,12 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             strict: cfg.strict_codec,
             stats,
             forget: Vec::new(),
-            unknown_seen: HashSet::new(),
+            unknown_names: report::UnknownNames::default(),
+            limits: codec::Limits {
+                max_elements: cfg.max_elements,
+                max_attributes: cfg.max_attributes,
+                max_unknown_names: cfg.max_unknown_names,
+            },
             lane: None,
         }
     }

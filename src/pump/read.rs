@@ -202,7 +202,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
 
     fn decode_text(&self, body: &[u8]) -> Decoded {
         let text = codec::text_of(body)?;
-        let env = codec::decode_meta(text)?;
+        let env = codec::decode_meta_with(text, &self.limits)?;
         if self.ignore.matching(&env.meta).is_some() {
             return Ok(Ok(Read::Ignored(env.meta)));
         }

@@ -46,6 +46,10 @@ pub enum AskError {
     Dialect { dialect: &'static str, what: &'static str },
     #[error("an empty FLID")]
     Flid,
+    /// A FLID no flight msgx keeps can have (#53): longer than a flight key, or holding a
+    /// control character (COUTMSGS would hold XML that is not well-formed).
+    #[error("FLID {shown} {why}")]
+    FlidRefused { shown: String, why: String },
 }
 
 /// Parses an operator's `--from`/`--to`: `yyyy-MM-ddTHH:mm` (seconds allowed), local time.
@@ -72,6 +76,18 @@ impl Ask {
         let f = flid.trim();
         if f.is_empty() {
             return Err(AskError::Flid);
+        }
+        let max = crate::handlers::EVENT_KEY_MAX_CHARS;
+        let refused =
+            |why: String| AskError::FlidRefused { shown: crate::logline::Upstream(f).to_string(), why };
+        if f.chars().count() > max {
+            return Err(refused(format!(
+                "has {} characters; a flight key has at most {max}",
+                f.chars().count()
+            )));
+        }
+        if let Some(c) = f.chars().find(|c| c.is_control() || !crate::codec::xml_char(*c)) {
+            return Err(refused(format!("holds the control character U+{:04X}", c as u32)));
         }
         Ok(Ask::Flight(f.to_string()))
     }

@@ -97,6 +97,17 @@ fn bad_asks_name_what_is_wrong() {
 }
 
 #[test]
+fn a_flid_no_flight_can_have_is_refused_naming_it() {
+    // A control character made COUTMSGS hold XML that is not well-formed; 196 characters made
+    // REQ_KEY overflow, reported as the store being unreachable (#53).
+    let bell = Ask::flight("MU\u{7}51").unwrap_err().to_string();
+    assert_eq!(bell, "FLID \"MU\\u{7}51\" holds the control character U+0007");
+    let long = Ask::flight(&"7".repeat(196)).unwrap_err().to_string();
+    assert!(long.contains("has 196 characters; a flight key has at most 32"), "{long}");
+    assert!(Ask::flight(&"7".repeat(32)).is_ok());
+}
+
+#[test]
 fn a_text_escapes_what_configuration_and_operators_put_in_it() {
     let mut p = policy(RequestDialect::Platform);
     p.sender = "A&B".into();

@@ -1,7 +1,11 @@
 //! Decode throughput on one core, one run, side by side with the raw-XML floor (quick-xml
 //! reading every event of the same text, building nothing):
 //! - a typical FLOP message (a three-gate GTDT list);
-//! - a 500-flight SCHD-DNLD.
+//! - a 500-flight SCHD-DNLD;
+//!
+//! then the shapes a hostile upstream can send (`msgx::fixtures::shapes`, #53) at 64 KiB,
+//! 256 KiB, 1 MiB and 16 MiB, decoded whole (no limit), each as time per MiB beside a plain
+//! SCHD-DNLD of the same size; and at the default limits, what becomes of each at 1 MiB.
 //!
 //! `cargo bench --bench decode` (no services needed).
 
@@ -91,6 +95,61 @@ fn raw_xml(text: &str) -> usize {
     }
 }
 
+/// The median of `runs` timings of `f`, in seconds.
+fn median_secs(runs: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[runs / 2]
+}
+
+/// Each shape's time per MiB beside the plain message's, at each size (#53: within 2x).
+fn shapes() {
+    let unbounded =
+        codec::Limits { max_elements: u32::MAX, max_attributes: u32::MAX, max_unknown_names: u32::MAX };
+    println!("\nshapes decoded whole (no limit): ms per MiB, and the shape's time per MiB / the plain one's");
+    let sizes = [(64usize << 10, "64 KiB"), (256 << 10, "256 KiB"), (1 << 20, "1 MiB"), (16 << 20, "16 MiB")];
+    print!("  {:<32}", "shape");
+    for (_, label) in sizes {
+        print!(" {label:>18}");
+    }
+    println!();
+    let mut plain_ms = [0f64; 4];
+    for (name, shape) in msgx::fixtures::shapes::ALL {
+        print!("  {name:<32}");
+        for (k, (bytes, _)) in sizes.into_iter().enumerate() {
+            let text = shape(bytes);
+            let runs = (64 << 20) / bytes.max(1 << 20) * 2 + 3;
+            let secs = median_secs(runs.min(21), || {
+                std::hint::black_box(codec::decode_with(std::hint::black_box(&text), &unbounded).unwrap());
+            });
+            let ms_per_mib = secs * 1e3 / (text.len() as f64 / (1 << 20) as f64);
+            if k < 4 && plain_ms[k] == 0.0 {
+                plain_ms[k] = ms_per_mib;
+            }
+            print!(" {ms_per_mib:>8.2} ms {:>5.2}x", ms_per_mib / plain_ms[k]);
+        }
+        println!();
+    }
+    println!("\nat the default limits, 1 MiB of each:");
+    for (name, shape) in msgx::fixtures::shapes::ALL {
+        let text = shape(1 << 20);
+        let mut verdict = String::new();
+        let secs = median_secs(5, || {
+            verdict = match codec::decode_with(&text, &codec::Limits::DEFAULT) {
+                Ok(_) => "decoded".into(),
+                Err(e) => format!("{}: {}", e.class, e.detail),
+            };
+        });
+        println!("  {name:<32} {:>8.2} ms  {verdict}", secs * 1e3);
+    }
+}
+
 fn main() {
     println!(
         "decode on one core, one run, msgx and quick-xml tokenising the same text in 20 alternating \
@@ -118,4 +177,5 @@ fn main() {
             floor * mb,
         );
     }
+    shapes();
 }
