@@ -20,7 +20,7 @@ use crate::stats;
 /// is not remembered, so a later message names it when there is room. Every name is counted
 /// (`msgx_unknown_elements_total`).
 #[derive(Debug, Default)]
-pub(super) struct UnknownNames {
+pub struct UnknownNames {
     seen: HashSet<String>,
     full_said: bool,
     /// The minute the lines are counted in, when it began, and how many it had.
@@ -31,15 +31,16 @@ pub(super) struct UnknownNames {
 
 impl UnknownNames {
     pub const REMEMBERED: usize = 1024;
-    pub const PER_MESSAGE: u32 = 5;
+    pub const PER_MESSAGE: usize = 5;
     pub const PER_MINUTE: u32 = 30;
 
-    /// Whether a line may be written now; counts it.
-    fn room(&mut self, now: SystemTime) -> bool {
-        let fresh = self.minute.is_none_or(|m| now.duration_since(m).map_or(true, |d| d.as_secs() >= 60));
+    /// Whether a line may be written now (counted if so); a new minute first says how many
+    /// lines the last one held back.
+    fn room(&mut self, now: SystemTime, lines: &mut Vec<String>) -> bool {
+        let fresh = self.minute.is_none_or(|m| now.duration_since(m).is_ok_and(|d| d.as_secs() >= 60));
         if fresh {
             if self.held_back > 0 {
-                warn!(target: super::LOG, "unknown element lines held back held_back={}: more than {} a minute; every name is counted (msgx_unknown_elements_total)", self.held_back, Self::PER_MINUTE);
+                lines.push(format!("unknown element lines held back held_back={}: more than {} a minute; every name is counted (msgx_unknown_elements_total)", self.held_back, Self::PER_MINUTE));
             }
             (self.minute, self.in_minute, self.held_back) = (Some(now), 0, 0);
         }
@@ -47,8 +48,10 @@ impl UnknownNames {
         self.in_minute <= Self::PER_MINUTE
     }
 
-    /// Says what is new among one message's unknown names.
-    fn report(&mut self, msg_id: i64, tag: &str, unknown: &[String], now: SystemTime) {
+    /// The lines to write about what is new among one message's unknown names (pure: the pump
+    /// writes them).
+    pub fn report(&mut self, msg_id: i64, tag: &str, unknown: &[String], now: SystemTime) -> Vec<String> {
+        let mut lines = Vec::new();
         let mut said = 0;
         for name in unknown {
             let pair = format!("{tag}/{name}");
@@ -57,19 +60,20 @@ impl UnknownNames {
             }
             if self.seen.len() >= Self::REMEMBERED {
                 if !std::mem::replace(&mut self.full_said, true) {
-                    warn!(target: super::LOG, "unknown element names remembered={}: further new names are counted (msgx_unknown_elements_total), not listed, until msgx restarts", Self::REMEMBERED);
+                    lines.push(format!("unknown element names remembered={}: further new names are counted (msgx_unknown_elements_total), not listed, until msgx restarts", Self::REMEMBERED));
                 }
-                return;
+                break;
             }
-            if said == Self::PER_MESSAGE || !self.room(now) {
+            if said == Self::PER_MESSAGE || !self.room(now, &mut lines) {
                 self.held_back += 1;
                 continue;
             }
             said += 1;
             let (tag, name) = (Upstream(tag), Upstream(name));
-            warn!(target: super::LOG, "unknown element msg_id={msg_id} type={tag} element={name}: skipped, the known fields are applied (msgx.codec.strict = false)");
+            lines.push(format!("unknown element msg_id={msg_id} type={tag} element={name}: skipped, the known fields are applied (msgx.codec.strict = false)"));
             self.seen.insert(pair);
         }
+        lines
     }
 }
 
@@ -86,7 +90,9 @@ impl<P, M, F> Pump<P, M, F> {
             stats::inc(&self.stats.unknown_elements);
         }
         if !unknown.is_empty() {
-            self.unknown_names.report(msg_id, tag.unwrap_or("-"), unknown, now);
+            for line in self.unknown_names.report(msg_id, tag.unwrap_or("-"), unknown, now) {
+                warn!(target: super::LOG, "{line}");
+            }
         }
     }
 
@@ -136,5 +142,59 @@ impl<P, M, F> Pump<P, M, F> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::UnknownNames;
+
+    fn names(from: usize, n: usize) -> Vec<String> {
+        (from..from + n).map(|i| format!("X{i:06}")).collect()
+    }
+
+    #[test]
+    fn a_message_of_many_new_names_writes_a_few_lines_and_a_minute_a_bounded_number() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut u = UnknownNames::default();
+        let lines = u.report(1, "FLOP-STND", &names(0, 100_000), t0);
+        assert_eq!(lines.len(), UnknownNames::PER_MESSAGE, "{lines:?}");
+        let mut in_minute = lines.len();
+        for m in 2..40 {
+            in_minute += u
+                .report(m, "FLOP-STND", &names(m as usize * 10, 10), t0 + Duration::from_secs(m as u64))
+                .len();
+        }
+        assert_eq!(in_minute, UnknownNames::PER_MINUTE as usize);
+        let next = u.report(50, "FLOP-STND", &names(900_000, 1), t0 + Duration::from_secs(61));
+        assert!(next[0].starts_with("unknown element lines held back held_back="), "{next:?}");
+        assert!(next[1].contains("element=X900000"), "{next:?}");
+    }
+
+    #[test]
+    fn what_is_remembered_is_capped_and_said_once() {
+        let mut u = UnknownNames::default();
+        let mut all = Vec::new();
+        for m in 0..2_000i64 {
+            let at = SystemTime::UNIX_EPOCH + Duration::from_secs(60 * m as u64);
+            all.extend(u.report(m, "T", &names(m as usize, 1), at));
+        }
+        assert!(u.seen.len() <= UnknownNames::REMEMBERED);
+        let full = all.iter().filter(|l| l.starts_with("unknown element names remembered=")).count();
+        assert_eq!(full, 1, "said once");
+        assert_eq!(all.len(), UnknownNames::REMEMBERED + 1);
+    }
+
+    #[test]
+    fn a_name_already_said_is_not_said_again_and_a_hostile_name_is_quoted() {
+        let at = SystemTime::UNIX_EPOCH;
+        let mut u = UnknownNames::default();
+        let evil = vec!["A\nERROR forged".to_string()];
+        let lines = u.report(1, "FLOP-STND", &evil, at);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains(r#"element="A\nERROR forged""#), "{lines:?}");
+        assert!(u.report(2, "FLOP-STND", &evil, at).is_empty());
     }
 }
