@@ -174,13 +174,15 @@ pub mod shapes {
         )
     }
 
-    /// `head`, then `unit(0)`, `unit(1)`, … while the text is under `bytes`, then `tail`.
+    /// `head`, then `unit(0)`, `unit(1)`, … as many as fit in `bytes` with `tail` after them.
     fn fill(head: String, tail: &str, bytes: usize, unit: impl Fn(usize) -> String) -> String {
         let mut text = head;
-        let mut i = 0;
-        while text.len() + tail.len() < bytes {
-            text.push_str(&unit(i));
-            i += 1;
+        for i in 0.. {
+            let u = unit(i);
+            if text.len() + u.len() + tail.len() > bytes {
+                break;
+            }
+            text.push_str(&u);
         }
         text.push_str(tail);
         text
