@@ -156,7 +156,7 @@ pub fn schd(seqn: u64, styp: &str, flights: &[(&str, &str)]) -> String {
 /// codec's fuzz suite hold each to a cost linear in its size.
 pub mod shapes {
     /// Every shape with its name; the plain one first.
-    pub const ALL: [(&str, fn(usize) -> String); 8] = [
+    pub const ALL: [(&str, fn(usize) -> String); 9] = [
         ("plain SCHD-DNLD", plain),
         ("attributes on one element", many_attributes),
         ("distinct unknown elements", distinct_unknown),
@@ -165,6 +165,7 @@ pub mod shapes {
         ("many FLOP records", many_records),
         ("nested to the depth cap", deep),
         ("wide records", wide_records),
+        ("a huge element, then wide ones", huge_then_wide),
     ];
 
     fn meta(msg_type: &str, styp: &str) -> String {
@@ -253,6 +254,18 @@ pub mod shapes {
     pub fn wide_records(bytes: usize) -> String {
         let attrs: String = (0..60).map(|a| format!(" B{a:02}=\"v\"")).collect();
         fill(meta("SCHD", "DNLD") + "<SCHD>", "</SCHD></MSG>", bytes, |i| {
+            format!(
+                "<FLTR><FLID>{i}</FLID><SODT>05MAR261200</SODT><ROUT{attrs}><APCD>SHA</APCD></ROUT></FLTR>"
+            )
+        })
+    }
+
+    /// Half the message one element's attributes, the rest flights with wide records: a set
+    /// grown for the first must not be paid for again at each of the others.
+    pub fn huge_then_wide(bytes: usize) -> String {
+        let head = fill(meta("SCHD", "DNLD") + "<SCHD", "", bytes / 2, |i| format!(" Z{i:07}=\"1\""));
+        let attrs: String = (0..12).map(|a| format!(" B{a:02}=\"v\"")).collect();
+        fill(head + ">", "</SCHD></MSG>", bytes, |i| {
             format!(
                 "<FLTR><FLID>{i}</FLID><SODT>05MAR261200</SODT><ROUT{attrs}><APCD>SHA</APCD></ROUT></FLTR>"
             )

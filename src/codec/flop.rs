@@ -356,7 +356,7 @@ fn record<'d>(
     for (name, v) in el.attrs() {
         let spec = attrs.iter().copied().chain(seq.map(|s| (s, Int))).find(|(a, _)| same_name(a, name));
         let Some((a, kind)) = spec else {
-            unknown.note(format!("{}@{name}", el.name()), || {
+            unknown.note(&format!("{}@{name}", el.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an attribute {name} this codec does not know",
                     el.name()
@@ -370,7 +370,7 @@ fn record<'d>(
     }
     for c in el.children() {
         let Some((n, kind)) = children.iter().find(|(n, _)| same_name(n, c.name())) else {
-            unknown.note(format!("{}/{}", el.name(), c.name()), || {
+            unknown.note(&format!("{}/{}", el.name(), c.name()), || {
                 codec_error(format!(
                     "<{}> of FLID {flid} has an element <{}> this codec does not know",
                     el.name(),
@@ -523,11 +523,19 @@ pub fn decode_record(flop: Element, st: &Subtype, unknown: &mut Unknown) -> Resu
     Ok(FlopRecord { flid, ffid, fields, delete: false })
 }
 
+/// `name` upper-cased, borrowed when it already is.
+fn upper(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.bytes().any(|b| b.is_ascii_lowercase()) {
+        true => std::borrow::Cow::Owned(name.to_ascii_uppercase()),
+        false => std::borrow::Cow::Borrowed(name),
+    }
+}
+
 /// Notes (or refuses) the children of a record that are not elements of its subtype.
 fn strays(flop: Element, st: &Subtype, flid: &str, unknown: &mut Unknown) -> Result<(), DecodeError> {
     let body = flop.children().filter(|c| !same_name(c.name(), "FLID") && !same_name(c.name(), "FFID"));
     for stray in body.filter(|c| !st.elements.iter().any(|(n, _)| same_name(n, c.name()))) {
-        unknown.note(stray.name().to_ascii_uppercase(), || {
+        unknown.note(&upper(stray.name()), || {
             codec_error(format!(
                 "FLOP-{} for FLID {flid} carries <{}>, which is not an element of that subtype",
                 st.styp,
@@ -552,7 +560,7 @@ fn element_value(
                 return Err(codec_error(format!("<{name}> of FLID {flid} should be a plain value")));
             }
             for (a, _) in first.attrs() {
-                unknown.note(format!("{name}@{a}"), || {
+                unknown.note(&format!("{name}@{a}"), || {
                     codec_error(format!("<{name}> of FLID {flid} should be a plain value, not carry {a}"))
                 })?;
             }

@@ -6,7 +6,9 @@
 //! Beside them, [`work`]: a count of the decoder's steps, which the fuzz suite holds to a
 //! bound per byte — linear cost as a count, not as a wall clock.
 
-use std::collections::HashSet;
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use super::{protocol, DecodeError};
 
@@ -83,38 +85,101 @@ pub struct Unknown {
     names: Vec<String>,
     /// The same names, for a lookup that does not grow with their number (#53: a list
     /// searched per element made 100 000 names 18 s).
-    seen: HashSet<String>,
+    set: NameSet,
 }
 
 impl Unknown {
     pub fn tolerant(max: u32) -> Unknown {
-        Unknown { strict: false, max, names: Vec::new(), seen: HashSet::new() }
+        Unknown { strict: false, max, names: Vec::new(), set: NameSet::default() }
     }
 
     pub fn strict() -> Unknown {
-        Unknown { strict: true, max: 0, names: Vec::new(), seen: HashSet::new() }
+        Unknown { strict: true, max: 0, names: Vec::new(), set: NameSet::default() }
     }
 
     /// Notes an unknown name, or refuses the message: `refuse` when reading strictly, the
     /// limit's breach when it is one distinct name too many.
-    pub fn note(&mut self, name: String, refuse: impl FnOnce() -> DecodeError) -> Result<(), DecodeError> {
+    pub fn note(&mut self, name: &str, refuse: impl FnOnce() -> DecodeError) -> Result<(), DecodeError> {
         work::tick();
         if self.strict {
             return Err(refuse());
         }
-        if self.seen.contains(&name) {
+        let (hash, known) = self.set.find(name, &self.names);
+        if known {
             return Ok(());
         }
         if self.names.len() >= self.max as usize {
             return Err(Limit::UnknownNames.breach(self.max, "the message"));
         }
-        self.seen.insert(name.clone());
-        self.names.push(name);
+        self.set.insert(hash, self.names.len());
+        self.names.push(name.to_string());
         Ok(())
     }
 
     pub fn into_names(self) -> Vec<String> {
         self.names
+    }
+}
+
+/// Which names of a list are there, by a 64-bit hash of each: SipHash under a random key
+/// (std's `RandomState`), so an input cannot choose names that collide, and eight bytes an
+/// entry, one hash a lookup (#53: a set of the names themselves was a third of decoding
+/// 16 MiB of new names). A collision that happens anyway is settled by comparing names.
+#[derive(Debug, Clone, Default)]
+pub(super) struct NameSet {
+    key: RandomState,
+    first: HashMap<u64, usize, BuildHasherDefault<Prehashed>>,
+}
+
+impl NameSet {
+    /// Empties it for the next element. A large table is dropped, not cleared: clearing
+    /// costs its whole capacity, and one huge element followed by many small ones would pay
+    /// that capacity for each of them.
+    pub(super) fn clear(&mut self) {
+        match self.first.capacity() > 1024 {
+            true => self.first = HashMap::default(),
+            false => self.first.clear(),
+        }
+    }
+
+    pub(super) fn hash(&self, name: &str) -> u64 {
+        self.key.hash_one(name)
+    }
+
+    /// `name`'s hash, and whether `names` (the list this set indexes) holds it.
+    pub(super) fn find(&self, name: &str, names: &[impl AsRef<str>]) -> (u64, bool) {
+        let hash = self.hash(name);
+        let known = match self.first.get(&hash) {
+            None => false,
+            Some(&at) if names[at].as_ref() == name => true,
+            Some(_) => names.iter().any(|n| n.as_ref() == name),
+        };
+        (hash, known)
+    }
+
+    /// Notes that `names[at]` has `hash` (the first name with a hash keeps it).
+    pub(super) fn insert(&mut self, hash: u64, at: usize) {
+        self.first.entry(hash).or_insert(at);
+    }
+}
+
+/// The hasher of a map whose keys are hashes already.
+#[derive(Debug, Default)]
+pub(super) struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
 

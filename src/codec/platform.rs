@@ -298,7 +298,7 @@ pub fn decode_dflt(el: Element, delete: bool, unknown: &mut Unknown) -> Result<F
             }
         } else {
             // The tolerant reader skips what the table does not know, and says so.
-            unknown.note(format!("DFLT/{name}"), || {
+            unknown.note(&format!("DFLT/{name}"), || {
                 codec_error(format!("DFLT {flid} carries <{name}>, which this codec does not know"))
             })?;
             continue;

@@ -277,6 +277,16 @@ enum Part<'d, 'x> {
 /// attribute over an earlier one of the same name), and its text as `TEXT`, over a child or
 /// an attribute of that name.
 fn write_record(el: Element, flid: &str, out: &mut String) -> Result<(), DecodeError> {
+    // One child and nothing else, as a nested remark is at each level: no parts to order.
+    let mut children = el.children();
+    if let (Some(only), None, false, true) =
+        (children.next(), children.next(), el.has_attrs(), el.text().is_empty())
+    {
+        let mut o = Object::open(out);
+        write_value(only, flid, o.key(Name::upper(only.name()).as_str()))?;
+        o.close();
+        return Ok(());
+    }
     let mut parts: Vec<(Name, Part)> =
         el.children().map(|c| (Name::upper(c.name()), Part::Child(c))).collect();
     // Stable: a repeated child name keeps document order. Sorted first so that an attribute

@@ -10,11 +10,10 @@
 
 use std::borrow::Cow;
 
-use std::collections::HashSet;
-
 use quick_xml::events::{BytesRef, BytesStart, Event};
 use quick_xml::Reader;
 
+use super::limits::NameSet;
 use super::{malformed, work, DecodeError, Limit, Limits};
 
 /// Deeper nesting than any SIS message has (it uses four levels) is refused.
@@ -222,7 +221,7 @@ struct Builder<'a, 'l> {
     /// name with every earlier one (#53: quick-xml's own check was quadratic, 13 s for one
     /// element of 100 000 attributes).
     keys: Vec<Cow<'a, str>>,
-    hashed: HashSet<Cow<'a, str>>,
+    hashed: NameSet,
 }
 
 /// Up to this many attributes an element's names are compared pairwise; beyond, hashed.
@@ -288,6 +287,10 @@ impl<'a> Builder<'a, '_> {
 
     /// An element's attributes: each name once, at most `max_attributes` of them.
     fn attributes(&mut self, s: &BytesStart<'_>, name: &str) -> Result<(), DecodeError> {
+        // Most elements have none: nothing to set up for them.
+        if s.attributes_raw().iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
         self.keys.clear();
         self.hashed.clear();
         for a in s.attributes().with_checks(false) {
@@ -324,11 +327,15 @@ impl<'a> Builder<'a, '_> {
             self.keys.push(key);
             return new;
         }
-        if self.hashed.is_empty() {
-            self.hashed.extend(self.keys.iter().cloned());
+        if self.keys.len() == FEW_ATTRIBUTES {
+            for (at, k) in self.keys.iter().enumerate() {
+                self.hashed.insert(self.hashed.hash(k), at);
+            }
         }
-        self.keys.push(key.clone());
-        self.hashed.insert(key)
+        let (hash, known) = self.hashed.find(&key, &self.keys);
+        self.hashed.insert(hash, self.keys.len());
+        self.keys.push(key);
+        !known
     }
 
     fn text(&mut self, s: Cow<'a, str>) -> Result<(), DecodeError> {
@@ -419,7 +426,7 @@ pub fn parse<'a>(text: &'a str, limits: &Limits) -> Result<Doc<'a>, DecodeError>
         depth: 0,
         limits,
         keys: Vec::new(),
-        hashed: HashSet::new(),
+        hashed: NameSet::default(),
     };
     loop {
         work::tick();
