@@ -375,9 +375,14 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
             let same = now.as_ref().is_ok_and(|m| crate::codec::same_identity(m, was));
             if !same {
                 let is = match &now {
-                    Ok(m) => format!("identity {}", crate::codec::identity(m, self.include_day_boundary)),
-                    Err(e) => format!("a body whose META cannot be read ({e})"),
+                    Ok(m) => format!(
+                        "identity {}",
+                        crate::logline::Upstream(&crate::codec::identity(m, self.include_day_boundary))
+                    ),
+                    Err(e) => format!("a body whose META cannot be read ({})", crate::logline::Quoted(&e)),
                 };
+                // Both identities are upstream text: quoted, so neither can end the line (#53).
+                let was = crate::logline::Upstream(was);
                 return Ok(Some((
                     id,
                     format!(

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use log::warn;
-
 use super::plan::{pure, succeeded, Planned, Step};
 use super::rules::Failing;
 use super::Pump;
@@ -56,9 +54,6 @@ fn last_readers(plan: &[Planned]) -> Vec<(u64, usize)> {
     last.dedup_by_key(|(h, _)| *h);
     last
 }
-
-/// The most `tolerated` lines one message writes (#53).
-const TOLERATED_PER_MESSAGE: usize = 5;
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// Rewrites every `Decide` step: a decision an earlier attempt applied is reused from the
@@ -156,14 +151,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         };
         // What it answers is the pump's to say, not a handler's: the commit closes the request.
         d.answer = crate::requests::answer_of(msg);
-        // A handler's warnings, a few a message: what input can make msgx log is bounded (#53).
-        let tag = crate::logline::Upstream(p.tag.as_deref().unwrap_or("-"));
-        for w in d.warnings.iter().take(TOLERATED_PER_MESSAGE) {
-            warn!(target: super::LOG, "tolerated msg_id={} type={tag}: {}", row.msg_id, crate::logline::Quoted(w));
-        }
-        if let Some(more) = d.warnings.len().checked_sub(TOLERATED_PER_MESSAGE).filter(|n| *n > 0) {
-            warn!(target: super::LOG, "tolerated msg_id={} type={tag}: {more} more warning(s) not listed", row.msg_id);
-        }
+        super::report::tolerated(row.msg_id, p.tag.as_deref(), &d.warnings);
         if let Some(why) = self.too_large(&d) {
             return failed(ErrorClass::Protocol, &why);
         }

@@ -77,6 +77,21 @@ impl UnknownNames {
     }
 }
 
+/// The most `tolerated` lines one message writes (#53).
+const TOLERATED_PER_MESSAGE: usize = 5;
+
+/// A handler's warnings about one message, a few of them: what input can make msgx log is
+/// bounded (#53).
+pub(super) fn tolerated(msg_id: i64, tag: Option<&str>, warnings: &[String]) {
+    let tag = Upstream(tag.unwrap_or("-"));
+    for w in warnings.iter().take(TOLERATED_PER_MESSAGE) {
+        warn!(target: super::LOG, "tolerated msg_id={msg_id} type={tag}: {}", Quoted(w));
+    }
+    if let Some(more) = warnings.len().checked_sub(TOLERATED_PER_MESSAGE).filter(|n| *n > 0) {
+        warn!(target: super::LOG, "tolerated msg_id={msg_id} type={tag}: {more} more warning(s) not listed");
+    }
+}
+
 impl<P, M, F> Pump<P, M, F> {
     /// Unknown element names: counted, and new ones said within [`UnknownNames`]' bounds.
     pub(super) fn report_unknown(
