@@ -155,8 +155,11 @@ pub fn schd(seqn: u64, styp: &str, flights: &[(&str, &str)]) -> String {
 /// plain one of the same size (a SCHD-DNLD of many FLTR): `cargo bench --bench decode` and the
 /// codec's fuzz suite hold each to a cost linear in its size.
 pub mod shapes {
+    /// A shape: a message of about the given size.
+    pub type Shape = fn(usize) -> String;
+
     /// Every shape with its name; the plain one first.
-    pub const ALL: [(&str, fn(usize) -> String); 9] = [
+    pub const ALL: [(&str, Shape); 9] = [
         ("plain SCHD-DNLD", plain),
         ("attributes on one element", many_attributes),
         ("distinct unknown elements", distinct_unknown),

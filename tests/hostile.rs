@@ -342,7 +342,7 @@ fn sixteen_hostile_rows_of_a_mebibyte_between_ordinary_ones_never_stall_the_pump
     let _ = log::set_logger(&METER).map(|()| log::set_max_level(log::LevelFilter::Info));
     let mut st = stack_with(Services::migrated(""));
     let rss_before = peak_rss_kib();
-    let hostile: Vec<(&str, fn(usize) -> String)> = fixtures::shapes::ALL[1..].to_vec();
+    let hostile: Vec<(&str, fixtures::shapes::Shape)> = fixtures::shapes::ALL[1..].to_vec();
     let mut rows = Vec::new();
     for k in 0..16 {
         rows.push((None, fixtures::flop_stnd(1000 + k, "H1", &format!("S{k:02}"))));

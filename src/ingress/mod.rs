@@ -379,7 +379,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
                         "identity {}",
                         crate::logline::Upstream(&crate::codec::identity(m, self.include_day_boundary))
                     ),
-                    Err(e) => format!("a body whose META cannot be read ({})", crate::logline::Quoted(&e)),
+                    Err(e) => format!("a body whose META cannot be read ({})", crate::logline::Quoted(e)),
                 };
                 // Both identities are upstream text: quoted, so neither can end the line (#53).
                 let was = crate::logline::Upstream(was);
