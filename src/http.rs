@@ -26,6 +26,8 @@ pub struct Head {
     pub expects_continue: bool,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The `Host` header, if any.
+    pub host: Option<String>,
     /// Bytes the head took, terminator included.
     pub len: usize,
 }
@@ -62,6 +64,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Refusal> {
         length: None,
         expects_continue: false,
         authorization: None,
+        host: None,
         len,
     };
     for h in req.headers.iter() {
@@ -85,6 +88,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Refusal> {
             head.expects_continue = true;
         } else if h.name.eq_ignore_ascii_case("authorization") {
             head.authorization = Some(v);
+        } else if h.name.eq_ignore_ascii_case("host") {
+            head.host = Some(v);
         }
     }
     Ok(Some(head))
@@ -167,22 +172,16 @@ pub fn reason(status: u16) -> &'static str {
         413 => "Payload Too Large",
         415 => "Unsupported Media Type",
         417 => "Expectation Failed",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         _ => "Service Unavailable",
     }
 }
 
-/// Writes a whole response (`Connection: close`) within 5 s: the status line, `Content-Type`,
-/// `Content-Length`, `extra` header lines (each ending in CRLF), and the body unless
-/// `head_only` (a HEAD request).
-pub fn write_response(
-    stream: &mut TcpStream,
-    status: u16,
-    content_type: &str,
-    extra: &str,
-    body: &[u8],
-    head_only: bool,
-) -> std::io::Result<()> {
+/// A whole response (`Connection: close`): the status line, `Content-Type`, `Content-Length`,
+/// `extra` header lines (each ending in CRLF), and the body unless `head_only` (a HEAD
+/// request).
+pub fn response(status: u16, content_type: &str, extra: &str, body: &[u8], head_only: bool) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         reason(status),
@@ -192,8 +191,20 @@ pub fn write_response(
     if !head_only {
         out.extend_from_slice(body);
     }
+    out
+}
+
+/// Writes a whole [`response`] within 5 s.
+pub fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    extra: &str,
+    body: &[u8],
+    head_only: bool,
+) -> std::io::Result<()> {
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(&out)
+    stream.write_all(&response(status, content_type, extra, body, head_only))
 }
 
 #[cfg(test)]

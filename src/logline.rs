@@ -97,7 +97,7 @@ fn unquote(s: &str) -> (String, usize) {
 
 /// A value that came from upstream (a TYPE, an element name, an RMID, a decoder's error about
 /// a value), as a log line shows it (#53): as it stands when it is a plain token — ASCII
-/// letters, digits and `-_.:/@`, at most [`Upstream::TOKEN`] characters, so `type=FLOP-STND`
+/// letters, digits and `-_.:/@|#`, at most [`Upstream::TOKEN`] characters, so `type=FLOP-STND`
 /// reads as it always has — otherwise in double quotes with `"`, `\` and every character that
 /// is not printable ASCII escaped (`\n`, `\u{2028}`) and cut at [`Upstream::MAX`] characters.
 /// No value can end a line, forge a `key=value` or make a line longer than its cut.
@@ -110,8 +110,10 @@ impl Upstream<'_> {
     fn plain(s: &str) -> bool {
         !s.is_empty()
             && s.len() <= Self::TOKEN
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'/' | b'@'))
+            && s.bytes().all(|b| {
+                b.is_ascii_alphanumeric()
+                    || matches!(b, b'-' | b'_' | b'.' | b':' | b'/' | b'@' | b'|' | b'#')
+            })
     }
 }
 

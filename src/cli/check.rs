@@ -13,6 +13,11 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     out!("kafka producer (D3): {}", d3.join(" "));
+    if let Some(why) =
+        cfg.metrics_listen.and_then(|a| msgx::ops::http::exposed(a, cfg.metrics_token.is_some()))
+    {
+        out!("  warning: {why}");
+    }
     let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
     out!("postgres: reachable");
     let d = pg.durability().map_err(unreachable)?;

@@ -443,6 +443,12 @@ pub const KEYS: &[KeySpec] = &[
         doc: "a bearer token every path of the operations endpoint but /live and /ready then asks for (Authorization: Bearer TOKEN); empty: none",
     },
     k(
+        "metrics.host-names",
+        "[]",
+        Kind::StrList,
+        "names the operations endpoint answers to in a request's Host besides IP addresses and localhost (a DNS name a proxy or a person uses); any other name is refused (421), so a page elsewhere cannot reach the console by DNS rebinding",
+    ),
+    k(
         "msgx.compat-http.enabled",
         "false",
         Kind::Bool,

@@ -147,6 +147,8 @@ pub struct Config {
     /// `metrics.token`: the bearer token the endpoint asks for (but on `/live`, `/ready`); a
     /// secret, never described.
     pub metrics_token: Option<String>,
+    /// `metrics.host-names` (#54).
+    pub metrics_host_names: Vec<String>,
     /// `msgx.watchdog.stuck-after`: a turn this long stops systemd's watchdog pings.
     pub watchdog_stuck_after: Duration,
     pub compat: CompatHttp,
@@ -225,6 +227,7 @@ impl Config {
             log_file,
             metrics_listen,
             metrics_token: Some(text(v, "metrics.token")?.trim().to_string()).filter(|t| !t.is_empty()),
+            metrics_host_names: strings(v, "metrics.host-names")?,
             watchdog_stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
             compat,
             pg_url: string(v, "datasources.default.url")?,

@@ -31,9 +31,10 @@ use lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
 use stores::RealStores;
 use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Doorbells, Exit, Thread};
 
-use crate::ops::http::OpsServer;
+use crate::ops::http::{Access, OpsServer};
 use crate::ops::metrics::Metrics;
 use crate::ops::notify::Notifier;
+use crate::ops::NotReady;
 use crate::ops::Ops;
 use std::sync::Arc;
 use std::thread;
@@ -110,7 +111,7 @@ pub fn run(
     // hears from it.
     let (side_stop, side) = side_threads(cfg, &ops, &clock, notifier)?;
     let result = lifetimes(cfg, &clock, &stop, &me, &ops);
-    ops.starting("stopping");
+    ops.starting(NotReady::Stopping, "stopping");
     drop(side_stop);
     side.into_iter().for_each(|t| {
         let _ = t.join();
@@ -180,7 +181,10 @@ fn lifetimes(
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
         let mut next = life.claimed(claim_flights(cfg, epoch, &mut lease)?, cfg.pipeline.check_on_startup);
         if next == Next::Compare {
-            ops.standby(format!("lease epoch={epoch}: comparing the stores before the stages start (U25)"));
+            ops.standby(
+                NotReady::Comparing,
+                format!("lease epoch={epoch}: comparing the stores before the stages start (U25)"),
+            );
             let pass = renewing(cfg, me, epoch, || consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats))?;
             next = life.compared(pass, &cfg.pipeline.outage);
         }
@@ -200,7 +204,7 @@ fn lifetimes(
         }
         match next {
             Next::Again { pause, forgot, why } => {
-                ops.starting(format!("not serving: {why}"));
+                ops.starting(NotReady::Stopped, format!("not serving: {why}"));
                 if forgot {
                     // The server as it is now is the baseline: it is compared and healed next.
                     crate::store::pg::witness::rebase_all();
@@ -350,10 +354,17 @@ fn ops_endpoint(
     let bound = server.local_addr().unwrap_or(addr);
     let (ops, metrics) = (ops.clone(), metrics.clone());
     let console = crate::ops::console::Console::new(cfg.clone());
-    let token = cfg.metrics_token.clone();
+    let access = Access { token: cfg.metrics_token.clone(), names: cfg.metrics_host_names.clone() };
+    if let Some(why) = crate::ops::http::exposed(bound, access.token.is_some()) {
+        warn!("{why}");
+    }
     let h = thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || server.serve(ops, metrics, Some(console), token, stop))
+        .spawn(move || {
+            if let Err(e) = server.serve(ops, metrics, Some(console), access, stop) {
+                error!("metrics cannot serve on {bound} ({e}); /metrics, /live and /ready are off");
+            }
+        })
         .map_err(|e| DaemonError::StageFailed(format!("metrics: {e}")))?;
     info!("metrics listening on {bound} (GET /metrics, /live, /ready, the console at /)");
     Ok(Some(h))
@@ -394,7 +405,10 @@ fn standby(
             }
             Ok(Claim::HeldBy(h)) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
-                ops.standby(format!("standby: the lease is held by {} epoch={}", holder(&h), h.epoch));
+                ops.standby(
+                    NotReady::Standby,
+                    format!("standby: the lease is held by {} epoch={}", holder(&h), h.epoch),
+                );
                 // Once a minute: a standby is normal, not an alarm.
                 if said.is_none_or(|t| sent.duration_since(t).unwrap_or_default() >= Duration::from_secs(60))
                 {
@@ -413,7 +427,7 @@ fn standby(
             }
             Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
             Err(e) => {
-                ops.starting(format!("the lease cannot be claimed: {e}"));
+                ops.starting(NotReady::LeaseUnreachable, format!("the lease cannot be claimed: {e}"));
                 outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats))
             }
         }

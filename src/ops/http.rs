@@ -1,24 +1,40 @@
 //! The operations listener: `GET /metrics`, `GET /live`, `GET /ready`, and the read-only
-//! console (`console`). Bounded like the compat server — [`WORKERS`] workers, each request read
-//! within [`READ_TIMEOUT`], a new connection answered 503 at once when every worker is busy — so
-//! a scraper that hangs or a port scan cannot hold it. The console's pages read stores: a
-//! worker hands them to the console's own thread (503 at once when it is busy), so a store
-//! that hangs never holds `/live`. With `metrics.token` every path but `/live` and `/ready`
-//! asks for `Authorization: Bearer TOKEN`.
+//! console (`console`). One thread holds every connection at once, readiness-polled (mio), so
+//! no connection can hold another (#54: two idle connections held both workers of the pool
+//! before, and `/live` answered 503): each reads its head within [`READ_TIMEOUT`] of its
+//! accept and writes its answer within [`WRITE_TIMEOUT`], or is dropped; at most
+//! [`MAX_CONNECTIONS`] are held, and one more drops the one idle longest — never the new one.
+//! `/live`, `/ready` and `/metrics` are answered on that thread from memory (the store gauges
+//! are read by a thread of their own); the console's pages read stores, on the console's own
+//! thread (503 at once when it is busy), so a store that hangs never holds `/live`.
+//!
+//! With `metrics.token` every path but `/live` and `/ready` asks for `Authorization: Bearer
+//! TOKEN`; `/ready` says a reason code and a short text, never a host, a pid or a store's
+//! error. A `Host` that is a name other than `localhost` or one in `metrics.host-names` is
+//! refused (421): a page elsewhere cannot reach the console by DNS rebinding.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
+
+use mio::net::{TcpListener as Listening, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::console::{Console, Page};
 use super::metrics::Metrics;
 use super::Ops;
-use crate::http::{Head, Unread};
+use crate::clock::Mono;
+use crate::http::Head;
 
-/// Requests served at once.
-pub const WORKERS: usize = 2;
-/// A request not read whole within this is dropped.
+/// Connections held at once; one more drops the one idle longest.
+pub const MAX_CONNECTIONS: usize = 256;
+/// A request whose head is not read whole within this of its accept is dropped.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// An answer not written whole within this is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A console page not answered within this is answered 503.
+pub const CONSOLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An answer: status, content type, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,12 +90,29 @@ pub fn answer(method: &str, path: &str, ops: &Ops, metrics: &Metrics) -> Answer 
                     "ready, degraded: {n} window(s) of flights await the AODB's answer after a heal (msgx requests --open)\n"
                 ),
             ),
-            Err(why) => text(503, format!("not ready: {why}\n")),
+            Err(why) => text(503, format!("not ready: {} ({})\n", why.code(), why.text())),
         },
     }
 }
 
-fn write_answer(stream: &mut TcpStream, a: &Answer, head_only: bool) {
+/// Whether a request's `Host` may reach this endpoint: none given, an IP address (a name a
+/// browser was sent to by DNS rebinding is never one), `localhost`, or a name of `names`
+/// (`metrics.host-names`); a port after it is not looked at.
+pub fn host_allowed(host: Option<&str>, names: &[String]) -> bool {
+    let Some(host) = host.map(str::trim) else { return true };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => return v6.split(']').next().is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            host.rsplit_once(':').filter(|(_, port)| port.parse::<u16>().is_ok()).map_or(host, |(n, _)| n)
+        }
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || names.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// An answer as the bytes written.
+fn answer_bytes(a: &Answer, head_only: bool) -> Vec<u8> {
     let mut extra = String::new();
     if let Some(to) = &a.location {
         extra.push_str(&format!("Location: {to}\r\n"));
@@ -91,59 +124,317 @@ fn write_answer(stream: &mut TcpStream, a: &Answer, head_only: bool) {
         // Nothing but the page itself: no script, no frame, no other origin.
         extra.push_str("Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'\r\nX-Frame-Options: DENY\r\n");
     }
-    let _ =
-        crate::http::write_response(stream, a.status, a.content_type, &extra, a.body.as_bytes(), head_only);
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+    crate::http::response(a.status, a.content_type, &extra, a.body.as_bytes(), head_only)
 }
 
-/// A console request handed to the console's thread.
-type ConsoleJob = (TcpStream, Head, Page);
+/// What answers a request: the listener's thread now, or the console's.
+enum Reply {
+    Now(Vec<u8>),
+    Console(Head, Page),
+}
 
-/// What a worker needs: the instance, the metrics, the token, the console's queue.
+/// What the listener needs to answer: the instance, the metrics, the token, the host names.
 struct Endpoint<'a> {
     ops: &'a Ops,
     metrics: &'a Metrics,
     token: Option<&'a str>,
-    console: &'a crossbeam_channel::Sender<ConsoleJob>,
+    names: &'a [String],
 }
 
-fn serve_one(mut stream: TcpStream, e: &Endpoint) {
-    let mut buf = Vec::with_capacity(512);
-    let deadline = crate::http::Deadline::after(e.metrics.clock().as_ref(), READ_TIMEOUT);
-    let r = match crate::http::read_head(&mut stream, &mut buf, deadline) {
-        Ok(r) => r,
-        Err(Unread::TooSlow | Unread::Lost(_)) => return, // dropped without an answer
-        Err(Unread::Refused((status, _))) => {
-            return write_answer(&mut stream, &text(status, "bad request\n"), false)
-        }
-    };
-    let path = r.path.split('?').next().unwrap_or(&r.path).to_string();
+/// How a request whose head was read is answered.
+fn reply(r: Head, e: &Endpoint) -> Reply {
     let head_only = r.method == "HEAD";
+    let now = |a: Answer| Reply::Now(answer_bytes(&a, head_only));
+    if !host_allowed(r.host.as_deref(), e.names) {
+        let why = "this endpoint answers to its address, localhost and metrics.host-names only\n";
+        return now(text(421, why));
+    }
+    let path = r.path.split('?').next().unwrap_or(&r.path).to_string();
     if !authorized(&r, &path, e.token) {
-        return write_answer(
-            &mut stream,
-            &text(401, "a bearer token is needed (metrics.token)\n"),
-            head_only,
-        );
+        return now(text(401, "a bearer token is needed (metrics.token)\n"));
     }
     match Page::of(&r.path) {
-        None => write_answer(&mut stream, &answer(&r.method, &r.path, e.ops, e.metrics), head_only),
+        None => now(answer(&r.method, &r.path, e.ops, e.metrics)),
         Some(_) if !matches!(r.method.as_str(), "GET" | "HEAD") => {
-            write_answer(&mut stream, &text(405, format!("{} is not allowed; only GET\n", r.method)), false)
+            Reply::Now(answer_bytes(&text(405, format!("{} is not allowed; only GET\n", r.method)), false))
         }
-        Some(Err(why)) => write_answer(&mut stream, &text(400, format!("{why}\n")), head_only),
-        Some(Ok(page)) => {
-            if let Err(e) = e.console.send_timeout((stream, r, page), crate::listener::HANDOVER) {
-                let (mut stream, _, _) = e.into_inner();
-                write_answer(&mut stream, &text(503, "the console is busy (or off); try again\n"), false);
-            }
+        Some(Err(why)) => now(text(400, format!("{why}\n"))),
+        Some(Ok(page)) => Reply::Console(r, page),
+    }
+}
+
+/// Where a connection is in its one request.
+enum Phase {
+    /// Reading its head, which must be whole by `by`.
+    Reading { buf: Vec<u8>, by: Mono },
+    /// Its page is with the console's thread, which must answer by `by`.
+    Console { by: Mono },
+    /// Writing its answer, which must be written by `by`.
+    Writing { out: Vec<u8>, done: usize, by: Mono },
+}
+
+struct Conn {
+    stream: TcpStream,
+    /// Tells this connection's console answer from one for an earlier holder of its slot.
+    serial: u64,
+    phase: Phase,
+    /// When it last sent or took a byte.
+    active: Mono,
+}
+
+impl Conn {
+    fn deadline(&self) -> Mono {
+        match &self.phase {
+            Phase::Reading { by, .. } | Phase::Console { by } | Phase::Writing { by, .. } => *by,
         }
     }
 }
+
+/// The connections held, by slot (a slot is a poll token).
+#[derive(Default)]
+struct Table {
+    slots: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    held: usize,
+    serial: u64,
+}
+
+impl Table {
+    fn insert(&mut self, stream: TcpStream, now: Mono) -> (usize, &mut Conn) {
+        self.serial += 1;
+        let phase = Phase::Reading { buf: Vec::new(), by: now.after(READ_TIMEOUT) };
+        let conn = Conn { stream, serial: self.serial, phase, active: now };
+        let at = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.held += 1;
+        (at, self.slots[at].insert(conn))
+    }
+
+    fn remove(&mut self, at: usize) -> Option<Conn> {
+        let conn = self.slots.get_mut(at)?.take()?;
+        self.free.push(at);
+        self.held -= 1;
+        Some(conn)
+    }
+
+    /// The connection to drop for a new one: the one idle longest among those still sending
+    /// their head, else among those waiting for the console.
+    fn idlest(&self) -> Option<usize> {
+        let rank = |c: &Conn| match c.phase {
+            Phase::Reading { .. } => 0,
+            Phase::Console { .. } => 1,
+            Phase::Writing { .. } => 2,
+        };
+        let held = self.slots.iter().enumerate().filter_map(|(i, c)| Some((i, c.as_ref()?)));
+        held.filter(|(_, c)| rank(c) < 2).min_by_key(|(_, c)| (rank(c), c.active)).map(|(i, _)| i)
+    }
+
+    /// The slots whose deadline has passed, and the earliest deadline still ahead.
+    fn due(&self, now: Mono) -> (Vec<usize>, Option<Mono>) {
+        let mut next: Option<Mono> = None;
+        let mut due = Vec::new();
+        for (i, c) in self.slots.iter().enumerate().filter_map(|(i, c)| Some((i, c.as_ref()?))) {
+            match c.deadline() {
+                by if by <= now => due.push(i),
+                by => next = Some(next.map_or(by, |n| n.min(by))),
+            }
+        }
+        (due, next)
+    }
+}
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+
+/// A console page handed to the console's thread, and its answer handed back.
+type ConsoleJob = (usize, u64, Head, Page);
+type ConsoleDone = (usize, u64, Vec<u8>);
 
 /// The bound listener.
 pub struct OpsServer {
     listener: TcpListener,
+}
+
+/// The listener's thread: the poll, the connections, and the way to the console.
+struct Reactor<'a> {
+    poll: Poll,
+    table: Table,
+    endpoint: Endpoint<'a>,
+    console: crossbeam_channel::Sender<ConsoleJob>,
+    done: crossbeam_channel::Receiver<ConsoleDone>,
+}
+
+impl Reactor<'_> {
+    fn now(&self) -> Mono {
+        self.endpoint.metrics.clock().mono()
+    }
+
+    /// Takes every connection waiting; at the bound, the idlest one held makes room.
+    fn accept(&mut self, listener: &Listening) {
+        loop {
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // Out of file descriptors, say: the next readiness tries again.
+                    log::warn!("metrics accept error: {e}");
+                    return;
+                }
+            };
+            if self.table.held >= MAX_CONNECTIONS {
+                match self.table.idlest() {
+                    Some(at) => self.drop_conn(at),
+                    None => continue, // every one is writing its answer: the new one waits its turn
+                }
+            }
+            let _ = stream.set_nodelay(true);
+            let now = self.now();
+            let (at, conn) = self.table.insert(stream, now);
+            if self.poll.registry().register(&mut conn.stream, Token(at), Interest::READABLE).is_err() {
+                self.drop_conn(at);
+            }
+        }
+    }
+
+    fn drop_conn(&mut self, at: usize) {
+        if let Some(mut c) = self.table.remove(at) {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+        }
+    }
+
+    /// A connection is ready: read what arrived, or write what is due.
+    fn ready(&mut self, at: usize) {
+        let now = self.now();
+        let Some(conn) = self.table.slots.get_mut(at).and_then(Option::as_mut) else { return };
+        let next = match &mut conn.phase {
+            Phase::Reading { buf, .. } => match read_some(&mut conn.stream, buf) {
+                Arrived::Nothing => return,
+                Arrived::Closed => return self.drop_conn(at),
+                Arrived::Bytes => {
+                    conn.active = now;
+                    match crate::http::parse_head(buf) {
+                        Ok(None) => return,
+                        Ok(Some(head)) => reply(head, &self.endpoint),
+                        Err((status, _)) => Reply::Now(answer_bytes(&text(status, "bad request\n"), false)),
+                    }
+                }
+            },
+            Phase::Writing { .. } => return self.write(at),
+            Phase::Console { .. } => return,
+        };
+        self.answer(at, next);
+    }
+
+    /// Moves a connection whose head was read on to its answer.
+    fn answer(&mut self, at: usize, reply: Reply) {
+        let now = self.now();
+        let Some(conn) = self.table.slots.get_mut(at).and_then(Option::as_mut) else { return };
+        let out = match reply {
+            Reply::Now(out) => out,
+            Reply::Console(head, page) => match self.console.try_send((at, conn.serial, head, page)) {
+                Ok(()) => {
+                    conn.phase = Phase::Console { by: now.after(CONSOLE_TIMEOUT) };
+                    return;
+                }
+                Err(_) => answer_bytes(&text(503, "the console is busy (or off); try again\n"), false),
+            },
+        };
+        self.writing(at, out);
+    }
+
+    fn writing(&mut self, at: usize, out: Vec<u8>) {
+        let now = self.now();
+        let Some(conn) = self.table.slots.get_mut(at).and_then(Option::as_mut) else { return };
+        conn.phase = Phase::Writing { out, done: 0, by: now.after(WRITE_TIMEOUT) };
+        let _ = self.poll.registry().reregister(&mut conn.stream, Token(at), Interest::WRITABLE);
+        self.write(at);
+    }
+
+    /// Writes what the socket takes; a connection whose answer is written is closed.
+    fn write(&mut self, at: usize) {
+        let now = self.now();
+        let Some(conn) = self.table.slots.get_mut(at).and_then(Option::as_mut) else { return };
+        let Phase::Writing { out, done, .. } = &mut conn.phase else { return };
+        while *done < out.len() {
+            match conn.stream.write(&out[*done..]) {
+                Ok(0) => return self.drop_conn(at),
+                Ok(n) => {
+                    *done += n;
+                    conn.active = now;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return self.drop_conn(at),
+            }
+        }
+        let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+        self.drop_conn(at);
+    }
+
+    /// The console's answers: each to its connection, if that is still the one waiting.
+    fn console_done(&mut self) {
+        while let Ok((at, serial, out)) = self.done.try_recv() {
+            let waiting =
+                self.table.slots.get(at).and_then(Option::as_ref).is_some_and(|c| c.serial == serial);
+            if waiting {
+                self.writing(at, out);
+            }
+        }
+    }
+
+    /// Drops what is past its deadline (a console page that took too long is answered 503);
+    /// how long until the next deadline.
+    fn sweep(&mut self) -> Duration {
+        let now = self.now();
+        let (due, next) = self.table.due(now);
+        for at in due {
+            let late_page =
+                matches!(self.table.slots[at].as_ref().map(|c| &c.phase), Some(Phase::Console { .. }));
+            match late_page {
+                true => {
+                    self.writing(at, answer_bytes(&text(503, "the console did not answer in time\n"), false))
+                }
+                false => self.drop_conn(at),
+            }
+        }
+        next.map_or(Duration::from_secs(1), |n| n.as_duration().saturating_sub(now.as_duration()))
+    }
+}
+
+/// What a read of a ready socket found.
+enum Arrived {
+    Bytes,
+    /// A readiness with nothing behind it.
+    Nothing,
+    /// The client closed, or the socket failed.
+    Closed,
+}
+
+/// Reads what has arrived (a non-blocking socket), up to a head's bound (a longer one is left
+/// for `parse_head` to refuse with 431).
+fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Arrived {
+    let mut chunk = [0u8; 4096];
+    let mut got = false;
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) if !got => return Arrived::Closed,
+            Ok(0) => return Arrived::Bytes,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                got = true;
+                if buf.len() > crate::http::MAX_HEAD {
+                    return Arrived::Bytes;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return if got { Arrived::Bytes } else { Arrived::Nothing }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Arrived::Closed,
+        }
+    }
 }
 
 impl OpsServer {
@@ -156,41 +447,88 @@ impl OpsServer {
     }
 
     /// Serves until `stop` disconnects; the console's pages on a thread of its own, with the
-    /// connections `console` opens (`None`: no console).
+    /// connections `console` opens (`None`: no console). `names`: `metrics.host-names`.
     pub fn serve(
         &self,
         ops: Arc<Ops>,
         metrics: Arc<Metrics>,
         console: Option<Console>,
-        token: Option<String>,
+        access: Access,
         stop: crossbeam_channel::Receiver<()>,
-    ) {
-        let (tx, rx) = crossbeam_channel::bounded::<ConsoleJob>(0);
+    ) -> std::io::Result<()> {
+        let poll = Poll::new()?;
+        self.listener.set_nonblocking(true)?;
+        let mut listening = Listening::from_std(self.listener.try_clone()?);
+        poll.registry().register(&mut listening, LISTENER, Interest::READABLE)?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let (jobs, job_rx) = crossbeam_channel::bounded::<ConsoleJob>(1);
+        let (done_tx, done) = crossbeam_channel::unbounded::<ConsoleDone>();
+        let stopping = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _ = stop.recv();
+                stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = waker.wake();
+            });
             if let Some(mut console) = console {
-                let (ops, metrics) = (&ops, &metrics);
+                let (ops, metrics, waker) = (&ops, &metrics, &waker);
                 std::thread::Builder::new()
                     .name("console".into())
                     .spawn_scoped(scope, move || {
-                        for (mut stream, r, page) in rx.iter() {
+                        for (at, serial, head, page) in job_rx.iter() {
                             let a = console.answer(page, ops, metrics);
-                            write_answer(&mut stream, &a, r.method == "HEAD");
+                            let _ = done_tx.send((at, serial, answer_bytes(&a, head.method == "HEAD")));
+                            let _ = waker.wake();
                         }
                     })
                     .expect("the console thread starts");
             } else {
-                drop(rx);
+                drop(job_rx);
             }
-            let e = Endpoint { ops: &ops, metrics: &metrics, token: token.as_deref(), console: &tx };
-            crate::listener::serve(
-                "metrics",
-                &self.listener,
-                vec![(); WORKERS],
-                &stop,
-                |_, s| serve_one(s, &e),
-                |mut s| write_answer(&mut s, &text(503, "busy\n"), false),
-            );
-            drop(tx);
+            let endpoint = Endpoint {
+                ops: &ops,
+                metrics: &metrics,
+                token: access.token.as_deref(),
+                names: &access.names,
+            };
+            let mut reactor = Reactor { poll, table: Table::default(), endpoint, console: jobs, done };
+            let mut events = Events::with_capacity(256);
+            while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                let wait = reactor.sweep().min(Duration::from_secs(1));
+                if let Err(e) = reactor.poll.poll(&mut events, Some(wait)) {
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        log::warn!("metrics accept error: {e}");
+                    }
+                    continue;
+                }
+                for ev in events.iter() {
+                    match ev.token() {
+                        LISTENER => reactor.accept(&listening),
+                        WAKER => reactor.console_done(),
+                        Token(at) => reactor.ready(at),
+                    }
+                }
+            }
+            drop(reactor); // the console's queue closes, and its thread ends
         });
+        Ok(())
     }
+}
+
+/// Why listening on `addr` exposes what the endpoint serves, if it does: off loopback without
+/// `metrics.token`, the console (message texts, flight data, dead letters' errors) is open to
+/// the network (#54). Said at start and by `msgx check`.
+pub fn exposed(addr: SocketAddr, token: bool) -> Option<String> {
+    (!addr.ip().is_loopback() && !token).then(|| {
+        format!(
+            "metrics listens on {addr}, not loopback, without metrics.token: the console (message texts, flight data, dead letters' errors) is open to whoever reaches it — set metrics.token or listen on 127.0.0.1"
+        )
+    })
+}
+
+/// Who may see what: `metrics.token` and `metrics.host-names`.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    pub token: Option<String>,
+    pub names: Vec<String>,
 }

@@ -19,14 +19,63 @@ use crate::stats::Stats;
 /// The stores whose health `/ready` and `msgx_store_up` report.
 pub const STORES: [Store; 4] = [Store::Postgres, Store::Mailbox, Store::Redis, Store::Kafka];
 
+/// Why the instance is not ready, as `/ready` says it to whoever asks (#54): a code to match
+/// and a short text, never a host, a pid or a store's error — those stay behind the token
+/// (the console, `msgx status`) and in systemd's status line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    Starting,
+    Stopping,
+    /// Another instance holds the lease.
+    Standby,
+    /// Holding the lease, comparing the stores before the stages start.
+    Comparing,
+    /// Not serving until the stores are compared or a person decides.
+    Stopped,
+    /// The lease store cannot be reached.
+    LeaseUnreachable,
+    /// The lease was not confirmed in time.
+    LeaseUnconfirmed,
+    /// A stage waits for a store (its name).
+    StoreAway(&'static str),
+}
+
+impl NotReady {
+    pub fn code(self) -> &'static str {
+        match self {
+            NotReady::Starting => "starting",
+            NotReady::Stopping => "stopping",
+            NotReady::Standby => "standby",
+            NotReady::Comparing => "comparing-stores",
+            NotReady::Stopped => "stopped",
+            NotReady::LeaseUnreachable => "lease-unreachable",
+            NotReady::LeaseUnconfirmed => "lease-unconfirmed",
+            NotReady::StoreAway(_) => "store-away",
+        }
+    }
+
+    pub fn text(self) -> String {
+        match self {
+            NotReady::Starting => "the lease is not claimed yet".into(),
+            NotReady::Stopping => "msgx is stopping".into(),
+            NotReady::Standby => "another instance holds the lease".into(),
+            NotReady::Comparing => "comparing the stores before the stages start".into(),
+            NotReady::Stopped => "not serving; msgx status says why".into(),
+            NotReady::LeaseUnreachable => "the lease store cannot be reached".into(),
+            NotReady::LeaseUnconfirmed => "the lease is not confirmed".into(),
+            NotReady::StoreAway(store) => format!("a stage waits for {store}"),
+        }
+    }
+}
+
 /// What the running instance is, as the endpoint sees it.
 #[derive(Clone)]
 enum Role {
-    /// Starting, stopping, or unable to reach the lease store (why, for `/ready`).
-    Starting(String),
+    /// Starting, stopping, or unable to reach the lease store: why, and the details.
+    Starting(NotReady, String),
     /// Up, not serving: a hot standby (the lease store answered that another instance holds
     /// the lease), or the holder comparing the stores before its stages start.
-    Standby(String),
+    Standby(NotReady, String),
     /// Holding the lease: its gate and stall board.
     Active { gate: Arc<LeaseGate>, board: StallBoard },
 }
@@ -41,18 +90,19 @@ pub struct Ops {
 
 impl Ops {
     pub fn new(stats: Arc<Stats>) -> Ops {
-        let role = Role::Starting("starting: the lease is not claimed yet".into());
+        let role = Role::Starting(NotReady::Starting, "starting: the lease is not claimed yet".into());
         Ops { stats, pulse: Pulse::default(), role: Mutex::new(role) }
     }
 
-    /// Not serving and not a standby yet (or any more); `why` is what `/ready` answers.
-    pub fn starting(&self, why: impl Into<String>) {
-        *self.role.lock().expect("ops role poisoned") = Role::Starting(why.into());
+    /// Not serving and not a standby yet (or any more): `why` is what `/ready` answers,
+    /// `detail` what systemd's status line says.
+    pub fn starting(&self, why: NotReady, detail: impl Into<String>) {
+        *self.role.lock().expect("ops role poisoned") = Role::Starting(why, detail.into());
     }
 
-    /// Up, not serving (a hot standby, or comparing the stores); `why` is what `/ready` answers.
-    pub fn standby(&self, why: impl Into<String>) {
-        *self.role.lock().expect("ops role poisoned") = Role::Standby(why.into());
+    /// Up, not serving (a hot standby, or comparing the stores).
+    pub fn standby(&self, why: NotReady, detail: impl Into<String>) {
+        *self.role.lock().expect("ops role poisoned") = Role::Standby(why, detail.into());
     }
 
     /// Holding the lease, with the stages' gate and stall board.
@@ -65,14 +115,14 @@ impl Ops {
     }
 
     /// `/ready`: Ok only while this instance holds the lease and no stage waits for a store;
-    /// otherwise the one-line reason.
-    pub fn ready(&self) -> Result<(), String> {
+    /// otherwise why not.
+    pub fn ready(&self) -> Result<(), NotReady> {
         match self.role() {
-            Role::Starting(why) | Role::Standby(why) => Err(why),
+            Role::Starting(why, _) | Role::Standby(why, _) => Err(why),
             Role::Active { gate, board } => {
-                gate.check().map_err(|e| format!("the lease is not confirmed: {e}"))?;
+                gate.check().map_err(|_| NotReady::LeaseUnconfirmed)?;
                 match board.snapshot().first() {
-                    Some((stage, store, _)) => Err(format!("stage {stage} waits for store {store}")),
+                    Some((_, store, _)) => Err(NotReady::StoreAway(store)),
                     None => Ok(()),
                 }
             }
@@ -93,7 +143,7 @@ impl Ops {
             Role::Active { board, .. } => {
                 board.snapshot().into_iter().map(|(stage, store, _)| (stage, store)).collect()
             }
-            Role::Starting(_) | Role::Standby(_) => Vec::new(),
+            Role::Starting(..) | Role::Standby(..) => Vec::new(),
         }
     }
 
@@ -102,8 +152,8 @@ impl Ops {
     /// PostgreSQL said (lag, DEAD), if any.
     pub fn summary(&self, gauges: Option<&str>) -> (bool, String) {
         let (up, mut line) = match self.role() {
-            Role::Starting(why) => (false, why),
-            Role::Standby(why) => (true, why),
+            Role::Starting(_, detail) => (false, detail),
+            Role::Standby(_, detail) => (true, detail),
             Role::Active { gate, board } => {
                 let mut line = format!("active epoch={}", gate.epoch());
                 if let Err(e) = gate.check() {
@@ -132,8 +182,12 @@ mod tests {
     #[test]
     fn ready_only_while_active_with_a_confirmed_lease_and_no_stage_waiting() {
         let ops = Ops::new(Arc::new(Stats::default()));
-        ops.standby("lease held by host=b pid=7");
-        assert_eq!(ops.ready(), Err("lease held by host=b pid=7".to_string()));
+        ops.standby(NotReady::Standby, "lease held by host=b pid=7");
+        assert_eq!(ops.ready(), Err(NotReady::Standby));
+        assert!(
+            !NotReady::Standby.text().contains("host="),
+            "no host nor pid where a token is not asked for"
+        );
         let clock = FakeClock::new();
         let gate =
             Arc::new(LeaseGate::new(3, Arc::new(clock.clone()), clock.mono(), Duration::from_secs(10)));
@@ -141,11 +195,11 @@ mod tests {
         ops.active(gate.clone(), board.clone());
         assert_eq!((ops.ready(), ops.lease()), (Ok(()), Some(3)));
         board.set("process", Some(("redis", clock.now())));
-        assert_eq!(ops.ready(), Err("stage process waits for store redis".to_string()));
+        assert_eq!(ops.ready(), Err(NotReady::StoreAway("redis")));
         assert_eq!(ops.stalled(), vec![("process", "redis")]);
         board.set("process", None);
         clock.advance(Duration::from_secs(11));
-        assert!(ops.ready().unwrap_err().starts_with("the lease is not confirmed"));
+        assert_eq!(ops.ready(), Err(NotReady::LeaseUnconfirmed));
         assert_eq!(ops.lease(), None);
     }
 }
