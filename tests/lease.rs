@@ -198,3 +198,56 @@ fn sigterm_on_the_active_hands_over_at_once() {
         "the configuration is logged once"
     );
 }
+
+/// #54: a consistency pass (or heal) that hangs kept the lease for ever — a thread renewed it
+/// whatever the pass did, so no standby took over. Now a step that makes no progress for
+/// `msgx.watchdog.stuck-after` stops the renewals: the standby takes the lease within
+/// stuck-after plus the lease. A pass that moves (it beats page by page) keeps it however long
+/// it takes. On the real lease store.
+#[test]
+fn a_hung_pass_lets_a_standby_take_over_and_a_moving_one_keeps_the_lease() {
+    use msgx::clock::{Clock, SystemClock};
+    use msgx::ports::{Claim, Claimant, LeaseStore};
+    let s = Services::migrated(
+        "[msgx.lease]\nduration = \"3s\"\nrenew-interval = \"1s\"\n[msgx.watchdog]\nstuck-after = \"2s\"\n",
+    );
+    let claimant = |id: &str| Claimant { id: id.into(), host: "test".into(), pid: 1 };
+    let (active, standby) = (claimant("active"), claimant("standby"));
+    let clock = SystemClock;
+    for moving in [true, false] {
+        let mut pg = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+        let Claim::Acquired { epoch, .. } = pg.claim(&active, s.cfg.lease.duration).unwrap() else {
+            panic!("the lease is free")
+        };
+        let pulse = msgx::stage::Pulse::default();
+        let watch =
+            msgx::daemon::Watch { pulse: &pulse, clock: &clock, stuck_after: s.cfg.watchdog_stuck_after };
+        let turn = pulse.turning("start-up pass", clock.mono());
+        let start = Instant::now();
+        let taken = msgx::daemon::renewing(&s.cfg, &active, epoch, watch, || {
+            let mut other = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+            while start.elapsed() < Duration::from_secs(12) {
+                if moving {
+                    pulse.beat("start-up pass", clock.mono());
+                }
+                if let Ok(Claim::Acquired { .. }) = other.claim(&standby, s.cfg.lease.duration) {
+                    return Some(start.elapsed());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            None
+        });
+        drop(turn);
+        let _ = pg.release(&active, epoch);
+        match moving {
+            true => assert_eq!(taken, None, "a pass that moves keeps its lease for 12 s"),
+            false => {
+                let took = taken.expect("a standby took over from the hung pass");
+                println!(
+                    "hung pass: the standby took the lease after {took:?} (stuck-after 2 s + lease 3 s)"
+                );
+                assert!(took <= Duration::from_secs(2 + 3 + 2), "taken over after {took:?}");
+            }
+        }
+    }
+}

@@ -31,7 +31,8 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
         return Err((Exit::Usage, anyhow::anyhow!("--sample {sample}: a ratio between 0 and 1")));
     }
     let (mut pg, mut mailbox, mut flights) = open(cfg)?;
-    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let mut st =
+        Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat: Default::default() };
     let r = consistency::check(&mut st, Depth::Full { sample }, SystemClock.now()).map_err(unreachable)?;
     if json {
         let mut v = serde_json::to_value(&r).expect("a report serialises");
@@ -86,9 +87,14 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
         flights = flights.fenced(epoch);
         lease = Some((epoch, me));
     }
-    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let mut st =
+        Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat: Default::default() };
+    // A person runs this and watches it: no turn of it is watched for stuck.
+    let pulse = msgx::stage::Pulse::default();
+    let watch =
+        msgx::daemon::Watch { pulse: &pulse, clock: &SystemClock, stuck_after: cfg.watchdog_stuck_after };
     let rebuilt = match &lease {
-        Some((epoch, me)) => msgx::daemon::renewing(cfg, me, *epoch, || {
+        Some((epoch, me)) => msgx::daemon::renewing(cfg, me, *epoch, watch, || {
             consistency::rebuild_flights(&mut st, only, SystemClock.now(), true)
         }),
         None => consistency::rebuild_flights(&mut st, only, SystemClock.now(), false),
@@ -144,7 +150,8 @@ fn take_lease(
 /// store cannot be reached (then the plugin says so without alarm).
 pub fn finding(cfg: &Config) -> Option<String> {
     let (mut pg, mut mailbox, mut flights) = open(cfg).ok()?;
-    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let mut st =
+        Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat: Default::default() };
     let r = consistency::check(&mut st, Depth::Recent(consistency::stage::RECENT), SystemClock.now()).ok()?;
     r.findings.first().map(|f| f.line())
 }

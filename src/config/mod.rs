@@ -709,6 +709,7 @@ fn lease(v: &Values) -> Result<LeasePolicy, ConfigError> {
     let lease = LeasePolicy {
         duration: duration(v, "msgx.lease.duration")?,
         renew_every: duration(v, "msgx.lease.renew-interval")?,
+        stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
     };
     if lease.renew_every * 3 > lease.duration {
         return Err(bad("msgx.lease.renew-interval", "must be at most a third of msgx.lease.duration"));

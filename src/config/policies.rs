@@ -21,6 +21,9 @@ pub struct LeasePolicy {
     pub duration: Duration,
     /// How often the active instance renews, and how often a standby looks.
     pub renew_every: Duration,
+    /// `msgx.watchdog.stuck-after`: a loop in one turn longer than this stops the renewals, so
+    /// a standby takes over (#54).
+    pub stuck_after: Duration,
 }
 
 /// The health check's thresholds (`msgx.health.*`). A count threshold of 0 is off.

@@ -234,6 +234,7 @@ impl Span {
         let mut span = Span { rows: Vec::new(), seen: Vec::new(), marked: 0, foreign: 0 };
         let mut from = known + 1;
         while from <= top {
+            st.beat.beat();
             let page = st.mailbox.ours(from, top, 5_000, false)?;
             for r in &page {
                 span.seen.push(r.row.id);
@@ -264,6 +265,7 @@ impl Span {
 fn marked_above(st: &mut Stores<'_>, known: i64) -> Result<Vec<i64>, HealError> {
     let (mut out, mut from) = (Vec::new(), known + 1);
     loop {
+        st.beat.beat();
         let page = st.mailbox.ours(from, i64::MAX, 5_000, true)?;
         out.extend(page.iter().map(|r| r.row.id));
         match page.last() {
@@ -374,6 +376,7 @@ fn replay_onto(
     let mut messages = 0;
     let mut after = from - 1;
     loop {
+        st.beat.beat();
         let rows = st.pg.succeeded_above(after, 2_000)?;
         let Some(last) = rows.last().map(|m| m.msg_id) else { break };
         let ids: Vec<i64> = rows.iter().map(|m| m.msg_id).collect();

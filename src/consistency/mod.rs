@@ -64,6 +64,8 @@ pub struct Stores<'a> {
     pub pg: &'a mut dyn PgSide,
     pub mailbox: &'a mut dyn MailboxSide,
     pub flights: &'a mut dyn FlightsSide,
+    /// Beaten at each page read or written: a long check or heal that moves is not stuck (#54).
+    pub beat: crate::stage::Beat,
 }
 
 /// How many IDs a finding names (the count says the rest).
@@ -386,6 +388,7 @@ pub fn check(st: &mut Stores<'_>, depth: Depth, now: SystemTime) -> StoreResult<
 fn unknown_now(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<i64>> {
     let mut out = Vec::new();
     for chunk in ids.chunks(PAGE) {
+        st.beat.beat();
         out.extend(st.pg.unknown(chunk)?);
     }
     Ok(out)
@@ -492,6 +495,7 @@ fn redis_side(st: &mut Stores<'_>, depth: Depth, now: SystemTime, r: &mut Report
     r.journal_checked = journalled.len();
     let mut missing = Vec::new();
     for chunk in journalled.chunks(PAGE) {
+        st.beat.beat();
         let has = st.flights.journal_has(chunk)?;
         missing.extend(chunk.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m));
     }
@@ -545,6 +549,7 @@ fn generation_behind(st: &mut Stores<'_>, r: &mut Report) -> StoreResult<()> {
 fn all_succeeded_above(st: &mut Stores<'_>, after: i64) -> StoreResult<Vec<SucceededRow>> {
     let mut out: Vec<SucceededRow> = Vec::new();
     loop {
+        st.beat.beat();
         let page = st.pg.succeeded_above(out.last().map_or(after, |m| m.msg_id), PAGE)?;
         let done = page.len() < PAGE;
         out.extend(page);
@@ -559,6 +564,7 @@ pub(crate) fn texts(st: &mut Stores<'_>, ids: &[i64]) -> StoreResult<Vec<(i64, O
     let mut out = Vec::with_capacity(ids.len());
     let mut rest = ids;
     while !rest.is_empty() {
+        st.beat.beat();
         let take = rest.len().min(500);
         let mut raws = st.mailbox.raws(&rest[..take], TEXT_BUDGET, TEXT_BUDGET)?;
         let mut read = 0;

@@ -30,6 +30,8 @@ pub struct Sentinel<P, M, F> {
     /// The highest MSG_ID a suspicion already named: a WARN says only what is new.
     suspected: i64,
     stats: Arc<Stats>,
+    /// The stage's turn, beaten as the check reads page by page (#54).
+    beat: crate::stage::Beat,
 }
 
 /// A round of the sentinel: when it runs again.
@@ -59,7 +61,14 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
             next_full: None,
             suspected: 0,
             stats,
+            beat: crate::stage::Beat::default(),
         }
+    }
+
+    /// Beats `beat` as the check moves, so a long daily check is not taken for stuck (#54).
+    pub fn with_beat(mut self, beat: crate::stage::Beat) -> Self {
+        self.beat = beat;
+        self
     }
 
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
@@ -68,7 +77,12 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
         }
         let full = *self.next_full.get_or_insert(now + DAY) <= now;
         let depth = if full { Depth::Full { sample: self.sample } } else { Depth::Recent(RECENT) };
-        let mut st = Stores { pg: &mut self.pg, mailbox: &mut self.mailbox, flights: &mut self.flights };
+        let mut st = Stores {
+            pg: &mut self.pg,
+            mailbox: &mut self.mailbox,
+            flights: &mut self.flights,
+            beat: self.beat.clone(),
+        };
         let report = check(&mut st, depth, now)?;
         if full {
             self.next_full = Some(now + DAY);

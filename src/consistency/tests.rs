@@ -36,13 +36,17 @@ impl World {
 
     fn check(&self) -> Report {
         let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
-        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
         check(st, Depth::Full { sample: 1.0 }, self.clock.now()).unwrap()
     }
 
     fn heal(&self, r: &Report) -> Result<Healed, HealError> {
         let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
-        heal(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl }, r, self.clock.now())
+        heal(
+            &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() },
+            r,
+            self.clock.now(),
+        )
     }
 
     /// As [`World::heal`], asking the AODB for what the mailbox no longer holds (#41).
@@ -50,7 +54,7 @@ impl World {
         let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
         let mut asking = Asking::of(&Config::defaults());
         asking.policy.on_empty = on_empty;
-        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
         heal_asking(st, r, self.clock.now(), Some(&asking))
     }
 
@@ -515,7 +519,7 @@ fn regression_a_check_that_raced_a_running_pipeline_finds_nothing() {
     let mut pg = ReadEarly(w.pg.clone(), 4); // read before 5..=10 were enqueued
     let (mut mb, mut fl) = (w.mailbox.clone(), w.flights.handle());
     for depth in [Depth::Full { sample: 1.0 }, Depth::Recent(500)] {
-        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
         let r = check(st, depth, w.clock.now()).unwrap();
         assert!(r.is_clean(), "found by the suite: the sentinel stopped a healthy instance: {r:?}");
     }
@@ -610,9 +614,12 @@ fn a_redis_heal_reads_only_the_flights_of_the_messages_since_its_evidence() {
     assert_eq!(r.finding(FindingKind::JournalMissing).map(|f| f.ids[0]), Some(301), "{r:?}");
     let mut counting = Counting(w.flights.handle(), Default::default());
     let (mut pg, mut mb) = (w.pg.clone(), w.mailbox.clone());
-    let healed =
-        heal(&mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut counting }, &r, w.clock.now())
-            .unwrap();
+    let healed = heal(
+        &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut counting, beat: Default::default() },
+        &r,
+        w.clock.now(),
+    )
+    .unwrap();
     assert_eq!((healed.flights, healed.messages), (2, 5));
     assert_eq!(counting.1.get(), 2, "the two flights messages 301 to 305 name, of the 100 held");
     assert_eq!(w.flights.all(), before);

@@ -51,7 +51,7 @@ use crate::ingress::compat::{self, CompatServer};
 use crate::lease::LeaseGate;
 use crate::ports::{Claim, Claimant, LeaseStore};
 use crate::stage::runner::log_notice;
-use crate::stage::{human, Outages, StageId, StallBoard};
+use crate::stage::{human, Beat, Outages, StageId, StallBoard};
 use crate::stats::Stats;
 use crate::store::pg::{migrate, Pg};
 
@@ -185,7 +185,15 @@ fn lifetimes(
                 NotReady::Comparing,
                 format!("lease epoch={epoch}: comparing the stores before the stages start (U25)"),
             );
-            let pass = renewing(cfg, me, epoch, || consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats))?;
+            // The start-up pass is watched like a stage's turn, beaten page by page (#54).
+            let turn = ops.pulse.turning(PASS, clock.mono());
+            let beat = Beat::of(&ops.pulse, PASS, clock.clone());
+            let watch =
+                Watch { pulse: &ops.pulse, clock: clock.as_ref(), stuck_after: cfg.watchdog_stuck_after };
+            let pass = renewing(cfg, me, epoch, watch, || {
+                consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats, beat)
+            })?;
+            drop(turn);
             next = life.compared(pass, &cfg.pipeline.outage);
         }
         if let Next::Serve(seen) = next {
@@ -233,25 +241,50 @@ fn lifetimes(
     }
 }
 
+/// The name the start-up pass's turn goes by on the pulse.
+const PASS: &str = "start-up pass";
+
+/// What a renewer looks at before it renews: the turns on `pulse`, none of which may have made
+/// no progress for `stuck_after`.
+#[derive(Clone, Copy)]
+pub struct Watch<'a> {
+    pub pulse: &'a crate::stage::Pulse,
+    pub clock: &'a dyn Clock,
+    pub stuck_after: Duration,
+}
+
 /// Runs `work` (the consistency pass and its heal) while the lease is renewed on a thread of its
 /// own: a heal longer than `msgx.lease.duration` never lets a standby take over under it (#38).
-/// Should the lease be lost all the same, every write of the heal is fenced by `epoch`.
-pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, work: impl FnOnce() -> T) -> T {
+/// Should the lease be lost all the same, every write of the heal is fenced by `epoch`. A step
+/// of it that makes no progress for `stuck_after` is not covered: the renewals stop, so a
+/// standby takes over when the lease runs out (#54); a lease store away is reconnected to.
+pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, watch: Watch<'_>, work: impl FnOnce() -> T) -> T {
     let (done, renewals) = bounded::<()>(0);
     thread::scope(|scope| {
         scope.spawn(move || {
-            let mut lease = RealStores::new(cfg).pg().ok();
+            let mut lease = None;
             let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
+            let mut said = false;
             while !pause_or_stop(&renewals, None, cfg.lease.renew_every) {
-                let Some(store) = lease.as_mut() else { return };
+                if let Some((name, took)) = watch.pulse.stuck(watch.clock.mono(), watch.stuck_after) {
+                    if !std::mem::replace(&mut said, true) {
+                        warn!("lease epoch={epoch} not renewed: {name} has made no progress for {}s (msgx.watchdog.stuck-after); a standby takes over when the lease runs out", took.as_secs());
+                    }
+                    continue;
+                }
+                if lease.is_none() {
+                    lease = RealStores::new(cfg).pg().ok();
+                }
+                let Some(store) = lease.as_mut() else { continue };
                 match store.renew(me, epoch, cfg.lease.duration, &status) {
                     Ok(true) => {}
                     Ok(false) => {
                         warn!("lease epoch={epoch} taken over while the stores were compared; the heal's writes are fenced");
                         return;
                     }
-                    // An outage: the heal meets it too; renewal is tried again.
-                    Err(_) => {}
+                    // An outage: the heal meets it too; renewal is tried again, on a new
+                    // connection.
+                    Err(_) => lease = None,
                 }
             }
         });
@@ -291,13 +324,19 @@ fn epoch_seen_by_redis(cfg: &Config) -> i64 {
 /// stores never compared (a Redis emptied while msgx was down would be written over, its
 /// evidence gone, #37). Evidence that is not enough to heal, or a heal budget spent, stops msgx
 /// (exit 6) with what a person must decide.
-fn consistency_pass(cfg: &Config, clock: &dyn Clock, epoch: i64, stats: &Stats) -> Result<Pass, DaemonError> {
+fn consistency_pass(
+    cfg: &Config,
+    clock: &dyn Clock,
+    epoch: i64,
+    stats: &Stats,
+    beat: Beat,
+) -> Result<Pass, DaemonError> {
     let (mut pg, mut mailbox, mut flights) = match RealStores::new(cfg).compared(epoch) {
         Ok(s) => s,
         Err(e) if e.is_unavailable() => return Ok(Pass::Away(e)),
         Err(e) => return Err(DaemonError::Store(e)),
     };
-    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat };
     let policy = consistency::PassPolicy {
         epoch,
         sample: cfg.pipeline.check_sample_ratio,
@@ -516,7 +555,11 @@ fn stages(
         spawn(s.outbound, wire(StageId::Outbound), ctx.clone()),
         spawn(s.backfill, wire(StageId::Backfill), ctx.clone()),
         spawn(s.jobs, wire(StageId::Jobs), ctx.clone()),
-        spawn(s.sentinel, wire(StageId::Sentinel), ctx.clone()),
+        spawn(
+            s.sentinel.with_beat(Beat::of(&ctx.pulse, StageId::Sentinel.name(), ctx.clock.clone())),
+            wire(StageId::Sentinel),
+            ctx.clone(),
+        ),
     ])
 }
 

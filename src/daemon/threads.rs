@@ -133,16 +133,28 @@ pub fn lease_keeper(
     Thread::new("lease", move |stop| {
         let mut keeper = Keeper::new(policy.duration, ctx.outage);
         let epoch = ctx.gate.epoch();
+        let mut stuck_said = false;
         loop {
             let sent = ctx.clock.now();
             let sent_mono = ctx.clock.mono();
-            let turning = ctx.pulse.turning("lease", sent_mono);
-            let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
-            drop(turning);
-            match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
-                Some(Halt::Fenced(why)) => return Exit::Fenced(why),
-                Some(Halt::Forgot(why)) => return Exit::Forgot(why),
-                None => {}
+            // A loop that made no progress for stuck-after: this instance no longer renews, so
+            // its gate closes when the lease runs out and a standby takes over (#54).
+            match ctx.pulse.stuck(sent_mono, policy.stuck_after) {
+                Some((name, took)) => {
+                    if !std::mem::replace(&mut stuck_said, true) {
+                        log::warn!("lease epoch={epoch} not renewed: {name} has made no progress for {}s (msgx.watchdog.stuck-after); a standby takes over when the lease runs out", took.as_secs());
+                    }
+                }
+                None => {
+                    let turning = ctx.pulse.turning("lease", sent_mono);
+                    let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
+                    drop(turning);
+                    match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
+                        Some(Halt::Fenced(why)) => return Exit::Fenced(why),
+                        Some(Halt::Forgot(why)) => return Exit::Forgot(why),
+                        None => {}
+                    }
+                }
             }
             if pause_or_stop(&stop, None, policy.renew_every) {
                 return Exit::Stopped;

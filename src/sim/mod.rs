@@ -365,7 +365,7 @@ impl Sim {
             return false;
         }
         let (mut pg, mut mb, mut fl) = (self.pg.session(), self.mailbox.clone(), self.flights.handle());
-        let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl };
+        let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
         match check(&mut st, Depth::Full { sample: 1.0 }, self.clock.now()) {
             Ok(r) if r.is_clean() => {
                 self.forgotten = false;
@@ -722,7 +722,12 @@ impl Sim {
         let mut flights = if planted::on(Bug::HealUnfenced) { flights } else { flights.fenced(epoch) };
         let now = self.clock.now();
         let pass = Stepped::spawn("sim-pass", move || {
-            let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights };
+            let mut st = Stores {
+                pg: &mut pg,
+                mailbox: &mut mailbox,
+                flights: &mut flights,
+                beat: Default::default(),
+            };
             if planted::on(Bug::HealSkipped) {
                 // The planted bug: a pass that finds a store that forgot and heals nothing.
                 return match check(&mut st, Depth::Full { sample: 1.0 }, now) {

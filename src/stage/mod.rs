@@ -310,6 +310,15 @@ impl Pulse {
         Turning { pulse: self.clone(), name }
     }
 
+    /// `name`'s turn is making progress at `now`: it is measured from here, so a step that is
+    /// long but moving (a heal page by page, the daily check) is never taken for stuck; one
+    /// between turns stays so.
+    pub fn beat(&self, name: &'static str, now: Mono) {
+        if let Some(since @ Some(_)) = self.0.lock().expect("pulse poisoned").get_mut(name) {
+            *since = Some(now);
+        }
+    }
+
     /// Every watched loop and how long its current turn has lasted (`None`: waiting).
     pub fn turns(&self, now: Mono) -> Vec<(&'static str, Option<Duration>)> {
         let p = self.0.lock().expect("pulse poisoned");
@@ -327,6 +336,25 @@ impl Pulse {
             })
             .filter(|(_, took)| *took > limit)
             .max_by_key(|(_, took)| *took)
+    }
+}
+
+/// A long step's way to say it is moving (#54): each page of a heal, each chunk of a check
+/// beats, so the watchdog and the lease keeper take only a step that makes no progress for
+/// `msgx.watchdog.stuck-after` for stuck. [`Beat::default`] beats nothing (a command, a test).
+#[derive(Clone, Default)]
+pub struct Beat(Option<(Pulse, &'static str, Arc<dyn crate::clock::Clock>)>);
+
+impl Beat {
+    /// Beats `name`'s turn on `pulse`, on `clock`'s monotonic time.
+    pub fn of(pulse: &Pulse, name: &'static str, clock: Arc<dyn crate::clock::Clock>) -> Beat {
+        Beat(Some((pulse.clone(), name, clock)))
+    }
+
+    pub fn beat(&self) {
+        if let Some((pulse, name, clock)) = &self.0 {
+            pulse.beat(name, clock.mono());
+        }
     }
 }
 
@@ -438,5 +466,25 @@ mod tests {
         assert_eq!(pulse.stuck(clock.mono(), limit), None, "process is between turns");
         clock.advance(Duration::from_secs(30));
         assert_eq!(pulse.stuck(clock.mono(), limit), Some(("poll", Duration::from_secs(61))));
+    }
+
+    #[test]
+    fn a_long_step_that_beats_is_never_stuck_and_one_that_stops_beating_is() {
+        let clock = FakeClock::new();
+        let pulse = Pulse::default();
+        let limit = Duration::from_secs(120);
+        let beat = Beat::of(&pulse, "start-up pass", std::sync::Arc::new(clock.clone()));
+        let turn = pulse.turning("start-up pass", clock.mono());
+        for _page in 0..100 {
+            clock.advance(Duration::from_secs(60));
+            beat.beat();
+            assert_eq!(pulse.stuck(clock.mono(), limit), None, "a page a minute for 100 minutes");
+        }
+        clock.advance(Duration::from_secs(121));
+        assert_eq!(pulse.stuck(clock.mono(), limit), Some(("start-up pass", Duration::from_secs(121))));
+        drop(turn);
+        beat.beat();
+        assert_eq!(pulse.stuck(clock.mono(), limit), None, "a beat between turns starts none");
+        Beat::default().beat();
     }
 }
