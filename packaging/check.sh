@@ -54,6 +54,19 @@ unit=$(ls /lib/systemd/system/msgx.service /usr/lib/systemd/system/msgx.service 
 [ -n "$unit" ] || fail "no systemd unit installed"
 say "systemd-analyze verify $unit"
 systemd-analyze verify "$unit"
+# The log's size is checked hourly, not only by the distribution's daily logrotate (#54).
+timer="$(dirname "$unit")/msgx-logrotate.timer"
+[ -f "$timer" ] && [ -f "${timer%.timer}.service" ] || fail "no hourly logrotate timer installed"
+grep -qx 'OnCalendar=hourly' "$timer" || fail "$timer is not hourly"
+systemd-analyze verify "$timer" "${timer%.timer}.service"
+grep -q 'maxsize' /etc/logrotate.d/msgx || fail "/etc/logrotate.d/msgx rotates by no size"
+# The units' hardening (#54): an exposure above 2.0 fails the check.
+for u in "$unit" "$(dirname "$unit")/msgx@.service"; do
+  score=$(systemd-analyze security --offline=true "$u" 2>&1 | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+  say "systemd-analyze security $(basename "$u"): exposure $score"
+  [ -n "$score" ] || fail "systemd-analyze security gave no score for $u"
+  awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }' || fail "$u: exposure $score is above 2.0"
+done
 
 say "installed msgx against the test services"
 eval "$(tests/support/services.sh env)"
