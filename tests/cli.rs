@@ -592,13 +592,29 @@ fn resend_shows_what_it_would_do_and_does_it_with_yes() {
 fn regression_a_postgres_password_with_slash_question_mark_and_hash_never_reaches_any_output() {
     let s = Services::migrated("");
     let url = "postgres://msgx:p/a?s#s@127.0.0.1:9/msgx?connect_timeout=2";
-    for args in [&["check"][..], &["run"][..]] {
-        let o = msgx_cfg(&s, &[("MSGX_PG_URL", url), ("RUST_LOG", "info")], args);
-        let out = text(&o);
-        assert_eq!(o.status.code(), Some(4), "{args:?}: {out}");
-        assert!(out.contains("postgres://msgx:***@127.0.0.1:9/msgx"), "{args:?}: {out}");
-        assert!(!out.contains("p/a?s#s") && !out.contains("a?s#"), "{args:?} leaked: {out}");
-    }
+    let o = msgx_cfg(&s, &[("MSGX_PG_URL", url), ("RUST_LOG", "info")], &["check"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(4), "check: {out}");
+    assert!(out.contains("postgres://msgx:***@127.0.0.1:9/msgx"), "check: {out}");
+    assert!(!out.contains("p/a?s#s") && !out.contains("a?s#"), "check leaked: {out}");
+    // `msgx run` waits for its PostgreSQL (#54) and is stopped while it waits.
+    let file = std::env::temp_dir().join(format!("msgx-cli-run-{}.toml", s.name));
+    std::fs::write(&file, &s.toml).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        .args(["--config", file.to_str().unwrap(), "run"])
+        .env("MSGX_PG_URL", url)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "run, stopped while it waits for postgres: {out}");
+    assert!(out.contains("postgres://msgx:***@127.0.0.1:9/msgx"), "run: {out}");
+    assert!(!out.contains("p/a?s#s") && !out.contains("a?s#"), "run leaked: {out}");
 }
 
 /// #42: logrotate's SIGHUP is the daemon's; a command an operator runs as the same user goes on

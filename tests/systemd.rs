@@ -158,3 +158,53 @@ fn systemd_hears_start_standby_active_pings_a_stuck_stage_and_stop_in_order() {
     assert!(first.starts_with("STATUS=starting"), "the first word is the start: {first}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// #54: own PostgreSQL away when msgx starts under `Type=notify`. Before, msgx exited 4 (or,
+/// with another store away, sent no READY) and systemd started it again and again, a new epoch
+/// each time a claim got through. Now it waits the outage out as SPEC §4.9 asks: READY at once
+/// with a status that says what it waits for, `/ready` `store-away`, the watchdog's pings all
+/// along; when PostgreSQL answers, the same process takes the lease — one epoch — and serves.
+#[test]
+fn a_store_away_at_boot_is_waited_out_with_ready_and_a_status_one_process_one_epoch() {
+    let pg = Private::start("pg");
+    let s = Services::migrated_on("", Stores { pg: Some(pg.url()), ..Default::default() });
+    pg.stop();
+    let dir = std::env::temp_dir().join(format!("msgx-systemd-boot-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify");
+    let _ = std::fs::remove_file(&path);
+    let t0 = Instant::now();
+    let heard = listen(&path, t0);
+    let mut a = Instance::run_with_env(
+        &s,
+        "boot",
+        "",
+        &[("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "2000000")],
+    );
+    assert!(eventually(Duration::from_secs(20), || said(&heard, "READY=1").is_some()), "{}", a.log_text());
+    let ready = said(&heard, "READY=1").unwrap();
+    let status = heard.lock().unwrap()[ready].1.clone();
+    assert!(status.contains("waiting for own PostgreSQL at start"), "{status}");
+    std::thread::sleep(Duration::from_secs(12));
+    let away = t0.elapsed();
+    let (n, gap) = pings(&heard, Duration::from_secs(3), away);
+    assert!(n >= 5 && gap < Duration::from_millis(1500), "pings while waiting: {n}, gap {gap:?}");
+    assert!(a.alive(), "still the first process: {}", a.log_text());
+    pg.restart();
+    assert!(
+        eventually(Duration::from_secs(60), || said(&heard, "STATUS=active epoch=").is_some()),
+        "{}",
+        a.log_text()
+    );
+    let epoch: i64 = s.pg().query_one("SELECT epoch FROM msgx_lease", &[]).unwrap().get(0);
+    assert_eq!(epoch, 1, "one claim: {}", a.log_text());
+    assert!(a.alive(), "no restart");
+    let pid = a.pid();
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(60)), Some(0), "{}", a.log_text());
+    println!("msgx (pid {pid}) started with its PostgreSQL away for {:.0}s; systemd heard:", away.as_secs_f64());
+    for (t, m) in heard.lock().unwrap().iter().filter(|(_, m)| m != "WATCHDOG=1") {
+        println!("  {:>6.1}s {}", t.as_secs_f64(), m.replace('\n', " | "));
+    }
+    println!("  (and WATCHDOG=1 every second throughout: {n} while waiting)");
+}

@@ -94,7 +94,52 @@ pub fn run(
     for line in cfg.describe() {
         info!("config {line}");
     }
-    let mut schema_pg = RealStores::new(cfg).pg_connected()?;
+    let me = Claimant::this_process(clock.now());
+    let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
+    // Up from the start: a standby, or an instance waiting for own PostgreSQL, answers /live
+    // and says why it is not /ready, and systemd hears from it.
+    let (side_stop, side) = side_threads(cfg, &ops, &clock, notifier)?;
+    let result = match schema_checked(cfg, clock.as_ref(), &stop, &ops) {
+        Ok(true) => lifetimes(cfg, &clock, &stop, &me, &ops),
+        Ok(false) => Ok(()),
+        Err(e) => Err(e),
+    };
+    ops.starting(NotReady::Stopping, "stopping");
+    drop(side_stop);
+    side.into_iter().for_each(|t| {
+        let _ = t.join();
+    });
+    result
+}
+
+/// Own PostgreSQL at start: waited for while it is away, as any store is (SPEC §4.9, #54) —
+/// systemd hears READY with a status that says so, `/ready` says `store-away`, each try is a
+/// watched turn — then its schema and durability checked (a wrong schema still exits 3).
+/// `false` when stopped while waiting.
+fn schema_checked(cfg: &Config, clock: &dyn Clock, stop: &Receiver<()>, ops: &Ops) -> Result<bool, DaemonError> {
+    let mut outages = Outages::new(Store::Postgres.name(), cfg.pipeline.outage);
+    let stats = Stats::default();
+    let schema_pg = loop {
+        let (sent, turn) = (clock.now(), ops.pulse.turning("start-up", clock.mono()));
+        let connected = RealStores::new(cfg).pg_connected();
+        drop(turn);
+        match connected {
+            Ok(pg) => {
+                outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
+                break pg;
+            }
+            Err(e) if e.is_unavailable() => {
+                ops.starting(NotReady::StoreAway(Store::Postgres.name()), format!("waiting for own PostgreSQL at start: {e}"));
+                let (notices, pause) = outages.failed(&e, sent);
+                notices.iter().for_each(|n| log_notice(n, &stats));
+                if pause_or_stop(stop, None, pause) {
+                    return Ok(false);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut schema_pg = schema_pg;
     migrate::verify(schema_pg.client()?)?;
     let durability = schema_pg.durability()?;
     info!("postgres durability {durability}");
@@ -104,19 +149,7 @@ pub fn run(
             format!("datasources.default.require-sync-standby = true and no synchronous standby is attached ({durability})"),
         )));
     }
-    drop(schema_pg);
-    let me = Claimant::this_process(clock.now());
-    let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
-    // Up from the start: a standby answers /live and says why it is not /ready, and systemd
-    // hears from it.
-    let (side_stop, side) = side_threads(cfg, &ops, &clock, notifier)?;
-    let result = lifetimes(cfg, &clock, &stop, &me, &ops);
-    ops.starting(NotReady::Stopping, "stopping");
-    drop(side_stop);
-    side.into_iter().for_each(|t| {
-        let _ = t.join();
-    });
-    result
+    Ok(true)
 }
 
 /// The threads beside the stages, for the process's whole life: the operations endpoint, the
@@ -134,13 +167,21 @@ fn side_threads(
     let endpoint = ops_endpoint(cfg, ops, &metrics, rx.clone())?;
     if endpoint.is_some() || notifier.on() {
         // The store gauges are read on a thread of their own: a PostgreSQL that hangs holds it,
-        // never the listener's workers nor the watchdog (#42).
-        let mut pg = RealStores::new(cfg).pg()?;
-        let (reader, stop) = (metrics.clone(), rx.clone());
-        let gauges = thread::Builder::new().name("metrics-gauges".into()).spawn(move || loop {
-            reader.refresh(&mut pg);
-            if pause_or_stop(&stop, None, crate::ops::metrics::GAUGES_TTL) {
-                return;
+        // never the listener's workers nor the watchdog (#42); one away at start is connected
+        // to when it answers (#54).
+        let (reader, stop, cfg) = (metrics.clone(), rx.clone(), cfg.clone());
+        let gauges = thread::Builder::new().name("metrics-gauges".into()).spawn(move || {
+            let mut pg = None;
+            loop {
+                if pg.is_none() {
+                    pg = RealStores::new(&cfg).pg().ok();
+                }
+                if let Some(pg) = pg.as_mut() {
+                    reader.refresh(pg);
+                }
+                if pause_or_stop(&stop, None, crate::ops::metrics::GAUGES_TTL) {
+                    return;
+                }
             }
         });
         threads.push(gauges.map_err(|e| failed("metrics-gauges", e))?);

@@ -63,7 +63,7 @@ impl NotReady {
             NotReady::Stopped => "not serving; msgx status says why".into(),
             NotReady::LeaseUnreachable => "the lease store cannot be reached".into(),
             NotReady::LeaseUnconfirmed => "the lease is not confirmed".into(),
-            NotReady::StoreAway(store) => format!("a stage waits for {store}"),
+            NotReady::StoreAway(store) => format!("waiting for {store}"),
         }
     }
 }
@@ -152,7 +152,9 @@ impl Ops {
     /// PostgreSQL said (lag, DEAD), if any.
     pub fn summary(&self, gauges: Option<&str>) -> (bool, String) {
         let (up, mut line) = match self.role() {
-            Role::Starting(_, detail) => (false, detail),
+            // Waiting out a store is being up (#54): systemd hears READY and the status says
+            // what msgx waits for, instead of a start that times out and a restart loop.
+            Role::Starting(why, detail) => (why != NotReady::Starting, detail),
             Role::Standby(_, detail) => (true, detail),
             Role::Active { gate, board } => {
                 let mut line = format!("active epoch={}", gate.epoch());

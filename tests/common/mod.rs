@@ -597,6 +597,11 @@ impl Instance {
         Instance { child, log, name: name.to_string() }
     }
 
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
