@@ -202,7 +202,10 @@ fn a_store_away_at_boot_is_waited_out_with_ready_and_a_status_one_process_one_ep
     let pid = a.pid();
     a.signal("-TERM");
     assert_eq!(a.wait(Duration::from_secs(60)), Some(0), "{}", a.log_text());
-    println!("msgx (pid {pid}) started with its PostgreSQL away for {:.0}s; systemd heard:", away.as_secs_f64());
+    println!(
+        "msgx (pid {pid}) started with its PostgreSQL away for {:.0}s; systemd heard:",
+        away.as_secs_f64()
+    );
     for (t, m) in heard.lock().unwrap().iter().filter(|(_, m)| m != "WATCHDOG=1") {
         println!("  {:>6.1}s {}", t.as_secs_f64(), m.replace('\n', " | "));
     }

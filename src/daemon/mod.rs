@@ -116,7 +116,12 @@ pub fn run(
 /// systemd hears READY with a status that says so, `/ready` says `store-away`, each try is a
 /// watched turn — then its schema and durability checked (a wrong schema still exits 3).
 /// `false` when stopped while waiting.
-fn schema_checked(cfg: &Config, clock: &dyn Clock, stop: &Receiver<()>, ops: &Ops) -> Result<bool, DaemonError> {
+fn schema_checked(
+    cfg: &Config,
+    clock: &dyn Clock,
+    stop: &Receiver<()>,
+    ops: &Ops,
+) -> Result<bool, DaemonError> {
     let mut outages = Outages::new(Store::Postgres.name(), cfg.pipeline.outage);
     let stats = Stats::default();
     let schema_pg = loop {
@@ -129,7 +134,10 @@ fn schema_checked(cfg: &Config, clock: &dyn Clock, stop: &Receiver<()>, ops: &Op
                 break pg;
             }
             Err(e) if e.is_unavailable() => {
-                ops.starting(NotReady::StoreAway(Store::Postgres.name()), format!("waiting for own PostgreSQL at start: {e}"));
+                ops.starting(
+                    NotReady::StoreAway(Store::Postgres.name()),
+                    format!("waiting for own PostgreSQL at start: {e}"),
+                );
                 let (notices, pause) = outages.failed(&e, sent);
                 notices.iter().for_each(|n| log_notice(n, &stats));
                 if pause_or_stop(stop, None, pause) {
