@@ -111,6 +111,11 @@ pub fn host_allowed(host: Option<&str>, names: &[String]) -> bool {
         || names.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
+/// The answer to a page the console cannot take now.
+fn busy() -> Vec<u8> {
+    answer_bytes(&text(503, "the console is busy (or off); try again\n"), false)
+}
+
 /// An answer as the bytes written.
 fn answer_bytes(a: &Answer, head_only: bool) -> Vec<u8> {
     let mut extra = String::new();
@@ -264,6 +269,8 @@ struct Reactor<'a> {
     endpoint: Endpoint<'a>,
     console: crossbeam_channel::Sender<ConsoleJob>,
     done: crossbeam_channel::Receiver<ConsoleDone>,
+    /// A page waiting for the console's thread to be free, until when.
+    handover: Option<(ConsoleJob, Mono)>,
 }
 
 impl Reactor<'_> {
@@ -333,15 +340,43 @@ impl Reactor<'_> {
         let Some(conn) = self.table.slots.get_mut(at).and_then(Option::as_mut) else { return };
         let out = match reply {
             Reply::Now(out) => out,
+            Reply::Console(..) if self.handover.is_some() => busy(),
             Reply::Console(head, page) => match self.console.try_send((at, conn.serial, head, page)) {
                 Ok(()) => {
                     conn.phase = Phase::Console { by: now.after(CONSOLE_TIMEOUT) };
                     return;
                 }
-                Err(_) => answer_bytes(&text(503, "the console is busy (or off); try again\n"), false),
+                // The console's thread is between two pages, or busy: this page waits for it
+                // for the handover at most, the listener's thread never does.
+                Err(crossbeam_channel::TrySendError::Full(job)) => {
+                    conn.phase = Phase::Console { by: now.after(CONSOLE_TIMEOUT) };
+                    self.handover = Some((job, now.after(crate::listener::HANDOVER)));
+                    return;
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => busy(),
             },
         };
         self.writing(at, out);
+    }
+
+    /// The page waiting for the console's thread: handed over once it is free, or answered
+    /// busy when the handover passed.
+    fn hand_over(&mut self) {
+        let Some((job, by)) = self.handover.take() else { return };
+        match self.console.try_send(job) {
+            Ok(()) => {}
+            Err(crossbeam_channel::TrySendError::Full(job)) if self.now() < by => {
+                self.handover = Some((job, by))
+            }
+            Err(e) => {
+                let (at, serial, _, _) = e.into_inner();
+                let waiting =
+                    self.table.slots.get(at).and_then(Option::as_ref).is_some_and(|c| c.serial == serial);
+                if waiting {
+                    self.writing(at, busy());
+                }
+            }
+        }
     }
 
     fn writing(&mut self, at: usize, out: Vec<u8>) {
@@ -461,7 +496,9 @@ impl OpsServer {
         let mut listening = Listening::from_std(self.listener.try_clone()?);
         poll.registry().register(&mut listening, LISTENER, Interest::READABLE)?;
         let waker = Waker::new(poll.registry(), WAKER)?;
-        let (jobs, job_rx) = crossbeam_channel::bounded::<ConsoleJob>(1);
+        // No queue: a page is taken only while the console's thread waits for one, so a
+        // second page meanwhile is told at once that it is busy.
+        let (jobs, job_rx) = crossbeam_channel::bounded::<ConsoleJob>(0);
         let (done_tx, done) = crossbeam_channel::unbounded::<ConsoleDone>();
         let stopping = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
@@ -491,10 +528,15 @@ impl OpsServer {
                 token: access.token.as_deref(),
                 names: &access.names,
             };
-            let mut reactor = Reactor { poll, table: Table::default(), endpoint, console: jobs, done };
+            let mut reactor =
+                Reactor { poll, table: Table::default(), endpoint, console: jobs, done, handover: None };
             let mut events = Events::with_capacity(256);
             while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                let wait = reactor.sweep().min(Duration::from_secs(1));
+                reactor.hand_over();
+                let mut wait = reactor.sweep().min(Duration::from_secs(1));
+                if reactor.handover.is_some() {
+                    wait = wait.min(Duration::from_millis(5));
+                }
                 if let Err(e) = reactor.poll.poll(&mut events, Some(wait)) {
                     if e.kind() != std::io::ErrorKind::Interrupted {
                         log::warn!("metrics accept error: {e}");
