@@ -375,7 +375,13 @@ fn regression_the_postgres_heal_never_moves_the_watermark_past_a_row_not_process
         MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
         RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap(),
     );
-    let mut st = Stores { pg: &mut apg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
+    let mut st = Stores {
+        pg: &mut apg,
+        mailbox: &mut mb,
+        flights: &mut fl,
+        beat: Default::default(),
+        limits: Default::default(),
+    };
     let report = consistency::check(&mut st, Depth::Full { sample: 0.0 }, now()).unwrap();
     let f =
         report.finding(consistency::FindingKind::JournalUnknown).expect("Redis proves what postgres lost");

@@ -31,8 +31,13 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
         return Err((Exit::Usage, anyhow::anyhow!("--sample {sample}: a ratio between 0 and 1")));
     }
     let (mut pg, mut mailbox, mut flights) = open(cfg)?;
-    let mut st =
-        Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat: Default::default() };
+    let mut st = Stores {
+        pg: &mut pg,
+        mailbox: &mut mailbox,
+        flights: &mut flights,
+        beat: Default::default(),
+        limits: msgx::codec::Limits::of(&cfg.pipeline),
+    };
     let r = consistency::check(&mut st, Depth::Full { sample }, SystemClock.now()).map_err(unreachable)?;
     if json {
         let mut v = serde_json::to_value(&r).expect("a report serialises");
@@ -87,8 +92,13 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
         flights = flights.fenced(epoch);
         lease = Some((epoch, me));
     }
-    let mut st =
-        Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat: Default::default() };
+    let mut st = Stores {
+        pg: &mut pg,
+        mailbox: &mut mailbox,
+        flights: &mut flights,
+        beat: Default::default(),
+        limits: msgx::codec::Limits::of(&cfg.pipeline),
+    };
     // A person runs this and watches it: no turn of it is watched for stuck.
     let pulse = msgx::stage::Pulse::default();
     let watch =
@@ -150,8 +160,13 @@ fn take_lease(
 /// store cannot be reached (then the plugin says so without alarm).
 pub fn finding(cfg: &Config) -> Option<String> {
     let (mut pg, mut mailbox, mut flights) = open(cfg).ok()?;
-    let mut st =
-        Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat: Default::default() };
+    let mut st = Stores {
+        pg: &mut pg,
+        mailbox: &mut mailbox,
+        flights: &mut flights,
+        beat: Default::default(),
+        limits: msgx::codec::Limits::of(&cfg.pipeline),
+    };
     let r = consistency::check(&mut st, Depth::Recent(consistency::stage::RECENT), SystemClock.now()).ok()?;
     r.findings.first().map(|f| f.line())
 }

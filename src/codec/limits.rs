@@ -33,6 +33,17 @@ impl Limits {
     pub const DEFAULT: Limits = Limits { max_elements: 262_144, max_attributes: 64, max_unknown_names: 64 };
 }
 
+impl Limits {
+    /// The limits the configuration sets (`msgx.codec.max-*`).
+    pub fn of(p: &crate::config::Pipeline) -> Limits {
+        Limits {
+            max_elements: p.max_elements,
+            max_attributes: p.max_attributes,
+            max_unknown_names: p.max_unknown_names,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits::DEFAULT

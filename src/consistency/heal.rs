@@ -396,7 +396,8 @@ fn replay_onto(
         // What Redis acknowledged of each decision: a snapshot that advanced the plan when it
         // was taken is played again as such (seed 2155).
         let record: BTreeMap<i64, Option<RedisRecord>> = rows.iter().map(|m| (m.msg_id, m.record)).collect();
-        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking)?;
+        let limits = st.limits;
+        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking, &limits)?;
         gone.extend(missing_texts.into_iter().map(|m| (m, record[&m])));
         // What the page's messages read, from Redis in one go (not a round trip a message).
         let mut need = handlers::Need::default();
@@ -428,6 +429,7 @@ fn decode_page(
     texts: Vec<(i64, Option<String>)>,
     from: i64,
     asking: bool,
+    limits: &codec::Limits,
 ) -> Result<(Vec<(i64, Option<codec::Message>)>, Vec<i64>), HealError> {
     let mut out = Vec::with_capacity(texts.len());
     let mut gone = Vec::new();
@@ -442,7 +444,7 @@ fn decode_page(
                 "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
             )));
         };
-        match codec::decode(&text) {
+        match codec::decode_with(&text, limits) {
             Ok(msg) => out.push((m, Some(msg))),
             Err(e) => {
                 warn!("rebuild: SUCCEEDED message {m} no longer decodes ({e}); left out");

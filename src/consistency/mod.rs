@@ -66,6 +66,9 @@ pub struct Stores<'a> {
     pub flights: &'a mut dyn FlightsSide,
     /// Beaten at each page read or written: a long check or heal that moves is not stuck (#54).
     pub beat: crate::stage::Beat,
+    /// The shape limits the pump decoded under (`msgx.codec.max-*`, #53): a text is decoded
+    /// again under the same, so a message the pump took is never left out of a check or heal.
+    pub limits: codec::Limits,
 }
 
 /// How many IDs a finding names (the count says the rest).
@@ -614,7 +617,7 @@ fn sample_versions(
     r.sampled = picked.len();
     let mut behind = Vec::new();
     for (m, text) in texts(st, &picked)? {
-        let Some(msg) = text.and_then(|t| codec::decode(&t).ok()) else { continue };
+        let Some(msg) = text.and_then(|t| codec::decode_with(&t, &st.limits).ok()) else { continue };
         let need = handlers::need_of(&msg);
         let read =
             RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window, ..Default::default() };

@@ -32,6 +32,8 @@ pub struct Sentinel<P, M, F> {
     stats: Arc<Stats>,
     /// The stage's turn, beaten as the check reads page by page (#54).
     beat: crate::stage::Beat,
+    /// The pump's shape limits, to decode a sampled text as it did (#53).
+    limits: crate::codec::Limits,
 }
 
 /// A round of the sentinel: when it runs again.
@@ -62,6 +64,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
             suspected: 0,
             stats,
             beat: crate::stage::Beat::default(),
+            limits: crate::codec::Limits::of(cfg),
         }
     }
 
@@ -82,6 +85,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
             mailbox: &mut self.mailbox,
             flights: &mut self.flights,
             beat: self.beat.clone(),
+            limits: self.limits,
         };
         let report = check(&mut st, depth, now)?;
         if full {

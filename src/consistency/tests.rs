@@ -36,14 +36,26 @@ impl World {
 
     fn check(&self) -> Report {
         let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
-        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
+        let st = &mut Stores {
+            pg: &mut pg,
+            mailbox: &mut mb,
+            flights: &mut fl,
+            beat: Default::default(),
+            limits: Default::default(),
+        };
         check(st, Depth::Full { sample: 1.0 }, self.clock.now()).unwrap()
     }
 
     fn heal(&self, r: &Report) -> Result<Healed, HealError> {
         let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
         heal(
-            &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() },
+            &mut Stores {
+                pg: &mut pg,
+                mailbox: &mut mb,
+                flights: &mut fl,
+                beat: Default::default(),
+                limits: Default::default(),
+            },
             r,
             self.clock.now(),
         )
@@ -54,7 +66,13 @@ impl World {
         let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
         let mut asking = Asking::of(&Config::defaults());
         asking.policy.on_empty = on_empty;
-        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
+        let st = &mut Stores {
+            pg: &mut pg,
+            mailbox: &mut mb,
+            flights: &mut fl,
+            beat: Default::default(),
+            limits: Default::default(),
+        };
         heal_asking(st, r, self.clock.now(), Some(&asking))
     }
 
@@ -208,6 +226,30 @@ fn regression_redis_emptied_is_rebuilt_from_every_succeeded_message() {
     w.heal(&r).unwrap();
     assert_eq!(w.flights.all(), before);
     assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
+/// #53: the heal decoded a text again at the default shape limits, whatever the pump had
+/// decoded it under: with `msgx.codec.max-unknown-names` raised, a message the pump took with
+/// 70 unknown names was left out of the rebuild, its stand lost.
+#[test]
+fn regression_a_heal_decodes_under_the_limits_the_pump_decoded_under() {
+    let w = World::new(KEEP);
+    let mut raised = Config::defaults().pipeline;
+    raised.max_unknown_names = 100;
+    let extra: String = (0..70).map(|i| format!("<X{i:02}/>")).collect();
+    let raw = crate::fixtures::flop_body("STND", "W1", &format!("<STND>77</STND>{extra}"));
+    w.arrive(1, Some(&raw));
+    let mut pump = w.pump(&raised);
+    while pump.round(w.clock.now()).unwrap().progressed() {}
+    assert_eq!(w.flights.flight("W1").unwrap()["STND"], "77");
+    let before = w.flights.all();
+    w.flights.replace_state(Default::default());
+    let r = w.check();
+    let (mut pg, mut mb, mut fl) = (w.pg.clone(), w.mailbox.clone(), w.flights.handle());
+    let limits = crate::codec::Limits::of(&raised);
+    let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default(), limits };
+    heal(st, &r, w.clock.now()).unwrap();
+    assert_eq!(w.flights.all(), before, "the message past the default limit is rebuilt too");
 }
 
 /// Found on the real services (tests/forgetful.rs, once Redis was told what msgx takes and
@@ -519,7 +561,13 @@ fn regression_a_check_that_raced_a_running_pipeline_finds_nothing() {
     let mut pg = ReadEarly(w.pg.clone(), 4); // read before 5..=10 were enqueued
     let (mut mb, mut fl) = (w.mailbox.clone(), w.flights.handle());
     for depth in [Depth::Full { sample: 1.0 }, Depth::Recent(500)] {
-        let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
+        let st = &mut Stores {
+            pg: &mut pg,
+            mailbox: &mut mb,
+            flights: &mut fl,
+            beat: Default::default(),
+            limits: Default::default(),
+        };
         let r = check(st, depth, w.clock.now()).unwrap();
         assert!(r.is_clean(), "found by the suite: the sentinel stopped a healthy instance: {r:?}");
     }
@@ -615,7 +663,13 @@ fn a_redis_heal_reads_only_the_flights_of_the_messages_since_its_evidence() {
     let mut counting = Counting(w.flights.handle(), Default::default());
     let (mut pg, mut mb) = (w.pg.clone(), w.mailbox.clone());
     let healed = heal(
-        &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut counting, beat: Default::default() },
+        &mut Stores {
+            pg: &mut pg,
+            mailbox: &mut mb,
+            flights: &mut counting,
+            beat: Default::default(),
+            limits: Default::default(),
+        },
         &r,
         w.clock.now(),
     )

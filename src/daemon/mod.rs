@@ -385,7 +385,8 @@ fn consistency_pass(
         Err(e) if e.is_unavailable() => return Ok(Pass::Away(e)),
         Err(e) => return Err(DaemonError::Store(e)),
     };
-    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat };
+    let limits = crate::codec::Limits::of(&cfg.pipeline);
+    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat, limits };
     let policy = consistency::PassPolicy {
         epoch,
         sample: cfg.pipeline.check_sample_ratio,

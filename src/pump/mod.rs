@@ -131,11 +131,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             stats,
             forget: Vec::new(),
             unknown_names: report::UnknownNames::default(),
-            limits: codec::Limits {
-                max_elements: cfg.max_elements,
-                max_attributes: cfg.max_attributes,
-                max_unknown_names: cfg.max_unknown_names,
-            },
+            limits: codec::Limits::of(cfg),
             lane: None,
         }
     }

@@ -365,7 +365,13 @@ impl Sim {
             return false;
         }
         let (mut pg, mut mb, mut fl) = (self.pg.session(), self.mailbox.clone(), self.flights.handle());
-        let mut st = Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default() };
+        let mut st = Stores {
+            pg: &mut pg,
+            mailbox: &mut mb,
+            flights: &mut fl,
+            beat: Default::default(),
+            limits: Default::default(),
+        };
         match check(&mut st, Depth::Full { sample: 1.0 }, self.clock.now()) {
             Ok(r) if r.is_clean() => {
                 self.forgotten = false;
@@ -727,6 +733,7 @@ impl Sim {
                 mailbox: &mut mailbox,
                 flights: &mut flights,
                 beat: Default::default(),
+                limits: Default::default(),
             };
             if planted::on(Bug::HealSkipped) {
                 // The planted bug: a pass that finds a store that forgot and heals nothing.
