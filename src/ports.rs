@@ -656,6 +656,9 @@ pub struct SucceededRow {
     pub msg_id: i64,
     pub record: Option<RedisRecord>,
     pub at: SystemTime,
+    /// The rules that decided it (`handlers::RULES_VERSION` of the release that applied it,
+    /// #52); `None`: not known.
+    pub rules: Option<u32>,
 }
 
 /// Own PostgreSQL, what the consistency check reads (#20): never written through.

@@ -62,6 +62,11 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
             "checked: {} SUCCEEDED message(s) against the Redis journal, {} sampled for field versions (ratio {sample})",
             r.journal_checked, r.sampled
         );
+        out!(
+            "other rules: {} message(s) decided under rules other than this release's (RULES_VERSION {}), not decided again",
+            r.other_rules,
+            msgx::handlers::RULES_VERSION
+        );
         for kind in consistency::FindingKind::ALL {
             match r.finding(kind) {
                 Some(f) => out!("FINDING {}: {}", kind.as_str(), f.line()),

@@ -301,6 +301,9 @@ pub struct Report {
     /// sampled for versions.
     pub journal_checked: usize,
     pub sampled: usize,
+    /// Messages the sample would have taken that were decided under other rules than this
+    /// release's (an earlier release's, or not known): never re-decided, never a finding (#52).
+    pub other_rules: usize,
     /// Redis has no `journal:pruned` (new, written by an older msgx, or expired after a quiet
     /// week): no journal evidence yet; the heal sets it.
     pub needs_pruned_mark: bool,
@@ -605,13 +608,13 @@ fn sample_versions(
     let stride = ((1.0 / ratio).round() as usize).max(1);
     let since = now.checked_sub(SAMPLE_WITHIN).unwrap_or(SystemTime::UNIX_EPOCH);
     let recent = st.pg.succeeded_last(200_000)?;
-    let picked: Vec<i64> = recent
-        .iter()
-        .rev()
-        .filter(|m| m.record.is_some_and(|x| x.wrote_fields()) && m.at >= since)
-        .step_by(stride)
-        .map(|m| m.msg_id)
-        .collect();
+    let written = recent.iter().rev().filter(|m| m.record.is_some_and(|x| x.wrote_fields()) && m.at >= since);
+    // Only under the rules that decided it (#52): today's rules may decide an earlier release's
+    // message otherwise (a mapping added since), which proves nothing about a store.
+    let (ours, other): (Vec<&SucceededRow>, Vec<&SucceededRow>) =
+        written.partition(|m| m.rules == Some(handlers::RULES_VERSION));
+    r.other_rules = other.len();
+    let picked: Vec<i64> = ours.into_iter().step_by(stride).map(|m| m.msg_id).collect();
     let mut picked = picked;
     picked.sort_unstable();
     r.sampled = picked.len();

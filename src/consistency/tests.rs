@@ -169,6 +169,32 @@ fn regression_redis_restored_from_an_older_dump_is_found_and_rebuilt() {
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
 
+/// #52: the version sample decided an earlier release's messages again under today's rules —
+/// a mapping added since (`<XSTND>`, skipped as unknown before) made Redis look behind, a
+/// false `versions-behind` and a heal. A message is re-decided only under the rules that
+/// decided it; one decided under others is counted, never a finding. Here Redis went back to a
+/// dump (a real loss): the messages of this release are found, those recorded under other
+/// rules are counted and left alone.
+#[test]
+fn the_version_sample_redecides_only_under_the_rules_that_decided() {
+    let w = World::new(KEEP);
+    w.process(1..=5);
+    let dump = w.flights.state();
+    w.process(6..=10);
+    w.flights.replace_state(dump.clone());
+    let r = w.check();
+    assert_eq!(r.other_rules, 0);
+    assert!(r.finding(FindingKind::VersionsBehind).is_some(), "this release's messages are compared: {r:?}");
+    // The same Redis, the messages recorded as decided by an earlier release.
+    w.pg.tamper(|s| s.procs.values_mut().for_each(|p| p.rules_version = p.rules_version.map(|v| v - 1)));
+    let r = w.check();
+    assert!(
+        r.finding(FindingKind::VersionsBehind).is_none(),
+        "no message is decided again under other rules: {r:?}"
+    );
+    assert_eq!((r.sampled, r.other_rules), (0, 10));
+}
+
 /// Seed 4998: a schedule update (SCHD-ADFT) changes flights it does not read, and the heal laid
 /// its change on a flight it had not read from Redis — then wrote that flight back whole, with
 /// only the schedule's fields: what earlier messages set (an FFID, here) was gone.
@@ -247,7 +273,8 @@ fn regression_a_heal_decodes_under_the_limits_the_pump_decoded_under() {
     let r = w.check();
     let (mut pg, mut mb, mut fl) = (w.pg.clone(), w.mailbox.clone(), w.flights.handle());
     let limits = crate::codec::Limits::of(&raised);
-    let st = &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default(), limits };
+    let st =
+        &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default(), limits };
     heal(st, &r, w.clock.now()).unwrap();
     assert_eq!(w.flights.all(), before, "the message past the default limit is rebuilt too");
 }

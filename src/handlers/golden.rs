@@ -254,3 +254,63 @@ fn schs_season() {
     out.push_str(&render_decision(&View::default(), &fixtures::other(2, "SCHS", "RESP", &body(3, &two)), 41));
     expect_file!["golden/schs.txt"].assert_eq(&out);
 }
+
+/// The golden decisions' digest: every `golden/*.txt` but the ledger, by name.
+fn golden_digest() -> String {
+    use sha2::{Digest, Sha256};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/handlers/golden");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".txt") && n != RULES_LEDGER)
+        .collect();
+    names.sort();
+    let mut h = Sha256::new();
+    for n in &names {
+        h.update(n.as_bytes());
+        h.update(std::fs::read(dir.join(n)).unwrap());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Each rules version and the digest of the golden decisions it makes (#52).
+const RULES_LEDGER: &str = "rules.txt";
+
+/// #52: a release that decides some input differently must say so — `RULES_VERSION` names the
+/// rules a message was decided under, and the consistency check re-decides only under the same.
+/// `golden/rules.txt` holds each version's digest of the golden decisions: a change to them
+/// under a version already listed fails here; a new version adds its line (UPDATE_EXPECT=1).
+#[test]
+fn the_rules_version_moves_with_the_golden_decisions() {
+    let digest = golden_digest();
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/handlers/golden").join(RULES_LEDGER);
+    let ledger = std::fs::read_to_string(&path).unwrap_or_default();
+    let versions: Vec<(u32, String)> = ledger
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (v, d) = l.split_once(' ').expect("`VERSION sha256:DIGEST`");
+            (v.parse().expect("a version"), d.trim_start_matches("sha256:").to_string())
+        })
+        .collect();
+    let current = super::RULES_VERSION;
+    match versions.iter().find(|(v, _)| *v == current) {
+        Some((_, d)) => assert_eq!(
+            d, &digest,
+            "the golden decisions changed under RULES_VERSION {current}: a release that decides some input \
+             differently bumps handlers::RULES_VERSION (then UPDATE_EXPECT=1 adds its line to golden/{RULES_LEDGER})"
+        ),
+        None => {
+            let last = versions.iter().map(|(v, _)| *v).max().unwrap_or(0);
+            assert_eq!(current, last + 1, "RULES_VERSION moves by one, from {last}");
+            let line = format!("{current} sha256:{digest}\n");
+            assert!(
+                std::env::var_os("UPDATE_EXPECT").is_some(),
+                "RULES_VERSION {current} is not in golden/{RULES_LEDGER}: add `{}` (UPDATE_EXPECT=1 does)",
+                line.trim()
+            );
+            std::fs::write(&path, ledger + &line).unwrap();
+        }
+    }
+}

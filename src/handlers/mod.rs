@@ -228,6 +228,21 @@ fn event_json(target: Target, key: &str, event_type: &str, version: i64, payload
     }
 }
 
+/// The version of the rules `decide` applies (#52): bumped whenever the decision for some input
+/// changes (a new mapping, a changed one). PostgreSQL records it with each message whose
+/// decision this process applied (V017), and the consistency check re-decides a message only
+/// under the rules that decided it: one decided under other rules is counted, never a finding.
+/// `golden/rules.txt` ties it to the golden decisions: a change to them under the same version
+/// fails `handlers::golden`.
+pub const RULES_VERSION: u32 = 1;
+
+/// The rules a settled message was decided under, as PostgreSQL records it: this release's when
+/// this process applied its decision's changes; not known (`None`) when the decision was reused
+/// from the journal (an earlier attempt, perhaps an earlier release, made it) or wrote no field.
+pub fn rules_of(record: Option<crate::domain::RedisRecord>) -> Option<u32> {
+    record.filter(|r| r.wrote_fields()).map(|_| RULES_VERSION)
+}
+
 /// The longest keys own PostgreSQL keeps (V001, V010): an event's flight key
 /// (`MSG_EVENT.PARTITION_KEY`), a reference key (`REF_MASTER.RKEY`), a season's name and a
 /// seasonal record's key (`SEASON_PLAN`). Clipping one would merge two flights' outbox rows or

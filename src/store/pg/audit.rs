@@ -24,10 +24,10 @@ impl StateAudit for Pg {
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id, redis_record, updated_at FROM (
-                     SELECT msg_id, redis_record, updated_at FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
+                "SELECT msg_id, redis_record, updated_at, rules_version FROM (
+                     SELECT msg_id, redis_record, updated_at, rules_version FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
                      UNION ALL
-                     SELECT msg_id, redis_record, updated_at FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
+                     SELECT msg_id, redis_record, updated_at, rules_version FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
                  ) s ORDER BY msg_id LIMIT $2",
                 &[&after, &(limit as i64)],
             )
@@ -38,7 +38,7 @@ impl StateAudit for Pg {
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id, redis_record, updated_at FROM (SELECT msg_id, redis_record, updated_at FROM proc_state
+                "SELECT msg_id, redis_record, updated_at, rules_version FROM (SELECT msg_id, redis_record, updated_at, rules_version FROM proc_state
                      WHERE state = 'SUCCEEDED' ORDER BY msg_id DESC LIMIT $1) s ORDER BY msg_id",
                 &[&(limit as i64)],
             )
@@ -128,7 +128,13 @@ fn succeeded_row(r: &postgres::Row) -> StoreResult<SucceededRow> {
             )
         })?),
     };
-    Ok(SucceededRow { msg_id: r.get(0), record, at: r.get(2) })
+    let rules: Option<i32> = r.get(3);
+    Ok(SucceededRow {
+        msg_id: r.get(0),
+        record,
+        at: r.get(2),
+        rules: rules.and_then(|v| u32::try_from(v).ok()),
+    })
 }
 
 impl HealLog for Pg {

@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(14, "redis_record_and_heal_log", "V014__redis_record_and_heal_log.sql"),
     migration!(15, "delivery_receipts", "V015__delivery_receipts.sql"),
     migration!(16, "requests", "V016__requests.sql"),
+    migration!(17, "rules_version", "V017__rules_version.sql"),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -471,15 +471,17 @@ fn record_succeeded(
     let t = tags(round.succeeded.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let keys: Vec<String> = round.succeeded.iter().map(|x| clip(x.identity, 200)).collect();
     let records: Vec<Option<&str>> = round.succeeded.iter().map(|x| x.record.map(|r| r.as_str())).collect();
+    let rules: Vec<Option<i32>> =
+        round.succeeded.iter().map(|x| handlers::rules_of(x.record).map(|v| v as i32)).collect();
     let (lo, hi) = span(ids.iter().copied());
-    c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records])
+    c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules])
 }
 
 fn succeed_sql() -> String {
     format!(
         "UPDATE proc_state p SET state = 'SUCCEEDED', identity_key = x.k, type_tag = COALESCE(x.t, p.type_tag),
-             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4, redis_record = x.r
-         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $7::varchar[]) AS x(id, k, t, r)
+             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4, redis_record = x.r, rules_version = x.v
+         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $7::varchar[], $8::int[]) AS x(id, k, t, r, v)
          WHERE p.msg_id = x.id AND p.state IN {UNFINISHED} AND p.msg_id BETWEEN $5 AND $6"
     )
 }
@@ -868,7 +870,7 @@ impl Outbox for Pg {
 const PROC_COLUMNS: &str = "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
      received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
      backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note, \
-     dismissed_at, dismissed_note, redis_record";
+     dismissed_at, dismissed_note, redis_record, rules_version";
 
 /// An archive candidate ($2 settled before, $4 DEAD since before): terminal, mark written or
 /// abandoned-and-reconciled (C-16); a DEAD row only once dismissed or past `dead-keep`.

@@ -99,7 +99,7 @@ impl MemPg {
 }
 
 fn succeeded_row(p: &MemProc) -> SucceededRow {
-    SucceededRow { msg_id: p.row.msg_id, record: p.redis_record, at: p.updated_at }
+    SucceededRow { msg_id: p.row.msg_id, record: p.redis_record, at: p.updated_at, rules: p.rules_version }
 }
 
 impl crate::ports::HealLog for MemPg {

@@ -39,6 +39,8 @@ pub struct MemProc {
     pub dismissed_note: Option<String>,
     /// What Redis acknowledged of its decision (`REDIS_RECORD`, #37).
     pub redis_record: Option<crate::domain::RedisRecord>,
+    /// `PROC_STATE.RULES_VERSION` (#52).
+    pub rules_version: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,6 +302,7 @@ fn new_proc(r: &InboundRow, now: SystemTime) -> MemProc {
         dismissed_at: None,
         dismissed_note: None,
         redis_record: None,
+        rules_version: None,
     }
 }
 

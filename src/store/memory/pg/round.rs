@@ -101,6 +101,7 @@ impl Tables {
         }
         p.row.identity_key = Some(identity.to_string());
         p.redis_record = record;
+        p.rules_version = crate::handlers::rules_of(record);
         terminal(p, ProcStatus::Succeeded, now);
         self.references(id, references, now);
         for (ordinal, e) in events.iter().enumerate() {
