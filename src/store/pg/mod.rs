@@ -578,7 +578,8 @@ impl Pg {
         let (lo, hi) = span(ids.iter().copied());
         let now = SystemTime::UNIX_EPOCH;
         let records: Vec<Option<&str>> = vec![Some(RedisRecord::Applied.as_str()); ids.len()];
-        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records])
+        let rules: Vec<Option<i32>> = vec![Some(handlers::RULES_VERSION as i32); ids.len()];
+        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules])
     }
 
     /// The plan PostgreSQL uses to find who holds `keys` (INV-9), as msgx's sessions run it.
