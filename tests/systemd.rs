@@ -30,6 +30,20 @@ fn listen(path: &std::path::Path, t0: Instant) -> Heard {
     heard
 }
 
+/// msgx started as a `Type=notify` unit with `WatchdogSec=2` starts it: when, what systemd's
+/// side of the socket hears, the instance, and the socket's folder.
+fn notified(s: &Services, name: &str, extra: &str) -> (Instant, Heard, Instance, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("msgx-systemd-{name}-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify");
+    let _ = std::fs::remove_file(&path);
+    let t0 = Instant::now();
+    let heard = listen(&path, t0);
+    let env = [("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "2000000")];
+    let a = Instance::run_with_env(s, name, extra, &env);
+    (t0, heard, a, dir)
+}
+
 fn said(heard: &Heard, what: &str) -> Option<usize> {
     heard.lock().unwrap().iter().position(|(_, m)| m.contains(what))
 }
@@ -60,18 +74,7 @@ fn systemd_hears_start_standby_active_pings_a_stuck_stage_and_stop_in_order() {
         panic!("the lease is free in a fresh database")
     };
 
-    let dir = std::env::temp_dir().join(format!("msgx-systemd-{}", s.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("notify");
-    let _ = std::fs::remove_file(&path);
-    let t0 = Instant::now();
-    let heard = listen(&path, t0);
-    let mut a = Instance::run_with_env(
-        &s,
-        "notified",
-        "[msgx.watchdog]\nstuck-after = \"2s\"",
-        &[("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "2000000")],
-    );
+    let (t0, heard, mut a, dir) = notified(&s, "notified", "[msgx.watchdog]\nstuck-after = \"2s\"");
     assert!(eventually(Duration::from_secs(30), || said(&heard, "READY=1").is_some()), "{}", a.log_text());
     let ready = said(&heard, "READY=1").unwrap();
     assert!(heard.lock().unwrap()[ready]
@@ -169,18 +172,7 @@ fn a_store_away_at_boot_is_waited_out_with_ready_and_a_status_one_process_one_ep
     let pg = Private::start("pg");
     let s = Services::migrated_on("", Stores { pg: Some(pg.url()), ..Default::default() });
     pg.stop();
-    let dir = std::env::temp_dir().join(format!("msgx-systemd-boot-{}", s.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("notify");
-    let _ = std::fs::remove_file(&path);
-    let t0 = Instant::now();
-    let heard = listen(&path, t0);
-    let mut a = Instance::run_with_env(
-        &s,
-        "boot",
-        "",
-        &[("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "2000000")],
-    );
+    let (t0, heard, mut a, dir) = notified(&s, "boot", "");
     assert!(eventually(Duration::from_secs(20), || said(&heard, "READY=1").is_some()), "{}", a.log_text());
     let ready = said(&heard, "READY=1").unwrap();
     let status = heard.lock().unwrap()[ready].1.clone();
@@ -210,4 +202,5 @@ fn a_store_away_at_boot_is_waited_out_with_ready_and_a_status_one_process_one_ep
         println!("  {:>6.1}s {}", t.as_secs_f64(), m.replace('\n', " | "));
     }
     println!("  (and WATCHDOG=1 every second throughout: {n} while waiting)");
+    let _ = std::fs::remove_dir_all(&dir);
 }

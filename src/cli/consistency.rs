@@ -23,6 +23,16 @@ fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow:
     Ok((pg, mailbox, flights))
 }
 
+/// The stores a command compares, decoding under the configured limits; nothing is watched.
+fn stores<'a>(
+    cfg: &Config,
+    pg: &'a mut Pg,
+    mailbox: &'a mut MysqlMailbox,
+    flights: &'a mut RedisFlights,
+) -> Stores<'a> {
+    Stores { pg, mailbox, flights, beat: Default::default(), limits: msgx::codec::Limits::of(&cfg.pipeline) }
+}
+
 /// `msgx verify [--sample RATIO] [--json]`: exit 0 clean (suspicions are printed, and are no
 /// finding), 1 findings, 4 a store unreachable.
 pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
@@ -31,13 +41,7 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
         return Err((Exit::Usage, anyhow::anyhow!("--sample {sample}: a ratio between 0 and 1")));
     }
     let (mut pg, mut mailbox, mut flights) = open(cfg)?;
-    let mut st = Stores {
-        pg: &mut pg,
-        mailbox: &mut mailbox,
-        flights: &mut flights,
-        beat: Default::default(),
-        limits: msgx::codec::Limits::of(&cfg.pipeline),
-    };
+    let mut st = stores(cfg, &mut pg, &mut mailbox, &mut flights);
     let r = consistency::check(&mut st, Depth::Full { sample }, SystemClock.now()).map_err(unreachable)?;
     if json {
         let mut v = serde_json::to_value(&r).expect("a report serialises");
@@ -97,13 +101,7 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
         flights = flights.fenced(epoch);
         lease = Some((epoch, me));
     }
-    let mut st = Stores {
-        pg: &mut pg,
-        mailbox: &mut mailbox,
-        flights: &mut flights,
-        beat: Default::default(),
-        limits: msgx::codec::Limits::of(&cfg.pipeline),
-    };
+    let mut st = stores(cfg, &mut pg, &mut mailbox, &mut flights);
     // A person runs this and watches it: no turn of it is watched for stuck.
     let pulse = msgx::stage::Pulse::default();
     let watch =
@@ -165,13 +163,7 @@ fn take_lease(
 /// store cannot be reached (then the plugin says so without alarm).
 pub fn finding(cfg: &Config) -> Option<String> {
     let (mut pg, mut mailbox, mut flights) = open(cfg).ok()?;
-    let mut st = Stores {
-        pg: &mut pg,
-        mailbox: &mut mailbox,
-        flights: &mut flights,
-        beat: Default::default(),
-        limits: msgx::codec::Limits::of(&cfg.pipeline),
-    };
+    let mut st = stores(cfg, &mut pg, &mut mailbox, &mut flights);
     let r = consistency::check(&mut st, Depth::Recent(consistency::stage::RECENT), SystemClock.now()).ok()?;
     r.findings.first().map(|f| f.line())
 }

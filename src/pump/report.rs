@@ -101,9 +101,7 @@ impl<P, M, F> Pump<P, M, F> {
         unknown: &[String],
         now: SystemTime,
     ) {
-        for _ in unknown {
-            stats::inc(&self.stats.unknown_elements);
-        }
+        stats::add(&self.stats.unknown_elements, unknown.len() as u64);
         if !unknown.is_empty() {
             for line in self.unknown_names.report(msg_id, tag.unwrap_or("-"), unknown, now) {
                 warn!(target: super::LOG, "{line}");

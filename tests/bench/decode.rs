@@ -34,20 +34,7 @@ fn flop() -> String {
 fn dnld(flights: usize) -> String {
     let mut body = format!("<RECS>{flights}</RECS>");
     for i in 0..flights {
-        body.push_str(&format!(
-            "<FLTR><FLID>{}</FLID><ALCD>MU</ALCD><FLNO>MU{}</FLNO><MVIN>{}</MVIN><SODT>05MAR26{:02}{:02}</SODT><FLTY>J</FLTY><FLIN>D</FLIN>\
-             <ROUT RTNO=\"1\"><APCD>SHA</APCD><SCAT>05MAR261130</SCAT></ROUT><ACFT>32N</ACFT><RENO>B-30EK</RENO><TRML>T2</TRML>\
-             <MAXP>186</MAXP><STND>2{:02}</STND><PSDT PSNO=\"1\"><PSST>2{:02}</PSST><STST>05MAR260800</STST><STET>05MAR260950</STET></PSDT>\
-             <PHAG>110009</PHAG><FHAG>110009</FHAG><MHAG>110009</MHAG><ERUT RTNO=\"1\"><APCD>CTU</APCD><SCDT>05MAR260905</SCDT></ERUT>\
-             <ERUT RTNO=\"2\"><APCD>SHA</APCD><SCAT>05MAR261130</SCAT></ERUT><EXSC>SCH</EXSC><FTSS>SCH</FTSS></FLTR>",
-            100_000 + i,
-            5000 + i,
-            if i % 2 == 0 { "D" } else { "A" },
-            6 + i % 16,
-            i % 60,
-            i % 90,
-            i % 90
-        ));
+        body.push_str(&msgx::fixtures::shapes::fltr(i));
     }
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MSG><META><SNDR>AODB</SNDR><SEQN>345935</SEQN><DTTM>20260305010000</DTTM>\
