@@ -25,8 +25,8 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
     if cfg.require_sync_standby && d.synchronous == 0 {
         return Err((Exit::Unreachable, anyhow::anyhow!("postgres: datasources.default.require-sync-standby = true and no synchronous standby is attached")));
     }
-    migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
-    out!("schema: up to date (V{:03})", migrate::MIGRATIONS.len());
+    let schema = migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
+    out!("schema: {}", schema.line());
     check_mailboxes(cfg)?;
     check_redis(cfg)?;
     check_kafka(cfg)?;

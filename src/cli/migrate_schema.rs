@@ -8,12 +8,15 @@ pub(super) fn migrate_cmd(cfg: &Config) -> CmdResult {
         (code, anyhow::Error::from(e))
     };
     let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
-    let applied = migrate::migrate(pg.client().map_err(unreachable)?).map_err(err)?;
+    let (applied, schema) = migrate::migrate(pg.client().map_err(unreachable)?).map_err(err)?;
     if applied.is_empty() {
-        out!("schema up to date (V{:03})", migrate::MIGRATIONS.len());
+        out!("schema up to date: {}", schema.line());
     }
-    for (v, name) in applied {
+    for (v, name) in &applied {
         out!("applied V{v:03} {name}");
+    }
+    if !applied.is_empty() {
+        out!("schema: {}", schema.line());
     }
     Ok(())
 }

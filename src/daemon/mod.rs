@@ -148,7 +148,12 @@ fn schema_checked(
         }
     };
     let mut schema_pg = schema_pg;
-    migrate::verify(schema_pg.client()?)?;
+    let schema = migrate::verify(schema_pg.client()?)?;
+    if schema.newer.is_empty() {
+        info!("schema {}", schema.line());
+    } else {
+        warn!("schema {}", schema.line());
+    }
     let durability = schema_pg.durability()?;
     info!("postgres durability {durability}");
     if cfg.require_sync_standby && durability.synchronous == 0 {

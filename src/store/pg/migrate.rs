@@ -1,6 +1,16 @@
 //! Own-PostgreSQL migrations: versioned, add-only, checksummed (Flyway-style). `msgx migrate`
 //! applies the pending ones; every other command refuses to run against a schema whose
 //! applied migrations differ from the binary's, or that has pending ones.
+//!
+//! **Releases side by side (#52).** Each migration says which releases can run on a schema
+//! that has it: the *oldest reader*, as the highest migration a release knows. An
+//! **expand-only** migration (a column or table added, nullable or with a default, nothing
+//! renamed, dropped or made stricter) is read by the release before it (`version - 1`); any
+//! other by its own release only. `msgx migrate` records it with the migration in
+//! `msgx_schema_history.oldest_reader`, so a release that does not know a migration can still
+//! tell whether it may run on it: the previous release keeps serving while the next one
+//! migrates, and a rollback after `msgx migrate` needs no restore. A schema's oldest reader is
+//! the highest of its migrations'; a release refuses only a schema that needs a newer reader.
 
 use crate::error::Store;
 use postgres::Client;
@@ -8,49 +18,78 @@ use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
 
+#[derive(Debug)]
 pub struct Migration {
     pub version: i32,
     pub name: &'static str,
     pub sql: &'static str,
+    /// The oldest release that can run on a schema with this migration, as the highest
+    /// migration that release knows (module doc).
+    pub oldest_reader: i32,
+}
+
+/// What a migration changes, for the releases before it (module doc).
+#[derive(Clone, Copy)]
+enum Change {
+    /// Adds only: the release before runs on the schema it leaves.
+    Expand,
+    /// Renames, drops or tightens: only its own release (and later ones) may run on it.
+    Contract,
+}
+
+const fn oldest_reader(version: i32, change: Change) -> i32 {
+    match change {
+        Change::Expand => version - 1,
+        Change::Contract => version,
+    }
 }
 
 macro_rules! migration {
-    ($version:literal, $name:literal, $file:literal) => {
+    ($version:literal, $name:literal, $file:literal, $change:ident) => {
         Migration {
             version: $version,
             name: $name,
             sql: include_str!(concat!("../../../sql/migrations/", $file)),
+            oldest_reader: oldest_reader($version, Change::$change),
         }
     };
 }
 
 /// Every migration, in order. A test checks this list against the files in `sql/migrations`.
+/// V001–V016 were written when every release refused a schema it did not know: they are marked
+/// `Contract`, whatever they did. From V017 on each says what it is; a test holds the SQL of an
+/// `Expand` migration to statements that only add.
 pub const MIGRATIONS: &[Migration] = &[
-    migration!(1, "baseline", "V001__baseline.sql"),
-    migration!(2, "event_sent_at", "V002__event_sent_at.sql"),
-    migration!(3, "head_deadline_and_type_tag", "V003__head_deadline_and_type_tag.sql"),
-    migration!(4, "schd_upsert_and_outbound_attempts", "V004__schd_upsert_and_outbound_attempts.sql"),
-    migration!(5, "proc_state_hst", "V005__proc_state_hst.sql"),
-    migration!(6, "backfill_reconciled", "V006__backfill_reconciled.sql"),
-    migration!(7, "lease_and_fence", "V007__lease_and_fence.sql"),
-    migration!(8, "backfill_refused_index", "V008__backfill_refused_index.sql"),
-    migration!(9, "fence_key_share", "V009__fence_key_share.sql"),
-    migration!(10, "season_plan", "V010__season_plan.sql"),
-    migration!(11, "dead_letter_dismissed", "V011__dead_letter_dismissed.sql"),
-    migration!(12, "metrics_indexes", "V012__metrics_indexes.sql"),
-    migration!(13, "event_ordinal", "V013__event_ordinal.sql"),
-    migration!(14, "redis_record_and_heal_log", "V014__redis_record_and_heal_log.sql"),
-    migration!(15, "delivery_receipts", "V015__delivery_receipts.sql"),
-    migration!(16, "requests", "V016__requests.sql"),
-    migration!(17, "rules_version", "V017__rules_version.sql"),
+    migration!(1, "baseline", "V001__baseline.sql", Contract),
+    migration!(2, "event_sent_at", "V002__event_sent_at.sql", Contract),
+    migration!(3, "head_deadline_and_type_tag", "V003__head_deadline_and_type_tag.sql", Contract),
+    migration!(
+        4,
+        "schd_upsert_and_outbound_attempts",
+        "V004__schd_upsert_and_outbound_attempts.sql",
+        Contract
+    ),
+    migration!(5, "proc_state_hst", "V005__proc_state_hst.sql", Contract),
+    migration!(6, "backfill_reconciled", "V006__backfill_reconciled.sql", Contract),
+    migration!(7, "lease_and_fence", "V007__lease_and_fence.sql", Contract),
+    migration!(8, "backfill_refused_index", "V008__backfill_refused_index.sql", Contract),
+    migration!(9, "fence_key_share", "V009__fence_key_share.sql", Contract),
+    migration!(10, "season_plan", "V010__season_plan.sql", Contract),
+    migration!(11, "dead_letter_dismissed", "V011__dead_letter_dismissed.sql", Contract),
+    migration!(12, "metrics_indexes", "V012__metrics_indexes.sql", Contract),
+    migration!(13, "event_ordinal", "V013__event_ordinal.sql", Contract),
+    migration!(14, "redis_record_and_heal_log", "V014__redis_record_and_heal_log.sql", Contract),
+    migration!(15, "delivery_receipts", "V015__delivery_receipts.sql", Contract),
+    migration!(16, "requests", "V016__requests.sql", Contract),
+    migration!(17, "rules_version", "V017__rules_version.sql", Expand),
 ];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
     #[error("applied migration V{version:03} {name} was changed after it was applied (checksum {applied} in the database, {ours} in this binary); migrations are add-only: restore the file and add a new migration")]
     Changed { version: i32, name: String, applied: String, ours: String },
-    #[error("the database has migration V{version:03} ({name}) that this binary does not know: it was migrated by a newer msgx")]
-    Unknown { version: i32, name: String },
+    #[error("the database has migration V{version:03} ({name}) that this binary does not know, and a schema with it needs a release that knows V{reader:03} (this one knows V{known:03}): it was migrated by a newer msgx that changed what this release reads. Run that release, or restore the schema from before the migration")]
+    Unknown { version: i32, name: String, reader: i32, known: i32 },
     #[error("{count} migration(s) pending, first V{first:03}: run `msgx migrate`")]
     Pending { count: usize, first: i32 },
     #[error(transparent)]
@@ -68,64 +107,138 @@ pub fn checksum(sql: &str) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The highest migration this release knows.
+pub fn known() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
 const HISTORY: &str = "CREATE TABLE IF NOT EXISTS msgx_schema_history (
     version    INT          PRIMARY KEY,
     name       VARCHAR(100) NOT NULL,
     checksum   CHAR(64)     NOT NULL,
-    applied_at TIMESTAMPTZ  NOT NULL DEFAULT now())";
+    applied_at TIMESTAMPTZ  NOT NULL DEFAULT now());
+    ALTER TABLE msgx_schema_history ADD COLUMN IF NOT EXISTS oldest_reader INT";
 
-/// Applied migrations as (version, name, checksum).
-fn applied(client: &mut Client) -> Result<Vec<(i32, String, String)>, SchemaError> {
+/// One applied migration as the history records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Applied {
+    version: i32,
+    name: String,
+    checksum: String,
+    /// `None`: recorded by a release before #52, which did not say (read as its own version).
+    oldest_reader: Option<i32>,
+}
+
+/// The history's rows; `oldest_reader` read through `to_jsonb` so a history written before the
+/// column existed reads too (this read never changes the schema).
+const APPLIED: &str = "SELECT version, name, checksum, (to_jsonb(h) ->> 'oldest_reader')::int
+    FROM msgx_schema_history h ORDER BY version";
+
+fn rows_of(rows: &[postgres::Row]) -> Vec<Applied> {
+    rows.iter()
+        .map(|r| Applied {
+            version: r.get(0),
+            name: r.get(1),
+            checksum: r.get::<_, String>(2).trim().to_string(),
+            oldest_reader: r.get(3),
+        })
+        .collect()
+}
+
+/// Applied migrations, oldest first.
+fn applied(client: &mut Client) -> Result<Vec<Applied>, SchemaError> {
     let exists: bool = client.query_one("SELECT to_regclass('msgx_schema_history') IS NOT NULL", &[])?.get(0);
     if !exists {
         return Ok(Vec::new());
     }
-    let rows =
-        client.query("SELECT version, name, checksum FROM msgx_schema_history ORDER BY version", &[])?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get::<_, String>(2).trim().to_string())).collect())
+    Ok(rows_of(&client.query(APPLIED, &[])?))
 }
 
-/// Compares what is applied with [`MIGRATIONS`]; returns the pending ones.
-fn compare(applied: &[(i32, String, String)]) -> Result<Vec<&'static Migration>, SchemaError> {
-    for (version, name, sum) in applied {
-        match MIGRATIONS.iter().find(|m| m.version == *version) {
-            None => return Err(SchemaError::Unknown { version: *version, name: name.clone() }),
-            Some(m) if checksum(m.sql) != *sum => {
+/// A schema this release may run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema {
+    /// The highest migration applied.
+    pub version: i32,
+    /// The oldest release that can run on it, as the highest migration that release knows.
+    pub oldest_reader: i32,
+    /// Migrations a newer release applied that this one does not know but may run on.
+    pub newer: Vec<(i32, String)>,
+}
+
+impl Schema {
+    /// For `msgx check`, `msgx migrate` and the daemon's start.
+    pub fn line(&self) -> String {
+        let reader = format!("releases that know V{:03} or later run on it", self.oldest_reader);
+        match self.newer.last() {
+            None => format!("V{:03} ({reader})", self.version),
+            Some((v, name)) => format!(
+                "V{:03}, newer than this release (V{:03}): {} migration(s) up to V{v:03} {name} applied by a newer msgx, each expand-only for this release ({reader})",
+                self.version,
+                known(),
+                self.newer.len()
+            ),
+        }
+    }
+}
+
+/// Compares what is applied with [`MIGRATIONS`]: the pending ones, and the schema as it is.
+fn compare(applied: &[Applied]) -> Result<(Vec<&'static Migration>, Schema), SchemaError> {
+    let mut schema = Schema { version: 0, oldest_reader: 0, newer: Vec::new() };
+    for a in applied {
+        let reader = a.oldest_reader.unwrap_or(a.version);
+        schema.version = schema.version.max(a.version);
+        schema.oldest_reader = schema.oldest_reader.max(reader);
+        match MIGRATIONS.iter().find(|m| m.version == a.version) {
+            None if reader <= known() => schema.newer.push((a.version, a.name.clone())),
+            None => {
+                return Err(SchemaError::Unknown {
+                    version: a.version,
+                    name: a.name.clone(),
+                    reader,
+                    known: known(),
+                })
+            }
+            Some(m) if checksum(m.sql) != a.checksum => {
                 return Err(SchemaError::Changed {
-                    version: *version,
-                    name: name.clone(),
-                    applied: sum.clone(),
+                    version: a.version,
+                    name: a.name.clone(),
+                    applied: a.checksum.clone(),
                     ours: checksum(m.sql),
                 })
             }
             Some(_) => {}
         }
     }
-    Ok(MIGRATIONS.iter().filter(|m| !applied.iter().any(|(v, _, _)| *v == m.version)).collect())
+    let pending = MIGRATIONS.iter().filter(|m| !applied.iter().any(|a| a.version == m.version)).collect();
+    Ok((pending, schema))
 }
 
-/// Checks the schema for start-up: every applied migration unchanged, none pending.
-pub fn verify(client: &mut Client) -> Result<(), SchemaError> {
-    let pending = compare(&applied(client)?)?;
+/// Checks the schema for start-up: every applied migration unchanged, none pending, and any
+/// this release does not know readable by it. Returns the schema as it is.
+pub fn verify(client: &mut Client) -> Result<Schema, SchemaError> {
+    let (pending, schema) = compare(&applied(client)?)?;
     match pending.first() {
-        None => Ok(()),
+        None => Ok(schema),
         Some(first) => Err(SchemaError::Pending { count: pending.len(), first: first.version }),
     }
 }
 
 /// Applies pending migrations, each in its own transaction, under an advisory lock so two
-/// concurrent `msgx migrate` runs cannot interleave. Returns the versions applied.
-pub fn migrate(client: &mut Client) -> Result<Vec<(i32, &'static str)>, SchemaError> {
-    client.batch_execute(HISTORY)?;
+/// concurrent `msgx migrate` runs cannot interleave. Returns the versions applied and the
+/// schema they leave.
+pub fn migrate(client: &mut Client) -> Result<(Vec<(i32, &'static str)>, Schema), SchemaError> {
+    {
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock(7302110771)", &[])?;
+        tx.batch_execute(HISTORY)?;
+        tx.commit()?;
+    }
     let mut done = Vec::new();
     loop {
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock(7302110771)", &[])?;
-        let rows =
-            tx.query("SELECT version, name, checksum FROM msgx_schema_history ORDER BY version", &[])?;
-        let applied: Vec<_> =
-            rows.iter().map(|r| (r.get(0), r.get(1), r.get::<_, String>(2).trim().to_string())).collect();
-        let Some(m) = compare(&applied)?.into_iter().next() else { break };
+        let (pending, schema) = compare(&rows_of(&tx.query(APPLIED, &[])?))?;
+        let Some(m) = pending.into_iter().next() else { return Ok((done, schema)) };
         tx.batch_execute(m.sql).map_err(|e| {
             let cause = super::classify::classify(&e);
             SchemaError::Store(StoreError::new(
@@ -135,13 +248,12 @@ pub fn migrate(client: &mut Client) -> Result<Vec<(i32, &'static str)>, SchemaEr
             ))
         })?;
         tx.execute(
-            "INSERT INTO msgx_schema_history (version, name, checksum) VALUES ($1, $2, $3)",
-            &[&m.version, &m.name, &checksum(m.sql)],
+            "INSERT INTO msgx_schema_history (version, name, checksum, oldest_reader) VALUES ($1, $2, $3, $4)",
+            &[&m.version, &m.name, &checksum(m.sql), &m.oldest_reader],
         )?;
         tx.commit()?;
         done.push((m.version, m.name));
     }
-    Ok(done)
 }
 
 #[cfg(test)]
@@ -164,17 +276,73 @@ mod tests {
         }
     }
 
+    fn ok(v: i32) -> Applied {
+        let m = &MIGRATIONS[v as usize - 1];
+        Applied {
+            version: v,
+            name: m.name.into(),
+            checksum: checksum(m.sql),
+            oldest_reader: Some(m.oldest_reader),
+        }
+    }
+
     #[test]
     fn compare_finds_changed_unknown_and_pending() {
-        let ok = |v: i32| {
-            (v, MIGRATIONS[v as usize - 1].name.to_string(), checksum(MIGRATIONS[v as usize - 1].sql))
-        };
-        assert_eq!(compare(&[]).unwrap().len(), MIGRATIONS.len());
-        assert_eq!(compare(&[ok(1)]).unwrap().len(), MIGRATIONS.len() - 1);
+        assert_eq!(compare(&[]).unwrap().0.len(), MIGRATIONS.len());
+        assert_eq!(compare(&[ok(1)]).unwrap().0.len(), MIGRATIONS.len() - 1);
         let mut changed = ok(1);
-        changed.2 = checksum("-- edited");
+        changed.checksum = checksum("-- edited");
         assert!(matches!(compare(&[changed]), Err(SchemaError::Changed { version: 1, .. })));
-        let unknown = (999, "future".to_string(), checksum("x"));
-        assert!(matches!(compare(&[unknown]), Err(SchemaError::Unknown { version: 999, .. })));
+        // Recorded before #52 (no oldest reader): only its own release reads it.
+        let unknown =
+            Applied { version: 999, name: "future".into(), checksum: checksum("x"), oldest_reader: None };
+        assert!(matches!(compare(&[unknown]), Err(SchemaError::Unknown { version: 999, reader: 999, .. })));
+    }
+
+    /// #52: the next release's expand-only migration leaves a schema this release runs on; a
+    /// contracting one, or two releases ahead, does not.
+    #[test]
+    fn a_newer_expand_only_migration_is_read_a_contracting_one_refused() {
+        let all: Vec<Applied> = (1..=known()).map(ok).collect();
+        let next = |reader| Applied {
+            version: known() + 1,
+            name: "next".into(),
+            checksum: checksum("ALTER TABLE x ADD COLUMN y INT"),
+            oldest_reader: Some(reader),
+        };
+        let (pending, schema) = compare(&[all.clone(), vec![next(known())]].concat()).unwrap();
+        assert!(pending.is_empty());
+        assert_eq!(schema.version, known() + 1);
+        assert_eq!(schema.oldest_reader, known());
+        assert_eq!(schema.newer, vec![(known() + 1, "next".to_string())]);
+        assert!(schema.line().contains("newer than this release"), "{}", schema.line());
+        let refused = compare(&[all.clone(), vec![next(known() + 1)]].concat()).unwrap_err();
+        assert!(
+            refused.to_string().contains(&format!("needs a release that knows V{:03}", known() + 1)),
+            "{refused}"
+        );
+        let (_, own) = compare(&all).unwrap();
+        assert!(own.newer.is_empty());
+        assert_eq!(own.oldest_reader, MIGRATIONS.iter().map(|m| m.oldest_reader).max().unwrap());
+    }
+
+    /// An `Expand` migration only adds: a test on its text, so a release that marks a drop or a
+    /// rename as expand-only fails here rather than at a rollback.
+    #[test]
+    fn an_expand_only_migration_only_adds() {
+        for m in MIGRATIONS.iter().filter(|m| m.oldest_reader < m.version) {
+            let statements =
+                m.sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join(" ");
+            for s in statements.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                let upper = s.to_ascii_uppercase();
+                let adds = upper.starts_with("CREATE TABLE")
+                    || upper.starts_with("CREATE INDEX")
+                    || upper.starts_with("CREATE UNIQUE INDEX")
+                    || (upper.starts_with("ALTER TABLE")
+                        && upper.contains(" ADD COLUMN ")
+                        && !upper.contains("NOT NULL"));
+                assert!(adds, "V{:03} is marked Expand but this statement does not only add: {s}", m.version);
+            }
+        }
     }
 }
