@@ -223,10 +223,13 @@ pub fn verify(client: &mut Client) -> Result<Schema, SchemaError> {
     }
 }
 
+/// A migration `msgx migrate` applied: its version and name.
+pub type Done = (i32, &'static str);
+
 /// Applies pending migrations, each in its own transaction, under an advisory lock so two
 /// concurrent `msgx migrate` runs cannot interleave. Returns the versions applied and the
 /// schema they leave.
-pub fn migrate(client: &mut Client) -> Result<(Vec<(i32, &'static str)>, Schema), SchemaError> {
+pub fn migrate(client: &mut Client) -> Result<(Vec<Done>, Schema), SchemaError> {
     {
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock(7302110771)", &[])?;
