@@ -49,6 +49,7 @@ impl Settle {
                 references: Vec::new(),
                 record: None,
                 answer: None,
+                rules: None,
             },
         }
     }
@@ -73,6 +74,8 @@ pub enum Outcome {
         record: Option<RedisRecord>,
         /// What it answers (G-RESP-GUARD): the commit closes the request.
         answer: Option<Answer>,
+        /// The rules that decided it (`Decision::rules`, #52): `PROC_STATE.RULES_VERSION`.
+        rules: Option<u32>,
     },
     /// SKIPPED for `reason` (stored as `ignored:<rule>`, `duplicate-of:<id>`,
     /// `not-for-msgx:<why>`), with the backfill intent.
@@ -92,6 +95,7 @@ pub struct Succeeded<'a> {
     pub references: &'a [RefChange],
     pub record: Option<RedisRecord>,
     pub answer: Option<&'a Answer>,
+    pub rules: Option<u32>,
 }
 
 /// A SKIPPED outcome of a round.
@@ -143,7 +147,7 @@ impl<'a> RoundRecord<'a> {
             let tag = s.type_tag.as_deref();
             let msg_id = s.msg_id;
             match &s.outcome {
-                Outcome::Succeeded { identity, events, references, record, answer } => {
+                Outcome::Succeeded { identity, events, references, record, answer, rules } => {
                     r.succeeded.push(Succeeded {
                         msg_id,
                         tag,
@@ -152,6 +156,7 @@ impl<'a> RoundRecord<'a> {
                         references,
                         record: *record,
                         answer: answer.as_ref(),
+                        rules: *rules,
                     })
                 }
                 Outcome::Skipped { reason } => r.skipped.push(Skipped { msg_id, tag, reason }),
@@ -683,6 +688,9 @@ pub trait StateAudit {
     /// The outbox events of `ids` as their messages made them, in their order (a `KAFKA:schd`
     /// row, upserted per flight, belongs to the newest message only).
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>>;
+    /// The highest MSG_ID whose events the outbox may have dropped (retention, V018): above it
+    /// every event a message wrote is held, so a message without any announced nothing (#52).
+    fn events_pruned(&mut self) -> StoreResult<i64>;
 }
 
 /// One heal of a store that forgot which changed something (`CONSISTENCY_HEAL`, #37).

@@ -89,3 +89,26 @@ fn a_newer_expand_only_migration_is_run_on_and_a_contracting_one_refused() {
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains(&format!("needs a release that knows V{next:03}")), "{out}");
 }
+
+/// V018 (#52): whatever deletes outbox rows — the retention job of this release or of the one
+/// before, which does not know the table — moves `OUTBOX_PRUNED` to the highest MSG_ID it took,
+/// and the audit port reads it: a heal then knows which messages may have lost their events.
+#[test]
+fn deleting_events_moves_the_outbox_pruned_mark_whoever_deletes() {
+    use msgx::ports::{Housekeeping, StateAudit};
+    let s = Services::migrated("");
+    let mut pg = s.pg();
+    let insert = "INSERT INTO msg_event (target, partition_key, state_version, payload_json, state, created_at, sent_at, msg_id)
+                  VALUES ('KAFKA:msg', 'F1', 1, '{}', 'SENT', now() - interval '9 days', now() - interval '8 days', $1)";
+    for m in [40_i64, 70, 55] {
+        pg.execute(insert, &[&m]).unwrap();
+    }
+    let mut adapter = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+    assert_eq!(adapter.events_pruned().unwrap(), 0, "a fresh schema: nothing pruned");
+    let cut = std::time::SystemTime::now() - std::time::Duration::from_secs(7 * 86_400);
+    assert_eq!(adapter.delete_sent_events(cut, 2).unwrap(), 2);
+    assert_eq!(adapter.events_pruned().unwrap(), 70, "the highest MSG_ID the batch took");
+    // A release that knows nothing of the mark deletes by hand: it moves all the same, never back.
+    pg.execute("DELETE FROM msg_event WHERE msg_id = 55", &[]).unwrap();
+    assert_eq!(adapter.events_pruned().unwrap(), 70);
+}

@@ -15,6 +15,17 @@
 //!   versions make a message already there change nothing), and written whole — Redis only, no
 //!   new events; each journal entry Redis acknowledged and lost is written again with the events
 //!   its message made. Proven only while the mailbox still holds every text.
+//! - **History is never re-interpreted** (#52). A message is decided again only under the rules
+//!   that decided it (`PROC_STATE.RULES_VERSION` = this release's `handlers::RULES_VERSION`):
+//!   the golden decisions prove the same rules give the same decision. A message decided under
+//!   other rules (an earlier release's, or not known) is laid on as it was *announced*: the
+//!   changes its `KAFKA:msg` events carry, so Redis holds what a consumer that applied every
+//!   event holds — a field the newer rules read into its text (a vendor element the older
+//!   release skipped) is not made up. One that announced nothing (its events held above
+//!   `OUTBOX_PRUNED`, none there) changes nothing. Decided again under today's rules, counted
+//!   and named in a WARN and the heal's summary, are only those whose announcement cannot be
+//!   read back: a daily-plan snapshot (its `KAFKA:schd` rows hold the newest record per
+//!   flight, not each message's), and a message whose events retention may have taken.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
@@ -24,11 +35,11 @@ use log::{info, warn};
 use super::ask::{self, Asking};
 use super::{texts, unknown_now, Behind, FindingKind, Report, Stores};
 use crate::codec;
-use crate::domain::{InboundRow, RedisRecord};
+use crate::domain::{InboundRow, NewEvent, RedisRecord, Target};
 use crate::error::StoreError;
 use crate::handlers::plan::Replay;
 use crate::handlers::{self, Decision, FlightState, View};
-use crate::ports::{Restore, RoundNeed};
+use crate::ports::{Restore, RoundNeed, SucceededRow};
 use crate::requests::Request;
 
 /// Why a heal did not happen.
@@ -57,6 +68,60 @@ pub struct Healed {
     pub from: Option<i64>,
     /// Requests to the AODB for the windows whose texts are gone (#41): their REQ_IDs.
     pub asked: Vec<i64>,
+    /// Messages decided under other rules than this release's (#52): how they were laid on.
+    pub other: OtherRules,
+}
+
+/// How a rebuild laid on the messages decided under rules other than this release's (#52,
+/// module documentation): as announced, or — their announcement not readable — decided again
+/// under today's rules (the first few named).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OtherRules {
+    pub announced: usize,
+    pub redecided: usize,
+    pub first_redecided: Vec<i64>,
+}
+
+impl OtherRules {
+    /// How message `m`, decided under other rules, is laid on: `d` is today's decision of its
+    /// text, `events` what the outbox holds of what it announced, `held` whether the outbox
+    /// holds every event it wrote (above `OUTBOX_PRUNED`).
+    fn lay(&mut self, m: i64, d: Decision, events: &[NewEvent], held: bool) -> Decision {
+        let plan = d.snapshot || d.events.iter().any(|e| e.target == Target::KafkaSchd);
+        if !plan {
+            if events.iter().any(|e| e.target == Target::KafkaMsg) {
+                match handlers::announced(events) {
+                    Ok(flights) => {
+                        self.announced += 1;
+                        return Decision { flights, ..Default::default() };
+                    }
+                    Err(e) => warn!("rebuild: msg_id={m}: {e}; decided again under today's rules"),
+                }
+            } else if d.events.is_empty() {
+                // Today's rules announce nothing of it either: no consumer holds otherwise.
+                return d;
+            } else if held {
+                self.announced += 1;
+                return Decision::default();
+            }
+        }
+        self.redecided += 1;
+        if self.first_redecided.len() < 10 {
+            self.first_redecided.push(m);
+        }
+        d
+    }
+
+    fn line(&self) -> Option<String> {
+        (self.announced + self.redecided > 0).then(|| {
+            format!(
+                "{} message(s) decided under other rules laid on as announced, {} decided again under rules {}",
+                self.announced,
+                self.redecided,
+                handlers::RULES_VERSION
+            )
+        })
+    }
 }
 
 impl Healed {
@@ -79,6 +144,7 @@ impl Healed {
                 self.from.unwrap_or(0)
             ));
         }
+        parts.extend(self.other.line());
         if !self.asked.is_empty() {
             let ids: Vec<String> = self.asked.iter().map(i64::to_string).collect();
             parts.push(format!(
@@ -130,15 +196,15 @@ pub fn heal_asking(
                 .unwrap_or(0)
         };
         let how = How { only: None, write: true, asking, empty };
-        let (flights, journal, messages, asked) = rebuild(st, from, &how, now)?;
+        let Rebuilt { flights, journal, messages, asked, other } = rebuild(st, from, &how, now)?;
         if empty {
             // Nothing of the old journal is there: everything up to now counts as dropped.
             let top = st.pg.succeeded_last(1)?.first().map_or(0, |m| m.msg_id);
             st.flights.set_pruned(top)?;
         }
         info!("healed redis: {flights} flight(s) and {journal} journal entry(ies) rebuilt from {messages} SUCCEEDED message(s) from MSG_ID {from}");
-        (healed.flights, healed.journal, healed.messages, healed.from) =
-            (flights, journal, messages, Some(from));
+        (healed.flights, healed.journal, healed.messages, healed.from, healed.other) =
+            (flights, journal, messages, Some(from), other);
         healed.asked = asked.iter().map(|r| r.req_id).collect();
     }
     if report.needs_pruned_mark && !report.behind(Behind::Redis) {
@@ -279,24 +345,32 @@ fn marked_above(st: &mut Stores<'_>, known: i64) -> Result<Vec<i64>, HealError> 
 /// holds, and writes those that changed — only `only`'s when given. Only what the messages read
 /// is read from Redis (the flights they name, a snapshot's window), once each: a heal costs the
 /// messages since its evidence, not every flight ever held (#38). With `write` false nothing is
-/// written (`msgx rebuild-flights` without `--yes`). Returns (flights that differ, journal
-/// entries written again, messages read).
-fn rebuild(
-    st: &mut Stores<'_>,
-    from: i64,
-    how: &How<'_>,
-    now: SystemTime,
-) -> Result<(usize, usize, usize, Vec<Request>), HealError> {
+/// written (`msgx rebuild-flights` without `--yes`).
+fn rebuild(st: &mut Stores<'_>, from: i64, how: &How<'_>, now: SystemTime) -> Result<Rebuilt, HealError> {
     let (only, write) = (how.only, how.write);
     let pruned = st.flights.audit()?.pruned;
     let generation = st.flights.generation_of()?;
-    let mut replay = Rebuild { plan: Replay::new(generation), seed: BTreeMap::new(), windows: Vec::new() };
+    let mut replay = Rebuild {
+        plan: Replay::new(generation),
+        seed: BTreeMap::new(),
+        windows: Vec::new(),
+        events_pruned: None,
+        other: OtherRules::default(),
+    };
     let (journal, messages, gone) = replay_onto(st, &mut replay, from, pruned, how.asking.is_some())?;
     let asked = match how.asking {
         Some(a) if !gone.is_empty() && write => ask::for_gone(st, &mut replay, a, &gone, how.empty, now)?,
         _ => Vec::new(),
     };
-    let Rebuild { plan, seed, .. } = replay;
+    let Rebuild { plan, seed, other, .. } = replay;
+    if other.redecided > 0 {
+        warn!(
+            "rebuild: {} message(s) decided under other rules were decided again under this release's (RULES_VERSION {}), first msg_id={:?}: what they announced cannot be read back (a daily-plan snapshot, or events past msgx.pipeline.event-retention)",
+            other.redecided,
+            handlers::RULES_VERSION,
+            other.first_redecided
+        );
+    }
     let changed: Vec<(String, FlightState, Option<i64>)> = plan
         .flights
         .iter()
@@ -310,7 +384,17 @@ fn rebuild(
         let generation = (plan.generation != generation).then_some(plan.generation);
         st.flights.restore(&Restore { flights: changed.clone(), generation, journal }, now)?;
     }
-    Ok((changed.len(), entries, messages, asked))
+    Ok(Rebuilt { flights: changed.len(), journal: entries, messages, asked, other })
+}
+
+/// What a rebuild did: flights that differ, journal entries written again, messages read,
+/// requests to the AODB, and how the messages of other rules were laid on.
+struct Rebuilt {
+    flights: usize,
+    journal: usize,
+    messages: usize,
+    asked: Vec<Request>,
+    other: OtherRules,
 }
 
 /// What a rebuild does: only some flights (`msgx rebuild-flights --flid`), whether it writes,
@@ -328,6 +412,10 @@ pub(super) struct Rebuild {
     pub(super) plan: Replay,
     seed: BTreeMap<String, (FlightState, Option<i64>)>,
     windows: Vec<(i64, i64)>,
+    /// `OUTBOX_PRUNED`: above it every event a message wrote is held (read once, when the first
+    /// message of other rules needs it).
+    events_pruned: Option<i64>,
+    other: OtherRules,
 }
 
 impl Rebuild {
@@ -389,12 +477,20 @@ fn replay_onto(
             .collect();
         let has = st.flights.journal_has(&owed)?;
         let missing: Vec<i64> = owed.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m).collect();
-        let mut made: BTreeMap<i64, Vec<crate::domain::NewEvent>> = BTreeMap::new();
-        for (m, e) in st.pg.events_of(&missing)? {
+        // Decided under other rules: laid on as announced (module documentation, #52).
+        let other: BTreeSet<i64> =
+            rows.iter().filter(|m| m.rules != Some(handlers::RULES_VERSION)).map(|m| m.msg_id).collect();
+        if !other.is_empty() && replay.events_pruned.is_none() {
+            replay.events_pruned = Some(st.pg.events_pruned()?);
+        }
+        let wanted: BTreeSet<i64> = missing.iter().chain(&other).copied().collect();
+        let mut made: BTreeMap<i64, Vec<NewEvent>> = BTreeMap::new();
+        for (m, e) in st.pg.events_of(&wanted.into_iter().collect::<Vec<_>>())? {
             made.entry(m).or_default().push(e);
         }
         // What Redis acknowledged of each decision: a snapshot that advanced the plan when it
         // was taken is played again as such (seed 2155).
+        let row: BTreeMap<i64, SucceededRow> = rows.iter().map(|m| (m.msg_id, *m)).collect();
         let record: BTreeMap<i64, Option<RedisRecord>> = rows.iter().map(|m| (m.msg_id, m.record)).collect();
         let limits = st.limits;
         let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking, &limits)?;
@@ -409,11 +505,15 @@ fn replay_onto(
         replay.load(st, need.flids)?;
         for (m, msg) in page {
             if let Some(msg) = msg {
-                redecide(st, replay, m, &msg, record[&m] == Some(RedisRecord::Generation))?;
+                let lay = match other.contains(&m) {
+                    false => Lay::Decided,
+                    true => Lay::Announced(made.get(&m).map_or(&[][..], Vec::as_slice)),
+                };
+                redecide(st, replay, m, &msg, record[&m] == Some(RedisRecord::Generation), lay)?;
             }
             if missing.contains(&m) {
                 let events = made.remove(&m).unwrap_or_default();
-                journal.push((m, Decision { events, ..Default::default() }));
+                journal.push((m, Decision { events, rules: row[&m].rules, ..Default::default() }));
             }
             messages += 1;
         }
@@ -455,6 +555,13 @@ fn decode_page(
     Ok((out, gone))
 }
 
+/// How a message is laid on in a rebuild (#52): decided again (this release's rules decided
+/// it), or as the events the outbox holds of it announced.
+enum Lay<'a> {
+    Decided,
+    Announced(&'a [NewEvent]),
+}
+
 /// Decides message `m` again on the replay, whose flights it reads were read from Redis before,
 /// and applies it. A decision may change a flight its message does not read (a schedule's
 /// records): that flight is read as Redis holds it before the change is laid on, as the pump's
@@ -466,12 +573,20 @@ fn redecide(
     m: i64,
     msg: &codec::Message,
     advanced: bool,
+    lay: Lay<'_>,
 ) -> Result<(), HealError> {
     let flights = handlers::flids_of(msg)
         .filter_map(|f| replay.plan.flights.get(f).map(|s| (f.to_string(), std::sync::Arc::new(s.clone()))))
         .collect();
     let window = handlers::window_of(msg).map(|w| replay.plan.window(w)).unwrap_or_default();
     let Ok(d) = handlers::decide(&View { flights, window }, msg, m) else { return Ok(()) };
+    let d = match lay {
+        Lay::Decided => d,
+        Lay::Announced(events) => {
+            let held = replay.events_pruned.is_some_and(|p| m > p);
+            replay.other.lay(m, d, events, held)
+        }
+    };
     if !d.flights.is_empty() || d.snapshot {
         replay.load(st, d.flights.iter().map(|c| c.flid.clone()).collect())?;
         if advanced {
@@ -492,5 +607,5 @@ pub fn rebuild_flights(
     write: bool,
 ) -> Result<(usize, usize), HealError> {
     let how = How { only, write, asking: None, empty: false };
-    rebuild(st, 0, &how, now).map(|(flights, _, messages, _)| (flights, messages))
+    rebuild(st, 0, &how, now).map(|r| (r.flights, r.messages))
 }

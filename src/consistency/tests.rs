@@ -504,6 +504,9 @@ impl crate::ports::StateAudit for ReadEarly {
     fn events_of(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
         self.0.events_of(ids)
     }
+    fn events_pruned(&mut self) -> crate::ports::StoreResult<i64> {
+        self.0.events_pruned()
+    }
 }
 
 impl crate::ports::Requests for ReadEarly {
@@ -704,4 +707,57 @@ fn a_redis_heal_reads_only_the_flights_of_the_messages_since_its_evidence() {
     assert_eq!((healed.flights, healed.messages), (2, 5));
     assert_eq!(counting.1.get(), 2, "the two flights messages 301 to 305 name, of the 100 held");
     assert_eq!(w.flights.all(), before);
+}
+
+/// #52: a heal re-interpreted history. Redis emptied after an upgrade was rebuilt by deciding
+/// an earlier release's texts under today's rules: a vendor element the earlier release skipped
+/// (`<XSTND>`) appeared in Redis, announced by no event, while every consumer held the flight
+/// without it. A message decided under other rules is laid on as its events announced it —
+/// here an earlier release that announced message 5 not at all and message 6 with another
+/// value; only where the outbox may have lost its events (retention) is it decided again, and
+/// counted.
+#[test]
+fn regression_a_heal_lays_on_what_other_rules_announced_never_what_today_reads_into_them() {
+    let w = World::new(KEEP);
+    w.process(1..=6);
+    w.pg.tamper(|s| {
+        s.procs.values_mut().for_each(|p| p.rules_version = p.rules_version.map(|_| 0));
+        s.events.retain(|_, e| e.event.msg_id != Some(5));
+        for e in s.events.values_mut().filter(|e| e.event.msg_id == Some(6)) {
+            e.event.payload_json = e.event.payload_json.replace("\"S6\"", "\"X6\"");
+        }
+    });
+    let announced = |w: &World| {
+        w.flights.replace_state(Default::default());
+        let r = w.check();
+        assert!(r.finding(FindingKind::FlightsEmpty).is_some(), "{r:?}");
+        let healed = w.heal(&r).unwrap();
+        assert!(w.check().is_clean(), "{:?}", w.check());
+        let stands: Vec<String> = ["F0", "F1", "F2"]
+            .iter()
+            .map(|f| w.flights.all()[*f].get("STND").cloned().unwrap_or_default())
+            .collect();
+        (healed, stands)
+    };
+    let (healed, stands) = announced(&w);
+    assert_eq!(stands, ["X6", "S4", "S2"], "as announced: 5 said nothing, 6 said X6");
+    assert_eq!((healed.other.announced, healed.other.redecided), (6, 0));
+    assert!(
+        healed.summary().contains("6 message(s) decided under other rules laid on as announced"),
+        "{}",
+        healed.summary()
+    );
+    // Retention may have taken message 5's events: it is decided again, and named.
+    w.pg.tamper(|s| s.events_pruned = 5);
+    let (healed, stands) = announced(&w);
+    assert_eq!(stands, ["X6", "S4", "S5"]);
+    assert_eq!((healed.other.announced, healed.other.redecided), (5, 1));
+    assert_eq!(healed.other.first_redecided, [5]);
+    // Under this release's rules every message is decided again.
+    w.pg.tamper(|s| {
+        s.procs.values_mut().for_each(|p| p.rules_version = Some(crate::handlers::RULES_VERSION))
+    });
+    let (healed, stands) = announced(&w);
+    assert_eq!(stands, ["S6", "S4", "S5"]);
+    assert_eq!(healed.other, Default::default());
 }

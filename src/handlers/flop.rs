@@ -177,11 +177,61 @@ fn delete(state: &mut FlightState, rec: &FlopRecord, tag: &str, msg_id: i64, d: 
     }
 }
 
+/// What a message's `KAFKA:msg` events announced, as the flight changes that give a consumer's
+/// flights (#52): each changed field set or cleared, the FFID the record carried, a delete. The
+/// inverse of [`decide`]'s events, up to the values a record restated (they moved a version and
+/// announced nothing). A heal lays these on for a message decided under other rules than this
+/// release's, instead of deciding its text again. `Err`: a payload that is not one of ours.
+pub fn announced<'a>(
+    events: impl IntoIterator<Item = &'a crate::domain::NewEvent>,
+) -> Result<Vec<FlightChange>, String> {
+    #[derive(serde::Deserialize)]
+    struct Change {
+        field: String,
+        new: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Announced {
+        #[serde(default)]
+        changes: Vec<Change>,
+        #[serde(default)]
+        created: bool,
+        #[serde(default)]
+        deleted: bool,
+        ffid: Option<String>,
+        #[serde(rename = "type")]
+        tag: String,
+    }
+    let mut out = Vec::new();
+    for e in events.into_iter().filter(|e| e.target == Target::KafkaMsg) {
+        let a: Announced = serde_json::from_str(&e.payload_json)
+            .map_err(|err| format!("event of {} is no FLOP event msgx wrote: {err}", e.partition_key))?;
+        let mut change = FlightChange {
+            flid: e.partition_key.clone(),
+            delete: a.deleted || a.tag == "FLOP-FDEL",
+            ..Default::default()
+        };
+        if let Some(ffid) = a.ffid.filter(|_| !change.delete) {
+            change.sodt = a.created.then(|| sodt_from_ffid(&ffid)).flatten();
+            change.set.push(("FFID".into(), ffid));
+        }
+        for c in a.changes {
+            match c.new {
+                Some(v) => change.set.push((c.field, v)),
+                None => change.clear.push(c.field),
+            }
+        }
+        out.push(change);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{decide, Reject, View};
     use super::*;
     use crate::codec::decode;
+    use crate::domain::NewEvent;
     use crate::fixtures;
 
     fn view(flid: &str, fields: &[(&str, &str)]) -> View {
@@ -250,6 +300,54 @@ mod tests {
             std::sync::Arc::make_mut(state.entry(c.flid.clone()).or_default()).apply(c, m);
         }
         d
+    }
+
+    /// #52: a consumer that applied every event holds what the decisions gave Redis — the
+    /// events announce every field a message changed, so laying them on (what a heal does for a
+    /// message of other rules) gives the same fields as deciding the text again. Every FLOP
+    /// subtype, a restatement, a clear, a delete with a later field surviving, a re-creation.
+    #[test]
+    fn the_announced_changes_give_the_fields_the_decisions_gave() {
+        let mut msgs: Vec<String> = fixtures::EVERY_SUBTYPE
+            .iter()
+            .enumerate()
+            .map(|(i, (styp, body, _))| fixtures::flop_body(styp, &format!("F{}", i % 3), body))
+            .collect();
+        msgs.extend([
+            fixtures::flop_stnd(1, "F1", "A1"),
+            fixtures::flop_stnd(2, "F1", "A1"),
+            fixtures::flop(3, "ACFT", "F1", &[("ACFT", None)]),
+            fixtures::flop(4, "FDEL", "F2", &[]),
+            fixtures::flop_stnd(5, "F2", "B2"),
+            fixtures::flop(6, "FDEL", "F9", &[]),
+        ]);
+        let (mut decided, mut announced) = (FlightView::new(), FlightView::new());
+        let mut events = 0;
+        for (i, raw) in msgs.iter().enumerate() {
+            let m = 10 + i as i64;
+            let d = apply(&mut decided, raw, m);
+            events += d.events.len();
+            for c in super::announced(&d.events).unwrap() {
+                std::sync::Arc::make_mut(announced.entry(c.flid.clone()).or_default()).apply(&c, m);
+            }
+            let fields = |v: &FlightView| -> Vec<(String, Flight)> {
+                v.iter().map(|(k, s)| (k.clone(), s.fields.clone())).filter(|(_, f)| !f.is_empty()).collect()
+            };
+            assert_eq!(fields(&announced), fields(&decided), "after message {m}: {raw}");
+        }
+        assert!(events > msgs.len() / 2, "the messages announced something ({events} events)");
+        let odd = NewEvent { payload_json: "{}".into(), ..fixtures_event() };
+        assert!(super::announced([&odd]).unwrap_err().contains("no FLOP event"));
+    }
+
+    fn fixtures_event() -> NewEvent {
+        NewEvent {
+            target: Target::KafkaMsg,
+            partition_key: "F1".into(),
+            event_type: "UPSERT".into(),
+            state_version: 1,
+            payload_json: String::new(),
+        }
     }
 
     #[test]

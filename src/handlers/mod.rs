@@ -12,6 +12,7 @@ mod reference;
 mod schedule;
 pub mod state;
 
+pub use flop::announced;
 pub use state::{FlightState, TOMBSTONE_KEEP};
 
 use std::collections::BTreeMap;
@@ -122,6 +123,12 @@ pub struct Decision {
     /// by a handler; the commit closes the request it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::requests::Answer>,
+    /// The rules that made it ([`RULES_VERSION`] of the release that decided it, #52): set by
+    /// the pump, journalled with the decision, so a decision a later attempt reuses — perhaps
+    /// one of the next release — is recorded with the rules that made it. `None`: a journal
+    /// entry of a release before #52.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<u32>,
 }
 
 /// Why a message has no decision.
@@ -235,13 +242,6 @@ fn event_json(target: Target, key: &str, event_type: &str, version: i64, payload
 /// `golden/rules.txt` ties it to the golden decisions: a change to them under the same version
 /// fails `handlers::golden`.
 pub const RULES_VERSION: u32 = 1;
-
-/// The rules a settled message was decided under, as PostgreSQL records it: this release's when
-/// this process applied its decision's changes; not known (`None`) when the decision was reused
-/// from the journal (an earlier attempt, perhaps an earlier release, made it) or wrote no field.
-pub fn rules_of(record: Option<crate::domain::RedisRecord>) -> Option<u32> {
-    record.filter(|r| r.wrote_fields()).map(|_| RULES_VERSION)
-}
 
 /// The longest keys own PostgreSQL keeps (V001, V010): an event's flight key
 /// (`MSG_EVENT.PARTITION_KEY`), a reference key (`REF_MASTER.RKEY`), a season's name and a

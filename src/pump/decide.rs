@@ -151,6 +151,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         };
         // What it answers is the pump's to say, not a handler's: the commit closes the request.
         d.answer = crate::requests::answer_of(msg);
+        d.rules = Some(handlers::RULES_VERSION);
         super::report::tolerated(row.msg_id, p.tag.as_deref(), &d.warnings);
         if let Some(why) = self.too_large(&d) {
             return failed(ErrorClass::Protocol, &why);

@@ -69,7 +69,8 @@ impl<'r> Planned<'r> {
 
 /// The outcome of a decision, with what Redis acknowledged of it (`None`: it needs no Redis).
 pub(super) fn succeeded(identity: String, d: Decision, record: Option<RedisRecord>) -> Outcome {
-    Outcome::Succeeded { identity, events: d.events, references: d.references, record, answer: d.answer }
+    let (events, references, answer, rules) = (d.events, d.references, d.answer, d.rules);
+    Outcome::Succeeded { identity, events, references, record, answer, rules }
 }
 
 /// Runs pure code, turning a panic into an error text (logged by the panic hook).

@@ -107,6 +107,7 @@ impl FlightAudit for RedisFlights {
                     events: &d.events,
                     references: &d.references,
                     identity: "",
+                    rules: d.rules,
                 })
                 .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
                 cmds.push(redis::Cmd::hset(&jkey, *m, doc));

@@ -186,6 +186,9 @@ pub(super) struct Journal<'a> {
     pub references: &'a [crate::handlers::RefChange],
     #[serde(skip_serializing_if = "str::is_empty")]
     pub identity: &'a str,
+    /// The rules that made the decision (#52): a reuse records them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules: Option<u32>,
 }
 
 /// Moves the fence to `epoch` unless a newer one is there (ARGV: prefix, epoch). A new lease
@@ -283,7 +286,8 @@ impl RedisFlights {
                 true => (a.decision.events.as_slice(), a.decision.references.as_slice()),
                 false => (&[][..], &[][..]),
             };
-            serde_json::to_writer(&mut doc, &Journal { events, references, identity: a.identity })
+            let rules = a.decision.rules;
+            serde_json::to_writer(&mut doc, &Journal { events, references, identity: a.identity, rules })
                 .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
             cmd.arg(a.msg_id).arg(doc.as_slice());
         }

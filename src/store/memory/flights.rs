@@ -112,8 +112,12 @@ pub fn apply_decision(s: &mut FlightsState, a: &Applying<'_>) -> bool {
         return false;
     }
     // As the Redis journal: what a retry must emit again, not the flight changes.
-    let journal =
-        Decision { events: d.events.clone(), references: d.references.clone(), ..Default::default() };
+    let journal = Decision {
+        events: d.events.clone(),
+        references: d.references.clone(),
+        rules: d.rules,
+        ..Default::default()
+    };
     if !dropped {
         s.applied.insert(m, journal);
     }

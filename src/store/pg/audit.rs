@@ -86,6 +86,10 @@ impl StateAudit for Pg {
         })
     }
 
+    fn events_pruned(&mut self) -> StoreResult<i64> {
+        self.run(|c| Ok(c.query_one("SELECT msg_id FROM outbox_pruned WHERE id = 1", &[])?.get(0)))
+    }
+
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>> {
         let rows = self.run(|c| {
             c.query(

@@ -82,6 +82,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(15, "delivery_receipts", "V015__delivery_receipts.sql", Contract),
     migration!(16, "requests", "V016__requests.sql", Contract),
     migration!(17, "rules_version", "V017__rules_version.sql", Expand),
+    migration!(18, "outbox_pruned", "V018__outbox_pruned.sql", Expand),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -334,13 +335,22 @@ mod tests {
     #[test]
     fn an_expand_only_migration_only_adds() {
         for m in MIGRATIONS.iter().filter(|m| m.oldest_reader < m.version) {
-            let statements =
+            let text =
                 m.sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join(" ");
-            for s in statements.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            // A function's body (between `$$`) is part of its CREATE FUNCTION, semicolons and all.
+            let outside: String = text.split("$$").step_by(2).collect::<Vec<_>>().join(" ");
+            for s in outside.split(';').map(str::trim).filter(|s| !s.is_empty()) {
                 let upper = s.to_ascii_uppercase();
-                let adds = upper.starts_with("CREATE TABLE")
-                    || upper.starts_with("CREATE INDEX")
-                    || upper.starts_with("CREATE UNIQUE INDEX")
+                let adds = [
+                    "CREATE TABLE",
+                    "CREATE INDEX",
+                    "CREATE UNIQUE INDEX",
+                    "CREATE FUNCTION",
+                    "CREATE TRIGGER",
+                ]
+                .iter()
+                .any(|p| upper.starts_with(p))
+                    || (upper.starts_with("INSERT INTO") && upper.contains(" SELECT "))
                     || (upper.starts_with("ALTER TABLE")
                         && upper.contains(" ADD COLUMN ")
                         && !upper.contains("NOT NULL"));

@@ -471,8 +471,7 @@ fn record_succeeded(
     let t = tags(round.succeeded.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let keys: Vec<String> = round.succeeded.iter().map(|x| clip(x.identity, 200)).collect();
     let records: Vec<Option<&str>> = round.succeeded.iter().map(|x| x.record.map(|r| r.as_str())).collect();
-    let rules: Vec<Option<i32>> =
-        round.succeeded.iter().map(|x| handlers::rules_of(x.record).map(|v| v as i32)).collect();
+    let rules: Vec<Option<i32>> = round.succeeded.iter().map(|x| x.rules.map(|v| v as i32)).collect();
     let (lo, hi) = span(ids.iter().copied());
     c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules])
 }

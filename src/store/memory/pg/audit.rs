@@ -70,6 +70,10 @@ impl crate::ports::StateAudit for MemPg {
         self.read(|s| Ok(s.procs.values().rev().take(1000).map(|p| p.updated_at).max()))
     }
 
+    fn events_pruned(&mut self) -> StoreResult<i64> {
+        self.read(|s| Ok(s.events_pruned))
+    }
+
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
         self.read(|s| Ok(MemPg::outbox_of(s, ids)))
     }

@@ -25,7 +25,9 @@ impl Housekeeping for MemPg {
                 .map(|e| e.event.event_id)
                 .collect();
             for id in &ids {
-                s.events.remove(id);
+                if let Some(m) = s.events.remove(id).and_then(|e| e.event.msg_id) {
+                    s.events_pruned = s.events_pruned.max(m);
+                }
             }
             Ok(ids.len())
         })

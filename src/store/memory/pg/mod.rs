@@ -82,6 +82,8 @@ pub struct MemLease {
 pub struct PgState {
     pub procs: BTreeMap<i64, MemProc>,
     pub events: BTreeMap<i64, MemEvent>,
+    /// The highest MSG_ID whose events a delete took (`OUTBOX_PRUNED`, V018's trigger).
+    pub events_pruned: i64,
     pub watermark: i64,
     next_event_id: i64,
     /// PROC_STATE_HST: archived rows as they were.
@@ -110,6 +112,7 @@ impl Default for PgState {
         PgState {
             procs: BTreeMap::new(),
             events: BTreeMap::new(),
+            events_pruned: 0,
             watermark: 0,
             next_event_id: 0,
             hst: BTreeMap::new(),

@@ -75,7 +75,16 @@ impl Tables {
         round_keys: &mut HashMap<&'a str, i64>,
         now: SystemTime,
     ) -> StoreResult<()> {
-        let crate::ports::Succeeded { msg_id: id, tag, identity, events, references, record, answer: _ } = *x;
+        let crate::ports::Succeeded {
+            msg_id: id,
+            tag,
+            identity,
+            events,
+            references,
+            record,
+            answer: _,
+            rules,
+        } = *x;
         if planted::on(Bug::IdentityUnchecked) {
             round_keys.clear();
         } else if let Some(other) = round_keys.insert(identity, id) {
@@ -101,7 +110,7 @@ impl Tables {
         }
         p.row.identity_key = Some(identity.to_string());
         p.redis_record = record;
-        p.rules_version = crate::handlers::rules_of(record);
+        p.rules_version = rules;
         terminal(p, ProcStatus::Succeeded, now);
         self.references(id, references, now);
         for (ordinal, e) in events.iter().enumerate() {
