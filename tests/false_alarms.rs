@@ -408,16 +408,6 @@ fn regression_the_postgres_heal_never_moves_the_watermark_past_a_row_not_process
     assert_eq!(order, [open, above], "the late row in MSG_ID order, as the commit grace keeps it");
 }
 
-/// Deletes every key under the test's prefix: what a FLUSHALL does to msgx (the Redis is
-/// shared by the tests).
-fn empty_redis(s: &Services) {
-    let mut c = s.redis();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", s.cfg.redis_prefix)).query(&mut c).unwrap();
-    if !keys.is_empty() {
-        redis::cmd("DEL").arg(&keys).query::<()>(&mut c).unwrap();
-    }
-}
-
 /// #37 path 5: the heal budget was five heals per process for its whole life, and counted an
 /// outage during a heal and a false finding alike. Now a heal that changed something is
 /// recorded in own PostgreSQL and counted per hour by every instance; a store away while the

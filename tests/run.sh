@@ -16,6 +16,10 @@ if [ "$started" = 1 ]; then
   trap '$services stop' EXIT
 fi
 
+# The releases the upgrade tests run beside this build (#52): built before the tests, so no
+# test waits on a compiler while the others run.
+tests/support/releases.sh
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --lib --bins --tests --no-fail-fast "$@"
 else

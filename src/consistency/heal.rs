@@ -202,7 +202,8 @@ pub fn heal_asking(
             let top = st.pg.succeeded_last(1)?.first().map_or(0, |m| m.msg_id);
             st.flights.set_pruned(top)?;
         }
-        info!("healed redis: {flights} flight(s) and {journal} journal entry(ies) rebuilt from {messages} SUCCEEDED message(s) from MSG_ID {from}");
+        let rules = other.line().map(|l| format!("; {l}")).unwrap_or_default();
+        info!("healed redis: {flights} flight(s) and {journal} journal entry(ies) rebuilt from {messages} SUCCEEDED message(s) from MSG_ID {from}{rules}");
         (healed.flights, healed.journal, healed.messages, healed.from, healed.other) =
             (flights, journal, messages, Some(from), other);
         healed.asked = asked.iter().map(|r| r.req_id).collect();

@@ -575,6 +575,17 @@ impl Instance {
 
     /// [`Instance::run`] with more environment variables (systemd's, for instance).
     pub fn run_with_env(s: &Services, name: &str, extra: &str, env: &[(&str, &str)]) -> Instance {
+        Instance::run_release(s, std::path::Path::new(env!("CARGO_BIN_EXE_msgx")), name, extra, env)
+    }
+
+    /// [`Instance::run_with_env`] of another build of msgx: `bin` (a previous release, #52).
+    pub fn run_release(
+        s: &Services,
+        bin: &std::path::Path,
+        name: &str,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> Instance {
         let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join(format!("{name}.toml"));
@@ -582,7 +593,7 @@ impl Instance {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let pg_url = format!("{}?application_name=msgx-{name}", s.cfg.pg_url);
-        let child = Command::new(env!("CARGO_BIN_EXE_msgx"))
+        let child = Command::new(bin)
             .args(["--config", config.to_str().unwrap(), "run"])
             .env("MSGX_PG_URL", pg_url)
             .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
@@ -729,11 +740,21 @@ pub fn verify_all(s: &Services) -> (Option<i32>, String) {
 /// A `msgx` command (the real binary) on `s`'s stores, own PostgreSQL at `pg_url`: its exit
 /// code and output.
 pub fn msgx_cli(s: &Services, pg_url: &str, args: &[&str]) -> (Option<i32>, String) {
+    msgx_cli_of(s, std::path::Path::new(env!("CARGO_BIN_EXE_msgx")), pg_url, args)
+}
+
+/// [`msgx_cli`] of another build of msgx: `bin` (a previous release, #52).
+pub fn msgx_cli_of(
+    s: &Services,
+    bin: &std::path::Path,
+    pg_url: &str,
+    args: &[&str],
+) -> (Option<i32>, String) {
     let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("cli.toml");
     std::fs::write(&config, &s.toml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_msgx"))
+    let out = Command::new(bin)
         .args(["--config", config.to_str().unwrap()])
         .args(args)
         .env("MSGX_PG_URL", pg_url)
@@ -814,6 +835,17 @@ impl Drop for Pair {
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Deletes every key under the test's prefix: what a FLUSHALL does to msgx (the Redis is
+/// shared by the tests). Returns how many keys went.
+pub fn empty_redis(s: &Services) -> usize {
+    let mut c = s.redis();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", s.cfg.redis_prefix)).query(&mut c).unwrap();
+    if !keys.is_empty() {
+        redis::cmd("DEL").arg(&keys).query::<()>(&mut c).unwrap();
+    }
+    keys.len()
 }
 
 /// The log's ERROR lines of the consistency sentinel, and its heals.

@@ -1,0 +1,323 @@
+//! A new release takes over a live pipeline from the one before (#52), on the real services.
+//! Three builds run side by side: the **previous** release (the commit pinned in
+//! `tests/support/previous-release`), the build under test, and the **next** one (this tree
+//! plus `tests/support/next-release.patch`: FLOP-STND also reads `<XSTND>`, the rules version
+//! one up). `tests/support/releases.sh` builds the other two in a target directory of their own.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use msgx::fixtures;
+use mysql::prelude::Queryable;
+
+/// The other releases' binaries.
+struct Releases {
+    previous: PathBuf,
+    next: PathBuf,
+}
+
+fn releases() -> Releases {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/releases.sh");
+    let out = std::process::Command::new(script).output().expect("run tests/support/releases.sh");
+    assert!(out.status.success(), "releases.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+    let path =
+        |name: &str| PathBuf::from(at.get(name).unwrap_or_else(|| panic!("no {name} release in:\n{text}")));
+    Releases { previous: path("previous"), next: path("next") }
+}
+
+/// The sentinel every second: a rolling upgrade is compared many times over.
+const CHECKED: &str = "[msgx.consistency-check]\ninterval = \"1s\"\n";
+
+/// The upstream, all along: a FLOP-STND every 20 ms for one of 20 flights, each with a value of
+/// its own (so each message changes its flight: one event each) and the vendor element
+/// `<XSTND>` the previous and this release skip.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<i64>>,
+}
+
+impl Traffic {
+    fn start(s: &Services) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let url = s.cfg.mysql_url.clone();
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut my = mysql::Conn::new(mysql::Opts::from_url(&url).unwrap()).unwrap();
+            let mut ids = Vec::new();
+            let mut seqn = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                seqn += 1;
+                let flid = format!("U{}", seqn % 20);
+                let value = format!("S{seqn}");
+                let raw =
+                    fixtures::flop(seqn, "STND", &flid, &[("STND", Some(&value)), ("XSTND", Some("9"))]);
+                my.exec_drop(
+                    "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')",
+                    (raw,),
+                )
+                .unwrap();
+                ids.push(my.last_insert_id() as i64);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            ids
+        });
+        Traffic { stop, handle }
+    }
+
+    fn stop(self) -> Vec<i64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().expect("the traffic thread")
+    }
+}
+
+/// One host: the instance it runs, and the logs of those it ran.
+struct Host {
+    name: &'static str,
+    running: Option<Instance>,
+    logs: Vec<(String, String)>,
+}
+
+impl Host {
+    fn new(name: &'static str) -> Host {
+        Host { name, running: None, logs: Vec::new() }
+    }
+
+    /// Starts `bin` on this host; waits until it holds the lease (`active`) or stands by.
+    fn start(&mut self, s: &Services, bin: &Path, release: &str, active: bool) {
+        assert!(self.running.is_none(), "{} runs an instance already", self.name);
+        let name = format!("{}-{release}-{}", self.name, self.logs.len());
+        let i = Instance::run_release(s, bin, &name, CHECKED, &[]);
+        let want = if active { "lease acquired" } else { "standby: lease held by" };
+        assert!(i.wait_for_log(want, Duration::from_secs(60)), "{name}: no `{want}`:\n{}", i.log_text());
+        self.running = Some(i);
+    }
+
+    /// Stops this host's instance as systemd does (SIGTERM): it must end cleanly.
+    fn stop(&mut self) {
+        let mut i = self.running.take().expect("an instance to stop");
+        i.signal("-TERM");
+        let code = i.wait(Duration::from_secs(60));
+        self.logs.push((i.name.clone(), i.log_text()));
+        assert_eq!(code, Some(0), "{} did not stop cleanly:\n{}", i.name, i.log_text());
+    }
+
+    /// Waits until this host's instance took the lease over.
+    fn takes_over(&self) {
+        let i = self.running.as_ref().expect("an instance");
+        assert!(
+            i.wait_for_log("lease acquired", Duration::from_secs(60)),
+            "{}: no takeover:\n{}",
+            i.name,
+            i.log_text()
+        );
+    }
+
+    fn all_logs(&mut self) -> Vec<(String, String)> {
+        if let Some(i) = &self.running {
+            self.logs.push((i.name.clone(), i.log_text()));
+        }
+        std::mem::take(&mut self.logs)
+    }
+}
+
+/// Waits until `n` more messages are SUCCEEDED than now: the pipeline serves.
+fn serves(s: &Services, n: i64) {
+    let q = "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'";
+    let mut pg = s.pg();
+    let before = count(&mut pg, q);
+    assert!(
+        eventually(Duration::from_secs(60), || count(&mut pg, q) >= before + n),
+        "the pipeline stopped serving at {before} SUCCEEDED"
+    );
+}
+
+/// Every message SUCCEEDED, every event SENT and on the topic once per `event_key`, in MSG_ID
+/// order per flight; nothing DEAD; no heal; no consistency finding in any log; `verify
+/// --sample 1` of every release exits 0. Returns one line of figures.
+fn nothing_lost_no_alarm(s: &Services, ids: &[i64], logs: &[(String, String)], bins: &[&Path]) -> String {
+    let all = ids.len() as i64;
+    let mut pg = s.pg();
+    let done = eventually(Duration::from_secs(120), || {
+        count(&mut pg, "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'") == all
+            && count(&mut pg, "SELECT count(*) FROM msg_event WHERE target = 'KAFKA:msg' AND state = 'SENT'")
+                == all
+    });
+    let states = pg.query("SELECT state, count(*) FROM proc_state GROUP BY state", &[]).unwrap();
+    let states: Vec<(String, i64)> = states.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert!(done, "not every message settled and delivered: {states:?} of {all}");
+    assert_eq!(count(&mut pg, "SELECT count(*) FROM consistency_heal"), 0, "no heal");
+    for (name, log) in logs {
+        assert!(alarms(log).is_empty(), "{name}: {:?}", alarms(log));
+        assert!(!log.contains("MSGX_FORGOT"), "{name} took a store for one that forgot:\n{log}");
+    }
+    let got = consume_event_keys(&s.cfg.kafka_brokers, s.topic(), ids.len(), Duration::from_secs(60));
+    let (mut seen, mut last) = (BTreeSet::new(), BTreeMap::<String, i64>::new());
+    for r in &got {
+        let key = r.header("event_key").expect("an event_key").to_string();
+        if !seen.insert(key) {
+            continue;
+        }
+        let m = r.payload["msg_id"].as_i64().expect("msg_id");
+        let before = last.insert(r.key.clone(), m).unwrap_or(0);
+        assert!(m > before, "flight {}: message {m} delivered after {before}", r.key);
+    }
+    let delivered: BTreeSet<i64> = got.iter().filter_map(|r| r.payload["msg_id"].as_i64()).collect();
+    assert_eq!(delivered, ids.iter().copied().collect(), "every message on the topic");
+    for bin in bins {
+        let (code, out) = msgx_cli_of(s, bin, &s.cfg.pg_url, &["verify", "--sample", "1"]);
+        assert_eq!(code, Some(0), "{}: verify --sample 1:\n{out}", bin.display());
+    }
+    format!(
+        "{all} messages, {} records read ({} duplicates), {} flights in order",
+        got.len(),
+        got.len() - seen.len(),
+        last.len()
+    )
+}
+
+/// #52: the previous release serving, this one as its standby; this release migrates while the
+/// previous one serves (it keeps serving on the migrated schema), the previous one stops and
+/// this one takes over, the second host is upgraded. Then the way back — the previous release
+/// starts on the schema this one migrated and takes over — and forward again, with traffic all
+/// along: nothing lost, order per flight kept, nothing DEAD, no finding, no heal.
+#[test]
+fn a_rolling_upgrade_with_a_standby_and_the_way_back_lose_nothing_and_raise_no_alarm() {
+    let r = releases();
+    let this = Path::new(env!("CARGO_BIN_EXE_msgx"));
+    let s = Services::new("");
+    let (code, out) = msgx_cli_of(&s, &r.previous, &s.cfg.pg_url, &["migrate"]);
+    assert_eq!(code, Some(0), "the previous release migrates a new database:\n{out}");
+    let traffic = Traffic::start(&s);
+    let (mut h1, mut h2) = (Host::new("h1"), Host::new("h2"));
+    h1.start(&s, &r.previous, "previous", true);
+    h2.start(&s, &r.previous, "previous", false);
+    serves(&s, 50);
+    // Host 2: the package upgraded, the schema migrated while host 1 serves on.
+    h2.stop();
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["migrate"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("applied V"), "this release has a migration the previous one does not know:\n{out}");
+    serves(&s, 50);
+    h2.start(&s, this, "this", false);
+    h1.stop();
+    h2.takes_over();
+    serves(&s, 50);
+    h1.start(&s, this, "this", false);
+    serves(&s, 50);
+    // The way back: the previous release on the schema this one migrated.
+    h1.stop();
+    h1.start(&s, &r.previous, "previous", false);
+    let back = h1.running.as_ref().unwrap().log_text();
+    assert!(
+        back.contains("newer than this release"),
+        "the previous release says it runs on a newer schema:\n{back}"
+    );
+    h2.stop();
+    h1.takes_over();
+    serves(&s, 50);
+    h2.start(&s, &r.previous, "previous", false);
+    // And forward again.
+    h2.stop();
+    h2.start(&s, this, "this", false);
+    h1.stop();
+    h2.takes_over();
+    h1.start(&s, this, "this", false);
+    serves(&s, 50);
+    let ids = traffic.stop();
+    let logs: Vec<(String, String)> = h1.all_logs().into_iter().chain(h2.all_logs()).collect();
+    let figures = nothing_lost_no_alarm(&s, &ids, &logs, &[&r.previous, this]);
+    println!("rolling upgrade, way back and forward again, {} instances: {figures}", logs.len());
+}
+
+/// A flight's fields as Redis holds them, through `msgx flight --json` of `bin`.
+fn fields(s: &Services, bin: &Path, flid: &str) -> BTreeMap<String, String> {
+    let (code, out) = msgx_cli_of(s, bin, &s.cfg.pg_url, &["flight", flid, "--json"]);
+    assert_eq!(code, Some(0), "msgx flight {flid}:\n{out}");
+    let json = &out[out.find('{').unwrap_or_else(|| panic!("no JSON in:\n{out}"))..];
+    let v: serde_json::Value = serde_json::Deserializer::from_str(json)
+        .into_iter()
+        .next()
+        .expect("a JSON value")
+        .unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let list = v["fields"].as_array().cloned().unwrap_or_default();
+    list.iter()
+        .map(|f| {
+            (f["name"].as_str().unwrap().to_string(), f["value"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// #52, the probe: this release processed 300 FLOPs carrying `<XSTND>9</XSTND>`, which
+/// it skips; the next one maps it. The next release's `verify --sample 1` counts those messages
+/// as decided under other rules (no `versions-behind`), it starts without a finding or a heal,
+/// and after Redis is emptied under it, it rebuilds what was announced: flight 7050 without
+/// XSTND (no event announced one), flight 7200 with the XSTND an event of its own announced.
+#[test]
+fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_was_announced() {
+    let r = releases();
+    let this = Path::new(env!("CARGO_BIN_EXE_msgx"));
+    let s = Services::migrated("");
+    let raws: Vec<String> = (0..300)
+        .map(|i| {
+            fixtures::flop(
+                i + 1,
+                "STND",
+                &format!("{}", 7000 + i),
+                &[("STND", Some("12")), ("XSTND", Some("9"))],
+            )
+        })
+        .collect();
+    s.insert_inbound(&raws);
+    let mut a = Instance::run(&s, "this", CHECKED);
+    settled(&s, &a, &[("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'", 300), (SENT, 300)]);
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["verify", "--sample", "1"]);
+    assert_eq!(code, Some(0), "{out}");
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(60)), Some(0), "{}", a.log_text());
+    let (code, out) = msgx_cli_of(&s, &r.next, &s.cfg.pg_url, &["verify", "--sample", "1"]);
+    assert_eq!(code, Some(0), "the next release finds nothing:\n{out}");
+    assert!(out.contains("other rules: 300 message(s)"), "{out}");
+    let b = Instance::run_release(&s, &r.next, "next", CHECKED, &[]);
+    assert!(b.wait_for_log("lease acquired", Duration::from_secs(60)), "{}", b.log_text());
+    // A new message under the next release's rules: its event announces XSTND.
+    s.insert_inbound(&[fixtures::flop(301, "STND", "7200", &[("STND", Some("14")), ("XSTND", Some("10"))])]);
+    settled(&s, &b, &[(SENT, 301)]);
+    // The sentinel compares every second; a few rounds on the next release's rules.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        count(&mut s.pg(), "SELECT count(*) FROM consistency_heal"),
+        0,
+        "no heal at the start:\n{}",
+        b.log_text()
+    );
+    assert!(alarms(&b.log_text()).is_empty(), "{:?}", alarms(&b.log_text()));
+    // Redis emptied under the next release: a real loss, healed from what was announced.
+    assert!(empty_redis(&s) > 0);
+    assert!(b.wait_for_log("healed redis:", Duration::from_secs(60)), "{}", b.log_text());
+    let f7050 = fields(&s, &r.next, "7050");
+    assert_eq!(f7050.get("STND").map(String::as_str), Some("12"), "{f7050:?}");
+    assert!(!f7050.contains_key("XSTND"), "no event announced XSTND for 7050: {f7050:?}");
+    let f7200 = fields(&s, &r.next, "7200");
+    assert_eq!(
+        f7200.get("XSTND").map(String::as_str),
+        Some("10"),
+        "announced by message 301's event: {f7200:?}"
+    );
+    let (code, out) = msgx_cli_of(&s, &r.next, &s.cfg.pg_url, &["verify", "--sample", "1"]);
+    assert_eq!(code, Some(0), "{out}");
+    let log = b.log_text();
+    let heal = log.lines().find(|l| l.contains("healed redis:")).unwrap_or_default();
+    assert!(
+        heal.contains("300 message(s) decided under other rules laid on as announced, 0 decided again"),
+        "{heal}"
+    );
+    println!("next release: {heal}");
+}
