@@ -4,31 +4,47 @@
 # with rpmbuild and packaging/rpm/msgx.spec (package `rpm` on Debian).
 #
 #   packaging/build.sh [PROFILE]    release (default), or dev to package the binary CI tested
+#   packaging/build.sh --tree DIR --binary FILE --out DIR
+#                                   packages an already built binary with the packaging files of
+#                                   another tree (the previous release, for the upgrade check):
+#                                   that tree's Cargo.toml, spec, units and configuration
 set -euo pipefail
 cd "$(dirname "$0")/.."
-profile=${1:-release}
+repo=$PWD
 command -v cargo-deb >/dev/null || cargo install --locked cargo-deb
-if [ "$profile" = release ]; then
-  cargo build --release --locked
-  bin=target/release/msgx
+if [ "${1:-}" = --tree ]; then
+  [ $# -eq 6 ] && [ "$3" = --binary ] && [ "$5" = --out ] || {
+    echo "usage: packaging/build.sh --tree DIR --binary FILE --out DIR" >&2
+    exit 2
+  }
+  tree=$(cd "$2" && pwd) bin=$4 out=$(mkdir -p "$6" && cd "$6" && pwd)
 else
-  cargo build --locked --profile "$profile"
-  bin=target/debug/msgx
+  profile=${1:-release}
+  tree=$repo out=$repo/target/packages
+  if [ "$profile" = release ]; then
+    cargo build --release --locked
+    bin=target/release/msgx
+  else
+    cargo build --locked --profile "$profile"
+    bin=target/debug/msgx
+  fi
 fi
-# The packages' asset paths name target/release (Cargo.toml); a dev build is staged there,
-# stripped, so that the package holds exactly the binary that was tested.
-if [ "$bin" != target/release/msgx ]; then
-  mkdir -p target/release
-  strip -o target/release/msgx "$bin"
+# The packages' asset paths name target/release under the tree (its Cargo.toml); any other
+# binary is staged there, stripped, so that the package holds exactly the binary that was tested.
+if [ "$(realpath -m "$bin")" != "$(realpath -m "$tree/target/release/msgx")" ]; then
+  mkdir -p "$tree/target/release"
+  strip -o "$tree/target/release/msgx" "$bin"
 fi
-mkdir -p target/man target/packages
-rm -f target/packages/msgx*.deb target/packages/msgx*.rpm
+cd "$tree"
+mkdir -p target/man "$out"
+rm -f "$out"/msgx*.deb "$out"/msgx*.rpm
 target/release/msgx man > target/man/msgx.1
 gzip -9 -n -f target/man/msgx.1
-cargo deb --no-build --no-strip --output target/packages/
+# The tree's own target directory: cargo-deb finds target/release there, not in a shared one.
+env -u CARGO_TARGET_DIR cargo deb --no-build --no-strip --output "$out/"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 rm -rf target/rpmbuild
-rpmbuild -bb --quiet --define "_topdir $PWD/target/rpmbuild" --define "src $PWD" \
+rpmbuild -bb --quiet --define "_topdir $tree/target/rpmbuild" --define "src $tree" \
   --define "version $version" packaging/rpm/msgx.spec
-cp target/rpmbuild/RPMS/*/msgx-*.rpm target/packages/
-ls -l target/packages
+cp target/rpmbuild/RPMS/*/msgx-*.rpm "$out/"
+ls -l "$out"

@@ -9,12 +9,14 @@
 #
 # Needs root (dpkg -i). Installs lintian and rpm (rpmbuild) with apt-get and cargo-deb with
 # cargo, when missing.
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-release}
 
 say() { printf '== package: %s\n' "$*"; }
 fail() { printf '== package: FAILED: %s\n' "$*" >&2; exit 1; }
+# A command that fails without a word of its own is named, with its line.
+trap 'fail "line $LINENO: \`$BASH_COMMAND\` exited $?"' ERR
 
 missing=()
 command -v lintian >/dev/null || missing+=(lintian)
@@ -36,7 +38,10 @@ say "lintian $deb"
 lintian --fail-on error --display-info "$deb" | tee target/packages/lintian.txt
 
 say "dpkg -i"
+# What a run before that stopped half-way left installed (either package, an edited conffile).
 dpkg --purge msgx >/dev/null 2>&1 || true
+if rpm -q msgx >/dev/null 2>&1; then rpm -e --nodeps msgx >/dev/null 2>&1 || true; fi
+rm -rf /etc/msgx
 dpkg -i "$deb"
 getent passwd msgx | grep -q ':/usr/sbin/nologin$' || fail "no system user msgx with nologin shell"
 [ "$(stat -c '%a %U %G' /etc/msgx/msgx.toml)" = "640 root msgx" ] || fail "/etc/msgx/msgx.toml is $(stat -c '%a %U %G' /etc/msgx/msgx.toml), not 640 root msgx"
@@ -84,11 +89,16 @@ my -e "CREATE DATABASE $scratch"
 my "$scratch" < sql/fixtures/mailbox.sql
 cleanup() {
   for p in "${instance_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for db in $scratch ${scratch}_a ${scratch}_b; do
+  [ -z "${traffic_pid:-}" ] || { touch "$traffic_stop"; wait "$traffic_pid" || true; }
+  for db in $scratch ${scratch}_a ${scratch}_b ${scratch}_deb ${scratch}_rpm; do
     "$psql_bin" -q "$pg_admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
     my -e "DROP DATABASE IF EXISTS $db" || true
   done
-  rm -f /etc/msgx/a.toml /etc/msgx/b.toml /etc/msgx/a.env /etc/msgx/b.env
+  # The instances' Redis keys (named after this run's databases), when redis-cli is at hand.
+  if command -v redis-cli >/dev/null; then
+    redis-cli -u "$MSGX_REDIS_URL" --scan --pattern "msgx:${scratch}_*" | xargs -r redis-cli -u "$MSGX_REDIS_URL" DEL >/dev/null || true
+  fi
+  rm -f /etc/msgx/a.toml /etc/msgx/b.toml /etc/msgx/a.env /etc/msgx/b.env /etc/msgx/deb.toml /etc/msgx/deb.env /etc/msgx/rpm.toml /etc/msgx/rpm.env
 }
 instance_pids=()
 trap cleanup EXIT
@@ -108,7 +118,11 @@ grep -qx 'Type=notify' "$tmpl" || fail "$tmpl is not Type=notify"
 # user, its Environment= and EnvironmentFile= with %i put in, its ExecStart — and watched
 # through its own log file and metrics port.
 unit_value() { sed -n "s/^$1=//p" "$tmpl"; }
-start_instance() {
+# An instance's own databases (a fresh mailbox), env file and configuration, cut from the
+# installed /etc/msgx/msgx.toml: its own metrics port (0: any free one, logged), Redis key
+# prefix and topics, named after this run's databases (what a run before left in Redis is
+# another instance's).
+prepare_instance() {
   local i=$1 db="${scratch}_$1"
   "$psql_bin" -q "$pg_admin" -c "CREATE DATABASE $db"
   my -e "CREATE DATABASE $db"
@@ -116,39 +130,63 @@ start_instance() {
   printf 'MSGX_PG_URL=%s\nMSGX_MYSQL_URL=%s\nMSGX_REDIS_URL=%s\nMSGX_KAFKA_BROKERS=%s\n' "${pg_admin%/*}/$db" \
     "${my_admin%/*}/$db" "$MSGX_REDIS_URL" "$MSGX_KAFKA_BROKERS" > "/etc/msgx/$i.env"
   chgrp msgx "/etc/msgx/$i.env" && chmod 0640 "/etc/msgx/$i.env"
-  # Its own metrics port (0: any free one, logged), Redis key prefix and topics.
-  sed -e 's/^listen = "127.0.0.1:9722"/listen = "127.0.0.1:0"/' -e "s/^key-prefix = \"msgx:\"/key-prefix = \"msgx:$i:\"/" \
-    -e "s/^msg = \"msgx.msg\"/msg = \"msgx.$i.msg\"/" -e "s/^schd = \"msgx.schd\"/schd = \"msgx.$i.schd\"/" \
+  sed -e 's/^listen = "127.0.0.1:9722"/listen = "127.0.0.1:0"/' -e "s/^key-prefix = \"msgx:\"/key-prefix = \"msgx:$db:\"/" \
+    -e "s/^msg = \"msgx.msg\"/msg = \"msgx.$db.msg\"/" -e "s/^schd = \"msgx.schd\"/schd = \"msgx.$db.schd\"/" \
     /etc/msgx/msgx.toml > "/etc/msgx/$i.toml"
   chgrp msgx "/etc/msgx/$i.toml" && chmod 0640 "/etc/msgx/$i.toml"
-  local envs=() line file user exec
+  rm -f "/var/log/msgx/$i.log"
+}
+# `msgx migrate` of the installed binary for instance $1, as an operator runs it.
+migrate_instance() {
+  local db="${scratch}_$1"
+  MSGX_PG_URL="${pg_admin%/*}/$db" MSGX_MYSQL_URL="${my_admin%/*}/$db" /usr/bin/msgx --config "/etc/msgx/$1.toml" migrate
+}
+# Runs instance $1 as the installed template unit says — its user, its Environment= and
+# EnvironmentFile= with %i put in, its ExecStart — and waits for its Nth `started epoch=` ($2,
+# default 1: the log is kept across restarts).
+run_instance() {
+  local i=$1 nth=${2:-1} envs=() line file user exec log=/var/log/msgx/$1.log
+  tmpl=$(ls /lib/systemd/system/msgx@.service /usr/lib/systemd/system/msgx@.service 2>/dev/null | head -1)
   while IFS= read -r line; do envs+=("${line//%i/$i}"); done < <(unit_value Environment)
   file=$(unit_value EnvironmentFile | sed "s/%i/$i/g; s/^-//")
   while IFS= read -r line; do [ -n "$line" ] && envs+=("$line"); done < "$file"
   user=$(unit_value User)
   exec=$(unit_value ExecStart | sed "s/%i/$i/g")
-  MSGX_PG_URL="${pg_admin%/*}/$db" MSGX_MYSQL_URL="${my_admin%/*}/$db" /usr/bin/msgx --config "/etc/msgx/$i.toml" migrate >/dev/null
-  rm -f "/var/log/msgx/$i.log"
   # shellcheck disable=SC2086 # ExecStart is split into words as systemd splits it.
   env -i PATH=/usr/bin:/bin "${envs[@]}" setpriv --reuid="$user" --regid="$user" --init-groups -- $exec \
-    >"target/packages/instance-$i.out" 2>&1 &
+    >>"target/packages/instance-$i.out" 2>&1 &
   instance_pids+=($!)
+  for _ in $(seq 60); do
+    [ "$(grep -c 'started epoch=' "$log" 2>/dev/null || true)" -ge "$nth" ] 2>/dev/null && return 0
+    kill -0 "${instance_pids[-1]}" 2>/dev/null || break
+    sleep 1
+  done
+  cat "$log" "target/packages/instance-$i.out" || true
+  fail "instance $i did not start (run $nth)"
+}
+# SIGTERM to every running instance; each must exit 0.
+stop_instances() {
+  local p
+  for p in "${instance_pids[@]}"; do kill -TERM "$p"; done
+  for p in "${instance_pids[@]}"; do wait "$p" || fail "an instance exited $? on SIGTERM"; done
+  instance_pids=()
+}
+start_instance() {
+  prepare_instance "$1"
+  migrate_instance "$1" >/dev/null
+  run_instance "$1"
 }
 start_instance a
 start_instance b
 for i in a b; do
   log=/var/log/msgx/$i.log
-  for _ in $(seq 60); do grep -q 'started epoch=' "$log" 2>/dev/null && break; sleep 1; done
-  grep -q 'started epoch=' "$log" 2>/dev/null || { cat "$log" "target/packages/instance-$i.out" || true; fail "instance $i did not start"; }
   [ "$(stat -c %U "$log")" = msgx ] || fail "$log is not written by user msgx"
   addr=$(sed -n 's/.*metrics listening on \([^ ]*\) .*/\1/p' "$log" | head -1)
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$addr/live")" = 200 ] || fail "instance $i: /live on $addr"
   say "instance $i: $(grep -o 'started epoch=[0-9]*' "$log" | head -1), /live 200 on $addr, log $log"
 done
 [ "$(grep -ho 'metrics listening on [^ ]*' /var/log/msgx/a.log /var/log/msgx/b.log | sort -u | wc -l)" = 2 ] || fail "the instances share a metrics port"
-for p in "${instance_pids[@]}"; do kill -TERM "$p"; done
-for p in "${instance_pids[@]}"; do wait "$p" || fail "an instance exited $? on SIGTERM"; done
-instance_pids=()
+stop_instances
 for i in a b; do grep -q '\] stopped$' "/var/log/msgx/$i.log" || fail "instance $i did not stop cleanly"; done
 say "both instances stopped on SIGTERM, exit 0"
 rm -f /etc/msgx/a.toml /etc/msgx/b.toml /etc/msgx/a.env /etc/msgx/b.env /var/log/msgx/a.log /var/log/msgx/b.log
@@ -168,4 +206,130 @@ done
 rpm -qp --scripts "$rpmfile" | tee target/packages/rpm-scripts.txt
 grep -q 'useradd --system' target/packages/rpm-scripts.txt || fail "the rpm does not create the msgx user"
 rpm -qp --configfiles "$rpmfile" | grep -qx /etc/msgx/msgx.toml || fail "msgx.toml is not %config in the rpm"
+
+# ---- Upgrade in place and back (#52) ------------------------------------------------------
+# The previous release (tests/support/previous-release) packaged from its own tree; installed,
+# serving; this release's package installed over it while it serves; `msgx migrate`; restarted
+# as this release; the previous package installed again over this one (the way back) and
+# restarted on the schema this release migrated. Traffic flows all along. Then every message
+# is processed once, SUCCEEDED, each flight holds its last stand, `msgx verify --sample 1` finds
+# nothing, the configuration file an operator edited and the env file are as they were, and the
+# enabled unit is still enabled. Once with dpkg, once with rpm.
+prev_bin=$(tests/support/releases.sh | sed -n 's/^previous=//p')
+[ -x "$prev_bin" ] || fail "tests/support/releases.sh built no previous release"
+packaging/build.sh --tree target/releases/previous --binary "$prev_bin" --out target/packages/previous >/dev/null
+prev_deb=$(ls target/packages/previous/msgx_*.deb)
+prev_rpm=$(ls target/packages/previous/msgx-*.rpm)
+this_version=$(dpkg-deb -f "$deb" Version) prev_version=$(dpkg-deb -f "$prev_deb" Version)
+dpkg --compare-versions "$this_version" gt "$prev_version" \
+  || fail "this release's version $this_version is not above the pinned previous release's $prev_version (Cargo.toml)"
+traffic_stop=$(mktemp -u)
+# FLOP-STND messages for flights P0..P9 into the instance's mailbox, one each 50 ms, until
+# traffic_end (not in a subshell: it waits for its child); the last SEQN written is in
+# $traffic_stop.n.
+traffic() {
+  rm -f "$traffic_stop" "$traffic_stop.n"
+  (
+    n=${1:-0}
+    while [ ! -e "$traffic_stop" ]; do
+      n=$((n + 1)) f=P$((n % 10))
+      my "${scratch}_$inst" -e "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES ('<MSG><META><SNDR>AODB</SNDR><SEQN>$n</SEQN><DTTM>20260101083000</DTTM><TYPE>FLOP</TYPE><STYP>STND</STYP></META><FLOP><FLID>$f</FLID><FFID>MX-$f-D-01JAN260900-D</FFID><STND>S$n</STND></FLOP></MSG>', UTC_TIMESTAMP(), 'VALID')"
+      echo "$n" > "$traffic_stop.n"
+      sleep 0.05
+    done
+  ) &
+  traffic_pid=$!
+}
+traffic_end() {
+  touch "$traffic_stop"
+  wait "$traffic_pid"
+  traffic_pid=
+}
+# Waits until the instance marked every mailbox row processed.
+drained() {
+  local left
+  for _ in $(seq 90); do
+    left=$(my -N "${scratch}_$inst" -e "SELECT count(*) FROM cminmsgs WHERE CMINMSGS_DATE_PROCESSED IS NULL")
+    [ "$left" = 0 ] && return 0
+    sleep 1
+  done
+  fail "$left mailbox row(s) still unprocessed after 90 s"
+}
+u_env() { env MSGX_PG_URL="${pg_admin%/*}/${scratch}_$inst" MSGX_MYSQL_URL="${my_admin%/*}/${scratch}_$inst" "$@"; }
+installed() { /usr/bin/msgx --version | tr -d '\n'; }
+
+# upgrade_cycle KIND INSTALL UPGRADE DOWNGRADE REMOVE: the packages, the instance and the checks.
+upgrade_cycle() {
+  # The instance is named after the package kind: its databases, Redis keys and topics are
+  # its own, apart from the other cycle's.
+  local kind=$1 inst=$1 install=$2 upgrade=$3 downgrade=$4 remove=$5 conf_sum env_sum runs=0 last total
+  say "$kind: install the previous release ($install)"
+  $install
+  say "$kind: $(installed) installed"
+  # An operator's edit of the conffile, which every step below must keep.
+  printf '\n# edited on this host (package check %s)\n' "$$" >> /etc/msgx/msgx.toml
+  conf_sum=$(sha256sum < /etc/msgx/msgx.toml)
+  prepare_instance "$inst"
+  env_sum=$(sha256sum < /etc/msgx/$inst.env)
+  systemctl enable msgx@$inst.service >/dev/null 2>&1 || fail "systemctl enable msgx@$inst.service"
+  migrate_instance "$inst" >/dev/null
+  run_instance "$inst" $((runs += 1))
+  traffic 0
+  sleep 2
+  say "$kind: upgrade to this release while the previous one serves ($upgrade)"
+  $upgrade
+  say "$kind: $(installed) installed; msgx migrate, then the instance restarted as this release"
+  migrate_instance "$inst" | tee -a "target/packages/upgrade-$kind.txt"
+  stop_instances
+  run_instance "$inst" $((runs += 1))
+  grep -q "^.* INFO .*schema V" /var/log/msgx/$inst.log || fail "this release logged no schema line"
+  sleep 2
+  say "$kind: back to the previous release while this one serves ($downgrade)"
+  $downgrade
+  say "$kind: $(installed) installed; the instance restarted as it, on this release's schema"
+  stop_instances
+  run_instance "$inst" $((runs += 1))
+  sleep 2
+  traffic_end
+  last=$(cat "$traffic_stop.n")
+  drained
+  stop_instances
+  # What an operator checks after the way back.
+  total=$(my -N "${scratch}_$inst" -e "SELECT count(*) FROM cminmsgs")
+  [ "$total" = "$last" ] || fail "$kind: $total mailbox rows, $last written"
+  local succeeded
+  succeeded=$(u_env "$psql_bin" -Atq "${pg_admin%/*}/${scratch}_$inst" -c "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'")
+  [ "$succeeded" = "$total" ] || fail "$kind: $succeeded of $total messages SUCCEEDED"
+  local n f want got
+  for n in $(seq $((last - 9)) "$last"); do
+    f=P$((n % 10)) want=S$n
+    got=$(u_env /usr/bin/msgx --config /etc/msgx/$inst.toml flight "$f" | sed -n 's/^  STND *= \([^ ]*\) .*/\1/p')
+    [ "$got" = "$want" ] || fail "$kind: flight $f holds $got, not its last stand $want"
+  done
+  u_env /usr/bin/msgx --config /etc/msgx/$inst.toml verify --sample 1 > "target/packages/verify-$kind.txt" \
+    || { cat "target/packages/verify-$kind.txt"; fail "$kind: msgx verify --sample 1 after the way back"; }
+  if grep -E '^[^ ]+ (ERROR|WARN) ' /var/log/msgx/$inst.log | grep -v 'newer than this release'; then
+    fail "$kind: the instance logged the warnings or errors above"
+  fi
+  grep -q 'WARN .*schema V.*newer than this release' /var/log/msgx/$inst.log \
+    || fail "$kind: the previous release, back on this release's schema, did not say it runs on a newer one"
+  [ "$(sha256sum < /etc/msgx/msgx.toml)" = "$conf_sum" ] || fail "$kind: the edited /etc/msgx/msgx.toml was not kept"
+  [ "$(sha256sum < /etc/msgx/$inst.env)" = "$env_sum" ] || fail "$kind: /etc/msgx/$inst.env was not kept"
+  [ "$(systemctl is-enabled msgx@$inst.service 2>/dev/null)" = enabled ] || fail "$kind: msgx@$inst.service is no longer enabled"
+  say "$kind: $total messages through install, upgrade and downgrade, $runs runs: all SUCCEEDED, each flight at its last stand, verify exit 0, conffile and env file kept, msgx@$inst.service enabled"
+  systemctl disable msgx@$inst.service >/dev/null 2>&1 || true
+  for db in "${scratch}_$inst"; do
+    "$psql_bin" -q "$pg_admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+    my -e "DROP DATABASE IF EXISTS $db"
+  done
+  rm -f /etc/msgx/$inst.toml /etc/msgx/$inst.env /var/log/msgx/$inst.log
+  $remove
+  # What a removal keeps of an edited configuration (rpm: msgx.toml.rpmsave) goes with the check.
+  rm -rf /etc/msgx
+}
+upgrade_cycle deb "dpkg -i $prev_deb" "dpkg -i --force-confdef --force-confold $deb" \
+  "dpkg -i --force-confdef --force-confold $prev_deb" "dpkg --purge msgx"
+# rpm on Debian: no rpm database knows /bin/sh or shadow-utils, hence --nodeps.
+upgrade_cycle rpm "rpm -i --nodeps $prev_rpm" "rpm -U --nodeps $rpmfile" \
+  "rpm -U --oldpackage --nodeps $prev_rpm" "rpm -e --nodeps msgx"
 say "ok"

@@ -113,7 +113,11 @@ pub fn known() -> i32 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
-const HISTORY: &str = "CREATE TABLE IF NOT EXISTS msgx_schema_history (
+// `client_min_messages` for this transaction only: each later `msgx migrate` would otherwise
+// print PostgreSQL's NOTICE that the table and the column already exist, which an operator
+// reads as something to look into.
+const HISTORY: &str = "SET LOCAL client_min_messages = warning;
+    CREATE TABLE IF NOT EXISTS msgx_schema_history (
     version    INT          PRIMARY KEY,
     name       VARCHAR(100) NOT NULL,
     checksum   CHAR(64)     NOT NULL,
