@@ -911,7 +911,7 @@ pub struct Gauges {
     pub lag: f64,
     pub marks_owed: i64,
     pub marks_abandoned: i64,
-    /// Open requests to the AODB (REGISTERED, SENT, WAITING) per origin (`operator`, `heal`):
+    /// Open requests to the AODB (REGISTERED, SENT, WAITING) per origin (`operator`, `heal`, `first-start`):
     /// a heal's are windows whose flights await the answer (#41).
     pub requests_open: Vec<(String, i64)>,
 }

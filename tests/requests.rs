@@ -310,13 +310,50 @@ fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
 /// #41, `msgx.requests.on-empty`: a first start — Redis empty, nothing msgx holds to rebuild it
 /// from — asks the AODB for today's flights; a second start while the request is open does not
 /// ask again.
+/// #55: the text of a message that changed flights gone, its events past retention, Redis
+/// emptied: nothing tells which day its flights lie on. Before, the heal asked the AODB for
+/// today's window and ended degraded with an answer for other flights; now it stops for a
+/// person (exit 6), names the message, and asks the AODB nothing — with `on-empty` at its
+/// default (true), which only a first start reads.
+#[test]
+fn regression_a_heal_that_cannot_tell_the_day_stops_for_a_person_and_asks_for_no_day() {
+    use mysql::prelude::Queryable;
+    let s = Services::migrated("jobs-interval = \"1s\"\n");
+    let ids = s.insert_inbound(&[
+        fixtures::schd(1, "DNLD", &[("H1", "05MAR260900"), ("H2", "05MAR261000")]),
+        fixtures::flop_body("STND", "H1", "<STND>B9</STND>"),
+    ]);
+    let mut a = Instance::run(&s, "before", "");
+    settled(&s, &a, &[(SUCCEEDED, 2)]);
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
+    // While msgx is stopped: the plan's row purged, its events gone as retention takes them,
+    // Redis emptied.
+    s.mysql().exec_drop("DELETE FROM cminmsgs WHERE CMINMSGS_ID = ?", (ids[0],)).unwrap();
+    let gone = s.pg().execute("DELETE FROM msg_event WHERE msg_id = $1", &[&ids[0]]).unwrap();
+    assert!(gone > 0, "message {} had events", ids[0]);
+    assert!(empty_redis(&s) > 0, "msgx wrote Redis");
+    let mut b = Instance::run(&s, "after", "");
+    assert_eq!(b.wait(Duration::from_secs(60)), Some(6), "{}", b.log_text());
+    let log = b.log_text();
+    let why = log.lines().find(|l| l.contains("which day's flights they changed is not known"));
+    let why = why.unwrap_or_else(|| panic!("no reason given:\n{log}"));
+    assert!(why.contains(&format!("SUCCEEDED message(s) {} that changed flights", ids[0])), "{why}");
+    println!("exit 6: {why}");
+    assert!(!log.contains("heal by request"), "{log}");
+    let (_, listed) = msgx(&s, &["requests", "--json"]);
+    assert_eq!(listed.trim(), "[]", "asked the AODB nothing");
+    assert!(coutmsgs(&s).is_empty());
+}
+
 #[test]
 fn a_first_start_with_an_empty_redis_asks_for_todays_flights_once() {
     let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\non-empty = true\n");
     let mut a = Instance::run(&s, "first", "");
-    assert!(a.wait_for_log("empty at start-up req_id=1", Duration::from_secs(60)), "{}", a.log_text());
+    assert!(a.wait_for_log("first start req_id=1", Duration::from_secs(60)), "{}", a.log_text());
     let rows = wait_coutmsgs(&s, &a, 1);
-    let line = a.log_text().lines().find(|l| l.contains("empty at start-up")).unwrap().to_string();
+    let line = a.log_text().lines().find(|l| l.contains("first start req_id=")).unwrap().to_string();
+    assert!(line.contains("nothing is degraded"), "{line}");
     println!("{line}\nCOUTMSGS row: {rows:?}");
     let today = line.split("key=").nth(1).unwrap().get(..10).unwrap().to_string();
     let stdb = jiff::civil::Date::strptime("%Y-%m-%d", &today).unwrap().strftime("%d%b%y0000").to_string();
@@ -324,9 +361,24 @@ fn a_first_start_with_an_empty_redis_asks_for_todays_flights_once() {
     a.signal("-TERM");
     a.wait(Duration::from_secs(30));
     let b = Instance::run(&s, "second", "");
-    assert!(b.wait_for_log("empty at start-up req_id=1", Duration::from_secs(60)), "{}", b.log_text());
+    assert!(b.wait_for_log("first start req_id=1", Duration::from_secs(60)), "{}", b.log_text());
     assert!(b.log_text().contains("already asked the AODB for today's flights"), "{}", b.log_text());
+    // Recorded and reported as what it is (#55; before: origin `heal`, and `msgx status`,
+    // `/ready` and `status --check` said degraded after a plain first start).
+    assert_eq!(listed(&s, 1)["origin"], "first-start");
     let (_, status) = msgx(&s, &["status"]);
-    assert!(status.contains("requests open: 1") && status.contains("degraded"), "{status}");
+    assert!(status.contains("requests open: 1") && status.contains("asked at the first start"), "{status}");
+    assert!(!status.contains("degraded:"), "{status}");
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(0), "{check}");
+    assert!(check.starts_with("MSGX OK") && !check.contains("degraded"), "{check}");
+    let addr = endpoint(&b);
+    let scraped = eventually(Duration::from_secs(30), || {
+        let (_, body) = http_get(&addr, "/metrics");
+        body.contains("msgx_requests_open{origin=\"first-start\"} 1")
+            && body.contains("msgx_requests_open{origin=\"heal\"} 0")
+    });
+    assert!(scraped, "{}", http_get(&addr, "/metrics").1);
+    assert_eq!(http_get(&addr, "/ready"), (200, "ready\n".to_string()));
     assert_eq!(coutmsgs(&s).len(), 1, "asked once");
 }

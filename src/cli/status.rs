@@ -70,10 +70,13 @@ fn awaiting(open: &[msgx::requests::Request]) -> impl Iterator<Item = &msgx::req
 fn print_requests(open: &[msgx::requests::Request]) {
     out!("requests open: {}", open.len());
     for r in open {
-        let why = if r.origin == msgx::requests::Origin::Heal.as_str() {
-            " — degraded: asked by a heal, the window's flights await its answer"
-        } else {
-            ""
+        use msgx::requests::Origin;
+        let why = match Origin::ALL.into_iter().find(|o| o.as_str() == r.origin) {
+            Some(Origin::Heal) => " — degraded: asked by a heal, the window's flights await its answer",
+            Some(Origin::FirstStart) => {
+                " — asked at the first start (Redis was empty): today's flights fill it when the answer comes; nothing is degraded"
+            }
+            _ => "",
         };
         out!(
             "  req_id={} {} {} {} since {}{why}",

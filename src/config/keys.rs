@@ -414,7 +414,7 @@ pub const KEYS: &[KeySpec] = &[
         "msgx.requests.on-empty",
         "true",
         Kind::Bool,
-        "a start with an empty Redis that nothing msgx holds can rebuild, and a heal of an emptied Redis whose lost flights no event places on a day, ask the AODB for today's flights (false: neither; the heal then stops for a person)",
+        "a first start (Redis never written, nothing msgx holds to fill it) asks the AODB for today's flights (origin first-start; false: the flights fill as messages come). A heal never guesses a day: lost flights no event places on one stop it for a person",
     ),
     k(
         "msgx.requests.window-format",

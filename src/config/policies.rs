@@ -73,7 +73,6 @@ pub struct RequestPolicy {
     /// How an RQFD's `STDB`/`STDE` write a time (strftime, written upper case); checked at
     /// start-up, so writing a request never fails on it.
     pub window_format: String,
-    /// `msgx.requests.on-empty`: a heal of an emptied Redis that cannot place the flights of the
-    /// texts gone asks for today's window.
+    /// `msgx.requests.on-empty`: a first start with an empty Redis asks for today's flights.
     pub on_empty: bool,
 }

@@ -6,8 +6,10 @@
 //! Which windows: the flights the message's outbox events name (`KAFKA:msg`, `KAFKA:schd`), on
 //! the day their scheduled time falls on (the time the event carried, else Redis's plan index).
 //! When that cannot be known (the events are past `event-retention`, the flights have no
-//! scheduled time) the heal asks for today's window only when Redis is empty and
-//! `msgx.requests.on-empty` allows it; otherwise it stops for a person, as before.
+//! scheduled time) the heal stops for a person, naming the messages (SPEC §4.10: not enough
+//! evidence): today is no better a guess than any other day, and a heal that asked for it would
+//! end degraded with an answer for flights it never lost (#55). Only a first start asks for
+//! today (`on_empty`): there nothing was lost.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -47,7 +49,6 @@ pub(super) fn for_gone(
     replay: &mut Rebuild,
     asking: &Asking,
     gone: &[Gone],
-    empty: bool,
     now: SystemTime,
 ) -> Result<Vec<Request>, HealError> {
     for (m, _) in gone.iter().filter(|(_, r)| *r == Some(RedisRecord::Generation)) {
@@ -61,12 +62,9 @@ pub(super) fn for_gone(
     if wrote.is_empty() {
         return Ok(Vec::new());
     }
-    let (mut days, unplaced) = days_of(st, replay, &wrote)?;
+    let (days, unplaced) = days_of(st, replay, &wrote)?;
     if !unplaced.is_empty() {
-        if !(empty && asking.policy.on_empty) {
-            return Err(HealError::Person(unplaceable(&unplaced)));
-        }
-        days.insert(today(&asking.zone, now));
+        return Err(HealError::Person(unplaceable(&unplaced)));
     }
     let mut asked = Vec::new();
     for day in days {
@@ -77,8 +75,8 @@ pub(super) fn for_gone(
 
 /// Start-up with an empty Redis and nothing to rebuild it from (a first start, or every
 /// message msgx processed changed no flight): with `msgx.requests.on-empty`, the AODB is asked
-/// for today's flights (SPEC §4.11), the flights await its answer as after a heal. A request
-/// already open for today is not asked again.
+/// for today's flights (SPEC §4.11) under its own origin: nothing was lost, so nothing is
+/// degraded while the answer is awaited. A request already open for today is not asked again.
 pub(super) fn on_empty(
     st: &mut Stores<'_>,
     asking: &Asking,
@@ -88,9 +86,9 @@ pub(super) fn on_empty(
         return Ok(None);
     }
     let day = today(&asking.zone, now);
-    let (r, how) = register(st, asking, &day, now)?;
+    let (r, how) = register(st, asking, &day, Origin::FirstStart, now)?;
     info!(
-        "empty at start-up req_id={} key={}: Redis holds no flight and no message msgx holds can rebuild one; {how} the AODB for today's flights ({}) (msgx.requests.on-empty)",
+        "first start req_id={} key={}: Redis holds no flight and no message msgx holds changed one; {how} the AODB for today's flights ({}) to fill it (msgx.requests.on-empty); nothing is degraded",
         r.req_id, r.req_key, r.req_type
     );
     Ok(Some(r))
@@ -153,19 +151,19 @@ fn unplaceable(unplaced: &[i64]) -> String {
     )
 }
 
-/// Registers the request for `day`'s flights, or finds the one open for it: the request, and
-/// `asked` or `already asked`.
+/// Registers the request for `day`'s flights on behalf of `origin`, or finds the one open for
+/// it: the request, and `asked` or `already asked`.
 fn register(
     st: &mut Stores<'_>,
     asking: &Asking,
     day: &str,
+    origin: Origin,
     now: SystemTime,
 ) -> Result<(Request, &'static str), HealError> {
     let ask = Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
         .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))?;
     let policy = &asking.policy;
-    let new =
-        NewRequest { req_type: ask.req_type(policy.dialect), req_key: ask.req_key(), origin: Origin::Heal };
+    let new = NewRequest { req_type: ask.req_type(policy.dialect), req_key: ask.req_key(), origin };
     let text = |req_id| requests::text(policy, &asking.zone, &ask, req_id, now);
     Ok(match st.pg.register(&new, &text, now)? {
         Ok(r) => (r, "asked"),
@@ -181,7 +179,7 @@ fn ask_day(
     wrote: &[i64],
     now: SystemTime,
 ) -> Result<Request, HealError> {
-    let (r, how) = register(st, asking, day, now)?;
+    let (r, how) = register(st, asking, day, Origin::Heal, now)?;
     let ids: Vec<String> = wrote.iter().take(10).map(i64::to_string).collect();
     warn!(
         "heal by request req_id={} key={}: the mailbox no longer holds the texts of SUCCEEDED message(s) {}; {how} the AODB for the window's flights ({}), which stay as the other messages leave them until its answer is processed",

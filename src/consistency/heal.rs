@@ -195,7 +195,7 @@ pub fn heal_asking(
                 .min()
                 .unwrap_or(0)
         };
-        let how = How { only: None, write: true, asking, empty };
+        let how = How { only: None, write: true, asking };
         let Rebuilt { flights, journal, messages, asked, other } = rebuild(st, from, &how, now)?;
         if empty {
             // Nothing of the old journal is there: everything up to now counts as dropped.
@@ -360,7 +360,7 @@ fn rebuild(st: &mut Stores<'_>, from: i64, how: &How<'_>, now: SystemTime) -> Re
     };
     let (journal, messages, gone) = replay_onto(st, &mut replay, from, pruned, how.asking.is_some())?;
     let asked = match how.asking {
-        Some(a) if !gone.is_empty() && write => ask::for_gone(st, &mut replay, a, &gone, how.empty, now)?,
+        Some(a) if !gone.is_empty() && write => ask::for_gone(st, &mut replay, a, &gone, now)?,
         _ => Vec::new(),
     };
     let Rebuild { plan, seed, other, .. } = replay;
@@ -399,12 +399,11 @@ struct Rebuilt {
 }
 
 /// What a rebuild does: only some flights (`msgx rebuild-flights --flid`), whether it writes,
-/// and whether it asks the AODB for what the mailbox no longer holds (Redis `empty` before).
+/// and whether it asks the AODB for what the mailbox no longer holds.
 struct How<'a> {
     only: Option<&'a [String]>,
     write: bool,
     asking: Option<&'a Asking>,
-    empty: bool,
 }
 
 /// The heal's replay: the plan as the messages leave it, each flight as Redis held it when first
@@ -607,6 +606,6 @@ pub fn rebuild_flights(
     now: SystemTime,
     write: bool,
 ) -> Result<(usize, usize), HealError> {
-    let how = How { only, write, asking: None, empty: false };
+    let how = How { only, write, asking: None };
     rebuild(st, 0, &how, now).map(|r| (r.flights, r.messages))
 }

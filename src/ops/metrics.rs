@@ -300,7 +300,7 @@ impl Metrics {
 /// `msgx_requests_open{origin}` (#41): every origin, 0 when none is open.
 fn requests_open(r: &mut Registry, g: &Gauges) {
     let f = Family::<Labels, Gauge>::default();
-    for o in [Origin::Operator, Origin::Heal] {
+    for o in Origin::ALL {
         let n = g.requests_open.iter().find(|(x, _)| x == o.as_str()).map_or(0, |(_, n)| *n);
         f.get_or_create(&labels(&[("origin", o.as_str())])).set(n);
     }

@@ -260,21 +260,28 @@ impl fmt::Display for ReqState {
     }
 }
 
-/// Who asked.
+/// Who asked. Only a heal's open request is a window whose flights await the answer (degraded);
+/// a release that does not know an origin reads it as not a heal's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Origin {
     /// `msgx request …`.
     Operator,
     /// A heal that could not rebuild flights from the mailbox texts (#41).
     Heal,
+    /// The first start: Redis never written and nothing msgx holds to fill it, today's flights
+    /// asked for (`msgx.requests.on-empty`, #55). Nothing was lost, so nothing is degraded.
+    FirstStart,
 }
 
 impl Origin {
+    pub const ALL: [Origin; 3] = [Origin::Operator, Origin::Heal, Origin::FirstStart];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Operator => "operator",
             Origin::Heal => "heal",
+            Origin::FirstStart => "first-start",
         }
     }
 }
