@@ -178,6 +178,56 @@ fn an_unanswered_request_expires_a_late_answer_is_noted_and_an_unsolicited_one_c
     assert!(a.log_text().contains("unsolicited_answers=1"), "{}", a.log_text());
 }
 
+/// #55 item 1, on the real services: a window answer closes only the sent request whose window
+/// holds its times. Before, a RESP for 7 March closed the open request for 5 March (the oldest
+/// open), an empty RESP closed it too, and after a request expired every unrelated RESP was filed
+/// as its late answer; now each of those is unsolicited, counted, and the request waits for its
+/// own answer.
+#[test]
+fn regression_a_window_answer_closes_only_the_request_whose_window_holds_it() {
+    let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\ntimeout = \"8s\"\n");
+    let mut a = Instance::run(&s, "exact", "");
+    let day5 = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    wait_coutmsgs(&s, &a, 1);
+    wait_state(&s, &a, day5, "WAITING");
+    let resp = |m: u64, flights: &[(&str, &str)]| fixtures::schd(m, "RESP", flights);
+    // Another day's answer, and one with no flights (no times): neither answers 5 March.
+    let other_day = s.insert_inbound(&[resp(1, &[("B1", "07MAR260900")])])[0];
+    let empty = s.insert_inbound(&[resp(2, &[])])[0];
+    settled(&s, &a, &[(SUCCEEDED, 2)]);
+    for m in [other_day, empty] {
+        assert!(
+            a.wait_for_log(&format!("unsolicited answer msg_id={m}"), Duration::from_secs(10)),
+            "{}",
+            a.log_text()
+        );
+    }
+    let open = listed(&s, day5);
+    assert!(open["answer_msg_id"].is_null() && open["state"] != "DONE", "{open}");
+    // It expires unanswered; another day's answer is still not its late answer.
+    wait_state(&s, &a, day5, "EXPIRED");
+    let stray = s.insert_inbound(&[resp(3, &[("B2", "07MAR261000")])])[0];
+    settled(&s, &a, &[(SUCCEEDED, 3)]);
+    assert!(
+        a.wait_for_log(&format!("unsolicited answer msg_id={stray}"), Duration::from_secs(10)),
+        "{}",
+        a.log_text()
+    );
+    assert!(listed(&s, day5)["answer_msg_id"].is_null());
+    // Its own answer, late, is noted on it.
+    let own = s.insert_inbound(&[resp(4, &[("A1", "05MAR260900"), ("A2", "05MAR261800")])])[0];
+    settled(&s, &a, &[(SUCCEEDED, 4)]);
+    assert!(
+        a.wait_for_log(&format!("request answered after it expired req_id={day5}"), Duration::from_secs(10)),
+        "{}",
+        a.log_text()
+    );
+    assert_eq!(listed(&s, day5)["answer_msg_id"].as_i64(), Some(own));
+    a.signal("-TERM");
+    a.wait(Duration::from_secs(30));
+    assert!(a.log_text().contains("unsolicited_answers=3"), "{}", a.log_text());
+}
+
 #[test]
 fn a_platform_request_carries_its_mgid_and_the_answer_with_that_rmid_closes_it() {
     let s = Services::migrated(

@@ -76,6 +76,23 @@ impl World {
         heal_asking(st, r, self.clock.now(), Some(&asking))
     }
 
+    /// What the dispatcher does with the requests' outbox events: each lands in `COUTMSGS`
+    /// (the request is SENT; only a sent request is answered, #55).
+    fn send_requests(&self) {
+        use crate::ports::{Landed, Outbox, Sent};
+        let mut pg = self.pg.clone();
+        let pending = pg.pending(crate::domain::Target::Coutmsgs, 100).unwrap();
+        let sent: Vec<Sent> = pending
+            .iter()
+            .map(|e| Sent {
+                event_id: e.event_id,
+                state_version: e.state_version,
+                landed: Some(Landed::Outbound { row: e.event_id }),
+            })
+            .collect();
+        pg.mark_sent(&sent, self.clock.now()).unwrap();
+    }
+
     /// The requests to the AODB, oldest first.
     fn requests(&self) -> Vec<crate::requests::Request> {
         self.pg.inspect(|s| s.requests.values().cloned().collect())
@@ -379,7 +396,8 @@ fn a_heal_asks_the_aodb_for_the_window_whose_text_is_gone_and_the_answer_heals_i
     let meanwhile = w.flights.all();
     assert!(meanwhile.contains_key("C1") && !meanwhile.contains_key("A2"), "{meanwhile:?}");
 
-    // The AODB answers with the day's plan.
+    // The request goes to COUTMSGS, and the AODB answers with the day's plan.
+    w.send_requests();
     w.arrive(4, Some(&plan(4, "RESP")));
     w.drain();
     let after = w.flights.all();

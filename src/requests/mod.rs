@@ -130,10 +130,20 @@ pub fn window_holds(req_key: &str, sodt_key: i64) -> bool {
     holds(req_key, &t, &t)
 }
 
-/// Whether a flight window's request key (`FROM/TO`) holds the times `from..=to`, written as
-/// the key writes them (`2026-03-05T09:00`: text order is time order).
+/// A time as a window's key and an answer's span write it (`2026-03-05T09:00`), read as a time:
+/// none when it is not one (#55: compared as times, never as text).
+fn key_time(t: &str) -> Option<DateTime> {
+    DateTime::strptime("%Y-%m-%dT%H:%M", t).ok()
+}
+
+/// Whether a flight window's request key (`FROM/TO`) holds the times `from..=to`. The one
+/// place a window is compared: the answer guard of both stores comes here (`closes`).
 fn holds(req_key: &str, from: &str, to: &str) -> bool {
-    req_key.split_once('/').is_some_and(|(lo, hi)| lo <= from && to <= hi)
+    let Some((lo, hi)) = req_key.split_once('/') else { return false };
+    match (key_time(lo), key_time(hi), key_time(from), key_time(to)) {
+        (Some(lo), Some(hi), Some(from), Some(to)) => lo <= from && from <= to && to <= hi,
+        _ => false,
+    }
 }
 
 fn iso(t: DateTime) -> String {
@@ -317,8 +327,9 @@ pub struct NewRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Answer {
     /// `SCHD-RESP`, with its earliest and latest scheduled time as a window's key writes them
-    /// (`2026-03-05T09:00`; none when no record has one): the oldest open `RQFD` request whose
-    /// window holds them, else the oldest open one — SIS answers name no request.
+    /// (`2026-03-05T09:00`; none when no record has one): it answers the `RQFD` requests whose
+    /// window holds them — SIS answers name no request, so the times are all that tells (#55);
+    /// without times it answers none.
     Window(Option<(String, String)>),
     /// A reference `RESP` of this type: the open `RQRD` request for it.
     Reference(String),
@@ -372,28 +383,33 @@ impl Answer {
         matches!(self, Answer::Window(Some((a, b))) if holds(&r.req_key, a, b))
     }
 
-    /// Whether this answer answers `r` (its type, its key or its MGID).
+    /// Whether this answer answers `r`: a window answer an `RQFD` whose window holds its times,
+    /// a reference answer the `RQRD` of its type, a platform answer the request of its MGID.
     pub fn answers(&self, r: &Request) -> bool {
         match self {
-            Answer::Window(_) => r.req_type == "RQFD",
+            Answer::Window(_) => r.req_type == "RQFD" && self.within(r),
             Answer::Reference(t) => r.req_type == "RQRD" && r.req_key == *t,
             Answer::Rmid(m) => r.mgid.as_deref() == Some(m.as_str()),
         }
     }
 }
 
-/// The request `answer` closes among `requests` (G-RESP-GUARD): the oldest open one it answers;
-/// else the newest EXPIRED one it answers that no message answered yet (a late answer, noted on
-/// it). The PostgreSQL adapter's statement follows the same rule.
+/// The request `answer` closes among `requests` (G-RESP-GUARD, #55): only one it answers
+/// ([`Answer::answers`]) and that was sent — the oldest such open one (SENT, WAITING); else the
+/// newest such EXPIRED one no message answered yet (a late answer, noted on it); else none (the
+/// answer is unsolicited). A request still REGISTERED, or one that expired without ever reaching
+/// `COUTMSGS`, was asked of nobody and is answered by nothing. Both stores decide with this
+/// function (the PostgreSQL adapter on the candidates it locks).
 pub fn closes<'a>(answer: &Answer, requests: impl IntoIterator<Item = &'a Request>) -> Option<&'a Request> {
-    let candidates: Vec<&Request> =
-        requests.into_iter().filter(|r| r.answer_msg_id.is_none() && answer.answers(r)).collect();
-    // A request whose window holds the answer first; then the oldest open, the newest expired.
-    let open = candidates.iter().filter(|r| r.state.is_open()).min_by_key(|r| (!answer.within(r), r.req_id));
-    let late = candidates
+    let candidates: Vec<&Request> = requests
+        .into_iter()
+        .filter(|r| r.answer_msg_id.is_none() && r.coutmsgs_id.is_some() && answer.answers(r))
+        .collect();
+    let open = candidates
         .iter()
-        .filter(|r| r.state == ReqState::Expired)
-        .min_by_key(|r| (!answer.within(r), std::cmp::Reverse(r.req_id)));
+        .filter(|r| matches!(r.state, ReqState::Sent | ReqState::Waiting))
+        .min_by_key(|r| r.req_id);
+    let late = candidates.iter().filter(|r| r.state == ReqState::Expired).max_by_key(|r| r.req_id);
     open.or(late).copied()
 }
 

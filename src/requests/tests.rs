@@ -156,18 +156,31 @@ fn req(req_id: i64, req_type: &str, key: &str, state: ReqState) -> Request {
     }
 }
 
+fn day(d: u32) -> String {
+    format!("2026-03-{d:02}T00:00/2026-03-{d:02}T23:59")
+}
+
+fn span(a: &str, b: &str) -> Answer {
+    Answer::Window(Some((a.into(), b.into())))
+}
+
+/// A request that went to `COUTMSGS` (row = its id).
+fn sent(req_id: i64, req_type: &str, key: &str, state: ReqState) -> Request {
+    Request { coutmsgs_id: Some(req_id), ..req(req_id, req_type, key, state) }
+}
+
 #[test]
-fn an_answer_closes_the_oldest_open_request_else_notes_the_newest_expired_one() {
+fn an_answer_closes_the_oldest_sent_request_it_answers_else_notes_the_newest_expired_one() {
     let rs = [
-        req(1, "RQFD", "a", ReqState::Expired),
-        req(2, "RQFD", "b", ReqState::Expired),
-        req(3, "RQFD", "c", ReqState::Waiting),
-        req(4, "RQFD", "d", ReqState::Sent),
-        req(5, "RQRD", "SLST", ReqState::Waiting),
+        sent(1, "RQFD", &day(5), ReqState::Expired),
+        sent(2, "RQFD", &day(5), ReqState::Expired),
+        sent(3, "RQFD", &day(5), ReqState::Waiting),
+        sent(4, "RQFD", &day(5), ReqState::Sent),
+        sent(5, "RQRD", "SLST", ReqState::Waiting),
     ];
-    assert_eq!(closes(&Answer::Window(None), &rs).map(|r| r.req_id), Some(3));
-    let expired_only = &rs[..2];
-    assert_eq!(closes(&Answer::Window(None), expired_only).map(|r| r.req_id), Some(2));
+    let on5 = span("2026-03-05T09:00", "2026-03-05T10:00");
+    assert_eq!(closes(&on5, &rs).map(|r| r.req_id), Some(3));
+    assert_eq!(closes(&on5, &rs[..2]).map(|r| r.req_id), Some(2), "the newest expired: a late answer");
     assert_eq!(closes(&Answer::Reference("SLST".into()), &rs).map(|r| r.req_id), Some(5));
     assert_eq!(closes(&Answer::Reference("GLST".into()), &rs), None);
     assert_eq!(closes(&Answer::Rmid(mgid_of(4)), &rs).map(|r| r.req_id), Some(4));
@@ -177,18 +190,42 @@ fn an_answer_closes_the_oldest_open_request_else_notes_the_newest_expired_one() 
     assert_eq!(closes(&Answer::Rmid(mgid_of(3)), [&answered]), None, "answered once only");
 }
 
+/// #55 item 1: before, an answer closed the oldest open request when no window held it —
+/// REGISTERED ones included — and was filed as the late answer of the newest expired one.
 #[test]
-fn a_window_answer_closes_the_request_whose_window_holds_it_first() {
-    let day = |d: u32| format!("2026-03-0{d}T00:00/2026-03-0{d}T23:59");
-    let rs = [req(1, "RQFD", &day(5), ReqState::Waiting), req(2, "RQFD", &day(6), ReqState::Waiting)];
-    let of = |a: &str, b: &str| Answer::Window(Some((a.into(), b.into())));
-    assert_eq!(closes(&of("2026-03-06T08:00", "2026-03-06T14:00"), &rs).map(|r| r.req_id), Some(2));
-    assert_eq!(closes(&of("2026-03-05T08:00", "2026-03-05T14:00"), &rs).map(|r| r.req_id), Some(1));
+fn regression_an_answer_closes_only_a_sent_request_whose_window_holds_it() {
+    let rs = [sent(1, "RQFD", &day(5), ReqState::Waiting), sent(2, "RQFD", &day(6), ReqState::Waiting)];
+    assert_eq!(closes(&span("2026-03-06T08:00", "2026-03-06T14:00"), &rs).map(|r| r.req_id), Some(2));
+    assert_eq!(closes(&span("2026-03-05T08:00", "2026-03-05T14:00"), &rs).map(|r| r.req_id), Some(1));
+    assert_eq!(closes(&span("2026-03-07T08:00", "2026-03-07T09:00"), &rs), None, "another day: unsolicited");
+    assert_eq!(closes(&span("2026-03-05T08:00", "2026-03-06T14:00"), &rs), None, "held by neither");
+    assert_eq!(closes(&Answer::Window(None), &rs), None, "no times: it tells nothing");
+    let expired = [sent(3, "RQFD", &day(5), ReqState::Expired)];
+    assert_eq!(closes(&span("2026-03-07T08:00", "2026-03-07T09:00"), &expired), None, "not a late answer");
+    let registered = [req(4, "RQFD", &day(5), ReqState::Registered)];
     assert_eq!(
-        closes(&of("2026-03-05T08:00", "2026-03-06T14:00"), &rs).map(|r| r.req_id),
-        Some(1),
-        "held by none: the oldest"
+        closes(&span("2026-03-05T08:00", "2026-03-05T09:00"), &registered),
+        None,
+        "asked of nobody yet"
     );
+    let undeliverable = [req(5, "RQFD", &day(5), ReqState::Expired)];
+    assert_eq!(closes(&span("2026-03-05T08:00", "2026-03-05T09:00"), &undeliverable), None, "never sent");
+}
+
+#[test]
+fn windows_are_compared_as_times() {
+    let rs = [sent(1, "RQFD", "2026-03-05T06:00/2026-03-05T18:00", ReqState::Waiting)];
+    assert_eq!(
+        closes(&span("2026-03-05T06:00", "2026-03-05T18:00"), &rs).map(|r| r.req_id),
+        Some(1),
+        "bounds held"
+    );
+    assert_eq!(closes(&span("2026-03-05T05:59", "2026-03-05T12:00"), &rs), None);
+    assert_eq!(closes(&span("2026-03-05T12:00", "2026-03-05T18:01"), &rs), None);
+    // Text that is no time holds nothing (compared as text, "2026-03-05T1" sorts inside).
+    assert_eq!(closes(&span("2026-03-05T1", "2026-03-05T12:00"), &rs), None);
+    let bad = [sent(2, "RQFD", "today/tomorrow", ReqState::Waiting)];
+    assert_eq!(closes(&span("2026-03-05T08:00", "2026-03-05T09:00"), &bad), None);
 }
 
 #[test]

@@ -105,38 +105,53 @@ pub fn a_request_is_sent_then_waits_then_expires_and_frees_its_key<S: OwnStore>(
     register(&mut s, "RQRD", "SLST", 41);
 }
 
-pub fn an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one<S: OwnStore>(mut s: S) {
-    enqueue(&mut s, &[1, 2, 3, 4, 5]);
-    let a = register(&mut s, "RQFD", "a", 1);
-    let b = register(&mut s, "RQFD", "b", 2);
-    let p = register(&mut s, "RQDF", "FLID:F1", 3);
-    commit(&mut s, &[answering(1, Answer::Window(None)), answering(2, Answer::Window(None))], at(5)).unwrap();
-    let mut answered = s.answered(&[1, 2]).unwrap();
-    answered.sort_by_key(|r| r.req_id);
-    let got: Vec<_> = answered.iter().map(|r| (r.req_id, r.state, r.answer_msg_id)).collect();
-    assert_eq!(got, [(a.req_id, ReqState::Done, Some(1)), (b.req_id, ReqState::Done, Some(2))]);
-    commit(&mut s, &[answering(3, Answer::Window(None))], at(6)).unwrap();
-    assert!(s.answered(&[3]).unwrap().is_empty(), "unsolicited: no request explains it");
-    commit(&mut s, &[answering(4, Answer::Rmid(p.mgid.clone().unwrap()))], at(7)).unwrap();
-    assert_eq!(one(&mut s, p.req_id).answer_msg_id, Some(4));
-    let late = register(&mut s, "RQFD", "c", 8);
-    deliver(&mut s, &late, 9, 9);
-    s.keep_requests(Duration::from_secs(1), at(9)).unwrap();
-    s.keep_requests(Duration::from_secs(1), at(20)).unwrap();
-    commit(&mut s, &[answering(5, Answer::Window(None))], at(21)).unwrap();
-    let noted = one(&mut s, late.req_id);
-    assert_eq!((noted.state, noted.answer_msg_id), (ReqState::Expired, Some(5)), "processed and noted");
+const DAY5: &str = "2026-03-05T00:00/2026-03-05T23:59";
+const DAY6: &str = "2026-03-06T00:00/2026-03-06T23:59";
+
+fn on(day: u32) -> Answer {
+    Answer::Window(Some((format!("2026-03-0{day}T08:00"), format!("2026-03-0{day}T14:00"))))
 }
 
+pub fn an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1, 2, 3, 4, 5, 6]);
+    let a = register(&mut s, "RQFD", DAY5, 1);
+    let p = register(&mut s, "RQDF", "FLID:F1", 2);
+    deliver(&mut s, &a, 3, 3);
+    deliver(&mut s, &p, 4, 4);
+    let b = register(&mut s, "RQFD", DAY6, 5);
+    deliver(&mut s, &b, 5, 5);
+    commit(&mut s, &[answering(1, on(5)), answering(2, on(5))], at(6)).unwrap();
+    let got: Vec<_> =
+        s.answered(&[1, 2]).unwrap().iter().map(|r| (r.req_id, r.state, r.answer_msg_id)).collect();
+    assert_eq!(got, [(a.req_id, ReqState::Done, Some(1))], "closed once; the second is unsolicited");
+    commit(&mut s, &[answering(3, Answer::Window(None))], at(7)).unwrap();
+    assert!(s.answered(&[3]).unwrap().is_empty(), "no times: no request explains it");
+    assert_eq!(one(&mut s, b.req_id).answer_msg_id, None);
+    commit(&mut s, &[answering(4, Answer::Rmid(p.mgid.clone().unwrap()))], at(8)).unwrap();
+    assert_eq!(one(&mut s, p.req_id).answer_msg_id, Some(4));
+    s.keep_requests(Duration::from_secs(1), at(9)).unwrap();
+    s.keep_requests(Duration::from_secs(1), at(20)).unwrap();
+    assert_eq!(one(&mut s, b.req_id).state, ReqState::Expired);
+    commit(&mut s, &[answering(5, on(7))], at(21)).unwrap();
+    assert_eq!(one(&mut s, b.req_id).answer_msg_id, None, "another day's answer is not its late one");
+    commit(&mut s, &[answering(6, on(6))], at(22)).unwrap();
+    let noted = one(&mut s, b.req_id);
+    assert_eq!((noted.state, noted.answer_msg_id), (ReqState::Expired, Some(6)), "processed and noted");
+}
+
+/// #55: only a sent request whose window holds the answer's times is closed by it.
 pub fn a_window_answer_closes_the_request_whose_window_holds_it<S: OwnStore>(mut s: S) {
-    enqueue(&mut s, &[1, 2]);
-    let day5 = register(&mut s, "RQFD", "2026-03-05T00:00/2026-03-05T23:59", 1);
-    let day6 = register(&mut s, "RQFD", "2026-03-06T00:00/2026-03-06T23:59", 2);
-    let of = |a: &str, b: &str| Answer::Window(Some((a.into(), b.into())));
-    commit(&mut s, &[answering(1, of("2026-03-06T08:00", "2026-03-06T14:00"))], at(3)).unwrap();
-    assert_eq!(one(&mut s, day6.req_id).answer_msg_id, Some(1), "the day it answers, not the oldest");
-    commit(&mut s, &[answering(2, of("2026-03-07T08:00", "2026-03-07T09:00"))], at(4)).unwrap();
-    assert_eq!(one(&mut s, day5.req_id).answer_msg_id, Some(2), "held by none: the oldest open");
+    enqueue(&mut s, &[1, 2, 3]);
+    let day5 = register(&mut s, "RQFD", DAY5, 1);
+    let day6 = register(&mut s, "RQFD", DAY6, 2);
+    commit(&mut s, &[answering(1, on(6))], at(3)).unwrap();
+    assert_eq!(one(&mut s, day6.req_id).answer_msg_id, None, "REGISTERED: asked of nobody yet");
+    deliver(&mut s, &day5, 4, 4);
+    deliver(&mut s, &day6, 5, 5);
+    commit(&mut s, &[answering(2, on(6))], at(6)).unwrap();
+    assert_eq!(one(&mut s, day6.req_id).answer_msg_id, Some(2), "the day it answers, not the oldest");
+    commit(&mut s, &[answering(3, on(7))], at(7)).unwrap();
+    assert_eq!(one(&mut s, day5.req_id).answer_msg_id, None, "held by none: unsolicited");
 }
 
 pub fn a_request_whose_event_went_dead_expires_as_undeliverable<S: OwnStore>(mut s: S) {

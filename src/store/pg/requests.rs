@@ -167,10 +167,15 @@ pub(super) fn sent(c: &mut Session<'_>, sent: &[Sent<'_>], now: SystemTime) -> R
     Ok(())
 }
 
-/// The answer guard (G-RESP-GUARD) in the round's transaction: each answer closes the oldest
-/// open request it answers (DONE), else notes itself on the newest EXPIRED one no message
-/// answered yet (`requests::closes`). One statement per answer: answers are rare (a snapshot a
-/// request asked for, a reference list), and two in one round must not close the same request.
+/// How many unanswered requests of an answer's kind the guard weighs, newest first: what
+/// a long run of unanswered requests makes it read stays bounded.
+const CANDIDATES: i64 = 1000;
+
+/// The answer guard (G-RESP-GUARD) in the round's transaction: the unanswered, sent requests of
+/// the answer's kind are locked and read, and `requests::closes` — the one rule, which the
+/// in-memory twin applies too — picks the one it closes (DONE) or notes itself on (EXPIRED);
+/// none, and the answer is unsolicited. One answer after the other: answers are rare (a snapshot
+/// a request asked for, a reference list), and two in one round must not close the same request.
 pub(super) fn answer(
     c: &mut Session<'_>,
     answers: &[(i64, &Answer)],
@@ -178,29 +183,29 @@ pub(super) fn answer(
 ) -> Result<(), postgres::Error> {
     for (msg_id, a) in answers {
         let (matching, key): (&str, Option<&str>) = match a {
-            // $3 is NULL here: named so that every statement takes the same parameters.
-            Answer::Window(_) => ("req_type = 'RQFD' AND $3::text IS NULL", None),
-            Answer::Reference(t) => ("req_type = 'RQRD' AND req_key = $3", Some(t.as_str())),
-            Answer::Rmid(m) => ("mgid = $3", Some(m.as_str())),
+            // $1 is NULL here: named so that every statement takes the same parameters.
+            Answer::Window(_) => ("req_type = 'RQFD' AND $1::text IS NULL", None),
+            Answer::Reference(t) => ("req_type = 'RQRD' AND req_key = $1", Some(t.as_str())),
+            Answer::Rmid(m) => ("mgid = $1", Some(m.as_str())),
         };
-        // A window answer's scheduled times ($4..$5): the request whose window holds them first
-        // (`requests::closes`, the same rule).
-        let (from, to) = match a {
-            Answer::Window(Some((f, t))) => (Some(f.as_str()), Some(t.as_str())),
-            _ => (None, None),
-        };
-        let sql = format!(
+        let rows = c.query(
+            &format!(
+                "SELECT {REQUEST} FROM req_track
+                 WHERE answer_msg_id IS NULL AND coutmsgs_id IS NOT NULL
+                   AND state IN ('SENT', 'WAITING', 'EXPIRED') AND {matching}
+                 ORDER BY req_id DESC LIMIT {CANDIDATES} FOR UPDATE"
+            ),
+            &[&key],
+        )?;
+        // The WHERE admits only states `ReqState` knows: every row reads back.
+        let candidates: Vec<Request> = rows.iter().filter_map(|r| request(r).ok()).collect();
+        let Some(r) = crate::requests::closes(a, &candidates) else { continue };
+        c.execute(
             "UPDATE req_track SET state = CASE WHEN state = 'EXPIRED' THEN state ELSE 'DONE' END,
                     answer_msg_id = $1, updated_at = $2
-             WHERE req_id = (SELECT req_id FROM req_track
-                             WHERE answer_msg_id IS NULL AND state IN ('REGISTERED', 'SENT', 'WAITING', 'EXPIRED')
-                               AND {matching}
-                             ORDER BY state = 'EXPIRED',
-                                      NOT coalesce(split_part(req_key, '/', 1) <= $4::text AND split_part(req_key, '/', 2) >= $5::text, false),
-                                      CASE WHEN state = 'EXPIRED' THEN -req_id ELSE req_id END
-                             LIMIT 1 FOR UPDATE)"
-        );
-        c.execute(&sql, &[msg_id, &now, &key, &from, &to])?;
+             WHERE req_id = $3",
+            &[msg_id, &now, &r.req_id],
+        )?;
     }
     Ok(())
 }
