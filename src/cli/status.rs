@@ -71,7 +71,7 @@ fn print_requests(open: &[msgx::requests::Request]) {
     out!("requests open: {}", open.len());
     for r in open {
         use msgx::requests::Origin;
-        let why = match Origin::ALL.into_iter().find(|o| o.as_str() == r.origin) {
+        let why = match Origin::parse(&r.origin) {
             Some(Origin::Heal) => " — degraded: asked by a heal, the window's flights await its answer",
             Some(Origin::FirstStart) => {
                 " — asked at the first start (Redis was empty): today's flights fill it when the answer comes; nothing is degraded"

@@ -294,6 +294,12 @@ impl Origin {
             Origin::FirstStart => "first-start",
         }
     }
+
+    /// An origin as the database stores it; `None` for one this release does not know (a newer
+    /// release's, read as not a heal's).
+    pub fn parse(s: &str) -> Option<Origin> {
+        Origin::ALL.into_iter().find(|o| o.as_str() == s)
+    }
 }
 
 /// One `REQ_TRACK` row.
