@@ -228,6 +228,81 @@ fn regression_a_window_answer_closes_only_the_request_whose_window_holds_it() {
     assert!(a.log_text().contains("unsolicited_answers=3"), "{}", a.log_text());
 }
 
+/// Loses the commit of the first round that closes a request: the trigger ends its own session
+/// inside the round's transaction, after Redis applied the round (a crash, a failover, a network
+/// cut at that moment). A sequence counts, as it is not rolled back with the transaction.
+const LOSE_THE_FIRST_ANSWERING_COMMIT: &str = "
+    CREATE SEQUENCE lose_once;
+    CREATE FUNCTION lose_the_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.answer_msg_id IS NOT NULL AND nextval('lose_once') = 1 THEN
+            PERFORM pg_terminate_backend(pg_backend_pid());
+        END IF;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER lose_the_commit BEFORE UPDATE ON req_track
+        FOR EACH ROW EXECUTE FUNCTION lose_the_commit();";
+
+fn redis_record(s: &Services, msg_id: i64) -> Option<String> {
+    s.pg().query_one("SELECT redis_record FROM proc_state WHERE msg_id = $1", &[&msg_id]).unwrap().get(0)
+}
+
+/// #55 item 2, on the real stores: the PostgreSQL commit of the round that answers a request is
+/// lost after Redis applied it; the retry reuses the decision Redis journalled. Before, the
+/// journal held no answer, the retry closed nothing, the request stayed WAITING and then logged
+/// `request expired` although it had been answered. Now the answer travels with the decision.
+#[test]
+fn regression_an_answer_whose_commit_was_lost_after_the_redis_apply_still_closes_its_request() {
+    let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\ntimeout = \"30s\"\n");
+    s.pg().batch_execute(LOSE_THE_FIRST_ANSWERING_COMMIT).unwrap();
+    let mut a = Instance::run(&s, "lost", "");
+    let day5 = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    wait_coutmsgs(&s, &a, 1);
+    wait_state(&s, &a, day5, "WAITING");
+    let answer = s.insert_inbound(&[fixtures::schd(1, "RESP", &[("A1", "05MAR260900")])])[0];
+    settled(&s, &a, &[(SUCCEEDED, 1)]);
+    assert_eq!(
+        count(&mut s.pg(), "SELECT count(*) FROM lose_once WHERE is_called"),
+        1,
+        "the commit was lost"
+    );
+    assert_eq!(redis_record(&s, answer).as_deref(), Some("journal"), "the retry reused the journal");
+    let closed = wait_state(&s, &a, day5, "DONE");
+    assert_eq!(closed["answer_msg_id"].as_i64(), Some(answer), "{closed}");
+    assert!(redis_flights(&s).contains_key("A1"));
+    a.signal("-TERM");
+    a.wait(Duration::from_secs(30));
+    let log = a.log_text();
+    assert!(log.contains(&format!("request answered req_id={day5} type=RQFD")), "{log}");
+    assert!(!log.contains("request expired") && !log.contains("unsolicited answer"), "{log}");
+}
+
+/// #55 item 2, the stale snapshot: an answer committed to the mailbox late, after a newer
+/// snapshot had moved the plan's generation, changes nothing — and still answers its request.
+/// Before, the unchanged decision was replaced by an empty one and the answer went with it.
+#[test]
+fn regression_a_stale_answer_still_closes_its_request() {
+    let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\ntimeout = \"60s\"\n");
+    let mut a = Instance::run(&s, "stale", "");
+    let day5 = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    wait_coutmsgs(&s, &a, 1);
+    wait_state(&s, &a, day5, "WAITING");
+    let late = Open::insert(&s, &fixtures::schd(1, "RESP", &[("A1", "05MAR260900")]));
+    let newer = s.insert_inbound(&[fixtures::schd(2, "DNLD", &[("B1", "06MAR260900")])])[0];
+    settled(&s, &a, &[(SUCCEEDED, 1)]);
+    let late = late.commit();
+    settled(&s, &a, &[(SUCCEEDED, 2)]);
+    assert!(late < newer);
+    assert_eq!(redis_record(&s, late).as_deref(), Some("journal"), "not newer: journalled, not applied");
+    let closed = wait_state(&s, &a, day5, "DONE");
+    assert_eq!(closed["answer_msg_id"].as_i64(), Some(late), "{closed}");
+    a.signal("-TERM");
+    a.wait(Duration::from_secs(30));
+    let log = a.log_text();
+    assert!(log.contains(&format!("snapshot msg_id={late} is not newer")), "{log}");
+    assert!(log.contains(&format!("request answered req_id={day5} type=RQFD")), "{log}");
+}
+
 #[test]
 fn a_platform_request_carries_its_mgid_and_the_answer_with_that_rmid_closes_it() {
     let s = Services::migrated(

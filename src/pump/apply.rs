@@ -88,7 +88,8 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     }
 
     /// A snapshot Redis refused as not newer than the plan changed nothing, so it says nothing
-    /// either (its journal holds the empty decision).
+    /// either (its journal holds the empty decision). It still answers what it answers, under
+    /// the rules that decided it (#55).
     fn as_applied(&self, p: &Planned, decision: Decision, changed: bool) -> Decision {
         if changed {
             return decision;
@@ -98,6 +99,6 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             "snapshot msg_id={} is not newer than the daily plan's generation; nothing changed, nothing published",
             p.row.msg_id
         );
-        Decision::default()
+        Decision { answer: decision.answer, rules: decision.rules, ..Decision::default() }
     }
 }

@@ -55,6 +55,14 @@ fn last_readers(plan: &[Planned]) -> Vec<(u64, usize)> {
     last
 }
 
+/// What a message answers is the pump's to say, not a handler's, and it travels with every
+/// decision of that message — a fresh one, one reused from the journal, a snapshot that changed
+/// nothing: the commit closes the request it answers (G-RESP-GUARD, #55).
+fn answering(mut d: Decision, msg: &Message) -> Decision {
+    d.answer = crate::requests::answer_of(msg);
+    d
+}
+
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// Rewrites every `Decide` step: a decision an earlier attempt applied is reused from the
     /// journal (I2); a new one that changes flights becomes `Apply`, any other is settled.
@@ -72,7 +80,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                 let Step::Decide { msg, identity } = p.take_step() else { unreachable!() };
                 p.step = match applied_before.remove(&p.row.msg_id) {
                     // Its journal entry is there; whether its changes were is not known here.
-                    Some(d) => Step::Settled(succeeded(identity, d, Some(RedisRecord::Journal))),
+                    // The journal keeps no answer: it is the message's, said again (#55).
+                    Some(d) => {
+                        Step::Settled(succeeded(identity, answering(d, &msg), Some(RedisRecord::Journal)))
+                    }
                     None => self.decide_one(p, k, &msg, identity, &mut overlay, now),
                 };
             }
@@ -149,8 +160,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Ok(Err(Reject::Protocol(e))) => return failed(ErrorClass::Protocol, &e),
             Err(panic) => return failed(ErrorClass::Infra, &panic),
         };
-        // What it answers is the pump's to say, not a handler's: the commit closes the request.
-        d.answer = crate::requests::answer_of(msg);
+        d = answering(d, msg);
         d.rules = Some(handlers::RULES_VERSION);
         super::report::tolerated(row.msg_id, p.tag.as_deref(), &d.warnings);
         if let Some(why) = self.too_large(&d) {

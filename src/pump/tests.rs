@@ -951,3 +951,66 @@ fn regression_each_kind_of_skip_has_its_own_counter() {
     assert_eq!(got, (1, 1, 1), "not-for-msgx, duplicate, ignored");
     assert!(w.row(1).last_error.unwrap().starts_with("not-for-msgx:"));
 }
+
+/// A request for 5 March sent to the AODB (in COUTMSGS), as the jobs and dispatch leave it.
+fn sent_request(w: &World) -> i64 {
+    use crate::ports::{Landed, Outbox, Requests, Sent};
+    use crate::requests::{mgid_of, NewRequest, Origin, Outgoing};
+    let mut pg = w.pg.clone();
+    let new = NewRequest {
+        req_type: "RQFD",
+        req_key: "2026-03-05T00:00/2026-03-05T23:59".into(),
+        origin: Origin::Heal,
+    };
+    let text =
+        |id: i64| Outgoing { routing_id: "VIEWRQFD".into(), xml: String::new(), mgid: Some(mgid_of(id)) };
+    let r = pg.register(&new, &text, w.clock.now()).unwrap().unwrap();
+    let e = pg.pending(crate::domain::Target::Coutmsgs, 10).unwrap().remove(0);
+    let sent = Sent {
+        event_id: e.event_id,
+        state_version: e.state_version,
+        landed: Some(Landed::Outbound { row: 1 }),
+    };
+    pg.mark_sent(&[sent], w.clock.now()).unwrap();
+    r.req_id
+}
+
+fn answered_by(w: &World, req_id: i64) -> Option<i64> {
+    use crate::ports::Requests;
+    let all = w.pg.clone().requests(false, 10).unwrap();
+    all.into_iter().find(|r| r.req_id == req_id).and_then(|r| r.answer_msg_id)
+}
+
+/// #55 item 2: the commit of the answering round is lost after Redis applied it; the retry reuses
+/// the journalled decision, and the answer travels with it (before: it closed nothing).
+#[test]
+fn regression_an_answer_reused_from_the_journal_closes_its_request() {
+    let mut w = world();
+    let req = sent_request(&w);
+    w.arrive(1, Some(&fixtures::schd(1, "RESP", &[("A1", "05MAR260900")])));
+    w.pg.inject_later(2, Fault::Unavailable, 1); // unfinished, identities pass; the commit fails
+    assert!(w.round().unwrap_err().is_unavailable());
+    assert_eq!(answered_by(&w, req), None);
+    w.round().unwrap();
+    assert_eq!(w.pg.proc(1).unwrap().redis_record, Some(crate::domain::RedisRecord::Journal), "reused");
+    assert_eq!(answered_by(&w, req), Some(1));
+}
+
+/// #55 item 2: a snapshot not newer than the plan changes nothing and still answers (before: its
+/// decision was replaced by an empty one, the answer with it).
+#[test]
+fn regression_a_stale_answer_closes_its_request() {
+    let mut w = world();
+    let req = sent_request(&w);
+    w.arrive(2, Some(&fixtures::schd(2, "DNLD", &[("B1", "06MAR260900")])));
+    w.round().unwrap();
+    w.arrive(1, Some(&fixtures::schd(1, "RESP", &[("A1", "05MAR260900")])));
+    w.round().unwrap();
+    assert_eq!(
+        w.pg.proc(1).unwrap().redis_record,
+        Some(crate::domain::RedisRecord::Journal),
+        "not newer: not applied"
+    );
+    assert!(w.flights.flight("A1").is_none());
+    assert_eq!(answered_by(&w, req), Some(1));
+}
