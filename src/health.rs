@@ -28,9 +28,26 @@ pub struct Observed {
     /// The consistency check's first finding (a store behind what it acknowledged, #20), or
     /// why the check could not run (a store unreachable: said, not alarmed on).
     pub forgotten: Option<String>,
-    /// Requests a heal made that are still open: windows whose flights await the AODB's answer
-    /// (#41) — (REQ_ID, window) of each.
-    pub awaiting: Vec<(i64, String)>,
+    /// Windows a heal asked the AODB for whose flights await its answer (#41, #55).
+    pub awaiting: Vec<Awaited>,
+}
+
+/// A heal's window that awaits the AODB (`Requests::awaited`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Awaited {
+    pub req_id: i64,
+    pub req_key: String,
+    pub tries: u16,
+    /// Its last try expired unanswered: msgx asks no more, a person decides.
+    pub given_up: bool,
+}
+
+impl Awaited {
+    pub fn of(r: &crate::requests::Request, policy: &crate::config::RequestPolicy) -> Awaited {
+        let given_up = r.state == crate::requests::ReqState::Expired
+            && crate::requests::next_try_at(r, policy).is_none();
+        Awaited { req_id: r.req_id, req_key: r.req_key.clone(), tries: r.tries, given_up }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -107,11 +124,22 @@ pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
     if let Some(f) = &o.forgotten {
         problems.push((Level::Critical, f.clone()));
     }
-    if let Some((req, key)) = o.awaiting.first() {
+    if let Some(a) = o.awaiting.iter().find(|a| a.given_up) {
+        problems.push((
+            Level::Warning,
+            format!(
+                "degraded: the AODB answered none of {} request(s) a heal made for the flights of {} (req_id={}); a person decides, then: msgx requests --dismiss {} --note …",
+                a.tries, a.req_key, a.req_id, a.req_id
+            ),
+        ));
+    } else if let Some(a) = o.awaiting.first() {
         let n = o.awaiting.len();
         problems.push((
             Level::Warning,
-            format!("degraded: {n} window(s) of flights await the AODB's answer after a heal (req_id={req} {key})"),
+            format!(
+                "degraded: {n} window(s) of flights await the AODB's answer after a heal (req_id={} {})",
+                a.req_id, a.req_key
+            ),
         ));
     }
     let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
@@ -167,10 +195,20 @@ mod tests {
 
     #[test]
     fn flights_awaiting_the_aodbs_answer_after_a_heal_are_a_warning() {
-        let o = Observed { awaiting: vec![(7, "2026-03-05T00:00/2026-03-05T23:59".into())], ..healthy() };
+        let day = "2026-03-05T00:00/2026-03-05T23:59".to_string();
+        let asked = Awaited { req_id: 7, req_key: day.clone(), tries: 1, given_up: false };
+        let o = Observed { awaiting: vec![asked], ..healthy() };
         let v = assess(&o, &t());
         assert_eq!(v.level, Level::Warning);
         assert!(v.line.contains("degraded: 1 window(s) of flights await the AODB's answer after a heal (req_id=7 2026-03-05T00:00/2026-03-05T23:59)"), "{}", v.line);
+        // After the last try the line names the window and what a person does.
+        let o = Observed {
+            awaiting: vec![Awaited { req_id: 9, req_key: day, tries: 3, given_up: true }],
+            ..healthy()
+        };
+        let v = assess(&o, &t());
+        assert_eq!(v.level, Level::Warning);
+        assert!(v.line.contains("the AODB answered none of 3 request(s) a heal made for the flights of 2026-03-05T00:00/2026-03-05T23:59 (req_id=9); a person decides, then: msgx requests --dismiss 9 --note"), "{}", v.line);
     }
 
     #[test]

@@ -166,13 +166,12 @@ pub fn flight<F: FlightAudit>(
     })
 }
 
-/// The open request a heal made whose window holds plan key `k`, if any.
+/// The window a heal asked for, whose flights await the AODB, that holds plan key `k`, if any.
 fn awaiting(pg: &mut Pg, k: i64) -> StoreResult<Option<Awaiting>> {
     use crate::ports::Requests;
-    let open = pg.requests(true, 100)?;
-    Ok(open
+    Ok(pg
+        .awaited(100)?
         .into_iter()
-        .filter(|r| r.origin == crate::requests::Origin::Heal.as_str())
         .find(|r| crate::requests::window_holds(&r.req_key, k))
         .map(|r| Awaiting { req_id: r.req_id, req_key: r.req_key }))
 }

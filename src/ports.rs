@@ -282,7 +282,8 @@ pub trait Fifo {
 /// A request is a row here and an outbox event to `COUTMSGS`, written in one transaction, and
 /// needs no lease: whichever instance is active delivers it.
 pub trait Requests {
-    /// Registers a request REGISTERED with the outbox event carrying `text(req_id)`; `Err` with
+    /// Registers a request REGISTERED with the outbox event carrying `text(seqn)` (its number on
+    /// the wire, `requests::seqn_of` its id and `now`); `Err` with
     /// the open request of the same type and key when there is one (`uk_req_open`): nothing is
     /// written then.
     fn register(
@@ -293,6 +294,21 @@ pub trait Requests {
     ) -> StoreResult<Result<Request, Request>>;
     /// The newest `limit` requests (only the open ones with `open_only`), newest first.
     fn requests(&mut self, open_only: bool, limit: usize) -> StoreResult<Vec<Request>>;
+    /// The windows a heal asked for whose flights await the AODB (degraded), oldest first, at
+    /// most `limit`: a heal's requests no answer closed (nor noted, late) and no person
+    /// dismissed, open or EXPIRED, of which no later request of the same window took the place
+    /// (a heal's next try, or an operator's request).
+    fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>>;
+    /// A person's word that request `req_id`'s window awaits nothing more (`msgx requests
+    /// --dismiss ID --note …`): recorded once, with its note (at most `requests::NOTE_MAX_CHARS`);
+    /// `None` when there is no such request; else the request, and whether this call dismissed
+    /// it (false: a person had already). An answer still closes it.
+    fn dismiss_request(
+        &mut self,
+        req_id: i64,
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Option<(Request, bool)>>;
     /// The keeper's round: SENT → WAITING (its `expires_at` = SENT time + `timeout`), WAITING
     /// past `expires_at` → EXPIRED, and REGISTERED whose outbox event is DEAD → EXPIRED (it
     /// will never go out). Each transition one statement.
@@ -914,16 +930,15 @@ pub struct Gauges {
     /// Open requests to the AODB (REGISTERED, SENT, WAITING) per origin (`operator`, `heal`, `first-start`):
     /// a heal's are windows whose flights await the answer (#41).
     pub requests_open: Vec<(String, i64)>,
+    /// Windows a heal asked for whose flights await the AODB (`Requests::awaited`, #55): open,
+    /// or unanswered after the last try and not dismissed.
+    pub awaited: i64,
 }
 
 impl Gauges {
-    /// Open requests a heal made: windows whose flights await the AODB's answer.
+    /// Windows a heal asked for whose flights await the AODB's answer (degraded).
     pub fn awaiting_answers(&self) -> i64 {
-        self.requests_open
-            .iter()
-            .filter(|(o, _)| o == crate::requests::Origin::Heal.as_str())
-            .map(|(_, n)| n)
-            .sum()
+        self.awaited
     }
 }
 

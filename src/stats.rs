@@ -55,6 +55,9 @@ counters! {
     consistency_suspicions: "suspicions of the consistency sentinel: evidence that does not prove a store forgot, reported and left alone (#37)",
     heals: "heals of a store that forgot that changed something (mailbox rows enqueued again, flights or journal entries rebuilt)",
     unsolicited_answers: "answers from the AODB (SCHD-RESP, a reference RESP, a family-B RMID) no request explains: processed, counted (G-RESP-GUARD)",
+    requests_expired_operator: "requests an operator asked that EXPIRED unanswered or undeliverable (#55)",
+    requests_expired_heal: "requests a heal asked that EXPIRED unanswered or undeliverable: each is asked again up to msgx.requests.heal-tries (#55)",
+    requests_expired_first_start: "requests the first start asked that EXPIRED unanswered or undeliverable (#55)",
 }
 
 /// Seconds from the mailbox's `DATE_RECEIVED` to SUCCEEDED (processing), and from SUCCEEDED to

@@ -211,6 +211,7 @@ fn the_series_list_is_what_a_scrape_holds() {
                 | "msgx_marks_owed"
                 | "msgx_marks_abandoned"
                 | "msgx_requests_open"
+                | "msgx_requests_awaited"
                 | "msgx_stage_stalled"
         );
         assert!(store || scraped.contains(*s), "{s} is listed but not exported:\n{body}");

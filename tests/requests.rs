@@ -91,8 +91,10 @@ fn a_window_request_goes_to_coutmsgs_and_its_schd_resp_closes_it_and_replaces_th
     assert_eq!(routing, "VIEWRQFD");
     assert!(xml.contains("<TYPE>RQFD</TYPE><STYP>NONE</STYP>"), "{xml}");
     assert!(xml.contains("<RQFD><STDB>05MAR260000</STDB><STDE>05MAR262359</STDE></RQFD>"), "{xml}");
-    assert!(xml.contains(&format!("<SNDR>VIEW</SNDR><SEQN>{req}</SEQN>")), "{xml}");
     let waiting = wait_state(&s, &a, req, "WAITING");
+    let seqn = waiting["seqn"].as_i64().expect("its number on the wire");
+    assert!(xml.contains(&format!("<SNDR>VIEW</SNDR><SEQN>{seqn}</SEQN>")), "{xml}");
+    assert!(a.wait_for_log(&format!("request sent req_id={req} seqn={seqn}"), Duration::from_secs(10)));
     assert_eq!(waiting["coutmsgs_id"], *row_id, "{waiting}");
     assert!(waiting["expires_at"].is_string(), "{waiting}");
 
@@ -340,16 +342,11 @@ fn a_platform_request_carries_its_mgid_and_the_answer_with_that_rmid_closes_it()
     assert!(redis_flights(&s).contains_key("4712"), "the answer was processed");
 }
 
-/// #41, healing by request: Redis emptied while msgx was stopped, and the mailbox no longer
-/// holds the text of the day's plan. The heal rebuilds what the other texts prove, asks the
-/// AODB for the plan's day instead of stopping (exit 6), and the stages run meanwhile —
-/// degraded in `msgx status`, `status --check` and `/ready`. The answer heals the day.
-#[test]
-fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
+/// A heal by request (#41): 5 March's plan and a FLOP that puts H1 on it processed, and K1 on 6
+/// March; then, while msgx is stopped, the plan's mailbox row purged and Redis emptied. The
+/// instance started after it heals what the texts prove and asks the AODB for 5 March.
+fn heal_by_request(s: &Services) -> Instance {
     use mysql::prelude::Queryable;
-    let t0 = std::time::Instant::now();
-    let at = || format!("{:>5.1}s", t0.elapsed().as_secs_f64());
-    let s = Services::migrated("jobs-interval = \"1s\"\n");
     let day = |m: u64, styp: &str| fixtures::schd(m, styp, &[("H1", "05MAR260900"), ("H2", "05MAR261000")]);
     let ids = s.insert_inbound(&[
         day(1, "DNLD"),
@@ -357,23 +354,118 @@ fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
         fixtures::flop_body("STND", "H1", "<STND>B9</STND>"),
         fixtures::schd(3, "DNLD", &[("K1", "06MAR260900")]),
     ]);
-    let mut a = Instance::run(&s, "before", "");
-    settled(&s, &a, &[(SUCCEEDED, 3)]);
+    let mut a = Instance::run(s, "before", "");
+    settled(s, &a, &[(SUCCEEDED, 3)]);
     a.signal("-TERM");
     assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
-    println!("{} 3 messages processed; msgx stopped", at());
-
     // While msgx is stopped: the mailbox owner purges the plan's row, and Redis is emptied.
     s.mysql().exec_drop("DELETE FROM cminmsgs WHERE CMINMSGS_ID = ?", (ids[0],)).unwrap();
-    assert!(empty_redis(&s) > 0, "msgx wrote Redis");
-    println!("{} mailbox row {} purged, Redis emptied; msgx starts", at(), ids[0]);
-    let b = Instance::run(&s, "after", "");
+    assert!(empty_redis(s) > 0, "msgx wrote Redis");
+    println!("3 messages processed; msgx stopped; mailbox row {} purged, Redis emptied; msgx starts", ids[0]);
+    let b = Instance::run(s, "after", "");
     assert!(b.wait_for_log("heal by request req_id=", Duration::from_secs(60)), "{}", b.log_text());
     assert!(
         b.wait_for_log("consistency: healed; the stores agree again", Duration::from_secs(30)),
         "{}",
         b.log_text()
     );
+    b
+}
+
+/// A metric's value as `/metrics` serves it, once it equals `want`.
+fn metric_becomes(i: &Instance, series: &str, want: &str) -> bool {
+    let addr = endpoint(i);
+    eventually(Duration::from_secs(30), || {
+        http_get(&addr, "/metrics")
+            .1
+            .lines()
+            .any(|l| l.strip_prefix(series).is_some_and(|v| v.trim() == want))
+    })
+}
+
+/// #55 item 3, on the real services: the AODB never answers a heal's request. Before, the request
+/// EXPIRED after `timeout` and msgx went silent: `/ready` ready, `status --check` OK, no counter,
+/// and the window was never healed nor reported. Now it is asked again (`heal-tries`), stays
+/// degraded, and after the last try `status --check` names the window until a person dismisses it.
+#[test]
+fn regression_a_heal_the_aodb_never_answers_is_asked_again_and_then_waits_for_a_person() {
+    let s = Services::migrated(
+        "jobs-interval = \"1s\"\n[msgx.requests]\ntimeout = \"2s\"\nheal-tries = 2\nheal-backoff = \"1s\"\n",
+    );
+    let b = heal_by_request(&s);
+    let first: i64 = {
+        let log = b.log_text();
+        let asked = log.lines().find(|l| l.contains("heal by request")).unwrap().to_string();
+        asked.split("req_id=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(
+        b.wait_for_log(&format!("request expired req_id={first}"), Duration::from_secs(60)),
+        "{}",
+        b.log_text()
+    );
+    assert!(
+        b.wait_for_log(&format!("after req_id={first} type=RQFD"), Duration::from_secs(30)),
+        "{}",
+        b.log_text()
+    );
+    let rows = wait_coutmsgs(&s, &b, 2);
+    assert_ne!(rows[0].2, rows[1].2, "the second try is a request of its own (its own SEQN)");
+    assert!(rows[1].2.contains("<RQFD><STDB>05MAR260000</STDB><STDE>05MAR262359</STDE></RQFD>"), "{rows:?}");
+    assert!(b.wait_for_log("heal request unanswered req_id=", Duration::from_secs(60)), "{}", b.log_text());
+    let log = b.log_text();
+    let gave_up = log.lines().find(|l| l.contains("heal request unanswered")).unwrap().to_string();
+    println!("{}", log.lines().filter(|l| l.contains("request ")).collect::<Vec<_>>().join("\n"));
+    assert!(gave_up.contains("ERROR") && gave_up.contains("none of 2 tries"), "{gave_up}");
+    let last: i64 = gave_up.split("req_id=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert_ne!(last, first);
+    assert_eq!(listed(&s, last)["tries"], 2);
+
+    // Degraded, and said so everywhere, until a person decides.
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(1), "WARNING: {check}");
+    assert!(
+        check.contains(&format!("the AODB answered none of 2 request(s) a heal made for the flights of 2026-03-05T00:00/2026-03-05T23:59 (req_id={last})")),
+        "{check}"
+    );
+    let (_, status) = msgx(&s, &["status"]);
+    assert!(
+        status.contains(&format!(
+            "req_id={last} RQFD 2026-03-05T00:00/2026-03-05T23:59 EXPIRED unanswered — degraded"
+        )),
+        "{status}"
+    );
+    let addr = endpoint(&b);
+    assert!(http_get(&addr, "/ready").1.contains("degraded"), "{:?}", http_get(&addr, "/ready"));
+    assert!(metric_becomes(&b, "msgx_requests_awaited", "1"));
+    assert!(metric_becomes(&b, "msgx_requests_expired_total{origin=\"heal\"}", "2"));
+    println!("msgx status --check: {}", check.trim());
+
+    let (code, out) = msgx(&s, &["requests", "--dismiss", &last.to_string()]);
+    assert_eq!(code, Some(2), "a note is required: {out}");
+    let (code, out) =
+        msgx(&s, &["requests", "--dismiss", &last.to_string(), "--note", "AODB down; day re-sent as DNLD"]);
+    assert_eq!(code, Some(0), "{out}");
+    println!("{}", out.trim());
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(0), "{check}");
+    assert!(metric_becomes(&b, "msgx_requests_awaited", "0"));
+    assert!(eventually(Duration::from_secs(30), || http_get(&addr, "/ready").1 == "ready\n"));
+    assert_eq!(listed(&s, last)["dismissed_note"], "AODB down; day re-sent as DNLD");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(coutmsgs(&s).len(), 2, "asked no more");
+}
+
+/// #41, healing by request: Redis emptied while msgx was stopped, and the mailbox no longer
+/// holds the text of the day's plan. The heal rebuilds what the other texts prove, asks the
+/// AODB for the plan's day instead of stopping (exit 6), and the stages run meanwhile —
+/// degraded in `msgx status`, `status --check` and `/ready`. The answer heals the day.
+#[test]
+fn a_heal_that_cannot_rebuild_asks_the_aodb_and_the_answer_heals_the_window() {
+    let t0 = std::time::Instant::now();
+    let at = || format!("{:>5.1}s", t0.elapsed().as_secs_f64());
+    let s = Services::migrated("jobs-interval = \"1s\"\n");
+    let b = heal_by_request(&s);
+    let day = |m: u64, styp: &str| fixtures::schd(m, styp, &[("H1", "05MAR260900"), ("H2", "05MAR261000")]);
     let log = b.log_text();
     let asked = log.lines().find(|l| l.contains("heal by request")).unwrap().to_string();
     println!("{} {asked}", at());
@@ -506,4 +598,75 @@ fn a_first_start_with_an_empty_redis_asks_for_todays_flights_once() {
     assert!(scraped, "{}", http_get(&addr, "/metrics").1);
     assert_eq!(http_get(&addr, "/ready"), (200, "ready\n".to_string()));
     assert_eq!(coutmsgs(&s).len(), 1, "asked once");
+}
+
+/// The number and MGID a COUTMSGS text carries.
+fn wire(xml: &str) -> (String, String) {
+    let between = |a: &str, b: &str| {
+        xml.split(a).nth(1).and_then(|r| r.split(b).next()).unwrap_or_default().to_string()
+    };
+    (between("<SEQN>", "</SEQN>"), between("<MGID>", "</MGID>"))
+}
+
+/// #55 item 4, on a promoted lagging replica: own PostgreSQL goes back in time and hands out a
+/// lost request's `req_id` again (more requests were registered than the 32 values a sequence
+/// logs ahead). Before, the new request went out with the lost one's SEQN and MGID (both were the
+/// `req_id`), and the late answer to the lost request (its RMID) closed the new one with another
+/// flight's data. Now its number on the wire is another, and that late answer is unsolicited.
+#[test]
+fn regression_a_request_number_is_never_sent_twice_after_postgres_went_back() {
+    let pair = Pair::start("requests", false);
+    let platform = "jobs-interval = \"1s\"\n[msgx.requests]\ndialect = \"platform\"\nreceiver = \"FIMS\"\nairport = \"ZXXX\"\n";
+    let s = Services::migrated_on(platform, Stores { pg: Some(pair.url()), ..Default::default() });
+    let db = s.cfg.pg_url.rsplit('/').next().unwrap().split('?').next().unwrap().to_string();
+    let mut a = Instance::run(&s, "before", "");
+    let kept = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
+    wait_state(&s, &a, kept, "WAITING");
+    let at_replica = format!("host=127.0.0.1 port={} user=msgx dbname={db}", pair.replica);
+    let mut replica = postgres::Client::connect(&at_replica, postgres::NoTls).unwrap();
+    let caught_up = "SELECT count(*) FROM req_track WHERE state = 'WAITING'";
+    assert!(eventually(Duration::from_secs(30), || count(&mut replica, caught_up) == 1));
+    drop(replica);
+    // The replica stops receiving; 40 requests are registered and sent on the primary.
+    script(&["halt", "pg", pair.at("r")]);
+    for i in 1..=40 {
+        ask(&s, &["flight", &format!("L{i}")]);
+    }
+    wait_coutmsgs(&s, &a, 41);
+    let (_, before) = msgx(&s, &["requests", "--json", "--limit", "100"]);
+    let before: Vec<serde_json::Value> = serde_json::from_str(&before).unwrap();
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
+    // The primary is lost; the lagging replica is promoted: it never heard of those 40.
+    script(&["halt", "pg", pair.at("p")]);
+    script(&["pg-replica", pair.at("r"), &pair.replica.to_string(), &pair.primary.to_string(), "replica1"]);
+    script(&["pg-promote", pair.at("r")]);
+    let again = ask(&s, &["flight", "4711"]);
+    let lost = before.iter().find(|r| r["req_id"] == again);
+    let lost = lost.unwrap_or_else(|| panic!("req_id {again} was not handed out before: {before:?}"));
+    println!("PostgreSQL went back: req_id {again} handed out again (it was {})", lost["req_key"]);
+    let lost_mgid = lost["mgid"].as_str().unwrap().to_string();
+    let b = Instance::run(&s, "after", "");
+    let fresh = wait_state(&s, &b, again, "WAITING");
+    let rows = wait_coutmsgs(&s, &b, 42);
+    let numbers: Vec<(String, String)> = rows.iter().map(|(_, _, xml)| wire(xml)).collect();
+    let new = &numbers[41];
+    println!(
+        "the lost request's SEQN/MGID: {}/{lost_mgid}; the new one's: {}/{}",
+        lost["seqn"], new.0, new.1
+    );
+    assert_eq!(fresh["mgid"].as_str(), Some(new.1.as_str()));
+    assert!(numbers[..41].iter().all(|n| n.0 != new.0 && n.1 != new.1), "never sent before: {numbers:?}");
+    assert_ne!(new.1, lost_mgid);
+    // The AODB answers the lost request late: it closes nothing msgx asks now.
+    let late = fixtures::dfdl(7, "20260306", &[("6101", "0900")])
+        .replace("<RMID/>", &format!("<RMID>{lost_mgid}</RMID>"));
+    let late = s.insert_inbound(&[late])[0];
+    settled(&s, &b, &[(SUCCEEDED, 1)]);
+    assert!(
+        b.wait_for_log(&format!("unsolicited answer msg_id={late}"), Duration::from_secs(10)),
+        "{}",
+        b.log_text()
+    );
+    assert_eq!(listed(&s, again)["state"], "WAITING", "flight 4711 still waits for its own answer");
 }

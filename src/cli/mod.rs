@@ -107,7 +107,8 @@ fn command(cmd: &Command, cfg: &Config) -> CmdResult {
         }
         Command::ResetWatermark { to, yes } => reset_watermark::reset_watermark(cfg, *to, *yes),
         Command::Request { ask } => request::request(cfg, ask),
-        Command::Requests { open, limit, json } => request::list(cfg, *open, *limit, *json),
+        Command::Requests { dismiss: Some(id), note, .. } => request::dismiss(cfg, *id, note.as_deref()),
+        Command::Requests { open, limit, json, .. } => request::list(cfg, *open, *limit, *json),
         Command::Verify { sample, json } => consistency::verify(cfg, *sample, *json),
         Command::RebuildFlights { flid, yes } => consistency::rebuild_flights(cfg, flid, *yes),
         Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
@@ -297,8 +298,15 @@ enum Command {
         ask: request::AskArgs,
     },
     /// List the requests to the AODB, newest first: type, key, state, times, the COUTMSGS row
-    /// and the message that answered. Read only.
+    /// and the message that answered. Read only, unless --dismiss.
     Requests {
+        /// A person's word that this request's window awaits no answer any more (a heal's
+        /// request the AODB never answered: msgx stops asking, is no longer degraded by it).
+        #[arg(long, value_name = "REQ_ID", requires = "note", conflicts_with_all = ["open", "json"])]
+        dismiss: Option<i64>,
+        /// With --dismiss: what was decided and why, kept with the request.
+        #[arg(long, requires = "dismiss")]
+        note: Option<String>,
         /// Only the open ones (REGISTERED, SENT, WAITING).
         #[arg(long)]
         open: bool,

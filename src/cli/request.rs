@@ -52,11 +52,7 @@ pub(super) fn request(cfg: &Config, args: &AskArgs) -> CmdResult {
     let policy = &cfg.requests;
     ask.check(policy.dialect).map_err(|e| usage(e.to_string()))?;
     let zone = &cfg.outbound.zone;
-    let new = NewRequest {
-        req_type: ask.req_type(policy.dialect),
-        req_key: ask.req_key(),
-        origin: Origin::Operator,
-    };
+    let new = NewRequest::first(ask.req_type(policy.dialect), ask.req_key(), Origin::Operator);
     let now = SystemClock.now();
     if !yes {
         let preview = requests::text(policy, zone, &ask, 0, now);
@@ -67,16 +63,17 @@ pub(super) fn request(cfg: &Config, args: &AskArgs) -> CmdResult {
             preview.routing_id
         );
         out!("{}", preview.xml);
-        out!("(SEQN and MGID are the request's id once registered); run again with --yes");
+        out!("(SEQN and MGID carry the request's number on the wire, drawn when it is registered); run again with --yes");
         return Err(usage("nothing done without --yes".into()));
     }
     let mut pg = own_pg(cfg)?;
-    let text = |req_id| requests::text(policy, zone, &ask, req_id, now);
+    let text = |seqn| requests::text(policy, zone, &ask, seqn, now);
     match pg.register(&new, &text, now).map_err(unreachable)? {
         Ok(r) => {
             out!(
-                "registered req_id={} type={} key={} event_id={}: the running instance writes it to {} and waits {} for its answer (msgx requests)",
+                "registered req_id={} seqn={} type={} key={} event_id={}: the running instance writes it to {} and waits {} for its answer (msgx requests)",
                 r.req_id,
+                r.seqn,
                 r.req_type,
                 r.req_key,
                 r.event_id.unwrap_or_default(),
@@ -114,6 +111,10 @@ struct Listed<'a> {
     created_at: String,
     updated_at: String,
     expires_at: Option<String>,
+    seqn: i64,
+    tries: u16,
+    dismissed_at: Option<String>,
+    dismissed_note: Option<&'a str>,
 }
 
 impl<'a> Listed<'a> {
@@ -131,6 +132,10 @@ impl<'a> Listed<'a> {
             created_at: time(r.created_at),
             updated_at: time(r.updated_at),
             expires_at: r.expires_at.map(time),
+            seqn: r.seqn,
+            tries: r.tries,
+            dismissed_at: r.dismissed.as_ref().map(|(at, _)| time(*at)),
+            dismissed_note: r.dismissed.as_ref().map(|(_, n)| n.as_str()),
         }
     }
 }
@@ -177,9 +182,48 @@ pub(super) fn list(cfg: &Config, open: bool, limit: usize, json: bool) -> CmdRes
             r.answer_msg_id.map_or_else(dash, |x| format!("msg {x}")),
         );
     }
+    for r in &rows {
+        if r.tries > 1 {
+            out!("req_id={} is try {} for its window (msgx.requests.heal-tries)", r.req_id, r.tries);
+        }
+        if let Some((at, note)) = &r.dismissed {
+            out!("req_id={} dismissed {}: {}", r.req_id, to_second(*at), one_line(note));
+        }
+    }
     if rows.len() == limit {
         out!("(the newest {limit}; --limit shows more)");
     }
+    Ok(())
+}
+
+/// `msgx requests --dismiss ID --note …` (#55): a person's word that the request's window awaits
+/// nothing more — msgx stops asking it again and is no longer degraded by it. An answer that
+/// comes later still closes it and is processed.
+pub(super) fn dismiss(cfg: &Config, req_id: i64, note: Option<&str>) -> CmdResult {
+    let note = note.map(str::trim).unwrap_or_default();
+    if note.is_empty() {
+        return Err((
+            Exit::Usage,
+            anyhow::anyhow!("--note: say what was decided and why (kept with the request)"),
+        ));
+    }
+    let mut pg = own_pg(cfg)?;
+    let Some((r, now)) = pg.dismiss_request(req_id, note, SystemClock.now()).map_err(unreachable)? else {
+        return Err((Exit::Failed, anyhow::anyhow!("no request req_id={req_id} (msgx requests lists them)")));
+    };
+    if !now {
+        let (at, kept) = r.dismissed.unwrap_or_else(|| (r.updated_at, String::new()));
+        out!("req_id={req_id} was dismissed already at {}: {}", time(at), one_line(&kept));
+        return Ok(());
+    }
+    let answered = r.answer_msg_id.map_or_else(String::new, |m| format!(" (answered by msg {m})"));
+    out!(
+        "dismissed req_id={} type={} key={} state={}{answered}: its window awaits no answer any more; an answer that comes still closes it",
+        r.req_id,
+        r.req_type,
+        r.req_key,
+        r.state
+    );
     Ok(())
 }
 

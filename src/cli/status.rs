@@ -8,10 +8,10 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
     let now = SystemClock.now();
     let verdict = match own_pg(cfg).and_then(|mut pg| {
         let s = pg.status(0).map_err(unreachable)?;
-        Ok((running(&mut pg, now)?, s, open_requests(&mut pg)?))
+        Ok((running(&mut pg, now)?, s, awaited(&mut pg)?))
     }) {
         Err((_, e)) => unknown(&format!("{e:#}")),
-        Ok((r, s, open)) => {
+        Ok((r, s, awaited)) => {
             let count = |states: &[&str]| -> u64 {
                 s.states.iter().filter(|(st, _)| states.contains(&st.as_str())).map(|(_, n)| *n as u64).sum()
             };
@@ -26,7 +26,7 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
                 stalled: r.stalled.first().cloned(),
                 holder: (!r.holder.free).then(|| who(&r.holder)),
                 forgotten: super::consistency::finding(cfg),
-                awaiting: awaiting(&open).map(|r| (r.req_id, r.req_key.clone())).collect(),
+                awaiting: awaited.iter().map(|r| msgx::health::Awaited::of(r, &cfg.requests)).collect(),
             };
             assess(&o, &cfg.health)
         }
@@ -42,8 +42,9 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     let r = running(&mut pg, now)?;
     let heals = Heals::read(&mut pg, cfg, now)?;
     let open = open_requests(&mut pg)?;
+    let awaited = awaited(&mut pg)?;
     if json {
-        print_json(&s, &r, &heals, &open);
+        print_json(&s, &r, &heals, &open, awaited.len());
         return Ok(());
     }
     print_lease(&r);
@@ -51,7 +52,23 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     print_outbox(&s);
     heals.print();
     print_requests(&open);
+    print_unanswered(&awaited, &cfg.requests);
     Ok(())
+}
+
+/// A heal's windows whose request expired unanswered (#55): asked again later, or after the
+/// last try waiting for a person.
+fn print_unanswered(awaited: &[msgx::requests::Request], policy: &config::RequestPolicy) {
+    for r in awaited.iter().filter(|r| !r.state.is_open()) {
+        let next = match msgx::requests::next_try_at(r, policy) {
+            Some(at) => format!("asked again at {} (try {} of {})", time(at), r.tries + 1, policy.heal_tries),
+            None => format!(
+                "the AODB answered none of {} tries; a person decides, then: msgx requests --dismiss {} --note …",
+                r.tries, r.req_id
+            ),
+        };
+        out!("  req_id={} {} {} EXPIRED unanswered — degraded: {next}", r.req_id, r.req_type, r.req_key);
+    }
 }
 
 /// The open requests to the AODB (#41), oldest first: at most 100.
@@ -62,9 +79,10 @@ fn open_requests(pg: &mut Pg) -> Result<Vec<msgx::requests::Request>, (Exit, any
     Ok(open)
 }
 
-/// The open requests a heal made: windows whose flights await the AODB's answer.
-fn awaiting(open: &[msgx::requests::Request]) -> impl Iterator<Item = &msgx::requests::Request> {
-    open.iter().filter(|r| r.origin == msgx::requests::Origin::Heal.as_str())
+/// The windows a heal asked for whose flights await the AODB (#55), oldest first: at most 100.
+fn awaited(pg: &mut Pg) -> Result<Vec<msgx::requests::Request>, (Exit, anyhow::Error)> {
+    use msgx::ports::Requests;
+    pg.awaited(100).map_err(unreachable)
 }
 
 fn print_requests(open: &[msgx::requests::Request]) {
@@ -176,7 +194,13 @@ struct StalledDoc<'a> {
     for_ms: u64,
 }
 
-fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals, open: &[msgx::requests::Request]) {
+fn print_json(
+    s: &msgx::store::pg::Status,
+    r: &Running,
+    heals: &Heals,
+    open: &[msgx::requests::Request],
+    awaited: usize,
+) {
     let recent: Vec<HealDoc> = heals
         .recent
         .iter()
@@ -191,7 +215,7 @@ fn print_json(s: &msgx::store::pg::Status, r: &Running, heals: &Heals, open: &[m
         status: s,
         heals: HealsDoc { last_hour: recent.len(), per_hour: heals.per_hour, recent },
         requests: RequestsDoc {
-            awaiting_heal: awaiting(open).count(),
+            awaiting_heal: awaited,
             open: open
                 .iter()
                 .map(|r| OpenDoc {

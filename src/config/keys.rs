@@ -408,6 +408,18 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Duration { min: Duration::from_secs(1) },
         "a request in COUTMSGS that no answer closed within this long is EXPIRED (WARN); a late answer is still processed",
     ),
+    k(
+        "msgx.requests.heal-tries",
+        "3",
+        Kind::Int { min: 1, max: 20 },
+        "how many times a heal asks the AODB for a window before it waits for a person: an expired heal request is asked again; after the last one expires msgx stays degraded, status --check WARNING, until an answer comes or msgx requests --dismiss ID --note …",
+    ),
+    k(
+        "msgx.requests.heal-backoff",
+        "\"5m\"",
+        Kind::Duration { min: Duration::from_secs(1) },
+        "pause between a heal request's expiry and its next try, doubled after each try",
+    ),
     k("msgx.requests.sender", "\"VIEW\"", Kind::Str, "SNDR of every request (and SORC in the platform dialect)"),
     k("msgx.requests.receiver", "\"\"", Kind::Text, "RCVR of a platform request (empty: written empty)"),
     k(

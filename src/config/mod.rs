@@ -652,6 +652,8 @@ fn requests(v: &Values) -> Result<RequestPolicy, ConfigError> {
         airport: text(v, "msgx.requests.airport")?,
         window_format: window_format(v)?,
         on_empty: boolean(v, "msgx.requests.on-empty")?,
+        heal_tries: int(v, "msgx.requests.heal-tries")? as u16,
+        heal_backoff: duration(v, "msgx.requests.heal-backoff")?,
     })
 }
 

@@ -75,4 +75,8 @@ pub struct RequestPolicy {
     pub window_format: String,
     /// `msgx.requests.on-empty`: a first start with an empty Redis asks for today's flights.
     pub on_empty: bool,
+    /// `msgx.requests.heal-tries`: how many times a heal asks for a window (#55).
+    pub heal_tries: u16,
+    /// `msgx.requests.heal-backoff`: the pause before a heal's next try, doubled after each.
+    pub heal_backoff: Duration,
 }

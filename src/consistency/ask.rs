@@ -19,23 +19,10 @@ use log::{info, warn};
 use super::heal::{HealError, Rebuild};
 use super::Stores;
 use crate::clock::zone::MailboxZone;
-use crate::config::RequestPolicy;
 use crate::domain::{RedisRecord, Target};
-use crate::requests::{self, Ask, NewRequest, Origin, Request};
+use crate::requests::{Ask, NewRequest, Origin, Request};
 
-/// How a heal asks the AODB: the requests' policy (with `msgx.requests.on-empty`) and the
-/// mailbox's zone (a window's day).
-#[derive(Debug, Clone)]
-pub struct Asking {
-    pub policy: RequestPolicy,
-    pub zone: MailboxZone,
-}
-
-impl Asking {
-    pub fn of(cfg: &crate::config::Config) -> Asking {
-        Asking { policy: cfg.requests.clone(), zone: cfg.outbound.zone.clone() }
-    }
-}
+pub use crate::requests::Asking;
 
 /// A SUCCEEDED message whose text the mailbox no longer holds, with what Redis acknowledged of
 /// its decision.
@@ -163,8 +150,8 @@ fn register(
     let ask = Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
         .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))?;
     let policy = &asking.policy;
-    let new = NewRequest { req_type: ask.req_type(policy.dialect), req_key: ask.req_key(), origin };
-    let text = |req_id| requests::text(policy, &asking.zone, &ask, req_id, now);
+    let new = NewRequest::first(ask.req_type(policy.dialect), ask.req_key(), origin);
+    let text = |seqn| asking.text(&ask, seqn, now);
     Ok(match st.pg.register(&new, &text, now)? {
         Ok(r) => (r, "asked"),
         Err(open) => (open, "already asked"),

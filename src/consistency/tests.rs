@@ -538,6 +538,17 @@ impl crate::ports::Requests for ReadEarly {
     ) -> crate::ports::StoreResult<Vec<crate::requests::Request>> {
         self.0.requests(open_only, limit)
     }
+    fn awaited(&mut self, limit: usize) -> crate::ports::StoreResult<Vec<crate::requests::Request>> {
+        self.0.awaited(limit)
+    }
+    fn dismiss_request(
+        &mut self,
+        req_id: i64,
+        note: &str,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<Option<(crate::requests::Request, bool)>> {
+        self.0.dismiss_request(req_id, note, now)
+    }
     fn keep_requests(
         &mut self,
         timeout: Duration,

@@ -15,6 +15,8 @@ use crate::ports::{ArchiveCut, ArchivedAs, Housekeeping, Requests};
 use crate::stage::{Next, RoundReport, Stage};
 use crate::stats::{self, Stats};
 
+mod requests;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Round {
     pub events_deleted: usize,
@@ -46,8 +48,8 @@ pub struct Jobs<H> {
     retention: Duration,
     archive_after: Duration,
     dead_keep: Duration,
-    /// `msgx.requests.timeout`.
-    request_timeout: Duration,
+    /// How msgx asks the AODB (`msgx.requests.*`): timeouts and a heal's next tries.
+    asking: crate::requests::Asking,
     batch: usize,
     stats: Arc<Stats>,
 }
@@ -69,7 +71,7 @@ impl<H: Housekeeping + Requests> Jobs<H> {
             retention: p.event_retention,
             archive_after: p.archive_after,
             dead_keep: p.dead_keep,
-            request_timeout: cfg.requests.timeout,
+            asking: crate::requests::Asking::of(cfg),
             batch: p.backfill_batch.max(100),
             stats,
         }
@@ -96,34 +98,6 @@ impl<H: Housekeeping + Requests> Jobs<H> {
             info!("archived rows={} skipped={} (to PROC_STATE_HST)", r.archived, r.skipped);
         }
         Ok(r)
-    }
-
-    /// The requests' clock (G-REQ-TRACK): a request in `COUTMSGS` starts waiting, one waiting
-    /// past `msgx.requests.timeout` expires, one whose outbox event went DEAD never goes out.
-    fn keep_requests(&mut self, now: SystemTime) -> Result<(), StoreError> {
-        let kept = self.store.keep_requests(self.request_timeout, now)?;
-        let timeout = crate::config::format_duration(self.request_timeout);
-        for r in &kept.waiting {
-            let (id, ty, key) = (r.req_id, &r.req_type, &r.req_key);
-            let until = r.expires_at.map_or_else(|| "-".into(), crate::clock::rfc3339);
-            let row = r.coutmsgs_id.map_or_else(|| "-".into(), |x| x.to_string());
-            info!("request sent req_id={id} type={ty} key={key} coutmsgs_id={row}: waiting for its answer until {until}");
-        }
-        for r in &kept.expired {
-            let (id, ty, key) = (r.req_id, &r.req_type, &r.req_key);
-            warn!(
-                "request expired req_id={id} type={ty} key={key}: no answer within msgx.requests.timeout ({timeout}); \
-                 an answer that comes later is processed and noted"
-            );
-        }
-        for r in &kept.undeliverable {
-            let (id, ty, key, event) = (r.req_id, &r.req_type, &r.req_key, r.event_id.unwrap_or_default());
-            warn!(
-                "request undeliverable req_id={id} type={ty} key={key} event_id={event}: its outbox event is DEAD, \
-                 it never went out; EXPIRED (ask again with msgx request)"
-            );
-        }
-        Ok(())
     }
 
     /// One archive pass, a transaction per row. A row the store refuses is that row's trouble

@@ -149,6 +149,15 @@ impl Metrics {
             ]),
         );
         r.register(
+            "msgx_requests_expired",
+            "Requests to the AODB that EXPIRED unanswered or undeliverable, per origin (a heal's is asked again up to msgx.requests.heal-tries)",
+            family(&[
+                ("origin", Origin::Operator.as_str(), &s.requests_expired_operator),
+                ("origin", Origin::Heal.as_str(), &s.requests_expired_heal),
+                ("origin", Origin::FirstStart.as_str(), &s.requests_expired_first_start),
+            ]),
+        );
+        r.register(
             "msgx_marks",
             "Mailbox marks by result (failed: refused and rescheduled; overdue: abandoned)",
             family(&[
@@ -304,10 +313,13 @@ fn requests_open(r: &mut Registry, g: &Gauges) {
         let n = g.requests_open.iter().find(|(x, _)| x == o.as_str()).map_or(0, |(_, n)| *n);
         f.get_or_create(&labels(&[("origin", o.as_str())])).set(n);
     }
+    r.register("msgx_requests_open", "Open requests to the AODB, per origin", f);
+    let awaited = Gauge::<i64>::default();
+    awaited.set(g.awaited);
     r.register(
-        "msgx_requests_open",
-        "Open requests to the AODB, per origin (heal: windows whose flights await the answer)",
-        f,
+        "msgx_requests_awaited",
+        "Windows a heal asked the AODB for whose flights await its answer: open, or unanswered after the last try and not dismissed (degraded)",
+        awaited,
     );
 }
 
@@ -351,4 +363,6 @@ pub const SERIES: &[&str] = &[
     "msgx_marks_owed",
     "msgx_marks_abandoned",
     "msgx_requests_open",
+    "msgx_requests_awaited",
+    "msgx_requests_expired_total",
 ];

@@ -957,11 +957,7 @@ fn sent_request(w: &World) -> i64 {
     use crate::ports::{Landed, Outbox, Requests, Sent};
     use crate::requests::{mgid_of, NewRequest, Origin, Outgoing};
     let mut pg = w.pg.clone();
-    let new = NewRequest {
-        req_type: "RQFD",
-        req_key: "2026-03-05T00:00/2026-03-05T23:59".into(),
-        origin: Origin::Heal,
-    };
+    let new = NewRequest::first("RQFD", "2026-03-05T00:00/2026-03-05T23:59".into(), Origin::Heal);
     let text =
         |id: i64| Outgoing { routing_id: "VIEWRQFD".into(), xml: String::new(), mgid: Some(mgid_of(id)) };
     let r = pg.register(&new, &text, w.clock.now()).unwrap().unwrap();

@@ -4,8 +4,8 @@
 //! pump's commit closes the request an answer answers.
 //!
 //! The formats where FORMAT.md is silent are msgx's choice, documented in docs/events.md:
-//! a family-A window as `ddMMMyyHHmm` (the body's time format), `SEQN` = the request's id,
-//! family B's `MGID` = `MSGX` and the id on 28 digits, its window as `STTM`/`ENTM`
+//! a family-A window as `ddMMMyyHHmm` (the body's time format), `SEQN` = the request's number
+//! on the wire (`seqn_of`), family B's `MGID` = `MSGX` and that number on 28 digits, its window as `STTM`/`ENTM`
 //! (`yyyyMMddHHmmss`) and one flight as `FLID`.
 
 use std::fmt;
@@ -110,6 +110,12 @@ impl Ask {
         }
     }
 
+    /// The flight window a request's key (`FROM/TO`) names, asked again as it was (#55).
+    pub fn window(req_key: &str) -> Option<Ask> {
+        let (from, to) = req_key.split_once('/')?;
+        Ask::flights(from, to).ok()
+    }
+
     /// Refuses what the configured dialect cannot ask.
     pub fn check(&self, dialect: RequestDialect) -> Result<(), AskError> {
         match (self, dialect) {
@@ -122,6 +128,37 @@ impl Ask {
             _ => Ok(()),
         }
     }
+}
+
+/// How msgx asks the AODB by itself (a heal, a first start, a heal's next try): the requests'
+/// policy and the mailbox's zone (a window's day, the text's `DTTM`).
+#[derive(Debug, Clone)]
+pub struct Asking {
+    pub policy: RequestPolicy,
+    pub zone: MailboxZone,
+}
+
+impl Asking {
+    pub fn of(cfg: &crate::config::Config) -> Asking {
+        Asking { policy: cfg.requests.clone(), zone: cfg.outbound.zone.clone() }
+    }
+
+    /// The text of `ask` as number `seqn`, written at `now`.
+    pub fn text(&self, ask: &Ask, seqn: i64, now: SystemTime) -> Outgoing {
+        text(&self.policy, &self.zone, ask, seqn, now)
+    }
+}
+
+/// When a heal's EXPIRED request is asked again (#55): `msgx.requests.heal-backoff` after it
+/// expired, doubled for each try before it; `None` for a request that is not a heal's expired
+/// one, or that was the last try (`msgx.requests.heal-tries`): its window waits for a person.
+pub fn next_try_at(r: &Request, policy: &RequestPolicy) -> Option<SystemTime> {
+    let heal = Origin::parse(&r.origin) == Some(Origin::Heal);
+    if !heal || r.state != ReqState::Expired || r.tries >= policy.heal_tries {
+        return None;
+    }
+    let doubled = 1u32 << u32::from(r.tries.saturating_sub(1)).min(16);
+    Some(r.updated_at + policy.heal_backoff.saturating_mul(doubled))
 }
 
 /// Whether a flight window's request key (`FROM/TO`) holds a plan index key (`yyyyMMddHHmm`).
@@ -159,14 +196,26 @@ pub struct Outgoing {
     pub mgid: Option<String>,
 }
 
-/// Family B's `MGID` of a request: its answer carries it back as `RMID`.
-pub fn mgid_of(req_id: i64) -> String {
-    format!("MSGX{req_id:028}")
+/// Family B's `MGID` of a request, from its number on the wire (`seqn_of`): its answer carries
+/// it back as `RMID`.
+pub fn mgid_of(seqn: i64) -> String {
+    format!("MSGX{seqn:028}")
+}
+
+/// A request's number on the wire — its `SEQN`, and the number in its `MGID` — for the request
+/// `req_id` registered at `now`: the milliseconds since 1970 and the last three digits of its
+/// id. No rollback hands it out again (§4.10, #55): a PostgreSQL that went back in time issues a
+/// `req_id` again, but later, so with another number. Two requests share one only when they are
+/// registered in the same millisecond with ids a multiple of 1000 apart; `uk_req_seqn` refuses
+/// that rather than send it.
+pub fn seqn_of(req_id: i64, now: SystemTime) -> i64 {
+    let ms = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000 + req_id.rem_euclid(1000)
 }
 
 /// The request's text in the configured dialect. `now` is written as `DTTM`/`DDTM` in the
 /// mailbox's zone, as msgx writes every mailbox time.
-pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, req_id: i64, now: SystemTime) -> Outgoing {
+pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, seqn: i64, now: SystemTime) -> Outgoing {
     let stamp = zone.civil(now).strftime("%Y%m%d%H%M%S").to_string();
     let e = |s: &str| quick_xml::escape::escape(s).into_owned();
     let sndr = e(&policy.sender);
@@ -187,13 +236,13 @@ pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, req_id: i64, 
             };
             let ty = ask.req_type(policy.dialect);
             let xml = format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><SEQN>{req_id}</SEQN>\
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><SEQN>{seqn}</SEQN>\
                  <DTTM>{stamp}</DTTM><TYPE>{ty}</TYPE><STYP>{styp}</STYP></META>{body}</MSG>"
             );
             Outgoing { routing_id: routing.into(), xml, mgid: None }
         }
         RequestDialect::Platform => {
-            let mgid = mgid_of(req_id);
+            let mgid = mgid_of(seqn);
             let apot = e(&policy.airport);
             let what = match ask {
                 Ask::Flights { from, to } => format!(
@@ -206,7 +255,7 @@ pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, req_id: i64, 
             };
             let xml = format!(
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><RCVR>{rcvr}</RCVR>\
-                 <SEQN>{req_id}</SEQN><DDTM>{stamp}</DDTM><TYPE>REQE</TYPE><STYP>RQDF</STYP><SORC>{sndr}</SORC>\
+                 <SEQN>{seqn}</SEQN><DDTM>{stamp}</DDTM><TYPE>REQE</TYPE><STYP>RQDF</STYP><SORC>{sndr}</SORC>\
                  <MGID>{mgid}</MGID><RMID></RMID><APOT>{apot}</APOT></META><RQDF><BAPT>{apot}</BAPT>{what}</RQDF></MSG>",
                 rcvr = e(&policy.receiver),
             );
@@ -319,7 +368,17 @@ pub struct Request {
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
     pub expires_at: Option<SystemTime>,
+    /// Its number on the wire (`seqn_of`; its `req_id` when an older release registered it).
+    pub seqn: i64,
+    /// Which try it is: a heal's request that expired is asked again (`msgx.requests.heal-tries`).
+    pub tries: u16,
+    /// When a person dismissed it, and why (`msgx requests --dismiss`): its window awaits no
+    /// answer any more.
+    pub dismissed: Option<(SystemTime, String)>,
 }
+
+/// The longest note a person leaves on a dismissed request (`REQ_TRACK.DISMISSED_NOTE`).
+pub const NOTE_MAX_CHARS: usize = 500;
 
 /// What a request needs to be registered: its ask and the text that goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -327,6 +386,15 @@ pub struct NewRequest {
     pub req_type: &'static str,
     pub req_key: String,
     pub origin: Origin,
+    /// Which try: 1, or one more than the heal's request it asks again.
+    pub tries: u16,
+}
+
+impl NewRequest {
+    /// A first try.
+    pub fn first(req_type: &'static str, req_key: String, origin: Origin) -> NewRequest {
+        NewRequest { req_type, req_key, origin, tries: 1 }
+    }
 }
 
 /// What an inbound message answers, if it is an answer (G-RESP-GUARD).

@@ -14,6 +14,8 @@ fn policy(dialect: RequestDialect) -> RequestPolicy {
         airport: "ZXXX".into(),
         window_format: "%d%b%y%H%M".into(),
         on_empty: true,
+        heal_tries: 3,
+        heal_backoff: Duration::from_secs(300),
     }
 }
 
@@ -153,6 +155,9 @@ fn req(req_id: i64, req_type: &str, key: &str, state: ReqState) -> Request {
         created_at: now(),
         updated_at: now(),
         expires_at: None,
+        seqn: req_id,
+        tries: 1,
+        dismissed: None,
     }
 }
 
@@ -246,4 +251,40 @@ fn request_states_read_back_and_an_unknown_one_is_none() {
     }
     assert_eq!(ReqState::parse("LOST"), None);
     assert!(ReqState::Waiting.is_open() && !ReqState::Expired.is_open());
+}
+
+/// #55 item 4: a request's number comes from the time it was registered, so the `req_id` a
+/// PostgreSQL that went back in time issues again is sent under another number.
+#[test]
+fn a_requests_number_is_drawn_from_its_time_so_an_id_issued_again_gets_another() {
+    let t = now();
+    assert_eq!(seqn_of(42, t), 1_772_699_400_000_042);
+    let mgid = mgid_of(seqn_of(42, t));
+    assert_eq!((mgid.as_str(), mgid.len()), ("MSGX0000000000001772699400000042", 32));
+    assert_ne!(seqn_of(42, t + Duration::from_millis(1)), seqn_of(42, t), "the same id, later");
+    assert_ne!(seqn_of(43, t), seqn_of(42, t), "two ids in one millisecond");
+    // The bound the unique index guards: ids 1000 apart in the same millisecond.
+    assert_eq!(seqn_of(1042, t), seqn_of(42, t));
+}
+
+/// #55 item 3: a heal's expired request is asked again after the backoff, doubled per try, and
+/// after the last try not at all (a person decides).
+#[test]
+fn a_heals_expired_request_is_asked_again_with_backoff_until_its_last_try() {
+    let p = policy(RequestDialect::Sis);
+    let mut r = req(1, "RQFD", &day(5), ReqState::Expired);
+    r.origin = Origin::Heal.as_str().into();
+    assert_eq!(next_try_at(&r, &p), Some(now() + Duration::from_secs(300)));
+    r.tries = 2;
+    assert_eq!(next_try_at(&r, &p), Some(now() + Duration::from_secs(600)));
+    r.tries = 3;
+    assert_eq!(next_try_at(&r, &p), None, "the last try: a person decides");
+    r.tries = 1;
+    r.state = ReqState::Waiting;
+    assert_eq!(next_try_at(&r, &p), None, "still waiting for its answer");
+    r.state = ReqState::Expired;
+    r.origin = Origin::Operator.as_str().into();
+    assert_eq!(next_try_at(&r, &p), None, "an operator's request is the operator's to ask again");
+    assert_eq!(Ask::window(&day(5)), Some(Ask::flights("2026-03-05T00:00", "2026-03-05T23:59").unwrap()));
+    assert_eq!(Ask::window("SLST"), None);
 }

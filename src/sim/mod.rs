@@ -663,13 +663,9 @@ impl Sim {
             }
         }
         .expect("the simulator asks what may be asked");
-        let new = NewRequest {
-            req_type: ask.req_type(policy.dialect),
-            req_key: ask.req_key(),
-            origin: Origin::Operator,
-        };
+        let new = NewRequest::first(ask.req_type(policy.dialect), ask.req_key(), Origin::Operator);
         let (zone, now) = (self.cfg.outbound.zone.clone(), self.clock.now());
-        let written = |req_id| text(&policy, &zone, &ask, req_id, now);
+        let written = |seqn| text(&policy, &zone, &ask, seqn, now);
         let line = match self.pg.session().register(&new, &written, now) {
             Ok(Ok(r)) => format!("operator asks req_id={} {} {}", r.req_id, r.req_type, r.req_key),
             Ok(Err(open)) => format!("operator's ask refused: req_id={} is open", open.req_id),

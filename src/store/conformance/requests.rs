@@ -11,7 +11,7 @@ use crate::ports::{Landed, Outcome, Sent, Settle};
 use crate::requests::{mgid_of, Answer, NewRequest, Origin, Outgoing, ReqState, Request};
 
 fn new(req_type: &'static str, key: &str) -> NewRequest {
-    NewRequest { req_type, req_key: key.into(), origin: Origin::Operator }
+    NewRequest::first(req_type, key.into(), Origin::Operator)
 }
 
 fn text(req_id: i64) -> Outgoing {
@@ -61,8 +61,10 @@ pub fn a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key<S:
     let r = register(&mut s, "RQFD", "2026-03-05T06:00/2026-03-05T23:59", 1);
     assert_eq!(
         (r.state, r.req_type.as_str(), r.mgid.clone()),
-        (ReqState::Registered, "RQFD", Some(mgid_of(r.req_id)))
+        (ReqState::Registered, "RQFD", Some(mgid_of(r.seqn)))
     );
+    // Its number on the wire is drawn from the time it was registered (#55), and it is a first try.
+    assert_eq!((r.seqn, r.tries, r.dismissed.clone()), (crate::requests::seqn_of(r.req_id, at(1)), 1, None));
     let events = s.pending(Target::Coutmsgs, 10).unwrap();
     assert_eq!(events.len(), 1);
     let e = &events[0];
@@ -73,7 +75,7 @@ pub fn a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key<S:
     let intent: crate::domain::OutboundIntent = serde_json::from_str(&e.payload_json).unwrap();
     assert_eq!(
         (intent.routing_id.as_str(), intent.xml),
-        ("VIEWRQFD", format!("<MSG><SEQN>{}</SEQN></MSG>", r.req_id))
+        ("VIEWRQFD", format!("<MSG><SEQN>{}</SEQN></MSG>", r.seqn))
     );
     let again = s.register(&new("RQFD", "2026-03-05T06:00/2026-03-05T23:59"), &text, at(2)).unwrap();
     assert_eq!(again.map_err(|o| o.req_id), Err(r.req_id), "the open one is named, nothing written");
@@ -160,4 +162,54 @@ pub fn a_request_whose_event_went_dead_expires_as_undeliverable<S: OwnStore>(mut
     let kept = s.keep_requests(Duration::from_secs(30), at(2)).unwrap();
     assert_eq!(kept.undeliverable.iter().map(|r| r.req_id).collect::<Vec<_>>(), [r.req_id]);
     assert_eq!(one(&mut s, r.req_id).state, ReqState::Expired);
+}
+
+fn heal(s: &mut impl OwnStore, key: &str, tries: u16, t: u64) -> Request {
+    let new = NewRequest { tries, ..NewRequest::first("RQFD", key.into(), Origin::Heal) };
+    s.register(&new, &text, at(t)).unwrap().expect("no open request of this key")
+}
+
+fn ids(rs: &[Request]) -> Vec<i64> {
+    rs.iter().map(|r| r.req_id).collect()
+}
+
+/// #55 item 3: the windows a heal awaits — open, or expired unanswered with no later request of
+/// the window and no person's dismissal — and a person's dismissal, recorded once.
+pub fn a_heals_window_is_awaited_until_answered_asked_again_or_dismissed<S: OwnStore>(mut s: S) {
+    enqueue(&mut s, &[1]);
+    let first = heal(&mut s, DAY5, 1, 1);
+    let operator = register(&mut s, "RQFD", DAY6, 2);
+    assert_eq!(ids(&s.awaited(10).unwrap()), [first.req_id], "a heal's open request; not an operator's");
+    deliver(&mut s, &first, 7, 3);
+    s.keep_requests(Duration::from_secs(5), at(4)).unwrap();
+    let kept = s.keep_requests(Duration::from_secs(5), at(10)).unwrap();
+    assert_eq!(ids(&kept.expired), [first.req_id]);
+    assert_eq!(ids(&s.awaited(10).unwrap()), [first.req_id], "expired unanswered: still awaited");
+    // Its next try takes its place.
+    let second = heal(&mut s, DAY5, 2, 11);
+    assert_eq!(second.tries, 2);
+    assert_eq!(ids(&s.awaited(10).unwrap()), [second.req_id], "the later try takes its place");
+    deliver(&mut s, &second, 8, 12);
+    s.keep_requests(Duration::from_secs(5), at(13)).unwrap();
+    s.keep_requests(Duration::from_secs(5), at(20)).unwrap();
+    assert_eq!(ids(&s.awaited(10).unwrap()), [second.req_id], "the last try expired: awaited");
+    // A person dismisses it, once; the note is kept.
+    let (r, now) = s.dismiss_request(second.req_id, "asked the AODB by phone", at(21)).unwrap().unwrap();
+    assert!(now);
+    assert_eq!(r.dismissed, Some((at(21), "asked the AODB by phone".to_string())));
+    let (again, now) = s.dismiss_request(second.req_id, "other", at(22)).unwrap().unwrap();
+    assert!(!now);
+    assert_eq!(again.dismissed, r.dismissed, "the first word stands");
+    assert!(s.awaited(10).unwrap().is_empty(), "dismissed: awaited no more");
+    assert_eq!(s.dismiss_request(999_999, "x", at(23)).unwrap(), None);
+    // An answer (late, after expiry) ends the wait as well.
+    let third = heal(&mut s, DAY6.replace("06", "07").as_str(), 1, 24);
+    deliver(&mut s, &third, 9, 25);
+    s.keep_requests(Duration::from_secs(5), at(26)).unwrap();
+    s.keep_requests(Duration::from_secs(5), at(40)).unwrap();
+    assert_eq!(ids(&s.awaited(10).unwrap()), [third.req_id]);
+    commit(&mut s, &[answering(1, on(7))], at(41)).unwrap();
+    assert_eq!(one(&mut s, third.req_id).answer_msg_id, Some(1), "its late answer");
+    assert!(s.awaited(10).unwrap().is_empty(), "answered: awaited no more");
+    assert_eq!(one(&mut s, operator.req_id).dismissed, None);
 }

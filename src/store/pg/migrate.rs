@@ -5,7 +5,8 @@
 //! **Releases side by side (#52).** Each migration says which releases can run on a schema
 //! that has it: the *oldest reader*, as the highest migration a release knows. An
 //! **expand-only** migration (a column or table added, nullable or with a default, nothing
-//! renamed, dropped or made stricter) is read by the release before it (`version - 1`); any
+//! renamed, dropped or made stricter) is read by the release before it (`version - 1`, or, for a
+//! second migration of one release, the release before that release: `Expand, since N`); any
 //! other by its own release only. `msgx migrate` records it with the migration in
 //! `msgx_schema_history.oldest_reader`, so a release that does not know a migration can still
 //! tell whether it may run on it: the previous release keeps serving while the next one
@@ -53,6 +54,17 @@ macro_rules! migration {
             oldest_reader: oldest_reader($version, Change::$change),
         }
     };
+    // An expand-only migration of the same release as the one before it: the release before
+    // that one (which knows `$reader`) still runs on it. A test holds `$reader` between the
+    // migration before's oldest reader and `version - 1`.
+    ($version:literal, $name:literal, $file:literal, Expand, since $reader:literal) => {
+        Migration {
+            version: $version,
+            name: $name,
+            sql: include_str!(concat!("../../../sql/migrations/", $file)),
+            oldest_reader: $reader,
+        }
+    };
 }
 
 /// Every migration, in order. A test checks this list against the files in `sql/migrations`.
@@ -83,6 +95,8 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(16, "requests", "V016__requests.sql", Contract),
     migration!(17, "rules_version", "V017__rules_version.sql", Expand),
     migration!(18, "outbox_pruned", "V018__outbox_pruned.sql", Expand),
+    // V018 and V019 are both 0.2.0's: the release before it (0.1.0, which knows V017) runs on both.
+    migration!(19, "request_identity_and_tries", "V019__request_identity_and_tries.sql", Expand, since 17),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -332,6 +346,26 @@ mod tests {
         let (_, own) = compare(&all).unwrap();
         assert!(own.newer.is_empty());
         assert_eq!(own.oldest_reader, MIGRATIONS.iter().map(|m| m.oldest_reader).max().unwrap());
+    }
+
+    /// An expand-only migration names as its oldest reader no release older than the migration
+    /// before it does (those releases cannot run on the schema before it either), and none newer
+    /// than the one before it.
+    #[test]
+    fn an_expand_only_migration_is_read_by_the_releases_that_read_the_one_before() {
+        for w in MIGRATIONS.windows(2) {
+            let (before, m) = (&w[0], &w[1]);
+            if m.oldest_reader < m.version {
+                assert!(
+                    (before.oldest_reader..m.version).contains(&m.oldest_reader),
+                    "V{:03} names V{:03} as its oldest reader; V{:03} is read from V{:03}",
+                    m.version,
+                    m.oldest_reader,
+                    before.version,
+                    before.oldest_reader
+                );
+            }
+        }
     }
 
     /// An `Expand` migration only adds: a test on its text, so a release that marks a drop or a

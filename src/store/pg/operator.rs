@@ -529,6 +529,8 @@ impl Pg {
                 "SELECT origin, count(*) FROM req_track WHERE state IN ('REGISTERED', 'SENT', 'WAITING') GROUP BY origin",
                 &[],
             )?);
+            let awaited = format!("SELECT count(*) FROM req_track r WHERE {}", super::requests::AWAITED);
+            g.awaited = c.query_one(&awaited, &[])?.get(0);
             Ok(g)
         })
     }

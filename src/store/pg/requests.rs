@@ -13,7 +13,14 @@ use crate::requests::{Answer, NewRequest, Outgoing, ReqState, Request};
 /// The columns [`request`] reads, in its order.
 pub(super) const REQUEST: &str =
     "req_id, req_type, req_key, state, origin, event_id, coutmsgs_id, mgid, answer_msg_id, \
-     created_at, updated_at, expires_at";
+     created_at, updated_at, expires_at, seqn, tries, dismissed_at, dismissed_note";
+
+/// The heal's requests whose window awaits the AODB (`Requests::awaited`), of `req_track r`:
+/// no answer, no person's dismissal, and no later request of the same window took its place.
+pub(super) const AWAITED: &str = "r.origin = 'heal' AND r.answer_msg_id IS NULL AND r.dismissed_at IS NULL
+     AND r.state IN ('REGISTERED', 'SENT', 'WAITING', 'EXPIRED')
+     AND NOT EXISTS (SELECT 1 FROM req_track l
+                     WHERE l.req_type = r.req_type AND l.req_key = r.req_key AND l.req_id > r.req_id)";
 
 const OPEN: &str = "('REGISTERED', 'SENT', 'WAITING')";
 
@@ -32,6 +39,12 @@ pub(super) fn request(r: &postgres::Row) -> Result<Request, StoreError> {
         created_at: r.get(9),
         updated_at: r.get(10),
         expires_at: r.get(11),
+        seqn: r.get::<_, Option<i64>>(12).unwrap_or(r.get(0)),
+        tries: r.get::<_, Option<i16>>(13).map_or(1, |t| t.max(1) as u16),
+        dismissed: match (r.get::<_, Option<SystemTime>>(14), r.get::<_, Option<String>>(15)) {
+            (Some(at), note) => Some((at, note.unwrap_or_default())),
+            (None, _) => None,
+        },
     })
 }
 
@@ -44,8 +57,8 @@ pub(super) fn requests(rows: &[postgres::Row]) -> StoreResult<Vec<Request>> {
 fn register_sql() -> String {
     format!(
         "WITH r AS (
-           INSERT INTO req_track (req_id, req_type, req_key, state, origin, event_id, mgid, created_at, updated_at)
-           VALUES ($1, $2, $3, 'REGISTERED', $4, $5, $6, $7, $7)
+           INSERT INTO req_track (req_id, req_type, req_key, state, origin, event_id, mgid, created_at, updated_at, seqn, tries)
+           VALUES ($1, $2, $3, 'REGISTERED', $4, $5, $6, $7, $7, $9, $10)
            ON CONFLICT (req_type, req_key) WHERE state IN {OPEN} DO NOTHING
            RETURNING {REQUEST})
          , e AS (
@@ -70,12 +83,24 @@ impl Requests for Pg {
                 &[],
             )?;
             let (req_id, event_id): (i64, i64) = (ids.get(0), ids.get(1));
-            let out = text(req_id);
+            let seqn = crate::requests::seqn_of(req_id, now);
+            let out = text(seqn);
             let payload = serde_json::to_string(&OutboundIntent { routing_id: out.routing_id, xml: out.xml })
                 .expect("two strings serialise");
             let origin = new.origin.as_str();
-            let params: [&(dyn postgres::types::ToSql + Sync); 8] =
-                [&req_id, &new.req_type, &new.req_key, &origin, &event_id, &out.mgid, &now, &payload];
+            let tries = i16::try_from(new.tries).unwrap_or(i16::MAX);
+            let params: [&(dyn postgres::types::ToSql + Sync); 10] = [
+                &req_id,
+                &new.req_type,
+                &new.req_key,
+                &origin,
+                &event_id,
+                &out.mgid,
+                &now,
+                &payload,
+                &seqn,
+                &tries,
+            ];
             if let Some(row) = c.query_opt(&sql, &params)? {
                 return Ok(request(&row).map(Ok));
             }
@@ -93,6 +118,35 @@ impl Requests for Pg {
         );
         let rows = self.run(|c| c.query(&sql, &[&open_only, &(limit as i64)]))?;
         requests(&rows)
+    }
+
+    fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>> {
+        let sql =
+            format!("SELECT {} FROM req_track r WHERE {AWAITED} ORDER BY r.req_id LIMIT $1", prefixed("r."));
+        let rows = self.run(|c| c.query(&sql, &[&(limit as i64)]))?;
+        requests(&rows)
+    }
+
+    fn dismiss_request(
+        &mut self,
+        req_id: i64,
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Option<(Request, bool)>> {
+        let note: String = note.chars().take(crate::requests::NOTE_MAX_CHARS).collect();
+        // Unfenced, as `register`: a person's word, written beside the daemon.
+        self.write(|c| {
+            let set = format!(
+                "UPDATE req_track SET dismissed_at = $2, dismissed_note = $3
+                 WHERE req_id = $1 AND dismissed_at IS NULL RETURNING {REQUEST}"
+            );
+            if let Some(row) = c.query_opt(&set, &[&req_id, &now, &note])? {
+                return Ok(request(&row).map(|r| Some((r, true))));
+            }
+            let row =
+                c.query_opt(&format!("SELECT {REQUEST} FROM req_track WHERE req_id = $1"), &[&req_id])?;
+            Ok(row.as_ref().map(request).transpose().map(|r| r.map(|r| (r, false))))
+        })
     }
 
     fn keep_requests(&mut self, timeout: Duration, now: SystemTime) -> StoreResult<Kept> {

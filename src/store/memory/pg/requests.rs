@@ -3,7 +3,7 @@
 use super::*;
 use crate::domain::OutboundIntent;
 use crate::ports::{Kept, Requests};
-use crate::requests::{NewRequest, Outgoing, ReqState, Request};
+use crate::requests::{NewRequest, Origin, Outgoing, ReqState, Request};
 
 /// REGISTERED → SENT: the outbox event `event_id` became `COUTMSGS` row `row` (in the same
 /// write as the event's SENT, as in PostgreSQL).
@@ -35,7 +35,8 @@ impl Requests for MemPg {
             s.next_req_id += 1;
             s.next_event_id += 1;
             let (req_id, event_id) = (s.next_req_id, s.next_event_id);
-            let out = text(req_id);
+            let seqn = crate::requests::seqn_of(req_id, now);
+            let out = text(seqn);
             let intent = OutboundIntent { routing_id: out.routing_id, xml: out.xml };
             let event = MsgEvent {
                 event_id,
@@ -72,6 +73,9 @@ impl Requests for MemPg {
                 created_at: now,
                 updated_at: now,
                 expires_at: None,
+                seqn,
+                tries: new.tries,
+                dismissed: None,
             };
             s.requests.insert(req_id, r.clone());
             Ok(Ok(r))
@@ -87,6 +91,43 @@ impl Requests for MemPg {
                 .take(limit)
                 .cloned()
                 .collect())
+        })
+    }
+
+    fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>> {
+        self.read(|s| {
+            let all: Vec<&Request> = s.requests.values().collect();
+            Ok(all
+                .iter()
+                .filter(|r| {
+                    r.origin == Origin::Heal.as_str()
+                        && r.answer_msg_id.is_none()
+                        && r.dismissed.is_none()
+                        && r.state != ReqState::Done
+                        && !all.iter().any(|l| {
+                            l.req_type == r.req_type && l.req_key == r.req_key && l.req_id > r.req_id
+                        })
+                })
+                .take(limit)
+                .map(|r| (*r).clone())
+                .collect())
+        })
+    }
+
+    fn dismiss_request(
+        &mut self,
+        req_id: i64,
+        note: &str,
+        now: SystemTime,
+    ) -> StoreResult<Option<(Request, bool)>> {
+        self.session_write(|s| {
+            Ok(s.requests.get_mut(&req_id).map(|r| {
+                let new = r.dismissed.is_none();
+                if new {
+                    r.dismissed = Some((now, note.chars().take(crate::requests::NOTE_MAX_CHARS).collect()));
+                }
+                (r.clone(), new)
+            }))
         })
     }
 
