@@ -297,7 +297,7 @@ pub trait Requests {
     /// The windows a heal asked for whose flights await the AODB (degraded), oldest first, at
     /// most `limit`: a heal's requests no answer closed (nor noted, late) and no person
     /// dismissed, open or EXPIRED, of which no later request of the same window took the place
-    /// (a heal's next try, or an operator's request).
+    /// (a heal's next try) or was answered (an operator's that the AODB answered).
     fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>>;
     /// A person's word that request `req_id`'s window awaits nothing more (`msgx requests
     /// --dismiss ID --note …`): recorded once, with its note (at most `requests::NOTE_MAX_CHARS`);

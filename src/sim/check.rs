@@ -354,8 +354,71 @@ fn requests_hold(sim: &Sim, s: &PgState) -> Result<(), String> {
                 r.req_id, r.req_type, r.req_key
             ));
         }
+        let raw = sim.upstream.original(m).map_or("", |row| row.raw.as_str());
+        answer_is_its_own(r, m, raw)?;
     }
     Ok(())
+}
+
+/// #55: an answer closes only a request it answers — a window answer one whose window holds
+/// every flight it carries (and it carries one), a platform answer the request its RMID names.
+/// Read from the answer's text here, not by the rule the stores apply.
+fn answer_is_its_own(r: &crate::requests::Request, m: i64, raw: &str) -> Result<(), String> {
+    let values = |name: &str| -> Vec<String> {
+        raw.split(&format!("<{name}>"))
+            .skip(1)
+            .filter_map(|rest| rest.split_once(&format!("</{name}>")).map(|(v, _)| v.to_string()))
+            .collect()
+    };
+    let holds = match r.req_type.as_str() {
+        "RQFD" => {
+            let (lo, hi) = r.req_key.split_once('/').unwrap_or_default();
+            let times: Vec<String> = values("SODT")
+                .iter()
+                .filter_map(|t| jiff::civil::DateTime::strptime("%d%b%y%H%M", t).ok())
+                .map(|t| t.strftime("%Y-%m-%dT%H:%M").to_string())
+                .collect();
+            !times.is_empty() && times.iter().all(|t| lo <= t.as_str() && t.as_str() <= hi)
+        }
+        "RQDF" => r.mgid.as_ref().is_some_and(|g| values("RMID").contains(g)),
+        _ => true,
+    };
+    if holds {
+        return Ok(());
+    }
+    Err(format!(
+        "request {} ({} {}) closed by msg {m}, which does not answer it (#55)",
+        r.req_id, r.req_type, r.req_key
+    ))
+}
+
+/// #55, once drained: every window a heal asked the AODB for is healed — a request of it, the
+/// heal's or a later one, answered — or still reported as awaited (degraded); never dropped.
+pub fn heal_windows_are_healed_or_reported(sim: &Sim) -> Result<(), String> {
+    use crate::ports::Requests;
+    let awaited: BTreeSet<(String, String)> = sim
+        .pg
+        .session()
+        .awaited(usize::MAX)
+        .map_err(|e| format!("awaited: {e}"))?
+        .into_iter()
+        .map(|r| (r.req_type, r.req_key))
+        .collect();
+    sim.pg.inspect(|s| {
+        let all: Vec<&crate::requests::Request> = s.requests.values().collect();
+        for r in all.iter().filter(|r| r.origin == crate::requests::Origin::Heal.as_str()) {
+            let window = |l: &&&crate::requests::Request| l.req_type == r.req_type && l.req_key == r.req_key;
+            let healed = all.iter().filter(window).any(|l| l.req_id >= r.req_id && l.answer_msg_id.is_some());
+            let reported = awaited.contains(&(r.req_type.clone(), r.req_key.clone()));
+            if !healed && !reported {
+                return Err(format!(
+                    "a heal's window {} {} (req_id={}) is neither healed nor reported as awaited (#55)",
+                    r.req_type, r.req_key, r.req_id
+                ));
+            }
+        }
+        Ok(())
+    })
 }
 
 fn final_row(s: &PgState, id: i64) -> Option<&MemProc> {

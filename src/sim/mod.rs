@@ -674,20 +674,33 @@ impl Sim {
         self.say(line);
     }
 
-    /// The AODB reads the requests msgx wrote to COUTMSGS and answers each: at once, later, at
-    /// once and again later (a second answer, unsolicited), or never.
+    /// The AODB reads the requests msgx wrote to COUTMSGS and answers each: at once, later
+    /// (after the request expired, often), at once and again later (a second answer,
+    /// unsolicited), with another day's plan, beside an answer nobody asked for, or never.
     fn aodb(&mut self) {
         let rows = self.outbound.rows();
         let now = self.clock.now();
         for (_, xml) in rows.iter().skip(self.aodb_read) {
             let later = now + Duration::from_millis(self.rng.range(1, 600_000));
             match self.rng.below(100) {
-                0..=54 => self.answer(xml),
-                55..=69 => {
+                0..=49 => self.answer(xml),
+                50..=64 => {
                     self.answer(xml);
                     self.aodb_later.push((later, xml.clone()));
                 }
-                70..=84 => self.aodb_later.push((later, xml.clone())),
+                65..=79 => self.aodb_later.push((later, xml.clone())),
+                80..=84 => {
+                    let line = self.upstream.answer_another_day(&mut self.rng, &self.mailbox, now, xml);
+                    let line =
+                        line.unwrap_or_else(|| "the AODB answers another request than this one".into());
+                    self.say(format!("AODB answers another day: {line}"));
+                }
+                85..=89 => {
+                    self.answer(xml);
+                    let platform = self.cfg.requests.dialect == crate::config::RequestDialect::Platform;
+                    let line = self.upstream.stray(&mut self.rng, &self.mailbox, now, platform);
+                    self.say(format!("AODB answers what nobody asked: {line}"));
+                }
                 _ => self.say("the AODB never answers a request".into()),
             }
         }
@@ -1198,5 +1211,6 @@ pub fn run(seed: u64, steps: u64) -> Result<Sim, String> {
     sim.heal_all();
     sim.drain(&mut checker, 200_000).map_err(|e| fail(&sim, e))?;
     check::at_the_end(&sim, &checker).map_err(|e| fail(&sim, e))?;
+    check::heal_windows_are_healed_or_reported(&sim).map_err(|e| fail(&sim, e))?;
     Ok(sim)
 }

@@ -50,10 +50,22 @@ fn seeds_hold_every_invariant() {
                             ""
                         };
                         *requests.entry(format!("{}{late}", r.state)).or_default() += 1;
+                        if r.origin == crate::requests::Origin::Heal.as_str() {
+                            *requests
+                                .entry(format!("a heal's, try {}, {}", r.tries, r.state))
+                                .or_default() += 1;
+                        }
                     }
                 });
-                *requests.entry("answers the AODB wrote".into()).or_default() +=
-                    sim.log.iter().filter(|l| l.contains("AODB answers: upstream")).count() as u64;
+                let lines = |what: &str| sim.log.iter().filter(|l| l.contains(what)).count() as u64;
+                for (what, line) in [
+                    ("answers the AODB wrote", "AODB answers: upstream"),
+                    ("answers for another day than asked", "AODB answers another day: upstream"),
+                    ("answers nobody asked for", "AODB answers what nobody asked: upstream"),
+                ] {
+                    *requests.entry(what.into()).or_default() += lines(line);
+                }
+
                 for (n, f) in FAULTS.iter().enumerate() {
                     faults[n] += sim.log.iter().filter(|l| l.contains(f)).count() as u64;
                 }

@@ -98,6 +98,15 @@ const D6: Day = Day("06MAR26", "20260306");
 const D7: Day = Day("07MAR26", "20260307");
 const D8: Day = Day("08MAR26", "20260308");
 
+/// An MGID msgx never issues (its numbers have 16 digits): the RMID of a stray platform answer.
+const NEVER_ISSUED: &str = "MSGX9999999999999999999999999999";
+
+/// The text of element `name` in a request msgx wrote.
+fn element(request: &str, name: &str) -> Option<String> {
+    let (_, rest) = request.split_once(&format!("<{name}>"))?;
+    rest.split_once(&format!("</{name}>")).map(|(v, _)| v.to_string())
+}
+
 /// A family-A flight's SODT (`ddMMMyyHHmm`).
 fn sodt(flid: &str) -> String {
     let (_, day, hour) = FLIGHTS.iter().find(|(f, _, _)| *f == flid).expect("a family-A flight");
@@ -138,11 +147,37 @@ impl Upstream {
         Some(self.put(rng, mailbox, now, kind, raw))
     }
 
-    fn answer_to(&mut self, rng: &mut Rng, request: &str) -> Option<(Kind, String)> {
-        let element = |name: &str| {
-            let (_, rest) = request.split_once(&format!("<{name}>"))?;
-            rest.split_once(&format!("</{name}>")).map(|(v, _)| v.to_string())
+    /// An answer nobody asked for, as an AODB writes one (#55): a day's plan as `SCHD-RESP`, or
+    /// the platform's table of a day carrying an RMID msgx never issued. Processed as any
+    /// message, it closes no request.
+    pub fn stray(&mut self, rng: &mut Rng, mailbox: &MemMailbox, now: SystemTime, platform: bool) -> String {
+        let (kind, raw) = if platform {
+            let (kind, raw) = self.platform_table_of(*rng.pick(&[D7, D8]), rng);
+            (kind, raw.replacen("<RMID/>", &format!("<RMID>{NEVER_ISSUED}</RMID>"), 1))
+        } else {
+            let day = *rng.pick(&[D5, D6]);
+            self.plan("RESP", &some_of(day, 750, rng), rng)
         };
+        self.put(rng, mailbox, now, kind, raw)
+    }
+
+    /// The AODB answers a window request with another day's plan (#55): it must close nothing
+    /// the window does not hold. `None`: not a family-A window request.
+    pub fn answer_another_day(
+        &mut self,
+        rng: &mut Rng,
+        mailbox: &MemMailbox,
+        now: SystemTime,
+        request: &str,
+    ) -> Option<String> {
+        let from = element(request, "STDB")?;
+        let day = [D5, D6].into_iter().find(|d| !from.starts_with(d.0))?;
+        let (kind, raw) = self.plan("RESP", &some_of(day, 750, rng), rng);
+        Some(self.put(rng, mailbox, now, kind, raw))
+    }
+
+    fn answer_to(&mut self, rng: &mut Rng, request: &str) -> Option<(Kind, String)> {
+        let element = |name: &str| element(request, name);
         if let Some(from) = element("STDB") {
             let day = [D5, D6].into_iter().find(|d| from.starts_with(d.0))?;
             return Some(self.plan("RESP", &some_of(day, 750, rng), rng));

@@ -212,4 +212,17 @@ pub fn a_heals_window_is_awaited_until_answered_asked_again_or_dismissed<S: OwnS
     assert_eq!(one(&mut s, third.req_id).answer_msg_id, Some(1), "its late answer");
     assert!(s.awaited(10).unwrap().is_empty(), "answered: awaited no more");
     assert_eq!(one(&mut s, operator.req_id).dismissed, None);
+    // An operator's later request of the window does not take its place until it is answered.
+    let day8 = "2026-03-08T00:00/2026-03-08T23:59";
+    let fourth = heal(&mut s, day8, 1, 42);
+    deliver(&mut s, &fourth, 10, 43);
+    s.keep_requests(Duration::from_secs(5), at(44)).unwrap();
+    s.keep_requests(Duration::from_secs(5), at(50)).unwrap();
+    let asked = register(&mut s, "RQFD", day8, 51);
+    assert_eq!(ids(&s.awaited(10).unwrap()), [fourth.req_id], "an operator's open request: still awaited");
+    deliver(&mut s, &asked, 11, 52);
+    enqueue(&mut s, &[2]);
+    commit(&mut s, &[answering(2, on(8))], at(53)).unwrap();
+    assert_eq!(one(&mut s, asked.req_id).answer_msg_id, Some(2));
+    assert!(s.awaited(10).unwrap().is_empty(), "the operator's request was answered: the window is healed");
 }

@@ -16,11 +16,13 @@ pub(super) const REQUEST: &str =
      created_at, updated_at, expires_at, seqn, tries, dismissed_at, dismissed_note";
 
 /// The heal's requests whose window awaits the AODB (`Requests::awaited`), of `req_track r`:
-/// no answer, no person's dismissal, and no later request of the same window took its place.
+/// no answer, no person's dismissal, and no later request of the same window that is a heal's
+/// (its next try) or was answered.
 pub(super) const AWAITED: &str = "r.origin = 'heal' AND r.answer_msg_id IS NULL AND r.dismissed_at IS NULL
      AND r.state IN ('REGISTERED', 'SENT', 'WAITING', 'EXPIRED')
      AND NOT EXISTS (SELECT 1 FROM req_track l
-                     WHERE l.req_type = r.req_type AND l.req_key = r.req_key AND l.req_id > r.req_id)";
+                     WHERE l.req_type = r.req_type AND l.req_key = r.req_key AND l.req_id > r.req_id
+                       AND (l.origin = 'heal' OR l.answer_msg_id IS NOT NULL))";
 
 const OPEN: &str = "('REGISTERED', 'SENT', 'WAITING')";
 

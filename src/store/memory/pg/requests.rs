@@ -105,7 +105,10 @@ impl Requests for MemPg {
                         && r.dismissed.is_none()
                         && r.state != ReqState::Done
                         && !all.iter().any(|l| {
-                            l.req_type == r.req_type && l.req_key == r.req_key && l.req_id > r.req_id
+                            l.req_type == r.req_type
+                                && l.req_key == r.req_key
+                                && l.req_id > r.req_id
+                                && (l.origin == Origin::Heal.as_str() || l.answer_msg_id.is_some())
                         })
                 })
                 .take(limit)
