@@ -561,6 +561,34 @@ fn regression_a_heal_that_cannot_tell_the_day_stops_for_a_person_and_asks_for_no
     let (_, listed) = msgx(&s, &["requests", "--json"]);
     assert_eq!(listed.trim(), "[]", "asked the AODB nothing");
     assert!(coutmsgs(&s).is_empty());
+
+    // A person names the window to ask (msgx.requests.heal-window) and starts msgx again: it
+    // asks that window, serves degraded, and the answer heals it.
+    let mut s = s;
+    let window = "2026-03-05T00:00/2026-03-05T23:59";
+    s.toml =
+        s.toml.replacen("[msgx.requests]\n", &format!("[msgx.requests]\nheal-window = \"{window}\"\n"), 1);
+    let c = Instance::run(&s, "named", "");
+    assert!(c.wait_for_log("heal by request req_id=", Duration::from_secs(60)), "{}", c.log_text());
+    let log = c.log_text();
+    let named = log.lines().find(|l| l.contains("msgx.requests.heal-window names")).unwrap_or_default();
+    assert!(named.contains(&ids[0].to_string()) && named.contains(window), "{log}");
+    println!("{named}");
+    let rows = wait_coutmsgs(&s, &c, 1);
+    assert!(rows[0].2.contains("<RQFD><STDB>05MAR260000</STDB><STDE>05MAR262359</STDE></RQFD>"), "{rows:?}");
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(1), "degraded: {check}");
+    let req = listed_all(&s)[0]["req_id"].as_i64().unwrap();
+    s.insert_inbound(&[fixtures::schd(5, "RESP", &[("H1", "05MAR260900"), ("H2", "05MAR261000")])]);
+    wait_state(&s, &c, req, "DONE");
+    assert!(["H1", "H2"].iter().all(|f| redis_flights(&s).contains_key(*f)));
+    let (code, check) = msgx(&s, &["status", "--check"]);
+    assert_eq!(code, Some(0), "{check}");
+}
+
+fn listed_all(s: &Services) -> Vec<serde_json::Value> {
+    let (_, out) = msgx(s, &["requests", "--json"]);
+    serde_json::from_str(&out).unwrap()
 }
 
 #[test]

@@ -415,6 +415,12 @@ pub const KEYS: &[KeySpec] = &[
         "how many times a heal asks the AODB for a window before it waits for a person: an expired heal request is asked again; after the last one expires msgx stays degraded, status --check WARNING, until an answer comes or msgx requests --dismiss ID --note …",
     ),
     k(
+        "msgx.requests.heal-window",
+        "\"\"",
+        Kind::Text,
+        "a window FROM/TO (local airport time, yyyy-MM-ddTHH:mm/yyyy-MM-ddTHH:mm) a heal asks the AODB for when nothing tells which day a lost message's flights lie on, instead of stopping for a person (exit 6): a person's decision, set after that stop; empty: stop",
+    ),
+    k(
         "msgx.requests.heal-backoff",
         "\"5m\"",
         Kind::Duration { min: Duration::from_secs(1) },

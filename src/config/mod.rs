@@ -654,7 +654,27 @@ fn requests(v: &Values) -> Result<RequestPolicy, ConfigError> {
         on_empty: boolean(v, "msgx.requests.on-empty")?,
         heal_tries: int(v, "msgx.requests.heal-tries")? as u16,
         heal_backoff: duration(v, "msgx.requests.heal-backoff")?,
+        heal_window: heal_window(v)?,
     })
+}
+
+/// `msgx.requests.heal-window`: empty, or a window `FROM/TO` of local times, FROM not after TO.
+fn heal_window(v: &Values) -> Result<Option<String>, ConfigError> {
+    const KEY: &str = "msgx.requests.heal-window";
+    let text = text(v, KEY)?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let time = |t: &str| jiff::civil::DateTime::strptime("%Y-%m-%dT%H:%M", t.trim()).ok();
+    match text.split_once('/').map(|(a, b)| (time(a), time(b))) {
+        Some((Some(from), Some(to))) if from <= to => {
+            Ok(Some(format!("{}/{}", from.strftime("%Y-%m-%dT%H:%M"), to.strftime("%Y-%m-%dT%H:%M"))))
+        }
+        _ => Err(bad(
+            KEY,
+            format!("{text:?} is not a window FROM/TO of local times yyyy-MM-ddTHH:mm, FROM not after TO"),
+        )),
+    }
 }
 
 /// `msgx.requests.window-format`: a strftime pattern that formats a time (an unknown directive

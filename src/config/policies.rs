@@ -79,4 +79,7 @@ pub struct RequestPolicy {
     pub heal_tries: u16,
     /// `msgx.requests.heal-backoff`: the pause before a heal's next try, doubled after each.
     pub heal_backoff: Duration,
+    /// `msgx.requests.heal-window`: the window (`FROM/TO`, a request key) a heal asks for when
+    /// nothing tells the day of a lost message's flights — a person's decision; `None`: stop.
+    pub heal_window: Option<String>,
 }

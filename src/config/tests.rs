@@ -83,6 +83,12 @@ fn bad_values_name_the_key() {
         ("[msgx.requests]\ndialect = \"SITA\"", "msgx.requests.dialect", "neither"),
         ("[msgx.requests]\nwindow-format = \"%Q\"", "msgx.requests.window-format", "strftime"),
         ("[msgx.requests]\nwindow-format = \"NOON\"", "msgx.requests.window-format", "writes no time"),
+        ("[msgx.requests]\nheal-window = \"2026-03-05\"", "msgx.requests.heal-window", "FROM/TO"),
+        (
+            "[msgx.requests]\nheal-window = \"2026-03-06T00:00/2026-03-05T23:59\"",
+            "msgx.requests.heal-window",
+            "FROM not after TO",
+        ),
         ("[msgx.compat-http]\nlisten = \"localhost\"", "msgx.compat-http.listen", "ip:port"),
         (
             "[msgx.pipeline]\nbackfill-backoff-ms = 1000000",

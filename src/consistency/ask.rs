@@ -50,14 +50,36 @@ pub(super) fn for_gone(
         return Ok(Vec::new());
     }
     let (days, unplaced) = days_of(st, replay, &wrote)?;
+    let mut windows = days.iter().map(|d| day_window(d)).collect::<Result<Vec<Ask>, HealError>>()?;
     if !unplaced.is_empty() {
-        return Err(HealError::Person(unplaceable(&unplaced)));
+        windows.push(named_window(asking, &unplaced)?);
     }
     let mut asked = Vec::new();
-    for day in days {
-        asked.push(ask_day(st, asking, &day, &wrote, now)?);
+    for w in windows {
+        asked.push(ask_window(st, asking, &w, &wrote, now)?);
     }
     Ok(asked)
+}
+
+/// The window a person named for flights nothing places on a day (`msgx.requests.heal-window`);
+/// none named: the heal stops for a person (exit 6), never guessing a day.
+fn named_window(asking: &Asking, unplaced: &[i64]) -> Result<Ask, HealError> {
+    let Some(key) = &asking.policy.heal_window else {
+        return Err(HealError::Person(unplaceable(unplaced)));
+    };
+    let ids: Vec<String> = unplaced.iter().take(10).map(i64::to_string).collect();
+    warn!(
+        "heal: which day's flights message(s) {} changed is not known; asking the window msgx.requests.heal-window names ({key}), as a person decided",
+        ids.join(", ")
+    );
+    Ask::window(key)
+        .ok_or_else(|| HealError::Person(format!("msgx.requests.heal-window {key:?} is not a window")))
+}
+
+/// A day's window, `00:00` to `23:59`.
+fn day_window(day: &str) -> Result<Ask, HealError> {
+    Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
+        .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))
 }
 
 /// Start-up with an empty Redis and nothing to rebuild it from (a first start, or every
@@ -73,7 +95,7 @@ pub(super) fn on_empty(
         return Ok(None);
     }
     let day = today(&asking.zone, now);
-    let (r, how) = register(st, asking, &day, Origin::FirstStart, now)?;
+    let (r, how) = register(st, asking, &day_window(&day)?, Origin::FirstStart, now)?;
     info!(
         "first start req_id={} key={}: Redis holds no flight and no message msgx holds changed one; {how} the AODB for today's flights ({}) to fill it (msgx.requests.on-empty); nothing is degraded",
         r.req_id, r.req_key, r.req_type
@@ -133,40 +155,38 @@ fn today(zone: &MailboxZone, now: SystemTime) -> String {
 fn unplaceable(unplaced: &[i64]) -> String {
     let ids: Vec<String> = unplaced.iter().take(10).map(i64::to_string).collect();
     format!(
-        "the mailbox no longer holds the text of SUCCEEDED message(s) {} that changed flights, and which day's flights they changed is not known (their events are past msgx.pipeline.event-retention, or the flights have no scheduled time): Redis cannot be rebuilt without them, and the AODB cannot be asked for their window. A person must decide: restore the mailbox rows, ask the AODB (msgx request flights --from … --to … --yes), or accept the flights as Redis holds them",
+        "the mailbox no longer holds the text of SUCCEEDED message(s) {} that changed flights, and which day's flights they changed is not known (their events are past msgx.pipeline.event-retention, or the flights have no scheduled time): Redis cannot be rebuilt without them, and the AODB cannot be asked for their window. A person must decide: restore the mailbox rows and start msgx again, or name the window the heal is to ask the AODB for in msgx.requests.heal-window and start msgx again (it serves, degraded, until the answer comes)",
         ids.join(", ")
     )
 }
 
-/// Registers the request for `day`'s flights on behalf of `origin`, or finds the one open for
+/// Registers the request for `ask` on behalf of `origin`, or finds the one open for
 /// it: the request, and `asked` or `already asked`.
 fn register(
     st: &mut Stores<'_>,
     asking: &Asking,
-    day: &str,
+    ask: &Ask,
     origin: Origin,
     now: SystemTime,
 ) -> Result<(Request, &'static str), HealError> {
-    let ask = Ask::flights(&format!("{day}T00:00"), &format!("{day}T23:59"))
-        .map_err(|e| HealError::Person(format!("asking the AODB for {day}: {e}")))?;
     let policy = &asking.policy;
     let new = NewRequest::first(ask.req_type(policy.dialect), ask.req_key(), origin);
-    let text = |seqn| asking.text(&ask, seqn, now);
+    let text = |seqn| asking.text(ask, seqn, now);
     Ok(match st.pg.register(&new, &text, now)? {
         Ok(r) => (r, "asked"),
         Err(open) => (open, "already asked"),
     })
 }
 
-/// Asks for `day`'s flights on behalf of the messages `wrote`, whose texts are gone.
-fn ask_day(
+/// Asks for a window's flights on behalf of the messages `wrote`, whose texts are gone.
+fn ask_window(
     st: &mut Stores<'_>,
     asking: &Asking,
-    day: &str,
+    ask: &Ask,
     wrote: &[i64],
     now: SystemTime,
 ) -> Result<Request, HealError> {
-    let (r, how) = register(st, asking, day, Origin::Heal, now)?;
+    let (r, how) = register(st, asking, ask, Origin::Heal, now)?;
     let ids: Vec<String> = wrote.iter().take(10).map(i64::to_string).collect();
     warn!(
         "heal by request req_id={} key={}: the mailbox no longer holds the texts of SUCCEEDED message(s) {}; {how} the AODB for the window's flights ({}), which stay as the other messages leave them until its answer is processed",

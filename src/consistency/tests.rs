@@ -63,9 +63,13 @@ impl World {
 
     /// As [`World::heal`], asking the AODB for what the mailbox no longer holds (#41).
     fn heal_asking(&self, r: &Report, on_empty: bool) -> Result<Healed, HealError> {
-        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
         let mut asking = Asking::of(&Config::defaults());
         asking.policy.on_empty = on_empty;
+        self.heal_with(r, &asking)
+    }
+
+    fn heal_with(&self, r: &Report, asking: &Asking) -> Result<Healed, HealError> {
+        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
         let st = &mut Stores {
             pg: &mut pg,
             mailbox: &mut mb,
@@ -73,7 +77,7 @@ impl World {
             beat: Default::default(),
             limits: Default::default(),
         };
-        heal_asking(st, r, self.clock.now(), Some(&asking))
+        heal_asking(st, r, self.clock.now(), Some(asking))
     }
 
     /// What the dispatcher does with the requests' outbox events: each lands in `COUTMSGS`
@@ -429,6 +433,26 @@ fn regression_a_heal_that_cannot_place_the_lost_flights_stops_for_a_person_and_a
             other => panic!("on-empty {on_empty}: {other:?}"),
         }
     }
+}
+
+/// #55: after that stop, a person names the window to ask (`msgx.requests.heal-window`): the heal
+/// asks it instead of stopping, and msgx serves, degraded, until the answer comes.
+#[test]
+fn a_heal_that_cannot_place_the_lost_flights_asks_the_window_a_person_named() {
+    let w = World::new(KEEP);
+    w.process(1..=3);
+    w.flights.replace_state(Default::default());
+    w.mailbox.insert(2, None);
+    let mut pg = w.pg.state();
+    pg.events.clear();
+    w.pg.replace_state(pg);
+    let r = w.check();
+    let mut asking = Asking::of(&Config::defaults());
+    asking.policy.heal_window = Some("2026-03-05T00:00/2026-03-06T23:59".into());
+    w.heal_with(&r, &asking).expect("the heal asks the named window");
+    let asked: Vec<(String, String)> =
+        w.requests().iter().map(|r| (r.origin.clone(), r.req_key.clone())).collect();
+    assert_eq!(asked, [("heal".to_string(), "2026-03-05T00:00/2026-03-06T23:59".to_string())]);
 }
 
 #[test]

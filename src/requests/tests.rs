@@ -16,6 +16,7 @@ fn policy(dialect: RequestDialect) -> RequestPolicy {
         on_empty: true,
         heal_tries: 3,
         heal_backoff: Duration::from_secs(300),
+        heal_window: None,
     }
 }
 
