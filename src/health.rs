@@ -104,6 +104,30 @@ fn limit(n: u64) -> String {
     }
 }
 
+/// A heal's windows that await the AODB (#41, #55): a WARNING, naming the one a person must
+/// decide about first.
+fn awaiting(awaiting: &[Awaited]) -> Option<(Level, String)> {
+    if let Some(a) = awaiting.iter().find(|a| a.given_up) {
+        return Some((
+            Level::Warning,
+            format!(
+                "degraded: the AODB answered none of {} request(s) a heal made for the flights of {} (req_id={}); a person decides, then: msgx requests --dismiss {} --note …",
+                a.tries, a.req_key, a.req_id, a.req_id
+            ),
+        ));
+    }
+    let a = awaiting.first()?;
+    Some((
+        Level::Warning,
+        format!(
+            "degraded: {} window(s) of flights await the AODB's answer after a heal (req_id={} {})",
+            awaiting.len(),
+            a.req_id,
+            a.req_key
+        ),
+    ))
+}
+
 pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
     let mut problems: Vec<(Level, String)> = Vec::new();
     if o.holder.is_none() {
@@ -124,24 +148,7 @@ pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
     if let Some(f) = &o.forgotten {
         problems.push((Level::Critical, f.clone()));
     }
-    if let Some(a) = o.awaiting.iter().find(|a| a.given_up) {
-        problems.push((
-            Level::Warning,
-            format!(
-                "degraded: the AODB answered none of {} request(s) a heal made for the flights of {} (req_id={}); a person decides, then: msgx requests --dismiss {} --note …",
-                a.tries, a.req_key, a.req_id, a.req_id
-            ),
-        ));
-    } else if let Some(a) = o.awaiting.first() {
-        let n = o.awaiting.len();
-        problems.push((
-            Level::Warning,
-            format!(
-                "degraded: {n} window(s) of flights await the AODB's answer after a heal (req_id={} {})",
-                a.req_id, a.req_key
-            ),
-        ));
-    }
+    problems.extend(awaiting(&o.awaiting));
     let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
     let mut said: Vec<&str> =
         problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();

@@ -581,19 +581,25 @@ fn pipeline(v: &Values) -> Result<Pipeline, ConfigError> {
         max_unknown_names: int(v, "msgx.codec.max-unknown-names")? as u32,
         max_event_bytes: int(v, "msgx.codec.max-event-bytes")? as usize,
     };
-    if pipeline.outage.backoff > pipeline.outage.cap {
+    backoffs_below_their_caps(&pipeline)?;
+    Ok(pipeline)
+}
+
+/// A first backoff above its cap would never be waited: refused, naming the key.
+fn backoffs_below_their_caps(p: &Pipeline) -> Result<(), ConfigError> {
+    if p.outage.backoff > p.outage.cap {
         return Err(bad(
             "msgx.pipeline.reconnect-backoff-ms",
             "must not exceed msgx.pipeline.reconnect-backoff-cap-ms",
         ));
     }
-    if pipeline.backfill_backoff > pipeline.backfill_backoff_cap {
+    if p.backfill_backoff > p.backfill_backoff_cap {
         return Err(bad(
             "msgx.pipeline.backfill-backoff-ms",
             "must not exceed msgx.pipeline.backfill-backoff-cap-ms",
         ));
     }
-    Ok(pipeline)
+    Ok(())
 }
 
 /// `mailbox.*`: the inbound and the outbound table, in the mailbox's time zone.

@@ -222,6 +222,7 @@ fn lifetimes(
     me: &Claimant,
     ops: &Arc<Ops>,
 ) -> Result<(), DaemonError> {
+    let d = Lifetime { cfg, clock, stop, me, ops };
     let mut life = Lifecycle::default();
     loop {
         let mut lease = RealStores::new(cfg).pg()?;
@@ -235,38 +236,68 @@ fn lifetimes(
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
         let mut next = life.claimed(claim_flights(cfg, epoch, &mut lease)?, cfg.pipeline.check_on_startup);
         if next == Next::Compare {
-            ops.standby(
-                NotReady::Comparing,
-                format!("lease epoch={epoch}: comparing the stores before the stages start (U25)"),
-            );
-            // The start-up pass is watched like a stage's turn, beaten page by page (#54).
-            let turn = ops.pulse.turning(PASS, clock.mono());
-            let beat = Beat::of(&ops.pulse, PASS, clock.clone());
-            let watch =
-                Watch { pulse: &ops.pulse, clock: clock.as_ref(), stuck_after: cfg.watchdog_stuck_after };
-            let pass = renewing(cfg, me, epoch, watch, || {
-                consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats, beat)
-            })?;
-            drop(turn);
-            next = life.compared(pass, &cfg.pipeline.outage);
+            next = life.compared(d.compare(epoch)?, &cfg.pipeline.outage);
         }
         if let Next::Serve(seen) = next {
             let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen.or_else(|| redis_token(cfg)) };
-            let served = match serve(cfg, clock.clone(), stop.clone(), me, tenure, ops) {
-                Ok(()) => Served::Stopped,
-                Err(DaemonError::Fenced(why)) => Served::Fenced(why),
-                Err(DaemonError::Forgot(why)) => Served::Forgot(why),
-                Err(e) => {
-                    release(cfg, me, epoch);
-                    return Err(e);
-                }
-            };
+            let served = d.serve(tenure, epoch)?;
             let stopping = stop.try_recv() == Err(TryRecvError::Disconnected);
             next = life.served(served, gate.is_stale(), stopping);
         }
+        if let Some(ended) = d.after(next, epoch) {
+            return ended;
+        }
+    }
+}
+
+/// What one instance of the daemon lives with, from lease to lease.
+struct Lifetime<'a> {
+    cfg: &'a Config,
+    clock: &'a Arc<dyn Clock>,
+    stop: &'a Receiver<()>,
+    me: &'a Claimant,
+    ops: &'a Arc<Ops>,
+}
+
+impl Lifetime<'_> {
+    /// The start-up pass under `epoch`, watched like a stage's turn, beaten page by page (#54),
+    /// with the lease renewed meanwhile.
+    fn compare(&self, epoch: i64) -> Result<Pass, DaemonError> {
+        let (cfg, clock, ops) = (self.cfg, self.clock, self.ops);
+        ops.standby(
+            NotReady::Comparing,
+            format!("lease epoch={epoch}: comparing the stores before the stages start (U25)"),
+        );
+        let turn = ops.pulse.turning(PASS, clock.mono());
+        let beat = Beat::of(&ops.pulse, PASS, clock.clone());
+        let watch = Watch { pulse: &ops.pulse, clock: clock.as_ref(), stuck_after: cfg.watchdog_stuck_after };
+        let pass = renewing(cfg, self.me, epoch, watch, || {
+            consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats, beat)
+        });
+        drop(turn);
+        pass
+    }
+
+    /// Serves under `tenure` until a stop, a fence or a store that forgot ends it; any other
+    /// error gives the lease back and ends the daemon.
+    fn serve(&self, tenure: Tenure, epoch: i64) -> Result<Served, DaemonError> {
+        match serve(self.cfg, self.clock.clone(), self.stop.clone(), self.me, tenure, self.ops) {
+            Ok(()) => Ok(Served::Stopped),
+            Err(DaemonError::Fenced(why)) => Ok(Served::Fenced(why)),
+            Err(DaemonError::Forgot(why)) => Ok(Served::Forgot(why)),
+            Err(e) => {
+                release(self.cfg, self.me, epoch);
+                Err(e)
+            }
+        }
+    }
+
+    /// What the lifecycle said after a holding: another lifetime (`None`), or the end.
+    fn after(&self, next: Next, epoch: i64) -> Option<Result<(), DaemonError>> {
+        let (cfg, me) = (self.cfg, self.me);
         match next {
             Next::Again { pause, forgot, why } => {
-                ops.starting(NotReady::Stopped, format!("not serving: {why}"));
+                self.ops.starting(NotReady::Stopped, format!("not serving: {why}"));
                 if forgot {
                     // The server as it is now is the baseline: it is compared and healed next.
                     crate::store::pg::witness::rebase_all();
@@ -276,21 +307,19 @@ fn lifetimes(
                 }
                 // Released at once so a standby takes over without waiting for the expiry.
                 release(cfg, me, epoch);
-                if pause_or_stop(stop, None, pause) {
-                    return Ok(());
-                }
+                pause_or_stop(self.stop, None, pause).then_some(Ok(()))
             }
             Next::End { end, release: give_back } => {
                 if give_back {
                     release(cfg, me, epoch);
                 }
-                return match end {
+                Some(match end {
                     End::Stopped => Ok(()),
                     End::Fenced(why) => Err(DaemonError::Fenced(why)),
                     End::NotHealed(why) => Err(DaemonError::Forgot(why)),
-                };
+                })
             }
-            Next::Compare | Next::Serve(_) => unreachable!("compared and served above"),
+            Next::Compare | Next::Serve(_) => unreachable!("compared and served before"),
         }
     }
 }
@@ -503,21 +532,7 @@ fn standby(
                     NotReady::Standby,
                     format!("standby: the lease is held by {} epoch={}", holder(&h), h.epoch),
                 );
-                // Once a minute: a standby is normal, not an alarm.
-                if said.is_none_or(|t| sent.duration_since(t).unwrap_or_default() >= Duration::from_secs(60))
-                {
-                    let since = h
-                        .since
-                        .and_then(|s| sent.duration_since(s).ok())
-                        .map(human)
-                        .unwrap_or_else(|| "?".into());
-                    info!(
-                        "standby: lease held by {} since={since} ago epoch={}; this instance takes over when it expires or is released",
-                        holder(&h),
-                        h.epoch
-                    );
-                    said = Some(sent);
-                }
+                said_standing_by(&h, sent, &mut said);
             }
             Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
             Err(e) => {
@@ -529,6 +544,20 @@ fn standby(
             return Ok(None);
         }
     }
+}
+
+/// Says who holds the lease, once a minute: a standby is normal, not an alarm.
+fn said_standing_by(h: &crate::ports::LeaseHolder, now: SystemTime, said: &mut Option<SystemTime>) {
+    if said.is_some_and(|t| now.duration_since(t).unwrap_or_default() < Duration::from_secs(60)) {
+        return;
+    }
+    let since = h.since.and_then(|s| now.duration_since(s).ok()).map(human).unwrap_or_else(|| "?".into());
+    info!(
+        "standby: lease held by {} since={since} ago epoch={}; this instance takes over when it expires or is released",
+        holder(h),
+        h.epoch
+    );
+    *said = Some(now);
 }
 
 /// `host=… pid=…` of a lease holder, as the log lines name it.

@@ -274,6 +274,31 @@ struct Reactor<'a> {
 }
 
 impl Reactor<'_> {
+    /// Accepts, reads and answers until `stopping` is set (the waker wakes the poll for it).
+    fn run(&mut self, listening: &Listening, stopping: &std::sync::atomic::AtomicBool) {
+        let mut events = Events::with_capacity(256);
+        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            self.hand_over();
+            let mut wait = self.sweep().min(Duration::from_secs(1));
+            if self.handover.is_some() {
+                wait = wait.min(Duration::from_millis(5));
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    log::warn!("metrics accept error: {e}");
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(listening),
+                    WAKER => self.console_done(),
+                    Token(at) => self.ready(at),
+                }
+            }
+        }
+    }
+
     fn now(&self) -> Mono {
         self.endpoint.metrics.clock().mono()
     }
@@ -530,27 +555,7 @@ impl OpsServer {
             };
             let mut reactor =
                 Reactor { poll, table: Table::default(), endpoint, console: jobs, done, handover: None };
-            let mut events = Events::with_capacity(256);
-            while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                reactor.hand_over();
-                let mut wait = reactor.sweep().min(Duration::from_secs(1));
-                if reactor.handover.is_some() {
-                    wait = wait.min(Duration::from_millis(5));
-                }
-                if let Err(e) = reactor.poll.poll(&mut events, Some(wait)) {
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        log::warn!("metrics accept error: {e}");
-                    }
-                    continue;
-                }
-                for ev in events.iter() {
-                    match ev.token() {
-                        LISTENER => reactor.accept(&listening),
-                        WAKER => reactor.console_done(),
-                        Token(at) => reactor.ready(at),
-                    }
-                }
-            }
+            reactor.run(&listening, &stopping);
             drop(reactor); // the console's queue closes, and its thread ends
         });
         Ok(())

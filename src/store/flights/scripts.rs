@@ -276,53 +276,64 @@ impl RedisFlights {
             top: decisions.last().map_or(0, |a| a.msg_id),
         };
         header.write(&mut cmd);
-        cmd.arg(decisions.len());
-        // Each document is written into one buffer, reused, and copied into the command.
-        let mut doc = Vec::with_capacity(2048);
-        for (a, applied) in decisions.iter().zip(&round.applied) {
-            doc.clear();
-            // A snapshot not newer than the plan's generation journals the empty decision.
-            let (events, references) = match applied {
-                true => (a.decision.events.as_slice(), a.decision.references.as_slice()),
-                false => (&[][..], &[][..]),
-            };
-            let rules = a.decision.rules;
-            serde_json::to_writer(&mut doc, &Journal { events, references, identity: a.identity, rules })
-                .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
-            cmd.arg(a.msg_id).arg(doc.as_slice());
-        }
-        let named: Vec<&Applying<'_>> = decisions.iter().filter(|a| !a.identity.is_empty()).collect();
-        cmd.arg(named.len());
-        for a in named {
-            cmd.arg(a.identity).arg(a.msg_id);
-        }
-        cmd.arg(round.flights.len());
-        let mut w = net::Writes::default();
-        for (flid, before) in &round.flights {
-            net::diff(before, &known.flights[flid], &mut w);
-            cmd.arg(flid.as_str()).arg(w.ttl.word());
-            cmd.arg(w.set.len());
-            for (f, v) in &w.set {
-                cmd.arg(*f).arg(*v);
-            }
-            cmd.arg(w.gone.len());
-            for f in &w.gone {
-                cmd.arg(*f);
-            }
-            cmd.arg(w.versions.len());
-            for (f, m) in &w.versions {
-                cmd.arg(*f).arg(*m);
-            }
-        }
-        cmd.arg(round.index_add.len());
-        for (sodt, flid) in &round.index_add {
-            cmd.arg(*sodt).arg(flid.as_str());
-        }
-        cmd.arg(round.index_remove.len());
-        for flid in &round.index_remove {
-            cmd.arg(flid.as_str());
-        }
+        journal(&mut cmd, round, decisions)?;
+        flights(&mut cmd, known, round);
         Ok(cmd)
+    }
+}
+
+/// The decisions, each journalled as a document, and the identities they hold (see [`APPLY`]).
+fn journal(cmd: &mut redis::Cmd, round: &net::Round, decisions: &[Applying<'_>]) -> StoreResult<()> {
+    cmd.arg(decisions.len());
+    // Each document is written into one buffer, reused, and copied into the command.
+    let mut doc = Vec::with_capacity(2048);
+    for (a, applied) in decisions.iter().zip(&round.applied) {
+        doc.clear();
+        // A snapshot not newer than the plan's generation journals the empty decision.
+        let (events, references) = match applied {
+            true => (a.decision.events.as_slice(), a.decision.references.as_slice()),
+            false => (&[][..], &[][..]),
+        };
+        let rules = a.decision.rules;
+        serde_json::to_writer(&mut doc, &Journal { events, references, identity: a.identity, rules })
+            .map_err(|e| StoreError::rejected(Store::Redis, format!("decision not serialisable: {e}")))?;
+        cmd.arg(a.msg_id).arg(doc.as_slice());
+    }
+    let named: Vec<&Applying<'_>> = decisions.iter().filter(|a| !a.identity.is_empty()).collect();
+    cmd.arg(named.len());
+    for a in named {
+        cmd.arg(a.identity).arg(a.msg_id);
+    }
+    Ok(())
+}
+
+/// Each flight's writes as the difference from what Redis holds, and the plan index's changes.
+fn flights(cmd: &mut redis::Cmd, known: &net::Known, round: &net::Round) {
+    cmd.arg(round.flights.len());
+    let mut w = net::Writes::default();
+    for (flid, before) in &round.flights {
+        net::diff(before, &known.flights[flid], &mut w);
+        cmd.arg(flid.as_str()).arg(w.ttl.word());
+        cmd.arg(w.set.len());
+        for (f, v) in &w.set {
+            cmd.arg(*f).arg(*v);
+        }
+        cmd.arg(w.gone.len());
+        for f in &w.gone {
+            cmd.arg(*f);
+        }
+        cmd.arg(w.versions.len());
+        for (f, m) in &w.versions {
+            cmd.arg(*f).arg(*m);
+        }
+    }
+    cmd.arg(round.index_add.len());
+    for (sodt, flid) in &round.index_add {
+        cmd.arg(*sodt).arg(flid.as_str());
+    }
+    cmd.arg(round.index_remove.len());
+    for flid in &round.index_remove {
+        cmd.arg(flid.as_str());
     }
 }
 

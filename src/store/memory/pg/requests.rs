@@ -17,6 +17,31 @@ pub(super) fn sent(s: &mut PgState, event_id: i64, row: i64, now: SystemTime) {
     }
 }
 
+/// The outbox event that carries request `req_id`'s text to `COUTMSGS`.
+fn request_event(event_id: i64, req_id: i64, intent: &OutboundIntent, now: SystemTime) -> MemEvent {
+    let event = MsgEvent {
+        event_id,
+        msg_id: None,
+        target: Target::Coutmsgs,
+        partition_key: format!("req:{req_id}"),
+        state_version: req_id,
+        payload_json: serde_json::to_string(intent).expect("two strings serialise"),
+        attempts: 0,
+        next_attempt_at: None,
+        last_attempt_at: None,
+        created_at: Some(now),
+        ordinal: None,
+    };
+    MemEvent {
+        event,
+        state: EventStatus::Pending,
+        error_class: None,
+        last_error: None,
+        sent_at: None,
+        landed: None,
+    }
+}
+
 impl Requests for MemPg {
     fn register(
         &mut self,
@@ -38,28 +63,7 @@ impl Requests for MemPg {
             let seqn = crate::requests::seqn_of(req_id, now);
             let out = text(seqn);
             let intent = OutboundIntent { routing_id: out.routing_id, xml: out.xml };
-            let event = MsgEvent {
-                event_id,
-                msg_id: None,
-                target: Target::Coutmsgs,
-                partition_key: format!("req:{req_id}"),
-                state_version: req_id,
-                payload_json: serde_json::to_string(&intent).expect("two strings serialise"),
-                attempts: 0,
-                next_attempt_at: None,
-                last_attempt_at: None,
-                created_at: Some(now),
-                ordinal: None,
-            };
-            let mem = MemEvent {
-                event,
-                state: EventStatus::Pending,
-                error_class: None,
-                last_error: None,
-                sent_at: None,
-                landed: None,
-            };
-            s.events.insert(event_id, mem);
+            s.events.insert(event_id, request_event(event_id, req_id, &intent, now));
             let r = Request {
                 req_id,
                 req_type: new.req_type.to_string(),
