@@ -654,6 +654,17 @@ pub struct RoundNeed {
     pub taken: Vec<i64>,
 }
 
+/// Redis's fence (#20, #38, #56): the epoch that holds the flights. A new lease holder claims
+/// them before it compares the stores or applies anything; from then on every apply and restore
+/// of an older epoch is refused (fenced), so the flights have one writer.
+pub trait FlightsFence {
+    /// Moves the fence to `epoch` (again: nothing changes); fenced, and nothing moved, when a
+    /// newer epoch holds the flights.
+    fn claim(&mut self, epoch: i64) -> StoreResult<()>;
+    /// The epoch that holds the flights (0: never claimed).
+    fn epoch_held(&mut self) -> StoreResult<i64>;
+}
+
 /// Live flight state (Redis, phase A authority). Only the process thread writes it (I5).
 pub trait FlightStore {
     /// In one read: the applied journal of the round's messages, the flights they name and a

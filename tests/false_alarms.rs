@@ -15,7 +15,7 @@ use common::*;
 use msgx::consistency::{self, Depth, Stores};
 use msgx::fixtures;
 use msgx::handlers::{Decision, FlightChange};
-use msgx::ports::{Applying, FlightAudit, FlightStore};
+use msgx::ports::{Applying, FlightAudit, FlightStore, FlightsFence};
 use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;

@@ -4,6 +4,7 @@ use msgx::clock::{Clock, SystemClock};
 use msgx::config::Config;
 use msgx::consistency::{self, Depth, HealError, Stores};
 use msgx::error::StoreError;
+use msgx::ports::FlightsFence;
 use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;

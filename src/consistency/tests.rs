@@ -8,7 +8,9 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::InboundRow;
 use crate::fixtures::flop_stnd;
-use crate::ports::{Claim, Claimant, FlightAudit, Intake, LeaseStore, MailboxMarks, SucceededRow};
+use crate::ports::{
+    Claim, Claimant, FlightAudit, FlightsFence, Intake, LeaseStore, MailboxMarks, SucceededRow,
+};
 use crate::stage::{Next, RoundReport};
 use crate::store::memory::{MemFlights, MemPg};
 use crate::testkit::Twins;
@@ -464,7 +466,7 @@ fn regression_a_new_epoch_is_above_every_epoch_another_store_saw() {
     };
     assert_eq!(epoch, 42, "max(0 in postgres, 41 seen in Redis) + 1");
     let w = World::new(KEEP);
-    w.flights.claim(7).unwrap();
+    w.flights.handle().claim(7).unwrap();
     let r = w.check();
     assert_eq!(r.finding(FindingKind::EpochAhead).map(|f| f.ids.clone()), Some(vec![7, 0]));
     let mut fl = w.flights.handle();

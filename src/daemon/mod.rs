@@ -49,7 +49,7 @@ use crate::consistency::{self, Pass, Stores};
 use crate::error::{Store, StoreError};
 use crate::ingress::compat::{self, CompatServer};
 use crate::lease::LeaseGate;
-use crate::ports::{Claim, Claimant, LeaseStore};
+use crate::ports::{Claim, Claimant, FlightsFence, LeaseStore};
 use crate::stage::runner::log_notice;
 use crate::stage::{human, Beat, Outages, StageId, StallBoard};
 use crate::stats::Stats;
@@ -234,7 +234,8 @@ fn lifetimes(
         let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
         // The flights are this epoch's before the stores are compared: an older instance's apply
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
-        let mut next = life.claimed(claim_flights(cfg, epoch, &mut lease)?, cfg.pipeline.check_on_startup);
+        let claim = claim_flights(&mut RealStores::new(cfg).redis()?, &mut lease, epoch);
+        let mut next = life.claimed(claim, cfg.pipeline.check_on_startup);
         if next == Next::Compare {
             next = life.compared(d.compare(epoch)?, &cfg.pipeline.outage);
         }
@@ -647,31 +648,34 @@ fn stages(
     ])
 }
 
-/// Claims the flights in Redis for `epoch`. Redis keeping a higher epoch than the one
-/// PostgreSQL just handed out means either a newer holder (PostgreSQL has it too: this instance
-/// is stale) or that PostgreSQL lost the commits that handed that epoch out (it went back in
-/// time: #19) — then msgx stops before writing anything.
-fn claim_flights(cfg: &Config, epoch: i64, lease: &mut Pg) -> Result<FlightsClaim, DaemonError> {
-    let mut redis = RealStores::new(cfg).redis()?;
-    match redis.claim(epoch) {
-        Ok(()) => Ok(FlightsClaim::Ours),
+/// Claims the flights for `epoch` on Redis's fence, and tells how it ended (the one claim the
+/// daemon and the simulator perform): fenced by a newer epoch own PostgreSQL knows of, another
+/// instance is newer; by one it never handed out, PostgreSQL lost commits; Redis away, the first
+/// apply claims them.
+pub(crate) fn claim_flights(
+    fence: &mut impl FlightsFence,
+    lease: &mut impl LeaseStore,
+    epoch: i64,
+) -> FlightsClaim {
+    match fence.claim(epoch) {
+        Ok(()) => FlightsClaim::Ours,
         Err(e) if e.is_fenced() => {
-            let held = redis.epoch_held().unwrap_or(epoch + 1);
+            let held = fence.epoch_held().unwrap_or(epoch + 1);
             let pg_epoch = lease.holder().map(|h| h.epoch).unwrap_or(epoch);
             if pg_epoch < held {
                 error!(
                     "postgres lost commits: its lease epoch is {pg_epoch} but Redis holds the flights for epoch {held}, which only PostgreSQL can have handed out"
                 );
-                Ok(FlightsClaim::PostgresBehind(format!(
+                FlightsClaim::PostgresBehind(format!(
                     "postgres lease epoch {pg_epoch} is behind epoch {held} seen in Redis"
-                )))
+                ))
             } else {
-                Ok(FlightsClaim::Newer(format!("Redis holds the flights for epoch {held}")))
+                FlightsClaim::Newer(format!("Redis holds the flights for epoch {held}"))
             }
         }
         Err(e) => {
             warn!("flights not claimed for epoch {epoch} yet ({e}); the first apply claims them");
-            Ok(FlightsClaim::Ours)
+            FlightsClaim::Ours
         }
     }
 }

@@ -842,23 +842,9 @@ impl Sim {
         self.follow(k, epoch, Some(gate), next);
     }
 
-    /// The flights claimed for a new epoch, as the daemon's `claim_flights` tells the outcome.
+    /// The flights claimed for a new epoch: the daemon's `claim_flights`, on the twins' ports.
     fn claim_flights(&mut self, epoch: i64) -> FlightsClaim {
-        match self.flights.claim(epoch) {
-            Ok(()) => FlightsClaim::Ours,
-            Err(e) if e.is_fenced() => {
-                let held = self.flights.inspect(|f| f.epoch);
-                let pg_epoch = self.pg.inspect(|s| s.lease.epoch);
-                if pg_epoch < held {
-                    FlightsClaim::PostgresBehind(format!(
-                        "postgres lease epoch {pg_epoch} is behind epoch {held} seen in Redis"
-                    ))
-                } else {
-                    FlightsClaim::Newer(format!("Redis holds the flights for epoch {held}"))
-                }
-            }
-            Err(_) => FlightsClaim::Ours,
-        }
+        crate::daemon::claim_flights(&mut self.flights.handle(), &mut self.pg.session(), epoch)
     }
 
     /// A standby's turn: the lease claimed, the flights claimed, the stores compared — what

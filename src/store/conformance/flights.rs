@@ -6,7 +6,7 @@ use crate::domain::{NewEvent, Target};
 use crate::handlers::{Decision, FlightChange};
 use std::time::{Duration, SystemTime};
 
-use crate::ports::{Applying, FlightAudit, FlightStore, RoundNeed};
+use crate::ports::{Applying, FlightAudit, FlightStore, FlightsFence, RoundNeed};
 
 /// The suite's clock: a fixed instant, moved on by hand.
 const T0: SystemTime = SystemTime::UNIX_EPOCH;
@@ -16,7 +16,9 @@ fn at(secs: u64) -> SystemTime {
 }
 
 /// A flight store for the suite: second handles on the same data.
-pub trait FlightTwin: FlightStore + FlightAudit + Sized {
+pub trait FlightTwin: FlightStore + FlightAudit + FlightsFence + Sized {
+    /// A handle on the same data that cannot reach it (the server down, the network cut).
+    fn unreachable_twin(&self) -> Self;
     /// Its applies carry `epoch`.
     fn fenced_twin(&self, epoch: i64) -> Self;
     /// Journal entries stay `keep` after PostgreSQL holds their outcome.
@@ -26,6 +28,11 @@ pub trait FlightTwin: FlightStore + FlightAudit + Sized {
 }
 
 impl FlightTwin for crate::store::memory::MemFlights {
+    fn unreachable_twin(&self) -> Self {
+        let h = self.handle();
+        h.inject(crate::store::memory::Fault::Unavailable, 1);
+        h
+    }
     fn fenced_twin(&self, epoch: i64) -> Self {
         self.handle().fenced(epoch)
     }
@@ -38,6 +45,10 @@ impl FlightTwin for crate::store::memory::MemFlights {
 }
 
 impl FlightTwin for crate::store::flights::RedisFlights {
+    fn unreachable_twin(&self) -> Self {
+        // A port nothing listens on: the connection is refused.
+        crate::store::flights::RedisFlights::new("redis://127.0.0.1:1/", "msgx:unreachable:").expect("a URL")
+    }
     fn fenced_twin(&self, epoch: i64) -> Self {
         self.twin().fenced(epoch)
     }
@@ -452,6 +463,41 @@ pub fn a_round_merged_per_flight_ends_as_its_changes_one_by_one<S: FlightTwin>(m
         assert_eq!(got, want, "after round {r}");
     }
 }
+/// #56: the fence a new lease holder claims. A claim moves it, and from then on an older
+/// epoch applies nothing; the same claim again changes nothing.
+pub fn a_claim_fences_every_older_epoch<S: FlightTwin>(mut s: S) {
+    assert_eq!(s.epoch_held().unwrap(), 0, "never claimed");
+    let mut old = s.fenced_twin(2);
+    old.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "OLD")]))])).unwrap();
+    s.claim(3).unwrap();
+    assert_eq!(s.epoch_held().unwrap(), 3);
+    let refused = old.apply(&Applying::unnamed_all(&[(2, &set("F", &[("STND", "STALE")]))])).unwrap_err();
+    assert!(refused.is_fenced(), "{refused}");
+    let mut holder = s.fenced_twin(3);
+    holder.apply(&Applying::unnamed_all(&[(3, &set("F", &[("STND", "NEW")]))])).unwrap();
+    s.claim(3).unwrap();
+    assert_eq!((s.epoch_held().unwrap(), fields(&mut holder, "F")), (3, vec![("STND".into(), "NEW".into())]));
+}
+
+/// #56: a claim below the epoch that holds the flights is fenced and moves nothing back.
+pub fn a_claim_below_a_seen_epoch_is_fenced_and_moves_nothing<S: FlightTwin>(mut s: S) {
+    s.claim(5).unwrap();
+    let below = s.claim(4).unwrap_err();
+    assert!(below.is_fenced(), "{below}");
+    assert_eq!(s.epoch_held().unwrap(), 5);
+    s.claim(6).unwrap();
+    assert_eq!(s.epoch_held().unwrap(), 6);
+}
+
+/// #56: a claim that cannot reach the store is an outage (the daemon's first apply claims the
+/// flights then), never a fence; the fence stays where it was.
+pub fn a_claim_that_cannot_reach_the_store_is_an_outage<S: FlightTwin>(mut s: S) {
+    s.claim(2).unwrap();
+    let away = s.unreachable_twin().claim(3).unwrap_err();
+    assert!(away.is_unavailable() && !away.is_fenced(), "{away}");
+    assert_eq!(s.epoch_held().unwrap(), 2);
+}
+
 /// Expands to one `#[test]` per case; `$make` builds a fresh, empty store and a guard.
 #[macro_export]
 macro_rules! flight_conformance_tests {
@@ -474,6 +520,9 @@ macro_rules! flight_conformance_tests {
             a_restore_by_a_superseded_epoch_writes_nothing,
             a_round_merged_per_flight_ends_as_its_changes_one_by_one,
             regression_a_late_message_does_not_index_a_deleted_flight,
+            a_claim_fences_every_older_epoch,
+            a_claim_below_a_seen_epoch_is_fenced_and_moves_nothing,
+            a_claim_that_cannot_reach_the_store_is_an_outage,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

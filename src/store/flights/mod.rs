@@ -221,13 +221,6 @@ impl RedisFlights {
         self
     }
 
-    /// Claims the flights for `epoch` (a new lease holder, before its stages start).
-    pub fn claim(&mut self, epoch: i64) -> StoreResult<()> {
-        let prefix = self.prefix.clone();
-        self.run(|c, _| Script::new(CLAIM).arg(&prefix).arg(epoch).invoke::<i64>(c)).map(|_| ())?;
-        self.durable()
-    }
-
     /// With `redis.wait-replicas`, waits until that many replicas acknowledged every write of
     /// this connection (a marker written first makes that true of writes a retry found already
     /// applied, too); fewer within `wait-timeout` is an outage: nothing is recorded SUCCEEDED and
@@ -275,12 +268,6 @@ impl RedisFlights {
             min_replicas_to_write: min,
             via_sentinels: !self.target.sentinels.is_empty(),
         })
-    }
-
-    /// The epoch that holds the flights (the last claim or apply; 0: none yet).
-    pub fn epoch_held(&mut self) -> StoreResult<i64> {
-        let key = format!("{}lease:epoch", self.prefix);
-        self.run(|c, _| redis::cmd("GET").arg(&key).query::<Option<i64>>(c)).map(|e| e.unwrap_or(0))
     }
 
     pub fn flight_key(&self, flid: &str) -> String {
@@ -491,5 +478,19 @@ impl FlightStore for RedisFlights {
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()> {
         let cmd = self.forget_cmd(msg_ids, now);
         self.run(|c, _| cmd.query::<i64>(c)).map(|_| ())
+    }
+}
+
+/// The fence is the `lease:epoch` key the apply script checks (#20).
+impl crate::ports::FlightsFence for RedisFlights {
+    fn claim(&mut self, epoch: i64) -> StoreResult<()> {
+        let prefix = self.prefix.clone();
+        self.run(|c, _| Script::new(CLAIM).arg(&prefix).arg(epoch).invoke::<i64>(c)).map(|_| ())?;
+        self.durable()
+    }
+
+    fn epoch_held(&mut self) -> StoreResult<i64> {
+        let key = format!("{}lease:epoch", self.prefix);
+        self.run(|c, _| redis::cmd("GET").arg(&key).query::<Option<i64>>(c)).map(|e| e.unwrap_or(0))
     }
 }

@@ -225,21 +225,6 @@ impl MemFlights {
     }
 
     /// Every flight that holds something: FLID → fields.
-    /// Moves the fence to `epoch` unless a newer one is there, as `RedisFlights::claim` does
-    /// for a new lease holder before its stages start.
-    pub fn claim(&self, epoch: i64) -> StoreResult<()> {
-        self.0.write(Store::Redis, |s| {
-            if s.epoch > epoch {
-                return Err(StoreError::fenced(
-                    Store::Redis,
-                    format!("MSGX_FENCED: epoch {} holds the flights", s.epoch),
-                ));
-            }
-            s.epoch = epoch;
-            Ok(())
-        })
-    }
-
     pub fn all(&self) -> BTreeMap<String, Flight> {
         self.inspect(|s| {
             s.flights.iter().filter(|(_, f)| f.exists()).map(|(k, f)| (k.clone(), f.fields.clone())).collect()
@@ -407,6 +392,26 @@ impl FlightStore for MemFlights {
 #[cfg(test)]
 mod conformance {
     crate::flight_conformance_tests!((super::MemFlights::new(), ()));
+}
+
+/// The fence as the claim script keeps it: moved to an epoch unless a newer one is there.
+impl crate::ports::FlightsFence for MemFlights {
+    fn claim(&mut self, epoch: i64) -> StoreResult<()> {
+        self.0.write(Store::Redis, |s| {
+            if s.epoch > epoch {
+                return Err(StoreError::fenced(
+                    Store::Redis,
+                    format!("MSGX_FENCED: epoch {} holds the flights", s.epoch),
+                ));
+            }
+            s.epoch = epoch;
+            Ok(())
+        })
+    }
+
+    fn epoch_held(&mut self) -> StoreResult<i64> {
+        self.0.read(Store::Redis, |s| Ok(s.epoch))
+    }
 }
 
 #[cfg(test)]
