@@ -334,6 +334,12 @@ pub struct OwedMark {
 
 /// Own PostgreSQL, backfill's side: the marks owed by terminal rows (INV-8) and their fate.
 pub trait MarkLedger {
+    /// Ok while this handle's epoch still holds the lease in own PostgreSQL (a fenced handle;
+    /// an unfenced one always): asked inside the mailbox's mark transaction, before it commits,
+    /// so a holder whose lease PostgreSQL no longer knows (a failover to a replica that never
+    /// saw it, and a newer epoch claimed there) writes no mark — its clock-based gate cannot
+    /// know (#56, seed 13144).
+    fn still_holds(&mut self) -> StoreResult<()>;
     /// Terminal rows whose mark is due, oldest intent first.
     fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<OwedMark>>;
     fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()>;

@@ -282,3 +282,44 @@ fn regression_a_mailbox_outage_does_not_run_the_head_deadline_clock() {
     let moved = anchor.duration_since(first).unwrap();
     assert!(moved >= Duration::from_secs(899), "the anchor moved on by the wait: {moved:?}");
 }
+
+/// Seed 6299 (#56), on the real services: Redis is away when msgx takes the lease, so its claim
+/// of the flights cannot reach Redis. Before, msgx went on (the first apply was to claim them),
+/// compared and served under an epoch Redis never saw — an older instance's heal could still
+/// write under the old fence, and msgx then stopped as `forgot` (a false alarm). Now it serves
+/// nothing under that epoch: the lease goes back, and once Redis is back a claim reaches it,
+/// the stores are compared, and every message is processed.
+#[test]
+fn regression_no_stage_serves_before_the_claim_of_the_flights_is_in_redis() {
+    let redis = Private::start("redis");
+    // No comparison asked at start: before, nothing but the claim stood between the lease and
+    // the stages.
+    let no_check = "[msgx.consistency-check]\non-startup = false\n";
+    let s = Services::migrated_on(no_check, Stores { redis: Some(redis.url()), ..Default::default() });
+    redis.stop();
+    let ids = s
+        .insert_inbound(&(1..=5).map(|i| fixtures::flop_stnd(i, "C1", &format!("S{i}"))).collect::<Vec<_>>());
+    let mut a = Instance::run(&s, "claims", "");
+    assert!(a.wait_for_log("flights not claimed for epoch 1", Duration::from_secs(60)), "{}", a.log_text());
+    std::thread::sleep(Duration::from_secs(3));
+    let log = a.log_text();
+    assert!(!log.contains("started epoch="), "no stage serves before the claim is in Redis:\n{log}");
+    redis.restart();
+    assert!(a.wait_for_log("started epoch=", Duration::from_secs(120)), "{}", a.log_text());
+    let mut pg = s.pg();
+    let all = format!("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id <= {}", ids[4]);
+    assert!(eventually(Duration::from_secs(60), || count(&mut pg, &all) == 5), "{}", a.log_text());
+    let log = a.log_text();
+    let started = log.lines().find(|l| l.contains("started epoch=")).unwrap_or_default().to_string();
+    println!(
+        "{}\n{started}",
+        log.lines().filter(|l| l.contains("flights not claimed")).take(2).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        !started.contains("started epoch=1 "),
+        "served under a later epoch than the one whose claim failed: {started}"
+    );
+    assert!(alarms(&log).is_empty(), "{log}");
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
+}

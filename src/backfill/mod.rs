@@ -142,8 +142,14 @@ impl<P: MarkLedger, M: MailboxMarks> Backfill<P, M> {
     /// is looked for row by row (SPEC §4.9's culprit rule), so only the refused rows are
     /// charged; an outage stalls the stage with nothing charged.
     fn marks(&mut self, ids: &[i64], now: SystemTime) -> Result<Marks, StoreError> {
+        // The gate (the lease as this instance last confirmed it) and own PostgreSQL (the lease
+        // as it is): a failover can forget the one the gate trusts (#56).
         let gate = self.gate.clone();
-        let still_ours = move || gate.check();
+        let ledger = std::cell::RefCell::new(&mut self.ledger);
+        let still_ours = move || {
+            gate.check()?;
+            ledger.borrow_mut().still_holds()
+        };
         let whole = match self.mailbox.mark(ids, now, &still_ours) {
             Ok(marks) => return Ok(Marks::All(marks)),
             Err(e) if e.is_rejected() => e,
@@ -351,6 +357,26 @@ mod tests {
         );
         assert!(b.round(clock.now()).unwrap_err().is_fenced());
         assert_eq!(mailbox.row(1).unwrap().processed_at, None);
+    }
+
+    /// Seed 13144 (#56): own PostgreSQL failed over to a replica that never saw this instance's
+    /// lease, and a newer epoch was claimed there; this instance's gate still trusts the lease
+    /// it confirmed. The mark transaction asks PostgreSQL too, and writes no mark.
+    #[test]
+    fn regression_a_holder_whose_lease_postgres_forgot_marks_nothing() {
+        use crate::ports::{Claim, Claimant, LeaseStore};
+        let (clock, mut pg, mailbox, _) = setup(&[1]);
+        pg.record(&[Settle::succeeded(1, "k1", vec![])], clock.now()).unwrap();
+        let me = Claimant { id: "b:2:0".into(), host: "b".into(), pid: 2 };
+        let Claim::Acquired { epoch: 2, .. } = pg.claim_above(&me, Duration::from_secs(10), 1).unwrap()
+        else {
+            panic!("epoch 2 claimed above the epoch 1 Redis saw")
+        };
+        let gate = Arc::new(LeaseGate::open());
+        let stats = Arc::new(Stats::default());
+        let mut b = Backfill::new(pg.fenced(1), mailbox.clone(), &Config::defaults().pipeline, gate, stats);
+        assert!(b.round(clock.now()).unwrap_err().is_fenced());
+        assert_eq!(mailbox.row(1).unwrap().processed_at, None, "no mark by epoch 1");
     }
 
     /// #21 item 4: a mark the mailbox refuses for one row (a trigger) holds back none of the

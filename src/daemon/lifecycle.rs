@@ -14,8 +14,12 @@ use crate::stage::OutagePolicy;
 /// How the claim of the flights for a new epoch ended (`RedisFlights::claim`).
 #[derive(Debug)]
 pub enum FlightsClaim {
-    /// Claimed for the epoch; or not claimed yet (the store is away): its first apply does.
+    /// Claimed for the epoch: Redis refuses every older epoch's write from now on.
     Ours,
+    /// Redis could not be reached: the claim is not in Redis, so nothing is compared or served
+    /// under this epoch — an older instance's heal could still write there, and this one would
+    /// take that history for a forget (seed 6299, #56). An outage: tried again.
+    Away(StoreError),
     /// A newer instance holds them and own PostgreSQL knows its epoch: this one is stale.
     Newer(String),
     /// Redis holds them for an epoch own PostgreSQL never handed out: PostgreSQL lost commits.
@@ -69,8 +73,9 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     /// The lease is won and the flights claimed (or not): compare first, or serve.
-    pub fn claimed(&mut self, flights: FlightsClaim, compare_on_start: bool) -> Next {
+    pub fn claimed(&mut self, flights: FlightsClaim, compare_on_start: bool, outage: &OutagePolicy) -> Next {
         match flights {
+            FlightsClaim::Away(e) => self.away_from(&e, outage),
             FlightsClaim::Ours if compare_on_start || self.recheck => Next::Compare,
             FlightsClaim::Ours => Next::Serve(None),
             FlightsClaim::Newer(why) => Next::End { end: End::Fenced(why), release: false },
@@ -130,10 +135,34 @@ mod tests {
     #[test]
     fn a_forget_while_serving_is_compared_before_the_stages_start_again() {
         let mut lc = Lifecycle::default();
-        assert_eq!(lc.claimed(FlightsClaim::Ours, false), Next::Serve(None), "no comparison asked at start");
+        assert_eq!(
+            lc.claimed(FlightsClaim::Ours, false, &outage()),
+            Next::Serve(None),
+            "no comparison asked at start"
+        );
         let next = lc.served(Served::Forgot("redis forgot".into()), false, false);
         assert!(matches!(next, Next::Again { pause: Duration::ZERO, forgot: true, .. }), "{next:?}");
-        assert_eq!(lc.claimed(FlightsClaim::Ours, false), Next::Compare, "compared after a forget");
+        assert_eq!(
+            lc.claimed(FlightsClaim::Ours, false, &outage()),
+            Next::Compare,
+            "compared after a forget"
+        );
+    }
+
+    /// Seed 6299 (#56): Redis away at the claim — nothing is compared or served under an epoch
+    /// whose claim is not in Redis; the lease goes back, claimed again after the outage pause.
+    #[test]
+    fn a_claim_that_did_not_reach_redis_is_an_outage_not_a_start() {
+        let mut lc = Lifecycle::default();
+        let away = StoreError::unavailable(Store::Redis, "connection refused");
+        let next = lc.claimed(FlightsClaim::Away(away.clone()), true, &outage());
+        assert_eq!(next, Next::Again { pause: Duration::from_secs(1), forgot: false, why: away.to_string() });
+        let next = lc.claimed(FlightsClaim::Away(away), false, &outage());
+        assert!(
+            matches!(next, Next::Again { pause, .. } if pause == Duration::from_secs(2)),
+            "doubles: {next:?}"
+        );
+        assert_eq!(lc.claimed(FlightsClaim::Ours, false, &outage()), Next::Serve(None));
     }
 
     #[test]
@@ -148,7 +177,11 @@ mod tests {
         assert_eq!(secs, [1, 2, 4, 8]);
         let agreed = Pass::Agreed { token: Some("t".into()), report: Default::default(), healed: None };
         assert_eq!(lc.compared(agreed, &outage()), Next::Serve(Some("t".into())));
-        assert_eq!(lc.claimed(FlightsClaim::Ours, false), Next::Serve(None), "agreed: nothing owed");
+        assert_eq!(
+            lc.claimed(FlightsClaim::Ours, false, &outage()),
+            Next::Serve(None),
+            "agreed: nothing owed"
+        );
     }
 
     #[test]
@@ -162,7 +195,7 @@ mod tests {
             Next::End { end: End::NotHealed(_), release: true }
         ));
         assert!(matches!(
-            lc.claimed(FlightsClaim::Newer("epoch 9".into()), true),
+            lc.claimed(FlightsClaim::Newer("epoch 9".into()), true, &outage()),
             Next::End { end: End::Fenced(_), release: false }
         ));
         assert_eq!(lc.served(Served::Stopped, true, true), Next::End { end: End::Stopped, release: false });

@@ -235,7 +235,7 @@ fn lifetimes(
         // The flights are this epoch's before the stores are compared: an older instance's apply
         // from now on is refused, so the token the comparison reads stays Redis's (#37).
         let claim = claim_flights(&mut RealStores::new(cfg).redis()?, &mut lease, epoch);
-        let mut next = life.claimed(claim, cfg.pipeline.check_on_startup);
+        let mut next = life.claimed(claim, cfg.pipeline.check_on_startup, &cfg.pipeline.outage);
         if next == Next::Compare {
             next = life.compared(d.compare(epoch)?, &cfg.pipeline.outage);
         }
@@ -650,8 +650,8 @@ fn stages(
 
 /// Claims the flights for `epoch` on Redis's fence, and tells how it ended (the one claim the
 /// daemon and the simulator perform): fenced by a newer epoch own PostgreSQL knows of, another
-/// instance is newer; by one it never handed out, PostgreSQL lost commits; Redis away, the first
-/// apply claims them.
+/// instance is newer; by one it never handed out, PostgreSQL lost commits; Redis away, an
+/// outage: a pass never compares before this instance's claim is in Redis (seed 6299).
 pub(crate) fn claim_flights(
     fence: &mut impl FlightsFence,
     lease: &mut impl LeaseStore,
@@ -674,8 +674,8 @@ pub(crate) fn claim_flights(
             }
         }
         Err(e) => {
-            warn!("flights not claimed for epoch {epoch} yet ({e}); the first apply claims them");
-            FlightsClaim::Ours
+            warn!("flights not claimed for epoch {epoch} ({e}): Redis is away; nothing is compared or served under this epoch until a claim reaches it");
+            FlightsClaim::Away(e)
         }
     }
 }

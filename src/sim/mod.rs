@@ -862,7 +862,7 @@ impl Sim {
                 let gate = Arc::new(LeaseGate::new(epoch, clock, sent, self.cfg.lease.duration));
                 let flights = self.claim_flights(epoch);
                 let on_start = self.cfg.pipeline.check_on_startup;
-                match self.instances[k].lifecycle.claimed(flights, on_start) {
+                match self.instances[k].lifecycle.claimed(flights, on_start, &self.cfg.pipeline.outage) {
                     Next::Compare => self.start_pass(k, epoch, gate),
                     next => {
                         self.instances[k].clean_at = self.step;

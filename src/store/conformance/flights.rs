@@ -489,8 +489,8 @@ pub fn a_claim_below_a_seen_epoch_is_fenced_and_moves_nothing<S: FlightTwin>(mut
     assert_eq!(s.epoch_held().unwrap(), 6);
 }
 
-/// #56: a claim that cannot reach the store is an outage (the daemon's first apply claims the
-/// flights then), never a fence; the fence stays where it was.
+/// #56: a claim that cannot reach the store is an outage (the daemon gives the lease back and
+/// claims again after the pause), never a fence; the fence stays where it was.
 pub fn a_claim_that_cannot_reach_the_store_is_an_outage<S: FlightTwin>(mut s: S) {
     s.claim(2).unwrap();
     let away = s.unreachable_twin().claim(3).unwrap_err();

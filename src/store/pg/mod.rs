@@ -671,6 +671,11 @@ impl Fifo for Pg {
 }
 
 impl MarkLedger for Pg {
+    fn still_holds(&mut self) -> StoreResult<()> {
+        // An empty fenced transaction: `msgx_fence` refuses an epoch that no longer holds.
+        self.write(|_| Ok(Ok(())))
+    }
+
     fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<OwedMark>> {
         let rows = self.run(|c| {
             c.query(
