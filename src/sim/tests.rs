@@ -34,6 +34,7 @@ fn seeds_hold_every_invariant() {
     let mut mix: std::collections::BTreeMap<&str, u64> = Default::default();
     // The requests to the AODB (#41): how they ended, and the AODB's answers.
     let mut requests: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut failed: Vec<String> = Vec::new();
     for seed in first..first + seeds {
         match run(seed, per_seed) {
             Ok(sim) => {
@@ -70,6 +71,8 @@ fn seeds_hold_every_invariant() {
                     faults[n] += sim.log.iter().filter(|l| l.contains(f)).count() as u64;
                 }
             }
+            // SIM_KEEP_GOING: every failing seed of the sweep, not only the first.
+            Err(e) if std::env::var("SIM_KEEP_GOING").is_ok() => failed.push(e),
             Err(e) => panic!("{e}"),
         }
     }
@@ -82,6 +85,8 @@ fn seeds_hold_every_invariant() {
     FAULTS.iter().zip(faults).for_each(|(f, n)| eprintln!("sim: {n} × {f}"));
     mix.iter().for_each(|(kind, n)| eprintln!("sim: upstream {n} × {kind}"));
     requests.iter().for_each(|(what, n)| eprintln!("sim: requests {n} × {what}"));
+    let firsts: Vec<&str> = failed.iter().filter_map(|e| e.lines().next()).collect();
+    assert!(failed.is_empty(), "{} seed(s) failed:\n{}", failed.len(), firsts.join("\n"));
 }
 
 #[test]
