@@ -20,7 +20,8 @@ pub enum Bug {
     IdentityUnchecked,
     /// The pump ignores the journal of decisions an earlier attempt applied (I2).
     JournalIgnored,
-    /// The lease gate stays open after a newer instance took over (PRE-5).
+    /// The lease gate stays open after a newer instance took over, and the mark transaction's
+    /// check of own PostgreSQL's fence passes with it (PRE-5; since #56 the marks ask both).
     GateNeverCloses,
     /// The dispatcher sends a batch in reverse order (EVENT_ID order).
     DeliveryReordered,

@@ -109,6 +109,32 @@ impl<K: Producer> Producer for Mischief<K> {
     }
 }
 
+/// The backfill's ledger, whose check that this instance still holds the lease passes with the
+/// gate that never closes: the mark transaction's two guards broken together (PRE-5, #56).
+impl<L: crate::ports::MarkLedger> crate::ports::MarkLedger for Mischief<L> {
+    fn still_holds(&mut self) -> StoreResult<()> {
+        if self.planted(Bug::GateNeverCloses) {
+            return Ok(());
+        }
+        self.inner.still_holds()
+    }
+    fn due_backfills(&mut self, now: SystemTime, limit: usize) -> StoreResult<Vec<crate::ports::OwedMark>> {
+        self.inner.due_backfills(now, limit)
+    }
+    fn backfill_settled(&mut self, ids: &[i64], now: SystemTime) -> StoreResult<()> {
+        self.inner.backfill_settled(ids, now)
+    }
+    fn backfill_retry(&mut self, ids: &[i64], error: &str, next_at: &[SystemTime]) -> StoreResult<()> {
+        self.inner.backfill_retry(ids, error, next_at)
+    }
+    fn backfill_abandon(&mut self, ids: &[i64], reason: &str, now: SystemTime) -> StoreResult<()> {
+        self.inner.backfill_abandon(ids, reason, now)
+    }
+    fn backfill_overdue(&mut self, owed_before: SystemTime, limit: usize) -> StoreResult<Vec<i64>> {
+        self.inner.backfill_overdue(owed_before, limit)
+    }
+}
+
 /// A gate that stays open after a newer instance took over (PRE-5).
 impl Gate for Mischief<Arc<LeaseGate>> {
     fn check(&self) -> Result<(), StoreError> {

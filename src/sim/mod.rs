@@ -1052,7 +1052,7 @@ impl topology::Stores for Twins<'_> {
     type Outbox = MemPg;
     type Producer = Mischief<Guarded>;
     type Outbound = Guarded;
-    type Ledger = MemPg;
+    type Ledger = Mischief<MemPg>;
     type Marks = Guarded;
     type Housekeeping = MemPg;
     type Audit = MemPg;
@@ -1083,8 +1083,9 @@ impl topology::Stores for Twins<'_> {
         Ok((self.sim.pg.fenced(self.epoch), self.guarded(Inner::Outbound(self.sim.outbound.clone()))))
     }
 
-    fn backfill(&mut self) -> StoreResult<(MemPg, Guarded)> {
-        Ok((self.sim.pg.fenced(self.epoch), self.guarded(Inner::Mailbox(self.sim.mailbox.clone()))))
+    fn backfill(&mut self) -> StoreResult<(Mischief<MemPg>, Guarded)> {
+        let ledger = Mischief::new(self.sim.pg.fenced(self.epoch));
+        Ok((ledger, self.guarded(Inner::Mailbox(self.sim.mailbox.clone()))))
     }
 
     fn jobs(&mut self) -> StoreResult<MemPg> {
