@@ -75,3 +75,20 @@ impl Default for Twins {
 pub fn stats() -> Arc<Stats> {
     Arc::new(Stats::default())
 }
+
+/// What the outbound stage does with the requests' outbox events: each lands in `COUTMSGS`
+/// (its row id the event's id) and the request is SENT — only a sent request is answered (#55).
+pub fn deliver_requests(pg: &MemPg, now: SystemTime) {
+    use crate::ports::{Landed, Outbox, Sent};
+    let mut pg = pg.clone();
+    let pending = pg.pending(crate::domain::Target::Coutmsgs, 100).unwrap();
+    let sent: Vec<Sent> = pending
+        .iter()
+        .map(|e| Sent {
+            event_id: e.event_id,
+            state_version: e.state_version,
+            landed: Some(Landed::Outbound { row: e.event_id }),
+        })
+        .collect();
+    pg.mark_sent(&sent, now).unwrap();
+}

@@ -18,12 +18,16 @@ fn msgx(s: &Services, args: &[&str]) -> (Option<i32>, String) {
 
 /// One request as `msgx requests --json` lists it.
 fn listed(s: &Services, req_id: i64) -> serde_json::Value {
+    let all = listed_all(s);
+    let found = all.iter().find(|r| r["req_id"] == req_id).cloned();
+    found.unwrap_or_else(|| panic!("req_id {req_id} listed: {all:?}"))
+}
+
+/// Every request as `msgx requests --json` lists them, newest first (at most 50).
+fn listed_all(s: &Services) -> Vec<serde_json::Value> {
     let (code, json) = msgx(s, &["requests", "--json"]);
     assert_eq!(code, Some(0), "{json}");
-    let all: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
-    all.into_iter()
-        .find(|r| r["req_id"] == req_id)
-        .unwrap_or_else(|| panic!("req_id {req_id} listed: {json}"))
+    serde_json::from_str(&json).unwrap()
 }
 
 /// Waits until request `req_id` is in `state`; fails with the daemon's log.
@@ -586,11 +590,6 @@ fn regression_a_heal_that_cannot_tell_the_day_stops_for_a_person_and_asks_for_no
     assert_eq!(code, Some(0), "{check}");
 }
 
-fn listed_all(s: &Services) -> Vec<serde_json::Value> {
-    let (_, out) = msgx(s, &["requests", "--json"]);
-    serde_json::from_str(&out).unwrap()
-}
-
 #[test]
 fn a_first_start_with_an_empty_redis_asks_for_todays_flights_once() {
     let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\non-empty = true\n");
@@ -661,8 +660,7 @@ fn regression_a_request_number_is_never_sent_twice_after_postgres_went_back() {
         ask(&s, &["flight", &format!("L{i}")]);
     }
     wait_coutmsgs(&s, &a, 41);
-    let (_, before) = msgx(&s, &["requests", "--json", "--limit", "100"]);
-    let before: Vec<serde_json::Value> = serde_json::from_str(&before).unwrap();
+    let before = listed_all(&s);
     a.signal("-TERM");
     assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
     // The primary is lost; the lagging replica is promoted: it never heard of those 40.

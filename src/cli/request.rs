@@ -208,10 +208,10 @@ pub(super) fn dismiss(cfg: &Config, req_id: i64, note: Option<&str>) -> CmdResul
         ));
     }
     let mut pg = own_pg(cfg)?;
-    let Some((r, now)) = pg.dismiss_request(req_id, note, SystemClock.now()).map_err(unreachable)? else {
+    let Some((r, newly)) = pg.dismiss_request(req_id, note, SystemClock.now()).map_err(unreachable)? else {
         return Err((Exit::Failed, anyhow::anyhow!("no request req_id={req_id} (msgx requests lists them)")));
     };
-    if !now {
+    if !newly {
         let (at, kept) = r.dismissed.unwrap_or_else(|| (r.updated_at, String::new()));
         out!("req_id={req_id} was dismissed already at {}: {}", time(at), one_line(&kept));
         return Ok(());

@@ -85,18 +85,7 @@ impl World {
     /// What the dispatcher does with the requests' outbox events: each lands in `COUTMSGS`
     /// (the request is SENT; only a sent request is answered, #55).
     fn send_requests(&self) {
-        use crate::ports::{Landed, Outbox, Sent};
-        let mut pg = self.pg.clone();
-        let pending = pg.pending(crate::domain::Target::Coutmsgs, 100).unwrap();
-        let sent: Vec<Sent> = pending
-            .iter()
-            .map(|e| Sent {
-                event_id: e.event_id,
-                state_version: e.state_version,
-                landed: Some(Landed::Outbound { row: e.event_id }),
-            })
-            .collect();
-        pg.mark_sent(&sent, self.clock.now()).unwrap();
+        crate::testkit::deliver_requests(&self.pg, self.clock.now());
     }
 
     /// The requests to the AODB, oldest first.
@@ -413,20 +402,27 @@ fn a_heal_asks_the_aodb_for_the_window_whose_text_is_gone_and_the_answer_heals_i
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
 
+/// Redis emptied, message 2's text gone and every event past retention: nothing places the
+/// flights it changed on a day. The world, and what the check found.
+fn a_gone_text_no_event_places() -> (World, Report) {
+    let w = World::new(KEEP);
+    w.process(1..=3);
+    w.flights.replace_state(Default::default());
+    w.mailbox.insert(2, None);
+    let mut pg = w.pg.state();
+    pg.events.clear();
+    w.pg.replace_state(pg);
+    let r = w.check();
+    (w, r)
+}
+
 /// #41, #55: the text gone and its events past retention: nothing says which day to ask for, so
 /// a person decides — with or without `msgx.requests.on-empty`, which only a first start reads
 /// (before #55 an emptied Redis asked for today's window and ended degraded with its answer).
 #[test]
 fn regression_a_heal_that_cannot_place_the_lost_flights_stops_for_a_person_and_asks_for_no_day() {
     for on_empty in [true, false] {
-        let w = World::new(KEEP);
-        w.process(1..=3);
-        w.flights.replace_state(Default::default());
-        w.mailbox.insert(2, None);
-        let mut pg = w.pg.state();
-        pg.events.clear();
-        w.pg.replace_state(pg);
-        let r = w.check();
+        let (w, r) = a_gone_text_no_event_places();
         match w.heal_asking(&r, on_empty) {
             Err(HealError::Person(why)) => {
                 assert!(why.contains("SUCCEEDED message(s) 2 that changed flights"), "{why}");
@@ -441,14 +437,7 @@ fn regression_a_heal_that_cannot_place_the_lost_flights_stops_for_a_person_and_a
 /// asks it instead of stopping, and msgx serves, degraded, until the answer comes.
 #[test]
 fn a_heal_that_cannot_place_the_lost_flights_asks_the_window_a_person_named() {
-    let w = World::new(KEEP);
-    w.process(1..=3);
-    w.flights.replace_state(Default::default());
-    w.mailbox.insert(2, None);
-    let mut pg = w.pg.state();
-    pg.events.clear();
-    w.pg.replace_state(pg);
-    let r = w.check();
+    let (w, r) = a_gone_text_no_event_places();
     let mut asking = Asking::of(&Config::defaults());
     asking.policy.heal_window = Some("2026-03-05T00:00/2026-03-06T23:59".into());
     w.heal_with(&r, &asking).expect("the heal asks the named window");

@@ -123,25 +123,9 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::config::Config;
-    use crate::domain::Target;
     use crate::health::{assess, Awaited, Level, Observed};
-    use crate::ports::{Landed, Outbox, Sent};
     use crate::stats::Stats;
     use crate::store::memory::MemPg;
-
-    /// The outbound stage: every pending request lands in COUTMSGS.
-    fn deliver(pg: &mut MemPg, now: SystemTime) {
-        let pending = pg.pending(Target::Coutmsgs, 10).unwrap();
-        let sent: Vec<Sent> = pending
-            .iter()
-            .map(|e| Sent {
-                event_id: e.event_id,
-                state_version: e.state_version,
-                landed: Some(Landed::Outbound { row: e.event_id }),
-            })
-            .collect();
-        pg.mark_sent(&sent, now).unwrap();
-    }
 
     /// #55 item 3, with the defaults (10 min timeout, 3 tries, 5 min backoff doubled, the jobs
     /// thread every jobs-interval): a heal's window the AODB never answers is asked three times,
@@ -163,7 +147,7 @@ mod tests {
         let tick = cfg.pipeline.jobs_interval;
         while clock.now() < t0 + Duration::from_secs(3600) {
             let now = clock.now();
-            deliver(&mut pg, now);
+            crate::testkit::deliver_requests(&pg, now);
             jobs.round(now).unwrap();
             let awaited = pg.awaited(10).unwrap();
             assert_eq!(

@@ -954,20 +954,14 @@ fn regression_each_kind_of_skip_has_its_own_counter() {
 
 /// A request for 5 March sent to the AODB (in COUTMSGS), as the jobs and dispatch leave it.
 fn sent_request(w: &World) -> i64 {
-    use crate::ports::{Landed, Outbox, Requests, Sent};
+    use crate::ports::Requests;
     use crate::requests::{mgid_of, NewRequest, Origin, Outgoing};
     let mut pg = w.pg.clone();
     let new = NewRequest::first("RQFD", "2026-03-05T00:00/2026-03-05T23:59".into(), Origin::Heal);
     let text =
         |id: i64| Outgoing { routing_id: "VIEWRQFD".into(), xml: String::new(), mgid: Some(mgid_of(id)) };
     let r = pg.register(&new, &text, w.clock.now()).unwrap().unwrap();
-    let e = pg.pending(crate::domain::Target::Coutmsgs, 10).unwrap().remove(0);
-    let sent = Sent {
-        event_id: e.event_id,
-        state_version: e.state_version,
-        landed: Some(Landed::Outbound { row: 1 }),
-    };
-    pg.mark_sent(&[sent], w.clock.now()).unwrap();
+    crate::testkit::deliver_requests(&pg, w.clock.now());
     r.req_id
 }
 
