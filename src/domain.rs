@@ -137,28 +137,53 @@ impl std::fmt::Display for SkipReason {
 /// and records nothing (`None`): its missing journal entry proves nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RedisRecord {
-    /// A journal entry; its changes applied or not (a decision an earlier attempt applied and
-    /// this one reused, a snapshot not newer than the plan's generation).
+    /// A journal entry; whether its changes were applied is not known (a decision an earlier
+    /// attempt applied and this one reused).
     Journal,
     /// A journal entry and every change of the decision, at version MSG_ID.
     Applied,
     /// As `Applied`, and the plan's generation advanced to this snapshot.
     Generation,
+    /// A journal entry of a snapshot not newer than the plan's generation: none of its changes
+    /// applied (a lower MSG_ID taken after a higher snapshot, its mailbox row committed late). A
+    /// heal, which replays in MSG_ID order, lays none of it on (seeds 13255, 14834). Written as
+    /// `journal` in `REDIS_RECORD` (what a release before V020 reads) with `SNAPSHOT_STALE`.
+    Stale,
 }
 
 impl RedisRecord {
-    pub const ALL: [RedisRecord; 3] = [RedisRecord::Journal, RedisRecord::Applied, RedisRecord::Generation];
+    pub const ALL: [RedisRecord; 4] =
+        [RedisRecord::Journal, RedisRecord::Applied, RedisRecord::Generation, RedisRecord::Stale];
 
     pub fn as_str(self) -> &'static str {
         match self {
             RedisRecord::Journal => "journal",
             RedisRecord::Applied => "applied",
             RedisRecord::Generation => "generation",
+            RedisRecord::Stale => "stale",
         }
     }
 
     pub fn parse(s: &str) -> Option<RedisRecord> {
         RedisRecord::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// `PROC_STATE.REDIS_RECORD`'s value and `SNAPSHOT_STALE`'s (V020): a stale snapshot is a
+    /// `journal` entry to a release that does not know the column.
+    pub fn columns(self) -> (&'static str, Option<bool>) {
+        match self {
+            RedisRecord::Stale => (RedisRecord::Journal.as_str(), Some(true)),
+            r => (r.as_str(), None),
+        }
+    }
+
+    /// The record the two columns hold (`None`: a value no msgx writes).
+    pub fn from_columns(record: &str, stale: Option<bool>) -> Option<RedisRecord> {
+        match (RedisRecord::parse(record)?, stale) {
+            (RedisRecord::Journal, Some(true)) => Some(RedisRecord::Stale),
+            (RedisRecord::Stale, _) => None,
+            (r, _) => Some(r),
+        }
     }
 
     /// Whether Redis holds the decision's fields at version MSG_ID (the version sample's proof).

@@ -320,7 +320,7 @@ fn regression_rows_someone_else_marked_are_a_suspicion_never_a_heal() {
 #[test]
 fn regression_the_version_sample_does_not_redecide_a_snapshot_never_applied() {
     let s = Services::migrated("");
-    let msgx = Instance::run(&s, "a", SENTINEL_1S);
+    let mut msgx = Instance::run(&s, "a", SENTINEL_1S);
     let stale = Open::insert(&s, &snapshot(1, "05MAR26", &["71", "72"]));
     let newer = s.insert_inbound(&[snapshot(2, "06MAR26", &["73", "74"])])[0];
     let mut pg = s.pg();
@@ -330,9 +330,21 @@ fn regression_the_version_sample_does_not_redecide_a_snapshot_never_applied() {
     assert!(eventually(Duration::from_secs(30), || succeeded(&mut pg, stale)));
     assert_eq!(state(&mut pg, newer).unwrap().1.as_deref(), Some("generation"));
     assert_eq!(state(&mut pg, stale).unwrap().1.as_deref(), Some("journal"), "journalled, not applied");
+    let flagged = "SELECT snapshot_stale FROM proc_state WHERE msg_id = $1";
+    assert_eq!(pg.query_one(flagged, &[&stale]).unwrap().get::<_, Option<bool>>(0), Some(true), "V020");
     let (code, out) = verify_all(&s);
     assert_eq!(code, Some(0), "{out}");
     assert!(alarms(&msgx.log_text()).is_empty(), "{}", msgx.log_text());
+    // #56 (seeds 13255, 14834): a rebuild replays in MSG_ID order, the stale snapshot first;
+    // before V020 it laid day 5's flights on, which the pump never applied.
+    msgx.signal("-TERM");
+    assert_eq!(msgx.wait(Duration::from_secs(20)), Some(0));
+    let before = redis_flights(&s);
+    empty_redis(&s);
+    let (code, out) = msgx_cli(&s, &s.cfg.pg_url, &["rebuild-flights", "--yes"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(redis_flights(&s), before, "only the newer snapshot's flights: {out}");
+    assert_eq!(before.keys().collect::<Vec<_>>(), ["73", "74"]);
 }
 
 /// #37 path 6: the PostgreSQL heal enqueued every visible mailbox row above what PostgreSQL

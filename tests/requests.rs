@@ -300,6 +300,8 @@ fn regression_a_stale_answer_still_closes_its_request() {
     settled(&s, &a, &[(SUCCEEDED, 2)]);
     assert!(late < newer);
     assert_eq!(redis_record(&s, late).as_deref(), Some("journal"), "not newer: journalled, not applied");
+    let flagged = "SELECT snapshot_stale FROM proc_state WHERE msg_id = $1";
+    assert_eq!(s.pg().query_one(flagged, &[&late]).unwrap().get::<_, Option<bool>>(0), Some(true));
     let closed = wait_state(&s, &a, day5, "DONE");
     assert_eq!(closed["answer_msg_id"].as_i64(), Some(late), "{closed}");
     a.signal("-TERM");

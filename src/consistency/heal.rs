@@ -468,15 +468,7 @@ fn replay_onto(
         let rows = st.pg.succeeded_above(after, 2_000)?;
         let Some(last) = rows.last().map(|m| m.msg_id) else { break };
         let ids: Vec<i64> = rows.iter().map(|m| m.msg_id).collect();
-        // Only an entry Redis acknowledged is owed, with the events its message made then (the
-        // outbox): deciding it again on today's flights could say less.
-        let owed: Vec<i64> = rows
-            .iter()
-            .filter(|m| m.record.is_some() && pruned.is_some_and(|p| m.msg_id > p))
-            .map(|m| m.msg_id)
-            .collect();
-        let has = st.flights.journal_has(&owed)?;
-        let missing: Vec<i64> = owed.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m).collect();
+        let missing = missing_entries(st, &rows, pruned)?;
         // Decided under other rules: laid on as announced (module documentation, #52).
         let other: BTreeSet<i64> =
             rows.iter().filter(|m| m.rules != Some(handlers::RULES_VERSION)).map(|m| m.msg_id).collect();
@@ -504,6 +496,9 @@ fn replay_onto(
         }
         replay.load(st, need.flids)?;
         for (m, msg) in page {
+            // A snapshot the pump found stale changed nothing when it was taken, after a newer
+            // one; replayed in MSG_ID order, before that one, it would lay its window on.
+            let msg = msg.filter(|_| record[&m] != Some(RedisRecord::Stale));
             if let Some(msg) = msg {
                 let lay = match other.contains(&m) {
                     false => Lay::Decided,
@@ -520,6 +515,23 @@ fn replay_onto(
         after = last;
     }
     Ok((journal, messages, gone))
+}
+
+/// The journal entries of `rows` Redis acknowledged above `pruned` and no longer holds. Only an
+/// entry Redis acknowledged is owed, with the events its message made then (the outbox):
+/// deciding it again on today's flights could say less.
+fn missing_entries(
+    st: &mut Stores<'_>,
+    rows: &[SucceededRow],
+    pruned: Option<i64>,
+) -> Result<Vec<i64>, HealError> {
+    let owed: Vec<i64> = rows
+        .iter()
+        .filter(|m| m.record.is_some() && pruned.is_some_and(|p| m.msg_id > p))
+        .map(|m| m.msg_id)
+        .collect();
+    let has = st.flights.journal_has(&owed)?;
+    Ok(owed.iter().zip(has).filter(|(_, h)| !h).map(|(m, _)| *m).collect())
 }
 
 /// The page's texts decoded, in MSG_ID order (`None`: it no longer decodes, and is left out); a

@@ -253,6 +253,29 @@ fn regression_seed_2155_a_snapshot_redis_lost_behind_a_later_one_is_healed() {
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
 
+/// Seeds 13255 and 14834 (#56): a day's snapshot committed late took MSG_ID 1 after the
+/// snapshot of MSG_ID 2 had advanced the plan; the pump found it not newer and changed nothing.
+/// Redis forgot; the heal, replaying in MSG_ID order, laid MSG_ID 1's flights on first — a
+/// flight the plan never held, and a generation one ahead of what the pump made.
+#[test]
+fn regression_a_snapshot_the_pump_found_stale_is_not_laid_on_by_a_heal() {
+    let w = World::new(KEEP);
+    w.arrive(2, Some(&crate::fixtures::schd(2, "DNLD", &[("D5", "05MAR260900")])));
+    w.drain();
+    w.arrive(1, Some(&crate::fixtures::schd(1, "DNLD", &[("X5", "05MAR261000")])));
+    w.drain();
+    assert_eq!(w.pg.proc(1).unwrap().redis_record, Some(crate::domain::RedisRecord::Stale));
+    let (before, generation) = (w.flights.all(), w.flights.generation());
+    assert!(before.contains_key("D5") && !before.contains_key("X5"), "{before:?}");
+    w.flights.replace_state(Default::default());
+    let r = w.check();
+    assert!(r.finding(FindingKind::FlightsEmpty).is_some(), "{r:?}");
+    w.heal(&r).unwrap();
+    assert_eq!(w.flights.all(), before, "the stale snapshot's flight is not laid on");
+    assert_eq!(w.flights.generation(), generation, "advanced once, by MSG_ID 2");
+    assert!(w.check().is_clean(), "{:?}", w.check());
+}
+
 #[test]
 fn regression_redis_emptied_is_rebuilt_from_every_succeeded_message() {
     let w = World::new(KEEP);

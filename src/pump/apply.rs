@@ -42,7 +42,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                     let record = match (decision.snapshot, changed) {
                         (false, _) => RedisRecord::Applied,
                         (true, true) => RedisRecord::Generation,
-                        (true, false) => RedisRecord::Journal,
+                        (true, false) => RedisRecord::Stale,
                     };
                     p.settle(succeeded(identity, self.as_applied(p, decision, changed), Some(record)))
                 }

@@ -998,7 +998,7 @@ fn regression_a_stale_answer_closes_its_request() {
     w.round().unwrap();
     assert_eq!(
         w.pg.proc(1).unwrap().redis_record,
-        Some(crate::domain::RedisRecord::Journal),
+        Some(crate::domain::RedisRecord::Stale),
         "not newer: not applied"
     );
     assert!(w.flights.flight("A1").is_none());

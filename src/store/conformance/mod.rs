@@ -25,7 +25,16 @@ use crate::ports::{
 /// Everything own PostgreSQL is, for the suite: every role port, the lease, and a second
 /// handle on the same store fenced by an epoch.
 pub trait OwnStore:
-    Intake + Fifo + MarkLedger + Operator + Outbox + Housekeeping + LeaseStore + crate::ports::Requests + Sized
+    Intake
+    + Fifo
+    + MarkLedger
+    + Operator
+    + Outbox
+    + Housekeeping
+    + LeaseStore
+    + crate::ports::Requests
+    + crate::ports::StateAudit
+    + Sized
 {
     /// Another handle on the same store whose writes carry `epoch`.
     fn fenced_twin(&self, epoch: i64) -> Self;
@@ -458,6 +467,39 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>
     assert_eq!(archive(&mut s, at(100), 10, at(170)), (0, 0), "idempotent");
 }
 
+/// #37, #56: what Redis did with each SUCCEEDED message's decision is read back as recorded —
+/// a snapshot the pump found stale too (V020) —, from PROC_STATE and, archived, from its history.
+pub fn what_redis_did_is_read_back_as_recorded_archived_or_not<S: OwnStore>(mut s: S) {
+    use crate::domain::RedisRecord;
+    let records = [
+        Some(RedisRecord::Stale),
+        Some(RedisRecord::Generation),
+        Some(RedisRecord::Journal),
+        Some(RedisRecord::Applied),
+        None,
+    ];
+    let ids: Vec<i64> = (1..=records.len() as i64).collect();
+    enqueue(&mut s, &ids);
+    let settles: Vec<Settle> = ids
+        .iter()
+        .zip(records)
+        .map(|(id, r)| {
+            let mut st = Settle::succeeded(*id, &format!("id-{id}"), vec![]);
+            if let Outcome::Succeeded { record, .. } = &mut st.outcome {
+                *record = r;
+            }
+            st
+        })
+        .collect();
+    commit(&mut s, &settles, at(1)).unwrap();
+    s.backfill_settled(&[1, 3], at(2)).unwrap();
+    assert_eq!(archive(&mut s, at(3), 10, at(50)), (2, 0), "1 and 3 archived");
+    let read: Vec<(i64, Option<RedisRecord>)> =
+        s.succeeded_above(0, 10).unwrap().iter().map(|m| (m.msg_id, m.record)).collect();
+    let want: Vec<(i64, Option<RedisRecord>)> = ids.iter().copied().zip(records).collect();
+    assert_eq!(read, want);
+}
+
 /// #21 item 2: a DEAD message stays replayable in PROC_STATE past `archive-after` until a
 /// person dismisses it, or until `dead-keep` runs out (archived, reported as undealt).
 pub fn regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep<S: OwnStore>(mut s: S) {
@@ -684,6 +726,7 @@ macro_rules! conformance_tests {
             retention_deletes_only_old_sent_events,
             retention_never_deletes_a_schd_row_reset_by_a_new_generation,
             archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow,
+            what_redis_did_is_read_back_as_recorded_archived_or_not,
             regression_a_dead_message_stays_in_the_queue_until_dismissed_or_dead_keep,
             an_archive_candidate_that_changed_is_skipped_and_nothing_is_kept,
             regression_a_not_for_msgx_skip_is_replayable_and_no_other_skip_is,

@@ -24,10 +24,10 @@ impl StateAudit for Pg {
     fn succeeded_above(&mut self, after: i64, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id, redis_record, updated_at, rules_version FROM (
-                     SELECT msg_id, redis_record, updated_at, rules_version FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
+                "SELECT msg_id, redis_record, updated_at, rules_version, snapshot_stale FROM (
+                     SELECT msg_id, redis_record, updated_at, rules_version, snapshot_stale FROM proc_state WHERE state = 'SUCCEEDED' AND msg_id > $1
                      UNION ALL
-                     SELECT msg_id, redis_record, updated_at, rules_version FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
+                     SELECT msg_id, redis_record, updated_at, rules_version, snapshot_stale FROM proc_state_hst WHERE state = 'SUCCEEDED' AND msg_id > $1
                  ) s ORDER BY msg_id LIMIT $2",
                 &[&after, &(limit as i64)],
             )
@@ -38,7 +38,7 @@ impl StateAudit for Pg {
     fn succeeded_last(&mut self, limit: usize) -> StoreResult<Vec<SucceededRow>> {
         let rows = self.run(|c| {
             c.query(
-                "SELECT msg_id, redis_record, updated_at, rules_version FROM (SELECT msg_id, redis_record, updated_at, rules_version FROM proc_state
+                "SELECT msg_id, redis_record, updated_at, rules_version, snapshot_stale FROM (SELECT msg_id, redis_record, updated_at, rules_version, snapshot_stale FROM proc_state
                      WHERE state = 'SUCCEEDED' ORDER BY msg_id DESC LIMIT $1) s ORDER BY msg_id",
                 &[&(limit as i64)],
             )
@@ -125,7 +125,7 @@ fn succeeded_row(r: &postgres::Row) -> StoreResult<SucceededRow> {
     let text: Option<String> = r.get(1);
     let record = match text {
         None => None,
-        Some(t) => Some(RedisRecord::parse(&t).ok_or_else(|| {
+        Some(t) => Some(RedisRecord::from_columns(&t, r.get(4)).ok_or_else(|| {
             StoreError::rejected(
                 Store::Postgres,
                 format!("proc_state.redis_record {t:?} is no record msgx writes"),

@@ -111,7 +111,8 @@ impl Pg {
         self.run(|c| {
             let cols =
                 "state, attempts, error_class, last_error, type_tag, identity_key, enqueued_at, updated_at,
-                        redis_record, backfill_at, backfill_abandoned_reason, dismissed_at";
+                        CASE WHEN snapshot_stale THEN 'stale' ELSE redis_record END,
+                        backfill_at, backfill_abandoned_reason, dismissed_at";
             let live = c.query(
                 &format!("SELECT {cols}, NULL::timestamptz FROM proc_state WHERE msg_id = $1"),
                 &[&msg_id],

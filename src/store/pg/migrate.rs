@@ -95,8 +95,9 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(16, "requests", "V016__requests.sql", Contract),
     migration!(17, "rules_version", "V017__rules_version.sql", Expand),
     migration!(18, "outbox_pruned", "V018__outbox_pruned.sql", Expand),
-    // V018 and V019 are both 0.2.0's: the release before it (0.1.0, which knows V017) runs on both.
+    // V018, V019 and V020 are all 0.2.0's: the release before it (0.1.0, which knows V017) runs on each.
     migration!(19, "request_identity_and_tries", "V019__request_identity_and_tries.sql", Expand, since 17),
+    migration!(20, "snapshot_stale", "V020__snapshot_stale.sql", Expand, since 17),
 ];
 
 #[derive(Debug, thiserror::Error)]

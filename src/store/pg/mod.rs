@@ -470,17 +470,21 @@ fn record_succeeded(
     let ids: Vec<i64> = round.succeeded.iter().map(|x| x.msg_id).collect();
     let t = tags(round.succeeded.iter().map(|x| x.tag.map(|t| clip(t, 32))));
     let keys: Vec<String> = round.succeeded.iter().map(|x| clip(x.identity, 200)).collect();
-    let records: Vec<Option<&str>> = round.succeeded.iter().map(|x| x.record.map(|r| r.as_str())).collect();
+    let columns: Vec<Option<(&str, Option<bool>)>> =
+        round.succeeded.iter().map(|x| x.record.map(RedisRecord::columns)).collect();
+    let records: Vec<Option<&str>> = columns.iter().map(|c| c.map(|c| c.0)).collect();
+    let stale: Vec<Option<bool>> = columns.iter().map(|c| c.and_then(|c| c.1)).collect();
     let rules: Vec<Option<i32>> = round.succeeded.iter().map(|x| x.rules.map(|v| v as i32)).collect();
     let (lo, hi) = span(ids.iter().copied());
-    c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules])
+    c.execute(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules, &stale])
 }
 
 fn succeed_sql() -> String {
     format!(
         "UPDATE proc_state p SET state = 'SUCCEEDED', identity_key = x.k, type_tag = COALESCE(x.t, p.type_tag),
-             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4, redis_record = x.r, rules_version = x.v
-         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $7::varchar[], $8::int[]) AS x(id, k, t, r, v)
+             next_attempt_at = NULL, updated_at = $4, backfill_next_at = $4, redis_record = x.r, rules_version = x.v,
+             snapshot_stale = x.s
+         FROM UNNEST($1::bigint[], $2::varchar[], $3::varchar[], $7::varchar[], $8::int[], $9::bool[]) AS x(id, k, t, r, v, s)
          WHERE p.msg_id = x.id AND p.state IN {UNFINISHED} AND p.msg_id BETWEEN $5 AND $6"
     )
 }
@@ -578,7 +582,8 @@ impl Pg {
         let now = SystemTime::UNIX_EPOCH;
         let records: Vec<Option<&str>> = vec![Some(RedisRecord::Applied.as_str()); ids.len()];
         let rules: Vec<Option<i32>> = vec![Some(handlers::RULES_VERSION as i32); ids.len()];
-        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules])
+        let stale: Vec<Option<bool>> = vec![None; ids.len()];
+        self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules, &stale])
     }
 
     /// The plan PostgreSQL uses to find who holds `keys` (INV-9), as msgx's sessions run it.
@@ -875,7 +880,7 @@ impl Outbox for Pg {
 const PROC_COLUMNS: &str = "msg_id, state, identity_key, attempts, next_attempt_at, error_class, last_error, updated_at, \
      received_at, backfill_at, backfill_next_at, backfill_attempts, backfill_error, backfill_abandoned_at, \
      backfill_abandoned_reason, enqueued_at, first_failed_at, type_tag, backfill_reconciled_at, backfill_reconciled_note, \
-     dismissed_at, dismissed_note, redis_record, rules_version";
+     dismissed_at, dismissed_note, redis_record, rules_version, snapshot_stale";
 
 /// An archive candidate ($2 settled before, $4 DEAD since before): terminal, mark written or
 /// abandoned-and-reconciled (C-16); a DEAD row only once dismissed or past `dead-keep`.
