@@ -1,7 +1,7 @@
 //! An instance's life around its stages (#38), as a pure step: what comes after the lease is
-//! won, after the stores were compared, and after a holding ended. The daemon drives it with
-//! threads and the real stores (`daemon::lifetimes`), the simulator with the fake clock and the
-//! twins (`sim`): one set of rules, so the simulator proves the daemon's.
+//! won, after the stores were compared, and after a holding ended. [`super::instance`]'s machine
+//! asks it, and the daemon, the simulator and `msgx rebuild-flights` drive that machine: one set
+//! of rules, so the simulator proves the daemon's.
 //!
 //! The states and their transitions are drawn in docs/architecture.md ("An instance's life").
 
@@ -37,14 +37,32 @@ pub enum Served {
     Forgot(String),
 }
 
-/// How the instance ends.
+/// How an instance (or a tool that takes the lease) ends: the one stop type from a holding to
+/// the process's exit code ([`End::exit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
+    /// Stop was asked (exit 0).
     Stopped,
     /// Exit 1: a newer instance holds the lease.
     Fenced(String),
     /// Exit 6: what a person must decide.
     NotHealed(String),
+    /// Exit 1: a tool found the lease held by an instance (a tool never stands by).
+    Held(String),
+    /// Exit 4: a tool met a store away where an instance would stand by and try again.
+    Away(String),
+}
+
+impl End {
+    pub fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
+        match self {
+            End::Stopped => Exit::Ok,
+            End::Fenced(_) | End::Held(_) => Exit::Failed,
+            End::NotHealed(_) => Exit::Forgot,
+            End::Away(_) => Exit::Unreachable,
+        }
+    }
 }
 
 /// What the instance does next.

@@ -21,13 +21,17 @@
 //! too), [`threads`] runs stages and the lease keeper on threads, [`stores`] is the one place a
 //! real adapter is made, [`topology`] builds the stages; this module does the I/O between them.
 
+pub mod effects;
+pub mod instance;
 pub mod lifecycle;
 pub mod stores;
 pub mod threads;
 pub mod topology;
 pub mod watchdog;
 
-use lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
+use effects::Edges;
+use instance::{holder_line, Effect, Input, Instance, InstancePolicy};
+use lifecycle::{End, Served};
 use stores::RealStores;
 use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Doorbells, Exit, Thread};
 
@@ -44,12 +48,13 @@ use crossbeam_channel::{bounded, Receiver, TryRecvError};
 use log::{error, info, warn};
 
 use crate::clock::Clock;
+use crate::clock::Mono;
 use crate::config::Config;
 use crate::consistency::{self, Pass, Stores};
 use crate::error::{Store, StoreError};
 use crate::ingress::compat::{self, CompatServer};
 use crate::lease::LeaseGate;
-use crate::ports::{Claim, Claimant, FlightsFence, LeaseStore};
+use crate::ports::{Claim, Claimant, LeaseStore};
 use crate::stage::runner::log_notice;
 use crate::stage::{human, Beat, Outages, StageId, StallBoard};
 use crate::stats::Stats;
@@ -212,9 +217,10 @@ fn side_threads(
 }
 
 /// Stands by, takes the lease, checks the stores and serves — and again after a store forgot
-/// what it acknowledged (#20): the stages stopped, the stores are compared and healed, and they
-/// start again under a fresh epoch above every one seen. What comes next at each point is
-/// [`Lifecycle`]'s (shared with the simulator); this loop does the I/O.
+/// what it acknowledged (#20) or was away while they were compared. The order is the instance
+/// machine's ([`Instance`], which the simulator and `msgx rebuild-flights` drive too); this loop
+/// performs its effects on the real stores and threads: the port calls by the one interpreter
+/// ([`effects::perform`]), the comparison, the stages, the pauses and the end here.
 fn lifetimes(
     cfg: &Config,
     clock: &Arc<dyn Clock>,
@@ -222,32 +228,50 @@ fn lifetimes(
     me: &Claimant,
     ops: &Arc<Ops>,
 ) -> Result<(), DaemonError> {
-    let d = Lifetime { cfg, clock, stop, me, ops };
-    let mut life = Lifecycle::default();
+    let real = RealStores::new(cfg);
+    let (mut lease, mut fence) = (real.pg()?, real.redis()?);
+    let mut d = Lifetime { cfg, clock, stop, me, ops, standby: Standby::new(cfg) };
+    let mut instance = Instance::new(InstancePolicy::of(cfg, false));
+    let mut effect = instance.start();
     loop {
-        let mut lease = RealStores::new(cfg).pg()?;
-        let floor = epoch_seen_by_redis(cfg);
-        let Some((epoch, sent)) = standby(&mut lease, me, cfg, clock.as_ref(), stop, ops, floor)? else {
-            info!("stopped while standing by");
-            return Ok(());
+        let input = match effect {
+            Effect::Exit(end) => return ended(end),
+            Effect::Compare { epoch } => Input::Compared(d.compare(epoch)?),
+            Effect::Serve { epoch, since, token } => {
+                // The lease session goes to the lease keeper; the next holding opens another.
+                let session = std::mem::replace(&mut lease, real.pg()?);
+                d.serve(session, epoch, since, token)?
+            }
+            Effect::StandDown { forgot, pause, why } => d.stand_down(forgot, pause, &why),
+            Effect::Wait(pause) if pause_or_stop(stop, None, pause) => {
+                info!("stopped while standing by");
+                Input::Stop
+            }
+            Effect::Wait(_) => Input::Done,
+            call => {
+                let turn = ops.pulse.turning("standby", clock.mono());
+                let duration = cfg.lease.duration;
+                let mut edges =
+                    Edges { lease: &mut lease, fence: &mut fence, me, duration, clock: clock.as_ref() };
+                let input =
+                    effects::perform(&call, &mut edges).expect("an effect that is one call to a port");
+                drop(turn);
+                d.standby.heard(&input, ops, clock.now());
+                input
+            }
         };
-        let gate = Arc::new(LeaseGate::new(epoch, clock.clone(), sent, cfg.lease.duration));
-        // The flights are this epoch's before the stores are compared: an older instance's apply
-        // from now on is refused, so the token the comparison reads stays Redis's (#37).
-        let claim = claim_flights(&mut RealStores::new(cfg).redis()?, &mut lease, epoch);
-        let mut next = life.claimed(claim, cfg.pipeline.check_on_startup, &cfg.pipeline.outage);
-        if next == Next::Compare {
-            next = life.compared(d.compare(epoch)?, &cfg.pipeline.outage);
-        }
-        if let Next::Serve(seen) = next {
-            let tenure = Tenure { lease, gate: gate.clone(), redis_token: seen.or_else(|| redis_token(cfg)) };
-            let served = d.serve(tenure, epoch)?;
-            let stopping = stop.try_recv() == Err(TryRecvError::Disconnected);
-            next = life.served(served, gate.is_stale(), stopping);
-        }
-        if let Some(ended) = d.after(next, epoch) {
-            return ended;
-        }
+        effect = instance.on(input);
+    }
+}
+
+/// The process's end for the instance's: a tool's ends never come to a daemon, which stands by
+/// instead; they keep their exit codes all the same.
+fn ended(end: End) -> Result<(), DaemonError> {
+    match end {
+        End::Stopped => Ok(()),
+        End::Fenced(why) | End::Held(why) => Err(DaemonError::Fenced(why)),
+        End::NotHealed(why) => Err(DaemonError::Forgot(why)),
+        End::Away(why) => Err(DaemonError::Store(StoreError::unavailable(Store::Lease, why))),
     }
 }
 
@@ -258,6 +282,7 @@ struct Lifetime<'a> {
     stop: &'a Receiver<()>,
     me: &'a Claimant,
     ops: &'a Arc<Ops>,
+    standby: Standby,
 }
 
 impl Lifetime<'_> {
@@ -279,49 +304,37 @@ impl Lifetime<'_> {
         pass
     }
 
-    /// Serves under `tenure` until a stop, a fence or a store that forgot ends it; any other
-    /// error gives the lease back and ends the daemon.
-    fn serve(&self, tenure: Tenure, epoch: i64) -> Result<Served, DaemonError> {
-        match serve(self.cfg, self.clock.clone(), self.stop.clone(), self.me, tenure, self.ops) {
-            Ok(()) => Ok(Served::Stopped),
-            Err(DaemonError::Fenced(why)) => Ok(Served::Fenced(why)),
-            Err(DaemonError::Forgot(why)) => Ok(Served::Forgot(why)),
+    /// Serves under `epoch`, its gate counting from `since` (when the lease claim was sent),
+    /// until a stop, a fence or a store that forgot ends it; any other error gives the lease
+    /// back and ends the daemon.
+    fn serve(&self, lease: Pg, epoch: i64, since: Mono, token: Option<String>) -> Result<Input, DaemonError> {
+        let gate = Arc::new(LeaseGate::new(epoch, self.clock.clone(), since, self.cfg.lease.duration));
+        let tenure =
+            Tenure { lease, gate: gate.clone(), redis_token: token.or_else(|| redis_token(self.cfg)) };
+        let served = match serve(self.cfg, self.clock.clone(), self.stop.clone(), self.me, tenure, self.ops) {
+            Ok(()) => Served::Stopped,
+            Err(DaemonError::Fenced(why)) => Served::Fenced(why),
+            Err(DaemonError::Forgot(why)) => Served::Forgot(why),
             Err(e) => {
                 release(self.cfg, self.me, epoch);
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        let stopping = self.stop.try_recv() == Err(TryRecvError::Disconnected);
+        Ok(Input::Served { served, stale: gate.is_stale(), stopping })
     }
 
-    /// What the lifecycle said after a holding: another lifetime (`None`), or the end.
-    fn after(&self, next: Next, epoch: i64) -> Option<Result<(), DaemonError>> {
-        let (cfg, me) = (self.cfg, self.me);
-        match next {
-            Next::Again { pause, forgot, why } => {
-                self.ops.starting(NotReady::Stopped, format!("not serving: {why}"));
-                if forgot {
-                    // The server as it is now is the baseline: it is compared and healed next.
-                    crate::store::pg::witness::rebase_all();
-                    warn!("a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again");
-                } else {
-                    warn!("consistency: the stores could not be compared or healed ({why}); an outage, not a heal: tried again in {}", human(pause));
-                }
-                // Released at once so a standby takes over without waiting for the expiry.
-                release(cfg, me, epoch);
-                pause_or_stop(self.stop, None, pause).then_some(Ok(()))
-            }
-            Next::End { end, release: give_back } => {
-                if give_back {
-                    release(cfg, me, epoch);
-                }
-                Some(match end {
-                    End::Stopped => Ok(()),
-                    End::Fenced(why) => Err(DaemonError::Fenced(why)),
-                    End::NotHealed(why) => Err(DaemonError::Forgot(why)),
-                })
-            }
-            Next::Compare | Next::Serve(_) => unreachable!("compared and served before"),
+    /// Not serving any more: said, and a store that forgot is compared from how it is now.
+    fn stand_down(&self, forgot: bool, pause: Duration, why: &str) -> Input {
+        self.ops.starting(NotReady::Stopped, format!("not serving: {why}"));
+        if forgot {
+            // The server as it is now is the baseline: it is compared and healed next.
+            crate::store::pg::witness::rebase_all();
+            warn!("a store forgot what it acknowledged ({why}); every stage stopped: msgx compares the stores and heals before they start again");
+        } else {
+            warn!("consistency: the stores could not be compared or healed ({why}); an outage, not a heal: tried again in {}", human(pause));
         }
+        Input::Done
     }
 }
 
@@ -390,17 +403,6 @@ fn release(cfg: &Config, me: &Claimant, epoch: i64) {
 fn redis_token(cfg: &Config) -> Option<String> {
     use crate::ports::FlightAudit;
     RealStores::new(cfg).redis().and_then(|mut r| r.audit()).ok().and_then(|m| m.token)
-}
-
-/// The newest lease epoch Redis saw (0 when it cannot say): a new epoch is taken above it.
-fn epoch_seen_by_redis(cfg: &Config) -> i64 {
-    match RealStores::new(cfg).redis().and_then(|mut r| r.epoch_held()) {
-        Ok(e) => e,
-        Err(e) => {
-            warn!("the lease epoch Redis saw is not known ({e}); the new epoch is PostgreSQL's alone");
-            0
-        }
-    }
 }
 
 /// The consistency pass before any stage runs (`consistency::pass`, shared with the simulator).
@@ -494,76 +496,62 @@ fn ops_endpoint(
     Ok(Some(h))
 }
 
-/// Waits until this process holds the lease (INFO lines, never ERROR, while another instance
-/// is active). `None` when stopped first.
-fn standby(
-    lease: &mut Pg,
-    me: &Claimant,
-    cfg: &Config,
-    clock: &dyn Clock,
-    stop: &Receiver<()>,
-    ops: &Ops,
-    floor: i64,
-) -> Result<Option<(i64, crate::clock::Mono)>, DaemonError> {
-    let mut outages = Outages::new(Store::Lease.name(), cfg.pipeline.outage);
-    let mut said: Option<SystemTime> = None;
-    let stats = Stats::default();
-    loop {
-        let sent = clock.now();
-        let sent_mono = clock.mono();
-        let turn = ops.pulse.turning("standby", sent_mono);
-        let claimed = lease.claim_above(me, cfg.lease.duration, floor);
-        drop(turn);
-        match claimed {
+/// What a standby says while it looks for the lease (INFO lines, never ERROR, while another
+/// instance is active): who holds it, once a minute; the lease store's outages; the lease won.
+struct Standby {
+    outages: Outages,
+    said: Option<SystemTime>,
+    stats: Stats,
+}
+
+impl Standby {
+    fn new(cfg: &Config) -> Standby {
+        Standby {
+            outages: Outages::new(Store::Lease.name(), cfg.pipeline.outage),
+            said: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Says what came of a claim of the lease (other answers say nothing here).
+    fn heard(&mut self, input: &Input, ops: &Ops, now: SystemTime) {
+        let Input::Lease { claim, .. } = input else { return };
+        match claim {
             Ok(Claim::Acquired { epoch, previous }) => {
-                outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
+                self.outages.recovered(now).iter().for_each(|n| log_notice(n, &self.stats));
                 match previous {
-                    Some(p) => info!(
-                        "lease acquired epoch={epoch}: took over from {} (epoch {})",
-                        holder(&p),
-                        p.epoch
-                    ),
+                    Some(p) => info!("lease acquired epoch={epoch}: took over from {}", holder_line(p)),
                     None => info!("lease acquired epoch={epoch}"),
                 }
-                return Ok(Some((epoch, sent_mono)));
             }
             Ok(Claim::HeldBy(h)) => {
-                outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
-                ops.standby(
-                    NotReady::Standby,
-                    format!("standby: the lease is held by {} epoch={}", holder(&h), h.epoch),
-                );
-                said_standing_by(&h, sent, &mut said);
+                self.outages.recovered(now).iter().for_each(|n| log_notice(n, &self.stats));
+                ops.standby(NotReady::Standby, format!("standby: the lease is held by {}", holder_line(h)));
+                self.said_standing_by(h, now);
             }
-            Err(e) if e.stops() => return Err(DaemonError::Forgot(e.to_string())),
+            // The machine ends the instance: a person decides.
+            Err(e) if e.stops() => {}
             Err(e) => {
                 ops.starting(NotReady::LeaseUnreachable, format!("the lease cannot be claimed: {e}"));
-                outages.failed(&e, sent).0.iter().for_each(|n| log_notice(n, &stats))
+                self.outages.failed(e, now).0.iter().for_each(|n| log_notice(n, &self.stats))
             }
         }
-        if pause_or_stop(stop, None, cfg.lease.renew_every) {
-            return Ok(None);
+    }
+
+    /// Says who holds the lease, once a minute: a standby is normal, not an alarm.
+    fn said_standing_by(&mut self, h: &crate::ports::LeaseHolder, now: SystemTime) {
+        if self.said.is_some_and(|t| now.duration_since(t).unwrap_or_default() < Duration::from_secs(60)) {
+            return;
         }
+        let since = h.since.and_then(|s| now.duration_since(s).ok()).map(human).unwrap_or_else(|| "?".into());
+        info!(
+            "standby: lease held by host={} pid={} since={since} ago epoch={}; this instance takes over when it expires or is released",
+            h.host.as_deref().unwrap_or("?"),
+            h.pid.unwrap_or(0),
+            h.epoch
+        );
+        self.said = Some(now);
     }
-}
-
-/// Says who holds the lease, once a minute: a standby is normal, not an alarm.
-fn said_standing_by(h: &crate::ports::LeaseHolder, now: SystemTime, said: &mut Option<SystemTime>) {
-    if said.is_some_and(|t| now.duration_since(t).unwrap_or_default() < Duration::from_secs(60)) {
-        return;
-    }
-    let since = h.since.and_then(|s| now.duration_since(s).ok()).map(human).unwrap_or_else(|| "?".into());
-    info!(
-        "standby: lease held by {} since={since} ago epoch={}; this instance takes over when it expires or is released",
-        holder(h),
-        h.epoch
-    );
-    *said = Some(now);
-}
-
-/// `host=… pid=…` of a lease holder, as the log lines name it.
-fn holder(h: &crate::ports::LeaseHolder) -> String {
-    format!("host={} pid={}", h.host.as_deref().unwrap_or("?"), h.pid.unwrap_or(0))
 }
 
 /// What one holding of the lease starts from: the lease session, its gate, and the apply token
@@ -646,38 +634,6 @@ fn stages(
             ctx.clone(),
         ),
     ])
-}
-
-/// Claims the flights for `epoch` on Redis's fence, and tells how it ended (the one claim the
-/// daemon and the simulator perform): fenced by a newer epoch own PostgreSQL knows of, another
-/// instance is newer; by one it never handed out, PostgreSQL lost commits; Redis away, an
-/// outage: a pass never compares before this instance's claim is in Redis (seed 6299).
-pub(crate) fn claim_flights(
-    fence: &mut impl FlightsFence,
-    lease: &mut impl LeaseStore,
-    epoch: i64,
-) -> FlightsClaim {
-    match fence.claim(epoch) {
-        Ok(()) => FlightsClaim::Ours,
-        Err(e) if e.is_fenced() => {
-            let held = fence.epoch_held().unwrap_or(epoch + 1);
-            let pg_epoch = lease.holder().map(|h| h.epoch).unwrap_or(epoch);
-            if pg_epoch < held {
-                error!(
-                    "postgres lost commits: its lease epoch is {pg_epoch} but Redis holds the flights for epoch {held}, which only PostgreSQL can have handed out"
-                );
-                FlightsClaim::PostgresBehind(format!(
-                    "postgres lease epoch {pg_epoch} is behind epoch {held} seen in Redis"
-                ))
-            } else {
-                FlightsClaim::Newer(format!("Redis holds the flights for epoch {held}"))
-            }
-        }
-        Err(e) => {
-            warn!("flights not claimed for epoch {epoch} ({e}): Redis is away; nothing is compared or served under this epoch until a claim reaches it");
-            FlightsClaim::Away(e)
-        }
-    }
 }
 
 /// The compat write path `POST /cminmsgs/send`, on its own thread with its workers.

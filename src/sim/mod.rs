@@ -30,15 +30,15 @@ use std::time::{Duration, SystemTime};
 use crate::clock::{Clock, FakeClock};
 use crate::config::Config;
 use crate::consistency::Pass;
-use crate::daemon::lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
+use crate::daemon::effects::{self, Edges};
+use crate::daemon::instance::{Effect, Input, Instance as Machine, InstancePolicy};
+use crate::daemon::lifecycle::{End, Served};
 use crate::daemon::topology;
 use crate::error::StoreError;
 use crate::lease::{Gate, LeaseGate};
 use crate::planted::{self, Bug};
 use crate::policy::retry::retry_policy;
-use crate::ports::{
-    Claim, Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult,
-};
+use crate::ports::{Claimant, LeaseStore, MailboxMarks, Mark, Outbound, Producer, Record, StoreResult};
 use crate::pump::lane;
 use crate::stage::runner::{Halt, Keeper, Runner, Runs, Turn};
 use crate::stage::{StageId, StallBoard};
@@ -87,8 +87,6 @@ struct Comparing {
     /// agree at, then.
     started: u64,
     clean_before: u64,
-    /// The gate made when the lease was won, as the daemon makes it: the stages start with it.
-    gate: Arc<LeaseGate>,
     pass: Stepped<Pass>,
     /// When the pass makes its next call.
     wake: SystemTime,
@@ -133,8 +131,10 @@ struct Instance {
     /// The step of the consistency pass that let it serve: a forget it stops on must have
     /// been injected after it (#37).
     clean_at: u64,
-    /// What it remembers from one holding of the lease to the next (the daemon's rules).
-    lifecycle: Lifecycle,
+    /// The daemon's instance machine: what it does next, from standing by to its end.
+    machine: Machine,
+    /// Not started yet: its first turn asks the machine for its first effect.
+    fresh: bool,
 }
 
 /// A write only the lease gate guards (Kafka, mailbox marks, COUTMSGS), with the writer's epoch
@@ -507,13 +507,14 @@ impl Sim {
         let name = format!("i{n}");
         let me = Claimant { id: format!("sim:{n}"), host: "sim".into(), pid: n };
         let wake = self.clock.now() + delay;
-        let lifecycle = Lifecycle::default();
+        let machine = Machine::new(InstancePolicy::of(&self.cfg, false));
         self.instances.push(Instance {
             name: name.clone(),
             me,
             life: Life::Standby { wake },
             clean_at: 0,
-            lifecycle,
+            machine,
+            fresh: true,
         });
         self.say(format!("{name} starts (standby)"));
     }
@@ -721,7 +722,7 @@ impl Sim {
     /// Starts the daemon's consistency pass (`consistency::pass`, the same function) for
     /// instance `k` under `epoch`, on the stores as `daemon::stores::RealStores::compared` opens
     /// them: one store call per turn from now on.
-    fn start_pass(&mut self, k: usize, epoch: i64, gate: Arc<LeaseGate>) {
+    fn start_pass(&mut self, k: usize, epoch: i64) {
         use crate::consistency::{check, pass, Depth, HealBudget, PassPolicy, Stores};
         let p = &self.cfg.pipeline;
         let policy = PassPolicy {
@@ -758,7 +759,6 @@ impl Sim {
             epoch,
             started: self.step,
             clean_before: self.last_clean_pass,
-            gate,
             pass,
             wake: now,
             lease_wake,
@@ -796,9 +796,8 @@ impl Sim {
                 }
             }
             At::Done(pass) => {
-                let (epoch, gate) = (c.epoch, c.gate.clone());
                 let steps = (c.clean_before, c.started);
-                self.pass_done(k, epoch, steps, gate, pass);
+                self.pass_done(k, steps, pass);
             }
         }
     }
@@ -806,14 +805,7 @@ impl Sim {
     /// Instance `k`'s pass, started at step `started` (the stores last found to agree at
     /// `clean_before`), ended: the simulator's bookkeeping — a pass that found something with no
     /// forget since `clean_before` is a false alarm (#37) —, then what the lifecycle says.
-    fn pass_done(
-        &mut self,
-        k: usize,
-        epoch: i64,
-        (clean_before, started): (u64, u64),
-        gate: Arc<LeaseGate>,
-        outcome: Pass,
-    ) {
+    fn pass_done(&mut self, k: usize, (clean_before, started): (u64, u64), outcome: Pass) {
         if std::env::var("SIM_DEBUG").is_ok() {
             let seq = self.flights.inspect(|f| f.seq);
             eprintln!("pass at step {} (redis seq {seq}): {outcome:?}", self.step);
@@ -838,83 +830,94 @@ impl Sim {
             self.last_clean_pass = self.last_clean_pass.max(started);
             self.instances[k].clean_at = started;
         }
-        let next = self.instances[k].lifecycle.compared(outcome, &self.cfg.pipeline.outage);
-        self.follow(k, epoch, Some(gate), next);
+        let next = self.instances[k].machine.on(Input::Compared(outcome));
+        self.drive(k, next);
     }
 
-    /// The flights claimed for a new epoch: the daemon's `claim_flights`, on the twins' ports.
-    fn claim_flights(&mut self, epoch: i64) -> FlightsClaim {
-        crate::daemon::claim_flights(&mut self.flights.handle(), &mut self.pg.session(), epoch)
-    }
-
-    /// A standby's turn: the lease claimed, the flights claimed, the stores compared — what
-    /// follows is the daemon's `Lifecycle`'s.
+    /// A standby's turn: what its machine asked for after its pause (or, fresh, first).
     fn standby_turn(&mut self, k: usize) {
-        let now = self.clock.now();
-        let me = self.instances[k].me.clone();
-        let renew = self.cfg.lease.renew_every;
-        let floor = self.flights.inspect(|f| f.epoch);
-        let sent = self.clock.mono();
-        match self.pg.session().claim_above(&me, self.cfg.lease.duration, floor) {
-            Ok(Claim::Acquired { epoch, .. }) => {
-                // As the daemon: the gate counts from the claim, however long the pass takes.
-                let clock = Arc::new(self.clock.clone());
-                let gate = Arc::new(LeaseGate::new(epoch, clock, sent, self.cfg.lease.duration));
-                let flights = self.claim_flights(epoch);
-                let on_start = self.cfg.pipeline.check_on_startup;
-                match self.instances[k].lifecycle.claimed(flights, on_start, &self.cfg.pipeline.outage) {
-                    Next::Compare => self.start_pass(k, epoch, gate),
-                    next => {
-                        self.instances[k].clean_at = self.step;
-                        self.follow(k, epoch, Some(gate), next)
-                    }
+        let i = &mut self.instances[k];
+        let next = match std::mem::replace(&mut i.fresh, false) {
+            true => i.machine.start(),
+            false => i.machine.on(Input::Done),
+        };
+        self.drive(k, next);
+    }
+
+    /// Performs what instance `k`'s machine asks, from `effect` on — the daemon's order, the
+    /// port calls by the daemon's interpreter on the twins — until it asks for what takes time
+    /// here: a pass (one store call a turn), the stages, a pause, or the end.
+    fn drive(&mut self, k: usize, mut effect: Effect) {
+        loop {
+            let input = match effect {
+                Effect::Compare { epoch } => return self.start_pass(k, epoch),
+                Effect::Serve { epoch, since, token } => return self.serve(k, epoch, since, token),
+                Effect::Wait(pause) => {
+                    self.instances[k].life = Life::Standby { wake: self.clock.now() + pause };
+                    return;
                 }
-            }
-            Ok(Claim::HeldBy(_)) | Err(_) => self.instances[k].life = Life::Standby { wake: now + renew },
+                Effect::Exit(end) => return self.exit(k, end),
+                Effect::StandDown { forgot, pause, why } => self.stand_down(k, forgot, pause, &why),
+                call => self.perform(k, &call),
+            };
+            effect = self.instances[k].machine.on(input);
         }
     }
 
-    /// Does what the lifecycle says comes next for instance `k`, holding `epoch`.
-    /// `gate`: the one made when the lease was won (the stages start with it).
-    fn follow(&mut self, k: usize, epoch: i64, gate: Option<Arc<LeaseGate>>, next: Next) {
-        let now = self.clock.now();
+    /// One call to a port, by the daemon's interpreter, on the twins' ports.
+    fn perform(&mut self, k: usize, call: &Effect) -> Input {
+        let (me, duration) = (self.instances[k].me.clone(), self.cfg.lease.duration);
+        let (mut lease, mut fence) = (self.pg.session(), self.flights.handle());
+        let mut edges = Edges { lease: &mut lease, fence: &mut fence, me: &me, duration, clock: &self.clock };
+        let input = effects::perform(call, &mut edges).expect("an effect that is one call to a port");
+        if matches!(call, Effect::ClaimFlights { .. }) {
+            // Serving without a pass: the stores are taken as agreeing from here (a pass that
+            // follows, started at this step, says the same).
+            self.instances[k].clean_at = self.step;
+        }
+        input
+    }
+
+    /// Instance `k` serves under `epoch`: its stages start, their gate counting from `since`
+    /// (when its lease claim was sent), as the daemon's do.
+    fn serve(&mut self, k: usize, epoch: i64, since: crate::clock::Mono, token: Option<String>) {
+        let (now, clock) = (self.clock.now(), Arc::new(self.clock.clone()));
+        let gate = Arc::new(LeaseGate::new(epoch, clock, since, self.cfg.lease.duration));
+        let active = self.activate(gate, now, token);
+        self.instances[k].life = Life::Active(Box::new(active));
         let name = self.instances[k].name.clone();
-        match next {
-            Next::Serve(token) => {
-                let gate = gate.expect("serving follows a won lease");
-                let active = self.activate(gate, now, token);
-                self.instances[k].life = Life::Active(Box::new(active));
-                self.say(format!("{name} acquired the lease, epoch {epoch}"));
-            }
-            Next::Again { pause, forgot, why } => {
-                if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
-                    a.slots.iter_mut().for_each(|s| s.stage.close());
-                }
-                let me = self.instances[k].me.clone();
-                // As the daemon: given back at once, so a standby need not wait for the expiry.
-                let _ = self.pg.session().release(&me, epoch);
-                self.instances[k].life = Life::Standby { wake: now + pause };
-                let what = if forgot { "a store forgot" } else { "the stores could not be compared" };
-                self.say(format!("{name} {what} ({why}): lease released, stands by {pause:?}"));
-            }
-            Next::End { end, release } => {
-                if release {
-                    let me = self.instances[k].me.clone();
-                    let _ = self.pg.session().release(&me, epoch);
-                }
-                let why = match end {
-                    End::Stopped => "stopped".to_string(),
-                    End::Fenced(why) => format!("fenced (exit 1): {why}"),
-                    End::NotHealed(why) => format!("not healed (exit 6): {why}"),
-                };
-                if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
-                    a.slots.iter_mut().for_each(|s| s.stage.close());
-                }
-                self.say(format!("{name} stops: {why}"));
-                // systemd starts it again.
-                self.spawn_standby(Duration::from_secs(1));
-            }
-            Next::Compare => unreachable!("a pass is started where the lifecycle asks for one"),
+        self.say(format!("{name} acquired the lease, epoch {epoch}"));
+    }
+
+    /// Instance `k` no longer serves (its stages closed) and stands by again after `pause`.
+    fn stand_down(&mut self, k: usize, forgot: bool, pause: Duration, why: &str) -> Input {
+        self.close(k);
+        let name = self.instances[k].name.clone();
+        let what = if forgot { "a store forgot" } else { "the stores could not be compared" };
+        self.say(format!("{name} {what} ({why}): lease released, stands by {pause:?}"));
+        Input::Done
+    }
+
+    /// Instance `k` ends; systemd starts it again.
+    fn exit(&mut self, k: usize, end: End) {
+        self.close(k);
+        self.instances[k].life = Life::Gone;
+        let why = match end {
+            End::Stopped => "stopped".to_string(),
+            End::Fenced(why) => format!("fenced (exit 1): {why}"),
+            End::NotHealed(why) => format!("not healed (exit 6): {why}"),
+            End::Held(why) | End::Away(why) => unreachable!("an instance stands by: {why}"),
+        };
+        let name = self.instances[k].name.clone();
+        self.say(format!("{name} stops: {why}"));
+        self.spawn_standby(Duration::from_secs(1));
+    }
+
+    /// Instance `k`'s stages, if it serves, closed as the daemon's supervisor joins them; its
+    /// life is what the machine asks for next (a pause, a pass, the end).
+    fn close(&mut self, k: usize) {
+        if let Life::Active(mut a) = std::mem::replace(&mut self.instances[k].life, Life::Gone) {
+            a.slots.iter_mut().for_each(|s| s.stage.close());
         }
     }
 
@@ -952,7 +955,7 @@ impl Sim {
     /// pass that let it serve (#37).
     fn served(&mut self, k: usize, served: Served) {
         let Life::Active(a) = &self.instances[k].life else { return };
-        let (epoch, stale) = (a.epoch, a.gate.is_stale());
+        let stale = a.gate.is_stale();
         if let Served::Forgot(why) = &served {
             let clean_at = self.instances[k].clean_at;
             if self.last_forget.is_none_or(|f| f < clean_at) {
@@ -963,8 +966,9 @@ impl Sim {
                 ));
             }
         }
-        let next = self.instances[k].lifecycle.served(served, stale, false);
-        self.follow(k, epoch, None, next);
+        self.close(k);
+        let next = self.instances[k].machine.on(Input::Served { served, stale, stopping: false });
+        self.drive(k, next);
     }
 
     /// One turn of the daemon's runner for slot `n` of instance `k`.
