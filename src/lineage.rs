@@ -11,10 +11,10 @@ use serde::Serialize;
 use crate::clock::rfc3339 as time;
 use crate::codec::xml;
 use crate::config::Config;
-use crate::ports::{FlightAudit, Landed, StoreResult};
-use crate::store::mailbox::{MailboxEntry, MysqlMailbox};
-use crate::store::pg::lineage::{TraceEvent, TraceRow};
-use crate::store::pg::Pg;
+use crate::ports::{
+    FlightAudit, Landed, LineageReads, MailboxEntries, MailboxEntry, Requests, StoreResult, TraceEvent,
+    TraceRow,
+};
 
 /// The flight document (`msgx flight --json`, `/api/flight/{flid}`).
 #[derive(Debug, Clone, Serialize)]
@@ -114,8 +114,8 @@ pub struct Earlier {
 }
 
 /// The flight `flid` from Redis (`flights`) and own PostgreSQL, with at most `limit` changes.
-pub fn flight<F: FlightAudit>(
-    pg: &mut Pg,
+pub fn flight<P: LineageReads + Requests + ?Sized, F: FlightAudit + ?Sized>(
+    pg: &mut P,
     flights: &mut F,
     flid: &str,
     limit: i64,
@@ -167,8 +167,7 @@ pub fn flight<F: FlightAudit>(
 }
 
 /// The window a heal asked for, whose flights await the AODB, that holds plan key `k`, if any.
-fn awaiting(pg: &mut Pg, k: i64) -> StoreResult<Option<Awaiting>> {
-    use crate::ports::Requests;
+fn awaiting(pg: &mut (impl Requests + ?Sized), k: i64) -> StoreResult<Option<Awaiting>> {
     Ok(pg
         .awaited(100)?
         .into_iter()
@@ -287,7 +286,12 @@ pub struct Trace {
 }
 
 /// Message `msg_id` from own PostgreSQL and the mailbox.
-pub fn trace(pg: &mut Pg, mailbox: &mut MysqlMailbox, cfg: &Config, msg_id: i64) -> StoreResult<Trace> {
+pub fn trace(
+    pg: &mut (impl LineageReads + ?Sized),
+    mailbox: &mut (impl MailboxEntries + ?Sized),
+    cfg: &Config,
+    msg_id: i64,
+) -> StoreResult<Trace> {
     let (row, events) = pg.trace(msg_id)?;
     let entry = mailbox.entry(msg_id, cfg.pipeline.max_message_bytes)?;
     let decoded = entry.as_ref().and_then(|e| e.text.as_deref()).map(crate::codec::decode);

@@ -964,3 +964,111 @@ impl Gauges {
 pub trait GaugeSource {
     fn gauges(&mut self) -> StoreResult<Gauges>;
 }
+
+// The operator's documents (#40): what `lineage`, the console and `msgx dead` read.
+
+/// One DEAD message, as `msgx dead` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub msg_id: i64,
+    /// FLOP-STND, SCHD-DNLD, …; `None` when the META could not be read.
+    pub type_tag: Option<String>,
+    pub class: Option<ErrorClass>,
+    pub error: Option<String>,
+    pub attempts: i32,
+    /// The row's last change: when it became DEAD, or when a person dismissed it.
+    pub since: SystemTime,
+    /// When a person dismissed it, and the note they left (`msgx dismiss`).
+    pub dismissed: Option<(SystemTime, String)>,
+}
+
+/// Which DEAD messages to list.
+#[derive(Debug, Clone, Default)]
+pub struct DeadFilter {
+    pub class: Option<ErrorClass>,
+    /// Only rows whose last change is at or after this time.
+    pub since: Option<SystemTime>,
+    pub limit: i64,
+}
+
+/// A message's PROC_STATE row (or its archived copy), as `msgx trace` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRow {
+    pub state: String,
+    /// Found in PROC_STATE_HST: archived at this time.
+    pub archived_at: Option<SystemTime>,
+    pub attempts: i32,
+    pub class: Option<ErrorClass>,
+    pub error: Option<String>,
+    pub type_tag: Option<String>,
+    pub identity: Option<String>,
+    pub enqueued_at: SystemTime,
+    pub updated_at: SystemTime,
+    /// What Redis acknowledged of its decision (V014).
+    pub redis_record: Option<String>,
+    /// The mailbox mark as msgx settled it: when, or why it was abandoned.
+    pub marked_at: Option<SystemTime>,
+    pub mark_abandoned: Option<String>,
+    pub dismissed_at: Option<SystemTime>,
+}
+
+/// One outbox event of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub event_id: i64,
+    pub msg_id: Option<i64>,
+    /// The identity a consumer deduplicates on (`MsgEvent::key`).
+    pub event_key: String,
+    pub target: String,
+    pub state: String,
+    pub attempts: i32,
+    pub created_at: SystemTime,
+    pub sent_at: Option<SystemTime>,
+    pub error: Option<String>,
+    pub payload_json: String,
+    /// Where it landed (V015; `None` before it was sent, or when sent before V015).
+    pub landed: Option<Landed<'static>>,
+}
+
+/// When a message got its outcome, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub type_tag: Option<String>,
+    pub at: SystemTime,
+}
+
+/// One mailbox row as an operator follows it (`msgx trace`, #40).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailboxEntry {
+    pub received_at: Option<SystemTime>,
+    pub status: Option<String>,
+    /// The processed mark (msgx's or anyone's).
+    pub processed_at: Option<SystemTime>,
+    /// The message text, if the body is not larger than asked for.
+    pub text: Option<String>,
+}
+
+/// What an operator's documents read of own PostgreSQL (#40, #56): read only, never on a
+/// stage's path.
+pub trait LineageReads {
+    /// The DEAD messages still in PROC_STATE (dismissed ones too, marked), oldest MSG_ID first.
+    fn dead_letters(&mut self, f: &DeadFilter) -> StoreResult<Vec<DeadLetter>>;
+    /// `msg_id`'s row — from PROC_STATE, else the archive — and its outbox events in EVENT_ID
+    /// order (SENT ones until `event-retention` prunes them).
+    fn trace(&mut self, msg_id: i64) -> StoreResult<(Option<TraceRow>, Vec<TraceEvent>)>;
+    /// The `KAFKA:msg` events of flight `flid`, newest first, at most `limit`: the messages
+    /// that changed it.
+    fn flight_events(&mut self, flid: &str, limit: i64) -> StoreResult<Vec<TraceEvent>>;
+    /// What each of `ids` is and when it got its outcome (PROC_STATE, or the archive's copy).
+    fn decided(&mut self, ids: &[i64]) -> StoreResult<std::collections::BTreeMap<i64, Decided>>;
+}
+
+/// Own PostgreSQL as the console reads it: the documents and the requests awaited.
+pub trait OwnReads: LineageReads + Requests + Send {}
+impl<T: LineageReads + Requests + Send> OwnReads for T {}
+
+/// The mailbox as an operator follows a row of it.
+pub trait MailboxEntries {
+    /// The row `id`, its text fetched when at most `max_bytes` long; `None`: no such row.
+    fn entry(&mut self, id: i64, max_bytes: u64) -> StoreResult<Option<MailboxEntry>>;
+}

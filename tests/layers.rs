@@ -89,6 +89,63 @@ fn no_import_climbs_the_layers() {
     assert!(wrong.is_empty(), "imports that climb the layers (docs/architecture.md):\n{}", wrong.join("\n"));
 }
 
+/// The store adapters: concrete servers' and the in-memory twins'.
+const ADAPTERS: [&str; 5] = ["pg", "mailbox", "flights", "kafka", "memory"];
+/// The edges, where adapters are made and run (the binary's `src/cli` and `main.rs` reach the
+/// library as `msgx::`, an edge of their own): the store rooms themselves, the daemon (its
+/// `stores.rs` the factory), and the test builds' simulator and world.
+const EDGES: [&str; 4] = ["store", "daemon", "sim", "testkit"];
+
+/// The adapters `text` names by path (`crate::store::pg::…`, grouped or not).
+fn adapters_named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (at, _) in text.match_indices("crate::store::") {
+        let rest = &text[at + "crate::store::".len()..];
+        let names: Vec<&str> = match rest.strip_prefix('{') {
+            Some(group) => group.split('}').next().unwrap_or("").split(',').collect(),
+            None => vec![rest],
+        };
+        for n in names {
+            let n: String = n.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if ADAPTERS.contains(&n.as_str()) {
+                out.insert(n);
+            }
+        }
+    }
+    out
+}
+
+/// #56: rooms that decide (stages, handlers, the codec, lineage, the console…) reach stores
+/// only through the ports; an adapter is named only at the edges.
+#[test]
+fn no_adapter_is_named_outside_the_edges() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    for (file, (module, _)) in imports() {
+        if EDGES.contains(&module.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let production = text.split("#[cfg(test)]").next().unwrap_or("");
+        for a in adapters_named(production) {
+            let rel = file.strip_prefix(&src).unwrap().display().to_string();
+            wrong.push(format!("src/{rel}: names the adapter store::{a} (reach it through a port)"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "adapters named outside the edges (docs/architecture.md):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_adapter_check_reads_grouped_and_plain_paths() {
+    let text = "use crate::store::pg::Pg;\nuse crate::store::{memory::MemPg, write_token};\nlet x = crate::store::kafka::KafkaProducer::new();";
+    let found: Vec<String> = adapters_named(text).into_iter().collect();
+    assert_eq!(found, ["kafka", "memory", "pg"]);
+}
+
 #[test]
 fn the_check_reads_grouped_and_plain_imports() {
     let found = uses("use crate::{pump::Pump, stage};\nlet x = crate::lease::LeasePolicy { .. };");

@@ -3,8 +3,10 @@
 use msgx::clock::{Clock, SystemClock};
 use msgx::config::Config;
 use msgx::consistency::{self, Depth, HealError, Stores};
-use msgx::error::StoreError;
-use msgx::ports::FlightsFence;
+use msgx::daemon::effects::{perform, Edges};
+use msgx::daemon::instance::{Effect, Input, Instance, InstancePolicy};
+use msgx::daemon::lifecycle::{End, Served};
+use msgx::ports::Claimant;
 use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;
@@ -15,13 +17,15 @@ use super::{unreachable, CmdResult};
 
 /// The three stores, connected now; a store that does not answer is exit 4.
 fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow::Error)> {
-    let unreachable = |e: StoreError| (Exit::Unreachable, anyhow::Error::from(e));
     let pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
     let mailbox = MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
-    let flights = RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix)
-        .map_err(unreachable)?
-        .keeping(cfg.pipeline.journal_keep);
-    Ok((pg, mailbox, flights))
+    Ok((pg, mailbox, open_flights(cfg)?))
+}
+
+/// Redis's flights, connected now, keeping journal entries as the daemon keeps them.
+fn open_flights(cfg: &Config) -> Result<RedisFlights, (Exit, anyhow::Error)> {
+    let flights = RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix).map_err(unreachable)?;
+    Ok(flights.keeping(cfg.pipeline.journal_keep))
 }
 
 /// The stores a command compares, decoding under the configured limits; nothing is watched.
@@ -91,34 +95,34 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
 
 /// `msgx rebuild-flights [--flid F…] [--yes]`: the flights rebuilt from the mailbox texts of every
 /// SUCCEEDED message held, on top of what Redis holds; without `--yes`, what would change. With
-/// `--yes` it takes the lease as an instance does (refused while one holds it: its pump writes the
-/// flights), keeps it renewed, writes fenced by its epoch, and gives it back (#38).
+/// `--yes` it takes the lease as an instance does — the instance machine's order, as a tool that
+/// never stands by (refused while an instance holds the lease: its pump writes the flights) —,
+/// keeps it renewed, writes fenced by its epoch, and gives it back (#38, #56).
 pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     let (mut pg, mut mailbox, mut flights) = open(cfg)?;
     let only = (!flids.is_empty()).then_some(flids);
-    let mut lease = None;
-    if yes {
-        let (epoch, me) = take_lease(cfg, &mut pg, &mut flights)?;
-        flights = flights.fenced(epoch);
-        lease = Some((epoch, me));
-    }
-    let mut st = stores(cfg, &mut pg, &mut mailbox, &mut flights);
-    // A person runs this and watches it: no turn of it is watched for stuck.
-    let pulse = msgx::stage::Pulse::default();
-    let watch =
-        msgx::daemon::Watch { pulse: &pulse, clock: &SystemClock, stuck_after: cfg.watchdog_stuck_after };
-    let rebuilt = match &lease {
-        Some((epoch, me)) => msgx::daemon::renewing(cfg, me, *epoch, watch, || {
-            consistency::rebuild_flights(&mut st, only, SystemClock.now(), true)
-        }),
-        None => consistency::rebuild_flights(&mut st, only, SystemClock.now(), false),
+    let rebuilt = match yes {
+        false => consistency::rebuild_flights(
+            &mut stores(cfg, &mut pg, &mut mailbox, &mut flights),
+            only,
+            SystemClock.now(),
+            false,
+        ),
+        true => holding_the_lease(cfg, (&mut pg, &mut flights), |epoch, pg, me| {
+            let mut fenced = open_flights(cfg)?.fenced(epoch);
+            let mut st = stores(cfg, pg, &mut mailbox, &mut fenced);
+            // A person runs this and watches it: no turn of it is watched for stuck.
+            let pulse = msgx::stage::Pulse::default();
+            let watch = msgx::daemon::Watch {
+                pulse: &pulse,
+                clock: &SystemClock,
+                stuck_after: cfg.watchdog_stuck_after,
+            };
+            Ok(msgx::daemon::renewing(cfg, me, epoch, watch, || {
+                consistency::rebuild_flights(&mut st, only, SystemClock.now(), true)
+            }))
+        })?,
     };
-    if let Some((epoch, me)) = &lease {
-        use msgx::ports::LeaseStore;
-        if let Err(e) = pg.release(me, *epoch) {
-            log::warn!("lease not released ({e}); epoch={epoch} expires by itself");
-        }
-    }
     let (changed, messages) = rebuilt.map_err(|e| match e {
         HealError::Store(e) => unreachable(e),
         HealError::Person(why) => (Exit::Failed, anyhow::anyhow!(why)),
@@ -133,30 +137,46 @@ pub fn rebuild_flights(cfg: &Config, flids: &[String], yes: bool) -> CmdResult {
     Ok(())
 }
 
-/// The lease taken for a tool that writes the flights, above every epoch Redis saw, and the
-/// flights claimed for it: its epoch and claimant. Refused while an instance holds it.
-fn take_lease(
+/// Runs `work` under a lease taken as the instance machine takes it, as a tool: the floor Redis
+/// saw, the lease above it, the flights claimed for the epoch, then `work(epoch, …)`, then the
+/// lease given back — the port calls by the daemon's interpreter. A lease an instance holds, or
+/// a store away, ends it with the exit code the machine's end names.
+fn holding_the_lease<T>(
     cfg: &Config,
-    pg: &mut Pg,
-    flights: &mut RedisFlights,
-) -> Result<(i64, msgx::ports::Claimant), (Exit, anyhow::Error)> {
-    use msgx::ports::{Claim, LeaseStore};
-    let me = msgx::ports::Claimant::this_process(SystemClock.now());
-    let floor = flights.epoch_held().map_err(unreachable)?;
-    match pg.claim_above(&me, cfg.lease.duration, floor).map_err(unreachable)? {
-        Claim::Acquired { epoch, .. } => {
-            flights.claim(epoch).map_err(unreachable)?;
-            Ok((epoch, me))
-        }
-        Claim::HeldBy(h) => Err((
-            Exit::Failed,
-            anyhow::anyhow!(
-                "an instance holds the lease (host={} pid={} epoch={}): stop msgx first, its pump writes the flights",
-                h.host.as_deref().unwrap_or("?"),
-                h.pid.unwrap_or(0),
-                h.epoch
-            ),
-        )),
+    (pg, flights): (&mut Pg, &mut RedisFlights),
+    work: impl FnOnce(i64, &mut Pg, &Claimant) -> Result<T, (Exit, anyhow::Error)>,
+) -> Result<T, (Exit, anyhow::Error)> {
+    let me = Claimant::this_process(SystemClock.now());
+    let mut machine = Instance::new(InstancePolicy::of(cfg, true));
+    let (mut effect, mut work, mut done) = (machine.start(), Some(work), None);
+    let end = loop {
+        let input = match effect {
+            Effect::Exit(end) => break end,
+            Effect::Serve { epoch, .. } => {
+                let work = work.take().expect("a tool serves once");
+                done = Some(work(epoch, pg, &me));
+                Input::Served { served: Served::Stopped, stale: false, stopping: false }
+            }
+            call => {
+                let duration = cfg.lease.duration;
+                let mut edges =
+                    Edges { lease: &mut *pg, fence: &mut *flights, me: &me, duration, clock: &SystemClock };
+                perform(&call, &mut edges).unwrap_or_else(|| panic!("a tool is asked for no {call:?}"))
+            }
+        };
+        effect = machine.on(input);
+    };
+    match (end, done) {
+        (End::Stopped, Some(done)) => done,
+        (end, _) => Err((end.exit(), anyhow::anyhow!("{}", end_line(&end)))),
+    }
+}
+
+/// What ended a tool's holding, for its error line.
+fn end_line(end: &End) -> &str {
+    match end {
+        End::Stopped => "stopped",
+        End::Fenced(why) | End::NotHealed(why) | End::Held(why) | End::Away(why) => why,
     }
 }
 

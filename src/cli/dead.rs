@@ -3,7 +3,7 @@
 
 use super::*;
 use msgx::error::ErrorClass;
-use msgx::store::pg::lineage::{DeadFilter, DeadLetter};
+use msgx::ports::{DeadFilter, DeadLetter, LineageReads};
 
 pub(super) fn dead(
     cfg: &Config,

@@ -5,6 +5,7 @@
 
 use super::*;
 use msgx::lineage::{self, Change, FieldStory, FlightReport};
+use msgx::ports::MailboxEntries;
 use msgx::store::flights::RedisFlights;
 
 pub(super) fn flight(cfg: &Config, flid: &str, field: Option<&str>, limit: i64, json: bool) -> CmdResult {

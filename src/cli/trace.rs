@@ -5,7 +5,7 @@
 
 use super::*;
 use msgx::lineage::Trace;
-use msgx::store::pg::lineage::TraceRow;
+use msgx::ports::TraceRow;
 
 pub(super) fn trace(cfg: &Config, msg_id: i64, json: bool) -> CmdResult {
     let mut pg = own_pg(cfg)?;

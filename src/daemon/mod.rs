@@ -479,7 +479,8 @@ fn ops_endpoint(
     };
     let bound = server.local_addr().unwrap_or(addr);
     let (ops, metrics) = (ops.clone(), metrics.clone());
-    let console = crate::ops::console::Console::new(cfg.clone());
+    let console =
+        crate::ops::console::Console::new(cfg.clone(), Box::new(stores::ConsoleStores(cfg.clone())));
     let access = Access { token: cfg.metrics_token.clone(), names: cfg.metrics_host_names.clone() };
     if let Some(why) = crate::ops::http::exposed(bound, access.token.is_some()) {
         warn!("{why}");

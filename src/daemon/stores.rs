@@ -148,3 +148,21 @@ impl topology::Stores for Live<'_> {
         Ok((self.real.pg_fenced(self.epoch)?, self.real.mailbox()?, self.real.redis()?))
     }
 }
+
+/// The console's connections (#40, #56), opened here like every real adapter of the daemon: own
+/// PostgreSQL, the mailbox and Redis, each connected now, read only.
+pub struct ConsoleStores(pub Config);
+
+impl crate::ops::console::Opener for ConsoleStores {
+    fn own(&self) -> Result<Box<dyn crate::ports::OwnReads>, StoreError> {
+        Ok(Box::new(Pg::connect(&self.0.pg_url)?))
+    }
+
+    fn mailbox(&self) -> Result<Box<dyn crate::ports::MailboxEntries + Send>, StoreError> {
+        Ok(Box::new(MysqlMailbox::connect(&self.0.mysql_url, &self.0.inbound)?))
+    }
+
+    fn flights(&self) -> Result<Box<dyn crate::ports::FlightAudit + Send>, StoreError> {
+        Ok(Box::new(RedisFlights::connect_to(&self.0.redis, &self.0.redis_prefix)?))
+    }
+}

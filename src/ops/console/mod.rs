@@ -23,10 +23,7 @@ use crate::clock::rfc3339 as time;
 use crate::config::Config;
 use crate::error::{Store, StoreError};
 use crate::lineage::{self, FlightReport, Trace};
-use crate::store::flights::RedisFlights;
-use crate::store::mailbox::MysqlMailbox;
-use crate::store::pg::lineage::{DeadFilter, TraceEvent};
-use crate::store::pg::Pg;
+use crate::ports::{DeadFilter, FlightAudit, MailboxEntries, OwnReads, StoreResult, TraceEvent};
 use pages::{Link, Pair};
 
 /// How many DEAD messages `/dead` lists, and changes `/flight` shows.
@@ -137,17 +134,27 @@ fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
+/// Where the console's connections come from, each opened when first needed and again after
+/// it failed: the daemon's store factory (`daemon::stores::ConsoleStores`) — the console names
+/// no adapter, it reads through the ports.
+pub trait Opener: Send {
+    fn own(&self) -> StoreResult<Box<dyn OwnReads>>;
+    fn mailbox(&self) -> StoreResult<Box<dyn MailboxEntries + Send>>;
+    fn flights(&self) -> StoreResult<Box<dyn FlightAudit + Send>>;
+}
+
 /// The console's own connections, opened when first needed.
 pub struct Console {
     cfg: Config,
-    pg: Option<Pg>,
-    mailbox: Option<MysqlMailbox>,
-    redis: Option<RedisFlights>,
+    open: Box<dyn Opener>,
+    pg: Option<Box<dyn OwnReads>>,
+    mailbox: Option<Box<dyn MailboxEntries + Send>>,
+    redis: Option<Box<dyn FlightAudit + Send>>,
 }
 
 impl Console {
-    pub fn new(cfg: Config) -> Console {
-        Console { cfg, pg: None, mailbox: None, redis: None }
+    pub fn new(cfg: Config, open: Box<dyn Opener>) -> Console {
+        Console { cfg, open, pg: None, mailbox: None, redis: None }
     }
 
     /// The answer to `page`.
@@ -188,11 +195,11 @@ impl Console {
         e.store
     }
 
-    fn pg(&mut self) -> Result<&mut Pg, StoreError> {
+    fn pg(&mut self) -> Result<&mut dyn OwnReads, StoreError> {
         if self.pg.is_none() {
-            self.pg = Some(Pg::connect(&self.cfg.pg_url)?);
+            self.pg = Some(self.open.own()?);
         }
-        Ok(self.pg.as_mut().expect("just connected"))
+        Ok(self.pg.as_deref_mut().expect("just connected"))
     }
 
     fn dead(&mut self) -> Result<askama::Result<String>, Store> {
@@ -221,10 +228,10 @@ impl Console {
         let read = (|| {
             self.pg()?;
             if self.mailbox.is_none() {
-                self.mailbox = Some(MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound)?);
+                self.mailbox = Some(self.open.mailbox()?);
             }
-            let (pg, mb) = (self.pg.as_mut().expect("connected"), self.mailbox.as_mut().expect("connected"));
-            lineage::trace(pg, mb, &self.cfg, id)
+            let pg = self.pg.as_deref_mut().expect("connected");
+            lineage::trace(pg, self.mailbox.as_deref_mut().expect("connected"), &self.cfg, id)
         })();
         read.map_err(|e| self.failed(e))
     }
@@ -233,10 +240,10 @@ impl Console {
         let read = (|| {
             self.pg()?;
             if self.redis.is_none() {
-                self.redis = Some(RedisFlights::connect_to(&self.cfg.redis, &self.cfg.redis_prefix)?);
+                self.redis = Some(self.open.flights()?);
             }
-            let (pg, redis) = (self.pg.as_mut().expect("connected"), self.redis.as_mut().expect("connected"));
-            lineage::flight(pg, redis, flid, LIST_LIMIT)
+            let pg = self.pg.as_deref_mut().expect("connected");
+            lineage::flight(pg, self.redis.as_deref_mut().expect("connected"), flid, LIST_LIMIT)
         })();
         read.map_err(|e| self.failed(e))
     }

@@ -263,20 +263,9 @@ impl MysqlMailbox {
     }
 }
 
-/// One mailbox row as an operator follows it (`msgx trace`, #40).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MailboxEntry {
-    pub received_at: Option<SystemTime>,
-    pub status: Option<String>,
-    /// The processed mark (msgx's or anyone's).
-    pub processed_at: Option<SystemTime>,
-    /// The message text, if the body is not larger than asked for.
-    pub text: Option<String>,
-}
-
-impl MysqlMailbox {
+impl crate::ports::MailboxEntries for MysqlMailbox {
     /// The row `id`, its text fetched when at most `max_bytes` long; `None`: no such row.
-    pub fn entry(&mut self, id: i64, max_bytes: u64) -> StoreResult<Option<MailboxEntry>> {
+    fn entry(&mut self, id: i64, max_bytes: u64) -> StoreResult<Option<crate::ports::MailboxEntry>> {
         self.run(|c, n| {
             let sql = format!(
                 "SELECT {rcv}, {st}, {proc}, IF(OCTET_LENGTH({body}) <= ?, {body}, NULL) FROM {t} WHERE {id} = ?",
@@ -293,7 +282,7 @@ impl MysqlMailbox {
             let status: Option<String> = column(&mut r, 1, "status")?;
             let proc: Value = column(&mut r, 2, "processed")?;
             let body: Option<Vec<u8>> = column(&mut r, 3, "body")?;
-            Ok(Some(MailboxEntry {
+            Ok(Some(crate::ports::MailboxEntry {
                 received_at: from_value(rcv, &n.zone),
                 status,
                 processed_at: from_value(proc, &n.zone),

@@ -8,35 +8,13 @@ use super::Pg;
 use crate::domain::{MsgEvent, Target};
 use crate::error::ErrorClass;
 use crate::error::StoreError;
-use crate::ports::{Landed, Position, StoreResult};
+use crate::ports::{
+    DeadFilter, DeadLetter, Decided, Landed, LineageReads, Position, StoreResult, TraceEvent, TraceRow,
+};
 
-/// One DEAD message, as `msgx dead` lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    pub msg_id: i64,
-    /// FLOP-STND, SCHD-DNLD, …; `None` when the META could not be read.
-    pub type_tag: Option<String>,
-    pub class: Option<ErrorClass>,
-    pub error: Option<String>,
-    pub attempts: i32,
-    /// The row's last change: when it became DEAD, or when a person dismissed it.
-    pub since: SystemTime,
-    /// When a person dismissed it, and the note they left (`msgx dismiss`).
-    pub dismissed: Option<(SystemTime, String)>,
-}
-
-/// Which DEAD messages to list.
-#[derive(Debug, Clone, Default)]
-pub struct DeadFilter {
-    pub class: Option<ErrorClass>,
-    /// Only rows whose last change is at or after this time.
-    pub since: Option<SystemTime>,
-    pub limit: i64,
-}
-
-impl Pg {
+impl LineageReads for Pg {
     /// The DEAD messages still in PROC_STATE (dismissed ones too, marked), oldest MSG_ID first.
-    pub fn dead_letters(&mut self, f: &DeadFilter) -> StoreResult<Vec<DeadLetter>> {
+    fn dead_letters(&mut self, f: &DeadFilter) -> StoreResult<Vec<DeadLetter>> {
         let class = f.class.map(|c| c.as_str().to_string());
         self.run(|c| {
             let rows = c.query(
@@ -63,51 +41,37 @@ impl Pg {
                 .collect())
         })
     }
-}
 
-/// A message's PROC_STATE row (or its archived copy), as `msgx trace` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceRow {
-    pub state: String,
-    /// Found in PROC_STATE_HST: archived at this time.
-    pub archived_at: Option<SystemTime>,
-    pub attempts: i32,
-    pub class: Option<ErrorClass>,
-    pub error: Option<String>,
-    pub type_tag: Option<String>,
-    pub identity: Option<String>,
-    pub enqueued_at: SystemTime,
-    pub updated_at: SystemTime,
-    /// What Redis acknowledged of its decision (V014).
-    pub redis_record: Option<String>,
-    /// The mailbox mark as msgx settled it: when, or why it was abandoned.
-    pub marked_at: Option<SystemTime>,
-    pub mark_abandoned: Option<String>,
-    pub dismissed_at: Option<SystemTime>,
-}
+    /// The `KAFKA:msg` events of flight `flid`, newest first, at most `limit` (SENT ones until
+    /// `event-retention` prunes them): the messages that changed it.
+    fn flight_events(&mut self, flid: &str, limit: i64) -> StoreResult<Vec<TraceEvent>> {
+        self.run(|c| {
+            let rows = c.query(
+                &format!(
+                    "SELECT {EVENT_COLS} FROM msg_event WHERE target = 'KAFKA:msg' AND partition_key = $1
+                     ORDER BY event_id DESC LIMIT $2"
+                ),
+                &[&flid, &limit],
+            )?;
+            Ok(rows.iter().map(trace_event).collect::<Result<Vec<_>, _>>())
+        })?
+    }
 
-/// One outbox event of a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceEvent {
-    pub event_id: i64,
-    pub msg_id: Option<i64>,
-    /// The identity a consumer deduplicates on (`MsgEvent::key`).
-    pub event_key: String,
-    pub target: String,
-    pub state: String,
-    pub attempts: i32,
-    pub created_at: SystemTime,
-    pub sent_at: Option<SystemTime>,
-    pub error: Option<String>,
-    pub payload_json: String,
-    /// Where it landed (V015; `None` before it was sent, or when sent before V015).
-    pub landed: Option<Landed<'static>>,
-}
+    /// What each of `ids` is and when it got its outcome (PROC_STATE, or the archive's copy).
+    fn decided(&mut self, ids: &[i64]) -> StoreResult<std::collections::BTreeMap<i64, Decided>> {
+        self.run(|c| {
+            let rows = c.query(
+                "SELECT msg_id, type_tag, updated_at FROM proc_state WHERE msg_id = ANY($1) AND state <> 'ARCHIVED'
+                 UNION ALL SELECT msg_id, type_tag, updated_at FROM proc_state_hst WHERE msg_id = ANY($1)",
+                &[&ids],
+            )?;
+            Ok(rows.iter().map(|r| (r.get(0), Decided { type_tag: r.get(1), at: r.get(2) })).collect())
+        })
+    }
 
-impl Pg {
     /// `msg_id`'s row — from PROC_STATE, else the archive — and its outbox events in EVENT_ID
     /// order (SENT ones until `event-retention` prunes them).
-    pub fn trace(&mut self, msg_id: i64) -> StoreResult<(Option<TraceRow>, Vec<TraceEvent>)> {
+    fn trace(&mut self, msg_id: i64) -> StoreResult<(Option<TraceRow>, Vec<TraceEvent>)> {
         self.run(|c| {
             let cols =
                 "state, attempts, error_class, last_error, type_tag, identity_key, enqueued_at, updated_at,
@@ -204,40 +168,4 @@ fn trace_event(r: &postgres::Row) -> Result<TraceEvent, StoreError> {
         payload_json: r.get(7),
         landed: landed(r.get(11), r.get(12), r.get(13), r.get(14)),
     })
-}
-
-/// When a message got its outcome, and what it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decided {
-    pub type_tag: Option<String>,
-    pub at: SystemTime,
-}
-
-impl Pg {
-    /// The `KAFKA:msg` events of flight `flid`, newest first, at most `limit` (SENT ones until
-    /// `event-retention` prunes them): the messages that changed it.
-    pub fn flight_events(&mut self, flid: &str, limit: i64) -> StoreResult<Vec<TraceEvent>> {
-        self.run(|c| {
-            let rows = c.query(
-                &format!(
-                    "SELECT {EVENT_COLS} FROM msg_event WHERE target = 'KAFKA:msg' AND partition_key = $1
-                     ORDER BY event_id DESC LIMIT $2"
-                ),
-                &[&flid, &limit],
-            )?;
-            Ok(rows.iter().map(trace_event).collect::<Result<Vec<_>, _>>())
-        })?
-    }
-
-    /// What each of `ids` is and when it got its outcome (PROC_STATE, or the archive's copy).
-    pub fn decided(&mut self, ids: &[i64]) -> StoreResult<std::collections::BTreeMap<i64, Decided>> {
-        self.run(|c| {
-            let rows = c.query(
-                "SELECT msg_id, type_tag, updated_at FROM proc_state WHERE msg_id = ANY($1) AND state <> 'ARCHIVED'
-                 UNION ALL SELECT msg_id, type_tag, updated_at FROM proc_state_hst WHERE msg_id = ANY($1)",
-                &[&ids],
-            )?;
-            Ok(rows.iter().map(|r| (r.get(0), Decided { type_tag: r.get(1), at: r.get(2) })).collect())
-        })
-    }
 }
