@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::consistency::Pass;
 use crate::error::StoreError;
+use crate::stage::runner::Halt;
 use crate::stage::OutagePolicy;
 
 /// How the claim of the flights for a new epoch ended (`RedisFlights::claim`).
@@ -26,8 +27,10 @@ pub enum FlightsClaim {
     PostgresBehind(String),
 }
 
-/// How a holding of the lease ended (the stages' supervisor).
-#[derive(Debug)]
+/// How a holding of the lease ended: what each stage's and the lease keeper's thread returns,
+/// what the supervisor reports, and what the instance machine hears (#56: one type from a
+/// stage's turn, [`Halt`], to the machine, which says what follows and how the process ends).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Served {
     /// Stop was asked: every stage finished its round.
     Stopped,
@@ -35,6 +38,15 @@ pub enum Served {
     Fenced(String),
     /// A store forgot what it acknowledged.
     Forgot(String),
+}
+
+impl From<Halt> for Served {
+    fn from(h: Halt) -> Served {
+        match h {
+            Halt::Fenced(why) => Served::Fenced(why),
+            Halt::Forgot(why) => Served::Forgot(why),
+        }
+    }
 }
 
 /// How an instance (or a tool that takes the lease) ends: the one stop type from a holding to

@@ -33,7 +33,7 @@ use effects::Edges;
 use instance::{holder_line, Effect, Input, Instance, InstancePolicy};
 use lifecycle::{End, Served};
 use stores::RealStores;
-use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Doorbells, Exit, Thread};
+use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Doorbells, Thread};
 
 use crate::ops::http::{Access, OpsServer};
 use crate::ops::metrics::Metrics;
@@ -312,9 +312,7 @@ impl Lifetime<'_> {
         let tenure =
             Tenure { lease, gate: gate.clone(), redis_token: token.or_else(|| redis_token(self.cfg)) };
         let served = match serve(self.cfg, self.clock.clone(), self.stop.clone(), self.me, tenure, self.ops) {
-            Ok(()) => Served::Stopped,
-            Err(DaemonError::Fenced(why)) => Served::Fenced(why),
-            Err(DaemonError::Forgot(why)) => Served::Forgot(why),
+            Ok(served) => served,
             Err(e) => {
                 release(self.cfg, self.me, epoch);
                 return Err(e);
@@ -563,7 +561,8 @@ pub struct Tenure {
     pub redis_token: Option<String>,
 }
 
-/// The active instance: every stage on its own thread, fenced by `gate`'s epoch, until stop.
+/// The active instance: every stage on its own thread, fenced by `gate`'s epoch, until stop,
+/// a fence or a store that forgot ends the holding — how, as the threads said it.
 pub fn serve(
     cfg: &Config,
     clock: Arc<dyn Clock>,
@@ -571,7 +570,7 @@ pub fn serve(
     me: &Claimant,
     tenure: Tenure,
     ops: &Ops,
-) -> Result<(), DaemonError> {
+) -> Result<Served, DaemonError> {
     let Tenure { lease, gate, redis_token } = tenure;
     let epoch = gate.epoch();
     let p = &cfg.pipeline;
@@ -598,11 +597,12 @@ pub fn serve(
         let stalled = board.describe();
         info!("stats {} stalled={}", stats.line(), if stalled.is_empty() { "-" } else { &stalled });
     };
-    let result = supervise(threads, &stop, p.stats_interval, line.clone());
+    let served = supervise(threads, &stop, p.stats_interval, line.clone());
     line();
-    result?;
-    info!("stopped");
-    Ok(())
+    if served.as_ref().is_ok_and(|s| *s == Served::Stopped) {
+        info!("stopped");
+    }
+    served
 }
 
 /// Every stage of the active instance on its own thread, in `StageId::ALL`'s order (the
@@ -661,6 +661,6 @@ fn compat_server(cfg: &Config, epoch: i64, to_process: Bell, ctx: Context) -> Re
     info!("compat-http listening on {} workers={}", cfg.compat.listen, limits.workers);
     Ok(Thread::new("compat-http", move |stop| {
         server.serve(workers, &stop, || to_process.ring());
-        Exit::Stopped
+        Served::Stopped
     }))
 }

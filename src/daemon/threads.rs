@@ -11,12 +11,13 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, select, Receiver, Sender};
 use log::{error, info};
 
+use super::lifecycle::Served;
 use super::DaemonError;
 use crate::clock::Clock;
 use crate::error::{Store, StoreError};
 use crate::lease::{LeaseGate, LeasePolicy};
 use crate::ports::{Claimant, LeaseStore};
-use crate::stage::runner::{Halt, Keeper, Runner, Turn};
+use crate::stage::runner::{Keeper, Runner, Turn};
 use crate::stage::{OutagePolicy, Pulse, Stage, StageId, StallBoard};
 use crate::stats::Stats;
 
@@ -50,24 +51,14 @@ pub fn pause_or_stop(stop: &Receiver<()>, bell: Option<&Receiver<()>>, pause: Du
     }
 }
 
-/// How a stage thread ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exit {
-    Stopped,
-    /// A newer instance holds the lease.
-    Fenced(String),
-    /// A store forgot what it acknowledged (#19): stop, a person decides.
-    Forgot(String),
-}
-
 /// A thread of the daemon: its loop runs until its stop receiver disconnects.
 pub struct Thread {
     name: &'static str,
-    body: Box<dyn FnOnce(Receiver<()>) -> Exit + Send>,
+    body: Box<dyn FnOnce(Receiver<()>) -> Served + Send>,
 }
 
 impl Thread {
-    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) -> Exit + Send + 'static) -> Thread {
+    pub fn new(name: &'static str, body: impl FnOnce(Receiver<()>) -> Served + Send + 'static) -> Thread {
         Thread { name, body: Box::new(body) }
     }
 }
@@ -108,12 +99,11 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
                     wake.duration_since(ctx.clock.now()).unwrap_or_default()
                 }
                 Turn::Stalled { wake, .. } => wake.duration_since(ctx.clock.now()).unwrap_or_default(),
-                Turn::Stop(Halt::Forgot(why)) => return Exit::Forgot(why),
-                Turn::Stop(Halt::Fenced(why)) => return Exit::Fenced(why),
+                Turn::Stop(halt) => return halt.into(),
             };
             if pause_or_stop(&stop, wiring.bell.as_ref(), pause) {
                 stage.close();
-                return Exit::Stopped;
+                return Served::Stopped;
             }
         }
     })
@@ -149,31 +139,31 @@ pub fn lease_keeper(
                     let turning = ctx.pulse.turning("lease", sent_mono);
                     let renewed = store.renew(&me, epoch, policy.duration, &Keeper::status(&ctx.board));
                     drop(turning);
-                    match keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
-                        Some(Halt::Fenced(why)) => return Exit::Fenced(why),
-                        Some(Halt::Forgot(why)) => return Exit::Forgot(why),
-                        None => {}
+                    if let Some(halt) = keeper.turn(renewed, sent_mono, &ctx.gate, &ctx.stats, sent) {
+                        return halt.into();
                     }
                 }
             }
             if pause_or_stop(&stop, None, policy.renew_every) {
-                return Exit::Stopped;
+                return Served::Stopped;
             }
         }
     })
 }
 
-/// Runs the threads until `stop` disconnects or one of them ends on its own (fenced, or a
-/// panic). Either way every thread is then told to stop, finishes its round and is joined;
-/// `on_tick` runs every `tick` meanwhile (the stats line).
+/// Runs the threads until `stop` disconnects or one of them ends on its own (fenced, a store
+/// that forgot, or a panic). Either way every thread is then told to stop, finishes its round
+/// and is joined; `on_tick` runs every `tick` meanwhile (the stats line). How the holding
+/// ended is a [`Served`] — the instance machine's to follow —; a thread that ended otherwise
+/// (a panic, an end before stop) fails the run.
 pub fn supervise(
     threads: Vec<Thread>,
     stop: &Receiver<()>,
     tick: Duration,
     mut on_tick: impl FnMut(),
-) -> Result<(), DaemonError> {
+) -> Result<Served, DaemonError> {
     let (inner_stop_tx, inner_stop) = bounded::<()>(0);
-    let (exit_tx, exit_rx) = crossbeam_channel::unbounded::<(&'static str, Option<Exit>)>();
+    let (exit_tx, exit_rx) = crossbeam_channel::unbounded::<(&'static str, Option<Served>)>();
     let mut handles = Vec::new();
     for t in threads {
         let tx = exit_tx.clone();
@@ -191,20 +181,19 @@ pub fn supervise(
         handles.push(h);
     }
     drop(exit_tx);
-    let early: Option<DaemonError> = loop {
+    let early: Result<Served, DaemonError> = loop {
         select! {
             recv(exit_rx) -> msg => {
-                break Some(match msg {
-                    Ok((_, Some(Exit::Fenced(why)))) => DaemonError::Fenced(why),
-                    Ok((_, Some(Exit::Forgot(why)))) => DaemonError::Forgot(why),
+                break match msg {
+                    Ok((_, Some(halted @ (Served::Fenced(_) | Served::Forgot(_))))) => Ok(halted),
                     Ok((name, exit)) => {
                         error!("stage {name} ended{} before stop was requested", if exit.is_none() { " by a panic" } else { "" });
-                        DaemonError::StageFailed(name.to_string())
+                        Err(DaemonError::StageFailed(name.to_string()))
                     }
-                    Err(_) => DaemonError::StageFailed("?".into()),
-                });
+                    Err(_) => Err(DaemonError::StageFailed("?".into())),
+                };
             }
-            recv(stop) -> _ => break None,
+            recv(stop) -> _ => break Ok(Served::Stopped),
             default(tick) => on_tick(),
         }
     };
@@ -218,17 +207,17 @@ pub fn supervise(
         }
     }
     match (early, panicked) {
-        (Some(e), _) => Err(e),
-        (None, Some(name)) => Err(DaemonError::StageFailed(name)),
-        (None, None) => Ok(()),
+        (Err(e), _) => Err(e),
+        (Ok(Served::Stopped), Some(name)) => Err(DaemonError::StageFailed(name)),
+        (Ok(served), _) => Ok(served),
     }
 }
 
 /// Tells the supervisor when a thread ends: with its exit, or `None` when it panicked.
 struct ExitGuard {
     name: &'static str,
-    tx: Sender<(&'static str, Option<Exit>)>,
-    exit: Option<Exit>,
+    tx: Sender<(&'static str, Option<Served>)>,
+    exit: Option<Served>,
 }
 
 impl Drop for ExitGuard {
@@ -277,11 +266,11 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) -> Exit + Send + 'static {
+    fn until_stopped(flag: Arc<AtomicBool>) -> impl FnOnce(Receiver<()>) -> Served + Send + 'static {
         move |stop: Receiver<()>| {
             let _ = stop.recv(); // blocks until the supervisor disconnects it
             flag.store(true, Ordering::SeqCst);
-            Exit::Stopped
+            Served::Stopped
         }
     }
 
@@ -297,16 +286,15 @@ mod tests {
     }
 
     #[test]
-    fn a_fenced_thread_stops_every_thread_and_the_run_fails_with_exit_1() {
+    fn a_fenced_thread_stops_every_thread_and_the_holding_ends_fenced() {
         let (_tx, rx) = bounded::<()>(0);
         let other = Arc::new(AtomicBool::new(false));
         let threads = vec![
             Thread::new("steady", until_stopped(other.clone())),
-            Thread::new("lease", |_stop| Exit::Fenced("lease epoch 3 taken over".into())),
+            Thread::new("lease", |_stop| Served::Fenced("lease epoch 3 taken over".into())),
         ];
-        let err = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap_err();
-        assert!(matches!(&err, DaemonError::Fenced(w) if w.contains("epoch 3")), "{err}");
-        assert_eq!(err.exit(), crate::exit::Exit::Failed);
+        let served = supervise(threads, &rx, Duration::from_secs(3600), || {}).unwrap();
+        assert!(matches!(&served, Served::Fenced(w) if w.contains("epoch 3")), "{served:?}");
         assert!(other.load(Ordering::SeqCst));
     }
 
