@@ -257,6 +257,21 @@ mod tests {
         }
     }
 
+    /// An instance under `policy` that read the floor 0 and is asked to claim the lease.
+    fn looking(policy: InstancePolicy) -> Instance {
+        let mut i = Instance::new(policy);
+        assert_eq!(i.start(), Effect::ReadFloor);
+        assert_eq!(i.on(Input::Floor(0)), Effect::ClaimLease { floor: 0 });
+        i
+    }
+
+    /// An instance under `policy` that won the lease under `epoch`, asked to claim the flights.
+    fn holding(policy: InstancePolicy, epoch: i64) -> Instance {
+        let mut i = looking(policy);
+        assert_eq!(i.on(won(epoch)), Effect::ClaimFlights { epoch });
+        i
+    }
+
     fn agreed() -> Input {
         Input::Compared(Pass::Agreed { token: Some("t".into()), report: Default::default(), healed: None })
     }
@@ -299,10 +314,7 @@ mod tests {
     /// the lease given back, a doubling pause, and the floor read again before the next claim.
     #[test]
     fn a_claim_of_the_flights_that_did_not_reach_redis_gives_the_lease_back_and_starts_again() {
-        let mut i = Instance::new(policy(false));
-        i.start();
-        i.on(Input::Floor(0));
-        i.on(won(1));
+        let mut i = holding(policy(false), 1);
         let away = StoreError::unavailable(Store::Redis, "refused");
         let down = i.on(Input::Flights(FlightsClaim::Away(away.clone())));
         let pause = Duration::from_secs(1);
@@ -318,10 +330,7 @@ mod tests {
     /// start again even when no comparison is asked at start.
     #[test]
     fn a_forget_while_serving_stands_down_and_is_compared_under_the_next_epoch() {
-        let mut i = Instance::new(InstancePolicy { compare_on_start: false, ..policy(false) });
-        i.start();
-        i.on(Input::Floor(0));
-        i.on(won(1));
+        let mut i = holding(InstancePolicy { compare_on_start: false, ..policy(false) }, 1);
         assert!(matches!(i.on(Input::Flights(FlightsClaim::Ours)), Effect::Serve { epoch: 1, .. }));
         let forgot =
             Input::Served { served: Served::Forgot("redis forgot".into()), stale: false, stopping: false };
@@ -338,10 +347,7 @@ mod tests {
     /// Fenced at the claim: a newer instance holds the flights; nothing to give back.
     #[test]
     fn a_newer_holder_of_the_flights_ends_the_instance_without_a_release() {
-        let mut i = Instance::new(policy(false));
-        i.start();
-        i.on(Input::Floor(0));
-        i.on(won(1));
+        let mut i = holding(policy(false), 1);
         let newer = Input::Flights(FlightsClaim::Newer("epoch 9".into()));
         assert_eq!(i.on(newer), Effect::Exit(End::Fenced("epoch 9".into())));
     }
@@ -350,22 +356,14 @@ mod tests {
     /// lease was won gives it back and ends it, and its work is served without a comparison.
     #[test]
     fn a_tool_takes_the_lease_once_and_ends_where_an_instance_would_stand_by() {
-        let mut t = Instance::new(policy(true));
-        t.start();
-        t.on(Input::Floor(0));
+        let mut t = looking(policy(true));
         let held = Input::Lease { claim: Ok(Claim::HeldBy(holder(3))), sent: Mono::default() };
         assert!(matches!(t.on(held), Effect::Exit(End::Held(why)) if why.contains("host=h pid=7 epoch=3")));
-        let mut t = Instance::new(policy(true));
-        t.start();
-        t.on(Input::Floor(0));
-        t.on(won(4));
+        let mut t = holding(policy(true), 4);
         let away = StoreError::unavailable(Store::Redis, "refused");
         assert_eq!(t.on(Input::Flights(FlightsClaim::Away(away.clone()))), Effect::Release { epoch: 4 });
         assert_eq!(t.on(Input::Done), Effect::Exit(End::Away(away.to_string())));
-        let mut t = Instance::new(policy(true));
-        t.start();
-        t.on(Input::Floor(0));
-        t.on(won(5));
+        let mut t = holding(policy(true), 5);
         assert!(matches!(
             t.on(Input::Flights(FlightsClaim::Ours)),
             Effect::Serve { epoch: 5, token: None, .. }
@@ -378,9 +376,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "an input answers an effect asked for")]
     fn nothing_is_heard_after_the_end() {
-        let mut i = Instance::new(policy(false));
-        i.start();
-        i.on(Input::Floor(0));
+        let mut i = looking(policy(false));
         i.on(Input::Lease {
             claim: Err(StoreError::forgot(Store::Lease, "went back")),
             sent: Mono::default(),
