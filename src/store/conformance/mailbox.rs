@@ -5,11 +5,13 @@
 use crate::error::Store;
 use std::time::SystemTime;
 
-use crate::ports::{MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Raw, StoreResult};
+use crate::ports::{
+    MailboxEntries, MailboxMarks, MailboxScan, MailboxSubmit, MailboxTexts, Mark, Raw, StoreResult,
+};
 
 /// A mailbox for the suite, with the upstream's and the mailbox owner's hands.
 pub trait MailboxTwin {
-    type Store: MailboxScan + MailboxTexts + MailboxMarks + MailboxSubmit;
+    type Store: MailboxScan + MailboxTexts + MailboxMarks + MailboxSubmit + MailboxEntries;
     fn store(&mut self) -> &mut Self::Store;
     /// A committed row as the upstream writes it (status `VALID`).
     fn put(&mut self, raw: &str) -> i64;
@@ -225,6 +227,26 @@ pub fn a_submitted_message_is_an_upstream_row<T: MailboxTwin>(mut s: T) {
     );
 }
 
+/// `msgx trace`'s mailbox half: a row's status, mark and text (only when small enough); no row
+/// for an ID never committed.
+pub fn an_entry_shows_the_row_its_mark_and_its_text_within_the_limit<T: MailboxTwin>(mut s: T) {
+    let (a, b) = (s.put("<a>tiny</a>"), s.put(&("<b>".to_string() + &"z".repeat(2000) + "</b>")));
+    let open = s.put_open("<x/>");
+    let e = s.store().entry(a, 100).unwrap().expect("a committed row");
+    assert_eq!(
+        (e.status.as_deref(), e.processed_at, e.text.as_deref()),
+        (Some("VALID"), None, Some("<a>tiny</a>"))
+    );
+    let e = s.store().entry(b, 100).unwrap().expect("a committed row");
+    assert_eq!(e.text, None, "over the limit: the row without its text");
+    assert_eq!(s.store().entry(open, 100).unwrap(), None, "an open transaction's row is no row yet");
+    assert_eq!(s.store().entry(b + 1000, 100).unwrap(), None);
+    s.store().mark(&[a], at(), &ours).unwrap();
+    let e = s.store().entry(a, 100).unwrap().expect("a committed row");
+    assert_eq!((e.status.as_deref(), e.processed_at), (Some("PROCESSED"), Some(at())), "the mark as written");
+    s.end_open(false);
+}
+
 /// Expands to one `#[test]` per case; `$make` builds a fresh, empty mailbox and a guard.
 #[macro_export]
 macro_rules! mailbox_conformance_tests {
@@ -237,6 +259,7 @@ macro_rules! mailbox_conformance_tests {
             a_refused_mark_or_a_gate_closed_inside_the_transaction_writes_nothing,
             texts_keep_their_limit_and_the_round_budget,
             a_submitted_message_is_an_upstream_row,
+            an_entry_shows_the_row_its_mark_and_its_text_within_the_limit,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

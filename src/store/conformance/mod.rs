@@ -6,10 +6,12 @@
 //! [`flights`] (Redis), [`mailbox`] (the shared MySQL) and [`producer`] (Kafka).
 
 pub mod flights;
+mod lineage;
 pub mod mailbox;
 pub mod producer;
 mod requests;
 
+pub use lineage::*;
 pub use requests::*;
 
 use crate::domain::SkipReason;
@@ -34,6 +36,7 @@ pub trait OwnStore:
     + LeaseStore
     + crate::ports::Requests
     + crate::ports::StateAudit
+    + crate::ports::LineageReads
     + Sized
 {
     /// Another handle on the same store whose writes carry `epoch`.
@@ -742,6 +745,9 @@ macro_rules! conformance_tests {
             an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one,
             a_window_answer_closes_the_request_whose_window_holds_it,
             a_request_whose_event_went_dead_expires_as_undeliverable,
+            dead_letters_are_listed_in_order_filtered_bounded_and_marked_when_dismissed,
+            a_trace_shows_the_row_live_or_archived_and_its_events_in_order,
+            a_flights_messages_are_newest_first_bounded_and_decided,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -192,6 +192,28 @@ impl crate::ports::MailboxAudit for MemMailbox {
     }
 }
 
+impl crate::ports::MailboxEntries for MemMailbox {
+    fn entry(&mut self, id: i64, max_bytes: u64) -> StoreResult<Option<crate::ports::MailboxEntry>> {
+        self.0.read(Store::Mailbox, |s| {
+            // A row not yet committed is no row to another session, as in MySQL.
+            let Some(r) = s.rows.get(&id).filter(|r| !r.uncommitted) else { return Ok(None) };
+            if s.unreadable.contains(&id) {
+                return Err(crate::error::StoreError::rejected(
+                    Store::Mailbox,
+                    format!("ERROR 1644 (45000): cannot read row {id}"),
+                ));
+            }
+            let text = r.raw.as_ref().filter(|b| b.len() as u64 <= max_bytes);
+            Ok(Some(crate::ports::MailboxEntry {
+                received_at: r.received_at,
+                status: Some(r.status.clone()),
+                processed_at: r.processed_at,
+                text: text.map(|b| String::from_utf8_lossy(b).into_owned()),
+            }))
+        })
+    }
+}
+
 impl MailboxTexts for MemMailbox {
     fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
         self.0.read(Store::Mailbox, |s| {

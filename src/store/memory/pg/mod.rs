@@ -23,6 +23,8 @@ use crate::ports::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemProc {
     pub row: ProcRow,
+    /// When the poller enqueued it (`ENQUEUED_AT`).
+    pub enqueued_at: SystemTime,
     pub updated_at: SystemTime,
     pub received_at: Option<SystemTime>,
     pub backfill_next_at: Option<SystemTime>,
@@ -291,6 +293,7 @@ fn unfinished(procs: &mut BTreeMap<i64, MemProc>, id: i64) -> StoreResult<&mut M
 fn new_proc(r: &InboundRow, now: SystemTime) -> MemProc {
     MemProc {
         row: ProcRow::pending(r.id, r.received_at),
+        enqueued_at: now,
         updated_at: now,
         received_at: r.received_at,
         backfill_next_at: None,
@@ -358,6 +361,7 @@ mod audit;
 mod housekeeping;
 mod lease;
 mod ledger;
+mod lineage;
 mod operator;
 mod outbox;
 mod requests;
