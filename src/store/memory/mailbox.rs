@@ -192,16 +192,18 @@ impl crate::ports::MailboxAudit for MemMailbox {
     }
 }
 
+/// What MySQL answers a read of a row in [`MailboxState::unreadable`]: the whole statement refused.
+fn unreadable(id: i64) -> crate::error::StoreError {
+    crate::error::StoreError::rejected(Store::Mailbox, format!("ERROR 1644 (45000): cannot read row {id}"))
+}
+
 impl crate::ports::MailboxEntries for MemMailbox {
     fn entry(&mut self, id: i64, max_bytes: u64) -> StoreResult<Option<crate::ports::MailboxEntry>> {
         self.0.read(Store::Mailbox, |s| {
             // A row not yet committed is no row to another session, as in MySQL.
             let Some(r) = s.rows.get(&id).filter(|r| !r.uncommitted) else { return Ok(None) };
             if s.unreadable.contains(&id) {
-                return Err(crate::error::StoreError::rejected(
-                    Store::Mailbox,
-                    format!("ERROR 1644 (45000): cannot read row {id}"),
-                ));
+                return Err(unreadable(id));
             }
             let text = r.raw.as_ref().filter(|b| b.len() as u64 <= max_bytes);
             Ok(Some(crate::ports::MailboxEntry {
@@ -218,10 +220,7 @@ impl MailboxTexts for MemMailbox {
     fn raws(&mut self, ids: &[i64], max_bytes: u64, budget: u64) -> StoreResult<HashMap<i64, Raw>> {
         self.0.read(Store::Mailbox, |s| {
             if let Some(bad) = ids.iter().find(|id| s.unreadable.contains(id)) {
-                return Err(crate::error::StoreError::rejected(
-                    Store::Mailbox,
-                    format!("ERROR 1644 (45000): cannot read row {bad}"),
-                ));
+                return Err(unreadable(*bad));
             }
             let sizes: Vec<(i64, Option<u64>)> = ids
                 .iter()

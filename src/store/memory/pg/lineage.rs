@@ -1,8 +1,6 @@
 //! The operator's reads of a message's life (#40) on the twin, as `store::pg::lineage` answers
 //! them: the dead-letter queue, a message's row and events, a flight's messages.
 
-use std::collections::BTreeMap;
-
 use super::*;
 use crate::ports::{DeadFilter, DeadLetter, Decided, LineageReads, TraceEvent, TraceRow};
 
