@@ -3,8 +3,8 @@
 //! constant `false`. No lease code and, but for one rule, no stage asks one (#24): the
 //! simulator plants them in port wrappers (`sim::mischief`) and in its own consistency pass;
 //! the in-memory twins of own PostgreSQL, the mailbox and Redis ask theirs, where the store
-//! itself would misbehave; and the pump's round building asks `SnapshotSharesRound`, a rule
-//! no port sees.
+//! itself would misbehave; the pump's round building asks `SnapshotSharesRound` and the
+//! poller's clock reading `RoundTimeReused`, rules no port sees.
 
 /// One planted bug per invariant the simulator checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,10 @@ pub enum Bug {
     /// Redis drops the journal entry of a decision that changes no value (the same value
     /// again) although it answers that it applied it (#37).
     NoOpJournalDropped,
+    /// The poller dates what a round read by the time the round began, not by when the read
+    /// came back: a store call that blocked makes a fresh gap look old, and the rows above it
+    /// flow before the commit grace is over (#69).
+    RoundTimeReused,
 }
 
 #[cfg(test)]

@@ -61,7 +61,14 @@ impl Twins {
 
     /// A pump on the twins, as the daemon builds one (its own Redis handle).
     pub fn pump(&self, cfg: &Pipeline) -> Pump<MemPg, MemMailbox, MemFlights> {
-        Pump::new(self.pg.clone(), self.mailbox.clone(), self.flights.handle(), cfg, stats())
+        Pump::new(
+            self.pg.clone(),
+            self.mailbox.clone(),
+            self.flights.handle(),
+            cfg,
+            stats(),
+            Arc::new(self.clock.clone()),
+        )
     }
 }
 

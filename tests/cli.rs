@@ -243,8 +243,8 @@ fn pre3_a_truncated_mailbox_halts_the_poller_and_reset_watermark_resumes_it() {
     use mysql::prelude::Queryable;
     let s = Services::migrated("");
     let stats = std::sync::Arc::new(msgx::stats::Stats::default());
-    let mut poller = s.poller(&stats);
     let clock = FakeClock::new();
+    let mut poller = s.poller_at(&stats, std::sync::Arc::new(clock.clone()));
     s.insert_inbound(&["<MSG/>".to_string(), "<MSG/>".to_string(), "<MSG/>".to_string()]);
     poller.round(clock.now()).unwrap();
     let mut pg = s.pg();

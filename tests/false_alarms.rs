@@ -369,6 +369,7 @@ fn regression_the_postgres_heal_never_moves_the_watermark_past_a_row_not_process
         flights,
         &s.cfg.pipeline,
         stats.clone(),
+        std::sync::Arc::new(msgx::clock::SystemClock),
     );
     poller.round(now()).unwrap();
     let mut pg = s.pg();

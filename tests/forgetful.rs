@@ -563,6 +563,7 @@ fn regression_seed_3591_a_journalled_resend_keeps_its_identity_after_postgres_fo
             flights.keeping(s.cfg.pipeline.journal_keep),
             &s.cfg.pipeline,
             stats.clone(),
+            std::sync::Arc::new(msgx::clock::SystemClock),
         )
     };
     let late = Open::insert(&s, &fixtures::flop_stnd(7, "F3591", "A1"));

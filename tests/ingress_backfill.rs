@@ -435,8 +435,8 @@ fn a_slow_client_holds_one_worker_and_never_the_others() {
 fn pre3_a_mailbox_row_replaced_under_its_id_stops_the_poller() {
     let s = Services::migrated("");
     let stats = Arc::new(Stats::default());
-    let mut poller = s.poller(&stats);
     let clock = FakeClock::new();
+    let mut poller = s.poller_at(&stats, std::sync::Arc::new(clock.clone()));
     let first = fixtures::flop_stnd(12, "B1", "A1");
     let ids = s.insert_inbound(&["<MSG/>".to_string(), first.clone(), "<MSG/>".to_string()]);
     poller.round(clock.now()).unwrap();

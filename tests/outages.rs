@@ -244,11 +244,12 @@ fn regression_a_mailbox_outage_does_not_run_the_head_deadline_clock() {
     let p = Private::start("mysql");
     let s = Services::migrated_on("", Stores { mysql: Some(p.url()), ..Default::default() });
     let stats = std::sync::Arc::new(msgx::stats::Stats::default());
-    let (mut poller, mut pump) = (s.poller(&stats), s.pump(&stats));
+    let clock = FakeClock::new();
+    let at = std::sync::Arc::new(clock.clone());
+    let (mut poller, mut pump) = (s.poller_at(&stats, at.clone()), s.pump_at(&stats, at));
     let unsupported =
         "<MSG><META><SNDR>A</SNDR><SEQN>1</SEQN><DTTM>1</DTTM><TYPE>ZZZZ</TYPE><STYP>Q</STYP></META></MSG>";
     s.insert_inbound(&[unsupported.to_string()]);
-    let clock = FakeClock::new();
     poller.round(clock.now()).unwrap();
     pump.round(clock.now()).unwrap();
     let mut pg = s.pg();
@@ -322,4 +323,78 @@ fn regression_no_stage_serves_before_the_claim_of_the_flights_is_in_redis() {
     assert!(alarms(&log).is_empty(), "{log}");
     a.signal("-TERM");
     assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
+}
+
+/// #69, the acceptance trial on the real services: PostgreSQL frozen 4 s; during the freeze the
+/// mailbox commits rows B (higher IDs) and, 1.5 s later — inside `commit-grace` (2 s) —, rows A
+/// (lower IDs, their IDs taken before B's). The poller's round was waiting on the frozen
+/// PostgreSQL when B became visible. Before, it dated the gap below B by the round's start, so
+/// the next round found it 4 s old and let B flow: A's stand was overwritten before it was
+/// announced (`events=0`) and the log blamed the mailbox ("late row … 5.1s"). Now B waits the
+/// grace from when it was read, and A and B are decided and announced in ID order.
+#[test]
+fn regression_a_commit_race_straddling_a_postgres_freeze_keeps_id_order() {
+    let p = Private::start("pg");
+    let s = Services::migrated_on("", Stores { pg: Some(p.url()), ..Default::default() });
+    assert_eq!(s.cfg.pipeline.commit_grace, Duration::from_secs(2), "the trial is the default grace");
+    let a = Instance::run(&s, "race", "");
+    s.insert_inbound(&[fixtures::flop_stnd(1, "F69", "S0")]);
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || drained(&mut pg, 1)), "flowing before the freeze");
+    drop(pg);
+    p.signal("-STOP");
+    let frozen = Instant::now();
+    // A's IDs are taken first, in transactions left open; then B commits during the freeze.
+    let lower = [
+        Open::insert(&s, &fixtures::flop_stnd(2, "F69", "A1")),
+        Open::insert(&s, &fixtures::flop_stnd(3, "F70", "A2")),
+    ];
+    let a_ids: Vec<i64> = lower.iter().map(|o| o.1).collect();
+    std::thread::sleep(Duration::from_millis(3_000).saturating_sub(frozen.elapsed()));
+    let b_ids = s.insert_inbound(&[fixtures::flop_stnd(4, "F69", "B1"), fixtures::flop_stnd(5, "F70", "B2")]);
+    let b_at = Instant::now();
+    std::thread::sleep(Duration::from_millis(4_000).saturating_sub(frozen.elapsed()));
+    p.signal("-CONT");
+    std::thread::sleep(Duration::from_millis(1_500).saturating_sub(b_at.elapsed()));
+    for o in lower {
+        o.commit();
+    }
+    let mut pg = s.pg();
+    let settled = "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL";
+    assert!(eventually(Duration::from_secs(60), || count(&mut pg, settled) == 5), "settled after the thaw");
+    let log = a.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| ["received", "succeeded", "late row", "gap filled"].iter().any(|w| l.contains(w)))
+        .collect();
+    println!("trial (A = {a_ids:?}, B = {b_ids:?}):\n{}", lines.join("\n"));
+    assert!(!log.contains("late row"), "A was within the grace of when B was read:\n{log}");
+    for id in &a_ids {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("gap filled msg_id={id} ")))
+            .unwrap_or_else(|| panic!("{log}"));
+        // The age is true: A committed about 1.5 s after B was read, not 5 s after the round began.
+        assert!(line.contains("within commit-grace"), "{line}");
+    }
+    // Decided and announced in ID order: every message announced its stand, A before B.
+    let announced: Vec<i64> = pg
+        .query("SELECT msg_id FROM msg_event ORDER BY event_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, i64>(0))
+        .collect();
+    let want: Vec<i64> =
+        std::iter::once(1).chain(a_ids.iter().copied()).chain(b_ids.iter().copied()).collect();
+    assert_eq!(announced, want, "each message announced once, in ID order");
+    let mut redis = s.redis();
+    let mut stand = |f: &str| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(format!("{}flight:{f}", s.cfg.redis_prefix))
+            .arg("STND")
+            .query(&mut redis)
+            .unwrap()
+    };
+    let newest = (stand("F69"), stand("F70"));
+    assert_eq!(newest, (Some("B1".into()), Some("B2".into())), "B is the newest stand");
 }

@@ -619,7 +619,7 @@ fn stages(
     let real = RealStores::new(cfg);
     let lane = real.commit_lane(epoch, move || rings.iter().for_each(Bell::ring))?;
     let mut live = real.live(epoch, redis_token, lane);
-    let s = topology::stages(&mut live, cfg, ctx.gate.clone(), &ctx.stats)?;
+    let s = topology::stages(&mut live, cfg, ctx.gate.clone(), &ctx.stats, ctx.clock.clone())?;
     let p = &cfg.pipeline;
     let mut wire = |id: StageId| bells.wire(id, p);
     Ok(vec![

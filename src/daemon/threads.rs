@@ -87,9 +87,8 @@ pub fn spawn<S: Stage + Send + 'static>(mut stage: S, wiring: Wiring, ctx: Conte
     Thread::new(S::ID.name(), move |stop| {
         let mut runner = Runner::new(S::ID, ctx.outage, wiring.idle);
         loop {
-            let now = ctx.clock.now();
             let turning = ctx.pulse.turning(S::ID.name(), ctx.clock.mono());
-            let turn = runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, now);
+            let turn = runner.turn(&mut stage, &*ctx.gate, &ctx.board, &ctx.stats, &*ctx.clock);
             drop(turning);
             let pause = match turn {
                 Turn::Again { wake, ring } => {

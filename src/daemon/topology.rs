@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::backfill::Backfill;
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::consistency::stage::Sentinel;
 use crate::consistency::{FlightsSide, MailboxSide, PgSide};
@@ -72,17 +73,19 @@ pub struct Stages<S: Stores> {
 }
 
 /// Builds every stage from `stores`, with the configuration's policies; the stages that write
-/// where no fence reaches ask `gate`.
+/// where no fence reaches ask `gate`; the poller reads `clock` after the calls whose results
+/// it dates (#69).
 pub fn stages<S: Stores>(
     stores: &mut S,
     cfg: &Config,
     gate: Arc<dyn Gate>,
     stats: &Arc<Stats>,
+    clock: Arc<dyn Clock>,
 ) -> Result<Stages<S>, StoreError> {
     let p = &cfg.pipeline;
     let (intake, scan) = stores.poll()?;
     let (fifo, texts, flights, lane) = stores.process()?;
-    let mut pump = Pump::new(fifo, texts, flights, p, stats.clone());
+    let mut pump = Pump::new(fifo, texts, flights, p, stats.clone(), clock.clone());
     if let Some(lane) = lane {
         pump = pump.with_lane(lane);
     }
@@ -92,7 +95,7 @@ pub fn stages<S: Stores>(
     let (ledger, marks) = stores.backfill()?;
     let (audit, mailbox_audit, flight_audit) = stores.sentinel()?;
     Ok(Stages {
-        poll: Poller::new(intake, scan, p, stats.clone()),
+        poll: Poller::new(intake, scan, p, stats.clone(), clock),
         process: pump,
         dispatch: Dispatcher::new(outbox, producer, retry_policy(p), settings, gate.clone(), stats.clone()),
         outbound: OutboundDispatcher::new(

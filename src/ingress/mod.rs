@@ -9,7 +9,10 @@
 //! Order across commit races (SPEC §4.9): rows above a gap younger than `commit-grace` are
 //! held in memory and not enqueued until the gap fills (then all go in ID order) or the grace
 //! passes (then they flow on, and a row that fills the gap later is processed late: WARN
-//! `late row`). With no gap, nothing is held: the grace costs nothing.
+//! `late row`). With no gap, nothing is held: the grace costs nothing. A gap is dated by the
+//! clock read *after* the read that showed it, never by the round's start: a round that first
+//! waited on a store (a PostgreSQL stall, a locked watermark) would otherwise date what it then
+//! sees seconds too early and let the rows above it flow before the grace is over (#69).
 //!
 //! A compensating rescan walks the IDs at or below the watermark in chunks of
 //! `rescan-chunk` (by the primary key, `rescan-pause` apart, a pass every `rescan-interval`)
@@ -30,6 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use log::{error, info, warn};
 
+use crate::clock::Clock;
 use crate::config::Pipeline;
 use crate::domain::{InboundRow, MailboxRow};
 use crate::error::StoreError;
@@ -82,6 +86,9 @@ impl RoundReport for Round {
 pub struct Poller<P, M> {
     intake: P,
     mailbox: M,
+    /// Read after each store call whose result is dated: a round's `now` is when it started,
+    /// and a call may block for seconds (#69).
+    clock: Arc<dyn Clock>,
     batch: usize,
     max_commit_delay: Duration,
     grace: Duration,
@@ -122,10 +129,11 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Stage for Poller<P, M> {
 }
 
 impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
-    pub fn new(intake: P, mailbox: M, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
+    pub fn new(intake: P, mailbox: M, cfg: &Pipeline, stats: Arc<Stats>, clock: Arc<dyn Clock>) -> Self {
         Poller {
             intake,
             mailbox,
+            clock,
             batch: cfg.poll_batch,
             max_commit_delay: cfg.max_commit_delay,
             grace: cfg.commit_grace,
@@ -238,9 +246,11 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         self.gaps.ids()
     }
 
-    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+    /// One round. `started` is when it began; what it reads is dated by the clock read after
+    /// the read (a store call may have blocked meanwhile: #69).
+    pub fn round(&mut self, started: SystemTime) -> Result<Round, StoreError> {
         let persisted = self.intake.watermark()?;
-        if self.guard(now, persisted)? {
+        if self.guard(self.after(started), persisted)? {
             return Ok(Round::Idle);
         }
         let high = *self.high.get_or_insert(persisted);
@@ -250,13 +260,15 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         let reading = self.held.len() < self.batch;
         let seen = if reading { self.mailbox.rows(high + 1, i64::MAX, self.batch)? } else { Vec::new() };
         let ids: Vec<i64> = seen.iter().map(|r| r.id).collect();
-        gaps.observe(high, &ids, now);
+        gaps.observe(high, &ids, self.after(started));
         let mut candidates: Vec<InboundRow> = self.held.clone();
         candidates.extend(seen.iter().filter(|r| r.wanted).map(|r| r.inbound()));
 
-        let (late, late_notes) = self.probe_gaps(&mut gaps, &mut candidates, now)?;
+        let (late, late_notes) = self.probe_gaps(&mut gaps, &mut candidates, started)?;
         candidates.sort_by_key(|r| r.id);
         candidates.dedup_by_key(|r| r.id);
+        // Every read of the round is done: from here on `now` is when they were.
+        let now = self.after(started);
         // The commit grace: rows above the lowest fresh gap wait for it.
         let fresh = gaps.fresh(now, self.grace);
         let (enqueue, held): (Vec<InboundRow>, Vec<InboundRow>) =
@@ -282,7 +294,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         }
         stats::add(&self.stats.polled, seen.len() as u64);
         stats::add(&self.stats.enqueued, new.len() as u64);
-        let rescued = self.rescan(now, watermark);
+        let rescued = self.rescan(self.after(started), watermark);
         let held_until = if self.held.is_empty() { None } else { fresh.map(|(_, until)| until) };
         if seen.is_empty() && late.is_empty() && new.is_empty() && rescued == 0 && held_until.is_none() {
             return Ok(Round::Idle);
@@ -292,6 +304,15 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         Ok(Round::Polled { seen: seen.len(), new: new.len() + rescued, full, held_until })
     }
 
+    /// The time now, read after a store call: never before the round's start (a wall clock
+    /// stepped back mid-round dates nothing earlier than the round itself).
+    fn after(&self, started: SystemTime) -> SystemTime {
+        if crate::planted::on(crate::planted::Bug::RoundTimeReused) {
+            return started;
+        }
+        self.clock.now().max(started)
+    }
+
     /// The lowest gaps read again: the rows that appeared in them since (late rows, PRE-2)
     /// join `candidates`, with how long after the gap was noticed; the gaps they fill close.
     #[allow(clippy::type_complexity)]
@@ -299,13 +320,15 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         &mut self,
         gaps: &mut Gaps,
         candidates: &mut Vec<InboundRow>,
-        now: SystemTime,
+        started: SystemTime,
     ) -> Result<(Vec<MailboxRow>, Vec<(i64, Duration)>), StoreError> {
         let probes: Vec<(i64, i64)> = gaps.lowest(PROBED_GAPS).map(|g| (g.lo, g.hi)).collect();
         let mut late = Vec::new();
         for (lo, hi) in probes {
             late.extend(self.mailbox.rows(lo, hi, self.batch)?);
         }
+        // The age a late row is said with: when the probe showed it, not when the round began.
+        let now = self.after(started);
         let mut notes = Vec::new();
         for r in late.iter().filter(|r| r.wanted) {
             let age = gaps.noticed(r.id).and_then(|t| now.duration_since(t).ok()).unwrap_or_default();

@@ -4,6 +4,7 @@ use super::*;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::ProcStatus;
+use crate::ports::StoreResult;
 use crate::store::memory::{MemMailbox, MemPg};
 use crate::testkit::{self, Twins};
 
@@ -23,7 +24,13 @@ fn world(batch: usize) -> World {
     let twins = Twins::new();
     let mut cfg = Config::defaults().pipeline;
     cfg.poll_batch = batch;
-    let poller = Poller::new(twins.pg.clone(), twins.mailbox.clone(), &cfg, testkit::stats());
+    let poller = Poller::new(
+        twins.pg.clone(),
+        twins.mailbox.clone(),
+        &cfg,
+        testkit::stats(),
+        Arc::new(twins.clock.clone()),
+    );
     World { twins, poller }
 }
 
@@ -138,6 +145,80 @@ fn a_gap_that_fills_within_the_grace_keeps_id_order() {
     assert_eq!(w.watermark(), 3);
 }
 
+/// Own PostgreSQL's intake whose watermark read blocks for `stall` (a frozen server), while
+/// the mailbox commits `during` — as the acceptance trial of #69 had it.
+struct StalledWatermark {
+    pg: MemPg,
+    mailbox: MemMailbox,
+    clock: crate::clock::FakeClock,
+    stall: Duration,
+    during: Vec<i64>,
+}
+
+impl Intake for StalledWatermark {
+    fn enqueue(
+        &mut self,
+        rows: &[InboundRow],
+        watermark: Option<i64>,
+        now: SystemTime,
+    ) -> StoreResult<Vec<i64>> {
+        self.pg.enqueue(rows, watermark, now)
+    }
+
+    fn held(&mut self, ids: &[i64]) -> StoreResult<Vec<Held>> {
+        self.pg.held(ids)
+    }
+
+    fn watermark(&mut self) -> StoreResult<i64> {
+        self.clock.advance(std::mem::take(&mut self.stall));
+        self.during.drain(..).for_each(|id| self.mailbox.commit_row(id));
+        self.pg.watermark()
+    }
+}
+
+#[test]
+fn regression_a_round_that_waited_on_postgres_still_holds_a_fresh_gap_for_the_whole_grace() {
+    // #69: the round began, its watermark read blocked 5 s, and meanwhile the mailbox
+    // committed B (ids 3, 4) above A (ids 1, 2, still open). The gap is as old as the read that
+    // showed it, not the round: B waits the whole grace (2 s), and A, committed 1.5 s later,
+    // goes first. Before, the gap was dated at the round's start, looked 5 s old at the next
+    // round, and B flowed at once.
+    let twins = Twins::new();
+    let cfg = Config::defaults().pipeline;
+    assert_eq!(cfg.commit_grace, Duration::from_secs(2));
+    for id in 1..=4 {
+        twins.mailbox.insert_uncommitted(id, "<MSG/>");
+    }
+    let intake = StalledWatermark {
+        pg: twins.pg.clone(),
+        mailbox: twins.mailbox.clone(),
+        clock: twins.clock.clone(),
+        stall: Duration::from_secs(5),
+        during: vec![3, 4],
+    };
+    let clock = Arc::new(twins.clock.clone());
+    let mut poller = Poller::new(intake, twins.mailbox.clone(), &cfg, testkit::stats(), clock);
+    let started = twins.clock.now();
+    let read_at = started + Duration::from_secs(5);
+    let r = poller.round(started).unwrap();
+    assert_eq!(
+        r,
+        Round::Polled { seen: 2, new: 0, full: false, held_until: Some(read_at + cfg.commit_grace) }
+    );
+    let enqueued = || twins.pg.inspect(|s| s.procs.keys().copied().collect::<Vec<_>>());
+    // The runner's next round comes at once (its wake was counted from before the stall).
+    poller.round(twins.clock.now()).unwrap();
+    assert!(enqueued().is_empty(), "B is held: the gap below it is 0 s old, not 5 s");
+    twins.clock.advance(Duration::from_millis(1500));
+    poller.round(twins.clock.now()).unwrap();
+    assert!(enqueued().is_empty(), "still within the grace");
+    twins.mailbox.commit_row(1);
+    twins.mailbox.commit_row(2);
+    twins.clock.advance(Duration::from_millis(100));
+    poller.round(twins.clock.now()).unwrap();
+    assert_eq!(enqueued(), vec![1, 2, 3, 4], "A and B together: the pump takes them in ID order");
+}
+
 #[test]
 fn without_a_gap_nothing_is_held() {
     let mut w = world(10);
@@ -157,7 +238,13 @@ fn a_restarted_poller_reads_again_from_the_watermark_and_finds_the_late_row() {
     // Restart: a new poller with empty memory; the late row commits meanwhile.
     w.mailbox.commit_row(1);
     let cfg = Config::defaults().pipeline;
-    let mut again = Poller::new(w.pg.clone(), w.mailbox.clone(), &cfg, Arc::new(Stats::default()));
+    let mut again = Poller::new(
+        w.pg.clone(),
+        w.mailbox.clone(),
+        &cfg,
+        Arc::new(Stats::default()),
+        Arc::new(w.clock.clone()),
+    );
     again.round(w.clock.now()).unwrap();
     assert_eq!(w.enqueued(), vec![1, 2]);
     assert_eq!(w.watermark(), 2);
@@ -228,7 +315,13 @@ fn chunked(chunk: usize) -> World {
     cfg.poll_batch = 100;
     cfg.rescan_chunk = chunk;
     cfg.rescan_pause = Duration::from_secs(1);
-    w.poller = Poller::new(w.pg.clone(), w.mailbox.clone(), &cfg, Arc::new(Stats::default()));
+    w.poller = Poller::new(
+        w.pg.clone(),
+        w.mailbox.clone(),
+        &cfg,
+        Arc::new(Stats::default()),
+        Arc::new(w.clock.clone()),
+    );
     w
 }
 

@@ -1,7 +1,9 @@
 //! The pump (process thread): the single writer of message state and of Redis flight state.
 //! Each round takes the FIFO head and the ready messages behind it (INV-3), runs `processOne`
 //! on each in the spec's order (SPEC §4.2), and records all their outcomes in one PostgreSQL
-//! transaction. The rules live in [`rules`]; time is the `now` the round is given.
+//! transaction. The rules live in [`rules`]; time is the injected clock's, read after each
+//! store call whose result it dates: a read may have blocked for seconds, and a backoff or a
+//! head's deadline counted from before it would be that much too short (#69).
 //!
 //! A round is a list of [`Planned`] messages in MSG_ID order, each rewritten in place by the
 //! steps, one file each:
@@ -39,6 +41,8 @@ pub mod rules;
 const LOG: &str = "msgx::pump";
 
 use std::sync::Arc;
+
+use crate::clock::Clock;
 use std::time::SystemTime;
 
 use crate::codec::{self, ignore::IgnoreRules};
@@ -97,6 +101,7 @@ pub struct Pump<P, M, F> {
     limits: codec::Limits,
     /// Where a round's commit runs while the next round is read; none: the pump waits.
     lane: Option<Lane>,
+    clock: Arc<dyn Clock>,
 }
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
@@ -115,7 +120,14 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Stage for Pump<P, M, F> {
 }
 
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
-    pub fn new(fifo: P, texts: M, flights: F, cfg: &Pipeline, stats: Arc<Stats>) -> Self {
+    pub fn new(
+        fifo: P,
+        texts: M,
+        flights: F,
+        cfg: &Pipeline,
+        stats: Arc<Stats>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Pump {
             fifo,
             texts,
@@ -133,6 +145,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             unknown_names: report::UnknownNames::default(),
             limits: codec::Limits::of(cfg),
             lane: None,
+            clock,
         }
     }
 
@@ -142,9 +155,9 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         self
     }
 
-    /// One round at `now` (see the module documentation for its steps).
-    pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
-        let round = self.try_round(now);
+    /// One round begun at `started` (see the module documentation for its steps).
+    pub fn round(&mut self, started: SystemTime) -> Result<Round, StoreError> {
+        let round = self.try_round(started);
         if round.is_err() {
             // Another store failed, not the lane's: what was committing lands now, not after
             // the outage.
@@ -153,9 +166,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         round
     }
 
-    fn try_round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
+    fn try_round(&mut self, started: SystemTime) -> Result<Round, StoreError> {
         let committing = self.lane.as_ref().map(Lane::committing).unwrap_or_default();
         let rows = self.fifo.unfinished(self.batch, committing)?;
+        let now = self.after(started);
         // The ready prefix: the head and the rows behind it up to the first one backing off.
         let mut ready = 0;
         for row in &rows {
@@ -169,14 +183,20 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             return self.quiet(Round::Idle, now);
         }
         let mut plan = self.read(&rows[..ready], now)?;
-        self.decide(&mut plan, now)?;
+        self.decide(&mut plan, self.after(now))?;
         if let Landing::Refused(n) = self.land()? {
             // A message of the last round was charged: the FIFO head moved under this round,
             // which has applied nothing yet and is simply read again.
             return Ok(Round::Worked(n));
         }
-        self.apply(&mut plan, now)?;
-        self.commit(plan, now)
+        self.apply(&mut plan, self.after(now))?;
+        self.commit(plan, self.after(now))
+    }
+
+    /// The clock's reading after a store call, never before `earlier` (a wall clock stepped
+    /// back mid-round dates nothing before what the round already dated).
+    fn after(&self, earlier: SystemTime) -> SystemTime {
+        self.clock.now().max(earlier)
     }
 
     /// Nothing to read: the commit on its way lands first, then the journal is tidied.

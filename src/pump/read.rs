@@ -27,9 +27,15 @@ type Decoded = Result<Result<Read, DecodeError>, DecodeError>;
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// The round ends after the first message that will be FAILED (it becomes the head in
     /// backoff), and before a snapshot (a round of its own).
-    pub(super) fn read<'r>(&mut self, rows: &'r [ProcRow], now: SystemTime) -> StoreResult<Vec<Planned<'r>>> {
+    pub(super) fn read<'r>(
+        &mut self,
+        rows: &'r [ProcRow],
+        before: SystemTime,
+    ) -> StoreResult<Vec<Planned<'r>>> {
         let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
         let mut raws = self.read_texts(&ids)?;
+        // A failure's backoff and a head's deadline count from when the texts came back.
+        let now = self.after(before);
         let mut plan: Vec<Planned<'r>> = Vec::with_capacity(rows.len());
         for row in rows {
             if matches!(raws.get(&row.msg_id), Some(Raw::Later)) {

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use log::error;
 
 use super::{Next, Notice, OutagePolicy, Outages, RoundReport, Stage, StageId, StallBoard};
-use crate::clock::Mono;
+use crate::clock::{Clock, Mono};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::lease::{Gate, LeaseGate};
 use crate::stats::{self, Stats};
@@ -76,19 +76,24 @@ impl Runner {
         Runner { stage, outages: Outages::new(stage.name(), policy), idle, policy }
     }
 
-    /// One turn at `now`: nothing runs while the lease is not confirmed; a round that fails on
-    /// a store that is away stalls the stage with the outage rules (SPEC §4.9); fenced and
-    /// forgot stop it.
+    /// One turn: nothing runs while the lease is not confirmed; a round that fails on a store
+    /// that is away stalls the stage with the outage rules (SPEC §4.9); fenced and forgot stop
+    /// it. The round runs at the clock's reading before it; what comes after — the next wake,
+    /// a backoff, an outage's start or end — is dated by the reading after it, so a round that
+    /// blocked for a while still waits its whole backoff (#69).
     pub fn turn(
         &mut self,
         stage: &mut dyn Runs,
         gate: &dyn Gate,
         board: &StallBoard,
         stats: &Stats,
-        now: SystemTime,
+        clock: &dyn Clock,
     ) -> Turn {
         let name = self.stage.name();
-        match gate.check().and_then(|()| stage.run(now)) {
+        let started = clock.now();
+        let ran = gate.check().and_then(|()| stage.run(started));
+        let now = clock.now().max(started);
+        match ran {
             Ok((next, progressed)) => {
                 for n in self.outages.recovered(now) {
                     log_notice(&n, stats);
@@ -102,23 +107,38 @@ impl Runner {
                 };
                 Turn::Again { wake, ring: progressed }
             }
-            Err(e) if e.kind == StoreErrorKind::Forgot => {
+            Err(e) => self.failed(e, gate, board, stats, now),
+        }
+    }
+
+    /// A turn whose round could not run or failed, read at `now`.
+    fn failed(
+        &mut self,
+        e: StoreError,
+        gate: &dyn Gate,
+        board: &StallBoard,
+        stats: &Stats,
+        now: SystemTime,
+    ) -> Turn {
+        let name = self.stage.name();
+        match e {
+            e if e.kind == StoreErrorKind::Forgot => {
                 gate.forgot();
                 error!(target: LOG, "stopped stage={name} {e}: this instance writes nothing more");
                 Turn::Stop(Halt::Forgot(e.to_string()))
             }
-            Err(e) if e.is_fenced() => {
+            e if e.is_fenced() => {
                 gate.stale();
                 error!(target: LOG, "fenced stage={name} {e}: a newer instance holds the lease; this one stops");
                 Turn::Stop(Halt::Fenced(e.to_string()))
             }
             // The lease not confirmed: the lease keeper reports its store's outage once; the
             // stages only wait for it.
-            Err(e) if e.store == Store::Lease => {
+            e if e.store == Store::Lease => {
                 board.set(name, Some((Store::Lease.name(), now)));
                 Turn::Stalled { wake: now + self.policy.retry_in(1), error: e }
             }
-            Err(e) => {
+            e => {
                 let (notices, wait) = self.outages.failed(&e, now);
                 for n in &notices {
                     log_notice(n, stats);

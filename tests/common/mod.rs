@@ -160,23 +160,42 @@ impl Services {
         ids
     }
 
-    /// A poller on this test's stores.
+    /// A poller on this test's stores, on the wall clock.
     pub fn poller(
         &self,
         stats: &std::sync::Arc<msgx::stats::Stats>,
+    ) -> msgx::ingress::Poller<Pg, MysqlMailbox> {
+        self.poller_at(stats, std::sync::Arc::new(msgx::clock::SystemClock))
+    }
+
+    /// A poller on this test's stores, reading `clock` (the one its rounds are given).
+    pub fn poller_at(
+        &self,
+        stats: &std::sync::Arc<msgx::stats::Stats>,
+        clock: std::sync::Arc<dyn msgx::clock::Clock>,
     ) -> msgx::ingress::Poller<Pg, MysqlMailbox> {
         msgx::ingress::Poller::new(
             Pg::connect(&self.cfg.pg_url).unwrap(),
             MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound).unwrap(),
             &self.cfg.pipeline,
             stats.clone(),
+            clock,
         )
     }
 
-    /// A pump on this test's stores.
+    /// A pump on this test's stores, on the wall clock.
     pub fn pump(
         &self,
         stats: &std::sync::Arc<msgx::stats::Stats>,
+    ) -> msgx::pump::Pump<Pg, MysqlMailbox, RedisFlights> {
+        self.pump_at(stats, std::sync::Arc::new(msgx::clock::SystemClock))
+    }
+
+    /// A pump on this test's stores, reading `clock` (the one its rounds are given).
+    pub fn pump_at(
+        &self,
+        stats: &std::sync::Arc<msgx::stats::Stats>,
+        clock: std::sync::Arc<dyn msgx::clock::Clock>,
     ) -> msgx::pump::Pump<Pg, MysqlMailbox, RedisFlights> {
         msgx::pump::Pump::new(
             Pg::connect(&self.cfg.pg_url).unwrap(),
@@ -184,6 +203,7 @@ impl Services {
             RedisFlights::connect(&self.cfg.redis_url, &self.cfg.redis_prefix).unwrap(),
             &self.cfg.pipeline,
             stats.clone(),
+            clock,
         )
     }
 
