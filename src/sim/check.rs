@@ -12,6 +12,33 @@ use crate::handlers::{self, FlightState, View};
 use crate::requests::ReqState;
 use crate::store::memory::{MemProc, PgState};
 
+/// SPEC §4.9's commit race (#69): a row enqueued while a lower one was not yet visible flowed
+/// past that gap, which a poller may let it do only once the gap is `commit-grace` old — and a
+/// gap is no older than the first read that showed a row above it. So its enqueue time is at
+/// least the grace after the first read above every such lower row (a rolled-back one too: the
+/// poller cannot tell it from a slow commit).
+fn commit_grace_held(sim: &Sim, s: &PgState, new: &[i64]) -> Result<(), String> {
+    let grace = sim.cfg.pipeline.commit_grace;
+    for b in new {
+        let enqueued = s.procs[b].enqueued_at;
+        let below = sim
+            .upstream
+            .rows
+            .range(..*b)
+            .filter(|(_, r)| r.late && r.visible_at.is_none_or(|v| v > enqueued));
+        for (a, _) in below {
+            let Some(first) = sim.stalls.first_read_above(*a) else { continue };
+            let age = enqueued.duration_since(first).unwrap_or_default();
+            if age < grace {
+                return Err(format!(
+                    "commit grace (SPEC 4.9, #69): msg {b} was enqueued {age:?} after a poller first read a row above msg {a}, which was not visible yet; the grace is {grace:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What the previous checks saw: the invariants are about changes from step to step.
 #[derive(Debug, Default)]
 pub struct Checker {
@@ -62,9 +89,14 @@ impl Checker {
     }
 
     fn check_own(&mut self, sim: &Sim, s: &PgState) -> Result<(), String> {
+        let mut new = Vec::new();
         for id in s.procs.keys() {
-            self.enqueued.entry(*id).or_insert(sim.step);
+            self.enqueued.entry(*id).or_insert_with(|| {
+                new.push(*id);
+                sim.step
+            });
         }
+        commit_grace_held(sim, s, &new)?;
         // A row an operator replayed joins the FIFO again at that step.
         for (id, step) in &sim.replayed {
             let at = self.enqueued.entry(*id).or_insert(*step);

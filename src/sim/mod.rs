@@ -18,6 +18,7 @@
 mod check;
 mod mischief;
 pub(crate) mod rng;
+mod slow;
 #[cfg(test)]
 mod tests;
 mod upstream;
@@ -172,6 +173,8 @@ pub struct Sim {
     pub outbound: MemOutbound,
     instances: Vec<Instance>,
     pub upstream: Upstream,
+    /// Store calls of the pollers that take time, and what they were served (#69).
+    pub stalls: Rc<slow::Stalls>,
     /// Stores down until then.
     heals: Vec<(SystemTime, Store)>,
     pub audit: Audit,
@@ -244,7 +247,7 @@ impl Sim {
         mailbox.tamper(|s| s.exclusive_marks = exclusive);
         let mut sim = Sim {
             rng,
-            clock,
+            clock: clock.clone(),
             cfg,
             pg,
             mailbox,
@@ -253,6 +256,7 @@ impl Sim {
             outbound: MemOutbound::new(),
             instances: Vec::new(),
             upstream: Upstream::default(),
+            stalls: slow::Stalls::new(seed, clock.clone()),
             heals: Vec::new(),
             audit: Rc::default(),
             log: Vec::new(),
@@ -973,12 +977,14 @@ impl Sim {
 
     /// One turn of the daemon's runner for slot `n` of instance `k`.
     fn run_stage(&mut self, k: usize, n: usize) {
-        let now = self.clock.now();
+        let clock = self.clock.clone();
         let name = self.instances[k].name.clone();
         let Life::Active(a) = &mut self.instances[k].life else { return };
         let slot = &mut a.slots[n];
         let stage = slot.id.name();
-        let turn = slot.runner.turn(slot.stage.as_mut(), &*a.stage_gate, &a.board, &a.stats, now);
+        let turn = slot.runner.turn(slot.stage.as_mut(), &*a.stage_gate, &a.board, &a.stats, &clock);
+        // A store call of the round may have taken time (`slow`): what follows is read after it.
+        let now = clock.now();
         match turn {
             Turn::Again { wake, ring } => {
                 slot.wake = wake;
@@ -1005,9 +1011,10 @@ impl Sim {
         let stats = Arc::new(Stats::default());
         let stage_gate: Arc<dyn Gate> = Arc::new(Mischief::new(gate.clone()));
         let mut twins = Twins { sim: self, epoch, seen };
-        let stages = topology::stages(&mut twins, &self.cfg, stage_gate.clone(), &stats)
-            .expect("the twins are built without I/O")
-            .into_list();
+        let stages =
+            topology::stages(&mut twins, &self.cfg, stage_gate.clone(), &stats, Arc::new(self.clock.clone()))
+                .expect("the twins are built without I/O")
+                .into_list();
         Active {
             epoch,
             gate,
@@ -1047,8 +1054,8 @@ impl Twins<'_> {
 }
 
 impl topology::Stores for Twins<'_> {
-    type Intake = MemPg;
-    type Scan = MemMailbox;
+    type Intake = slow::Slow<MemPg>;
+    type Scan = slow::Slow<MemMailbox>;
     type Fifo = Mischief<MemPg>;
     type Texts = MemMailbox;
     type Flights = Mischief<MemFlights>;
@@ -1063,8 +1070,12 @@ impl topology::Stores for Twins<'_> {
     type MailboxAudit = MemMailbox;
     type FlightAudit = MemFlights;
 
-    fn poll(&mut self) -> StoreResult<(MemPg, MemMailbox)> {
-        Ok((self.sim.pg.fenced(self.epoch), self.sim.mailbox.clone()))
+    fn poll(&mut self) -> StoreResult<(Self::Intake, Self::Scan)> {
+        let stalls = &self.sim.stalls;
+        Ok((
+            slow::Slow::new(self.sim.pg.fenced(self.epoch), stalls),
+            slow::Slow::new(self.sim.mailbox.clone(), stalls),
+        ))
     }
 
     fn process(

@@ -21,6 +21,7 @@ fn seeds_hold_every_invariant() {
     let per_seed = env("SIM_STEPS").unwrap_or(STEPS);
     let start = Instant::now();
     let mut steps = 0;
+    let (mut stalls, mut stalled) = (0u64, 0f64);
     // The lifecycle's own faults (#38), as the step logs name them.
     const FAULTS: [&str; 5] = [
         "freezes before a write to Redis in its heal",
@@ -39,6 +40,8 @@ fn seeds_hold_every_invariant() {
         match run(seed, per_seed) {
             Ok(sim) => {
                 steps += sim.step;
+                stalls += sim.stalls.count.get();
+                stalled += sim.stalls.total.get().as_secs_f64();
                 for row in sim.upstream.rows.values() {
                     *mix.entry(row.kind.tag()).or_default() += 1;
                     *mix.entry("(of them committed late or rolled back)").or_default() += row.late as u64;
@@ -77,6 +80,7 @@ fn seeds_hold_every_invariant() {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    eprintln!("sim: {stalls} store calls of the pollers blocked, {stalled:.0} s in all (#69)");
     eprintln!(
         "sim: {seeds} seeds, {steps} steps in {secs:.1} s: {:.0} seeds/s, {:.0} steps/s",
         seeds as f64 / secs,
@@ -124,7 +128,7 @@ macro_rules! planted_bug {
     ($name:ident, $bug:expr, $words:expr) => {
         #[test]
         fn $name() {
-            let (failure, seeds) = find($bug, 200);
+            let (failure, seeds) = find($bug, 500);
             eprintln!("{:?} found after {seeds} seed(s): {}", $bug, failure.lines().next().unwrap_or(""));
             assert!(
                 $words.iter().any(|w: &&str| failure.contains(w)),
@@ -154,6 +158,7 @@ planted_bug!(
     Bug::HealUnfenced,
     ["Redis differs", "false alarm", "I2", "PRE-5", "delivered events"]
 );
+planted_bug!(finds_a_round_time_used_after_a_blocking_call, Bug::RoundTimeReused, ["commit grace"]);
 planted_bug!(
     finds_a_snapshot_that_shares_its_round,
     Bug::SnapshotSharesRound,

@@ -77,6 +77,8 @@ pub struct Row {
     /// Committed after a higher ID was visible (or rolled back).
     pub late: bool,
     pub rolled_back: bool,
+    /// When it became visible (committed); never for a row rolled back.
+    pub visible_at: Option<SystemTime>,
 }
 
 /// Family A's flights: (FLID, day, departure hour). Two days, so that a day's snapshot leaves
@@ -225,7 +227,8 @@ impl Upstream {
             self.resendable.push(id);
         }
         let line = format!("upstream id={id} {kind:?}{}", if late { " (uncommitted)" } else { "" });
-        self.rows.insert(id, Row { kind, raw, late, rolled_back: false });
+        let visible_at = (!late).then_some(now);
+        self.rows.insert(id, Row { kind, raw, late, rolled_back: false, visible_at });
         line
     }
 
@@ -495,6 +498,7 @@ impl Upstream {
             let (_, commits) = self.open.remove(&id).expect("listed above");
             if commits {
                 mailbox.commit_row(id);
+                self.rows.get_mut(&id).expect("written").visible_at = Some(now);
                 lines.push(format!("upstream id={id} committed late"));
             } else {
                 mailbox.remove(id);
