@@ -81,6 +81,12 @@ pub enum StoreErrorKind {
     /// This instance is no longer the single writer: a newer lease holder exists (PRE-5). Every
     /// stage stops and the process exits 1; nothing more is written.
     Fenced,
+    /// The store cannot be trusted (#64): its TLS certificate is from another CA, does not name
+    /// the host, has expired, or a file msgx must present (a CA, a client certificate, a secret)
+    /// cannot be read. Waited out as an outage — nothing is charged, the stage retries, a
+    /// certificate renewed on the server heals it — but said as an ERROR at once: it will not
+    /// pass by itself.
+    Untrusted,
     /// The store came back having forgotten what it acknowledged (own PostgreSQL behind a WAL
     /// position msgx saw, SPEC §4.10): every stage stops and the process exits 6; nothing more
     /// is written until a person decides.
@@ -94,6 +100,7 @@ impl StoreErrorKind {
             StoreErrorKind::Rejected => "rejected",
             StoreErrorKind::Fenced => "fenced",
             StoreErrorKind::Forgot => "forgot",
+            StoreErrorKind::Untrusted => "untrusted",
         }
     }
 }
@@ -179,8 +186,14 @@ impl StoreError {
         StoreError::new(store, StoreErrorKind::Fenced, detail)
     }
 
+    /// Away or untrusted: either way the store cannot be used now, no message or event is at
+    /// fault, and the stage waits for it (SPEC §4.9).
     pub fn is_unavailable(&self) -> bool {
-        self.kind == StoreErrorKind::Unavailable
+        matches!(self.kind, StoreErrorKind::Unavailable | StoreErrorKind::Untrusted)
+    }
+
+    pub fn is_untrusted(&self) -> bool {
+        self.kind == StoreErrorKind::Untrusted
     }
 
     pub fn is_rejected(&self) -> bool {

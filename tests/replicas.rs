@@ -243,9 +243,8 @@ fn a_frozen_redis_master_failed_over_by_sentinel_loses_no_flight_update() {
         url: "redis://127.0.0.1:1/".into(), // the host is the sentinels' to name
         sentinels: set.sentinels.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
         master: "msgxmaster".into(),
-        sentinel_password: None,
         wait_replicas: 1,
-        wait_timeout: Duration::from_secs(1),
+        ..msgx::store::flights::RedisTarget::single("redis://127.0.0.1:1/")
     };
     let (stop, daemon) = start_daemon(&cfg);
     let n = 240u64;

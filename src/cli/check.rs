@@ -18,8 +18,10 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
     {
         out!("  warning: {why}");
     }
-    let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
-    out!("postgres: reachable");
+    let mut pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
+    let security = pg.security().map_err(unreachable)?;
+    out!("postgres: reachable, {security}");
+    plaintext_warning("postgres", &pg.hosts(), &security);
     let d = pg.durability().map_err(unreachable)?;
     out!("postgres durability: {d}");
     if cfg.require_sync_standby && d.synchronous == 0 {
@@ -40,10 +42,12 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
 }
 
 fn check_mailboxes(cfg: &Config) -> CmdResult {
-    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+    let mut mb = MysqlMailbox::of(cfg).and_then(MysqlMailbox::connected).map_err(unreachable)?;
     mb.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("mailbox layout: {e}")))?;
-    out!("mailbox: reachable, table {} with the configured columns", cfg.inbound.table);
-    let mut out = MysqlOutbound::connect(&cfg.mysql_url, &cfg.outbound).map_err(unreachable)?;
+    let security = mb.security().map_err(unreachable)?;
+    out!("mailbox: reachable, table {} with the configured columns, {security}", cfg.inbound.table);
+    plaintext_warning("mailbox", &[mb.host()], &security);
+    let mut out = MysqlOutbound::of(cfg).map_err(unreachable)?;
     out.check_layout().map_err(|e| (Exit::Unreachable, anyhow::anyhow!("outbound mailbox layout: {e}")))?;
     out!("outbound mailbox: table {} with the configured columns", cfg.outbound.table);
     Ok(())
@@ -52,7 +56,8 @@ fn check_mailboxes(cfg: &Config) -> CmdResult {
 fn check_redis(cfg: &Config) -> CmdResult {
     let mut redis =
         msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix).map_err(unreachable)?;
-    out!("redis: reachable");
+    out!("redis: reachable, {}", redis.security());
+    plaintext_warning("redis", &redis.hosts(), &redis.security());
     let role = redis.replication().map_err(unreachable)?;
     out!("redis replication: {role}");
     if role.connected < cfg.redis.wait_replicas as i64 {
@@ -70,7 +75,14 @@ fn check_kafka(cfg: &Config) -> CmdResult {
     let topics = producer
         .topics(&[&cfg.topic_msg, &cfg.topic_schd], std::time::Duration::from_secs(10))
         .map_err(|e| (Exit::Unreachable, anyhow::anyhow!("kafka at {}: {e}", cfg.kafka_brokers)))?;
-    out!("kafka: reachable at {}", cfg.kafka_brokers);
+    let security = msgx::store::kafka::describe(&cfg.kafka_security);
+    out!("kafka: reachable at {}, {security}", cfg.kafka_brokers);
+    let hosts: Vec<String> = cfg
+        .kafka_brokers
+        .split(',')
+        .map(|b| b.trim().rsplit_once(':').map_or(b, |(h, _)| h).to_string())
+        .collect();
+    plaintext_warning("kafka", &hosts, &security);
     for t in topics {
         match t.partitions {
             Some(n) => {
@@ -89,4 +101,12 @@ fn check_kafka(cfg: &Config) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// A plaintext connection to a host that is not this machine: passwords and every flight's data
+/// cross the network readable (#64). The same words as the start-up log's.
+fn plaintext_warning(store: &str, hosts: &[String], security: &str) {
+    if let Some(line) = msgx::daemon::plaintext_warning(store, hosts, security) {
+        out!("  warning: {line}");
+    }
 }

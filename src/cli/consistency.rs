@@ -17,8 +17,8 @@ use super::{unreachable, CmdResult};
 
 /// The three stores, connected now; a store that does not answer is exit 4.
 fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow::Error)> {
-    let pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
-    let mailbox = MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+    let pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
+    let mailbox = MysqlMailbox::of(cfg).map_err(unreachable)?;
     Ok((pg, mailbox, open_flights(cfg)?))
 }
 

@@ -22,7 +22,8 @@ pub(super) fn flight(cfg: &Config, flid: &str, field: Option<&str>, limit: i64, 
             let setter = report.fields.iter().find(|f| f.name == name).and_then(|f| f.msg_id);
             let text = match setter {
                 Some(m) => {
-                    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+                    let mut mb =
+                        MysqlMailbox::of(cfg).and_then(MysqlMailbox::connected).map_err(unreachable)?;
                     mb.entry(m, cfg.pipeline.max_message_bytes).map_err(unreachable)?.and_then(|e| e.text)
                 }
                 None => None,

@@ -7,7 +7,7 @@ pub(super) fn migrate_cmd(cfg: &Config) -> CmdResult {
         let code = if matches!(e, migrate::SchemaError::Store(_)) { Exit::Unreachable } else { Exit::Schema };
         (code, anyhow::Error::from(e))
     };
-    let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
+    let mut pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
     let (applied, schema) = migrate::migrate(pg.client().map_err(unreachable)?).map_err(err)?;
     if applied.is_empty() {
         out!("schema up to date: {}", schema.line());

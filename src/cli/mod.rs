@@ -393,7 +393,7 @@ fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
 
 /// Connects to own PostgreSQL and checks its schema, as every command but `migrate` must.
 fn own_pg(cfg: &Config) -> Result<Pg, (Exit, anyhow::Error)> {
-    let mut pg = Pg::connect(&cfg.pg_url).map_err(unreachable)?;
+    let mut pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
     migrate::verify(pg.client().map_err(unreachable)?).map_err(|e| (Exit::Schema, e.into()))?;
     Ok(pg)
 }

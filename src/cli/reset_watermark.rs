@@ -9,7 +9,7 @@ pub(super) fn reset_watermark(cfg: &Config, to: i64, yes: bool) -> CmdResult {
     }
     let mut pg = own_pg(cfg)?;
     let was = pg.status(0).map_err(unreachable)?.watermark;
-    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+    let mut mb = MysqlMailbox::of(cfg).and_then(MysqlMailbox::connected).map_err(unreachable)?;
     let (highest, auto) = mb.ids_in_use().map_err(unreachable)?;
     let show = |v: Option<i64>| v.map_or("none".to_string(), |v| v.to_string());
     out!(

@@ -9,7 +9,7 @@ use msgx::ports::TraceRow;
 
 pub(super) fn trace(cfg: &Config, msg_id: i64, json: bool) -> CmdResult {
     let mut pg = own_pg(cfg)?;
-    let mut mb = MysqlMailbox::connect(&cfg.mysql_url, &cfg.inbound).map_err(unreachable)?;
+    let mut mb = MysqlMailbox::of(cfg).and_then(MysqlMailbox::connected).map_err(unreachable)?;
     let t = msgx::lineage::trace(&mut pg, &mut mb, cfg, msg_id).map_err(unreachable)?;
     if json {
         out!("{}", serde_json::to_string_pretty(&t.json()).expect("a trace serialises"));

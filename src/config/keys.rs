@@ -461,6 +461,12 @@ pub const KEYS: &[KeySpec] = &[
         doc: "a bearer token every path of the operations endpoint but /live and /ready then asks for (Authorization: Bearer TOKEN); empty: none",
     },
     k(
+        "metrics.token-file",
+        "\"\"",
+        Kind::Text,
+        "metrics.token read from this file instead (a path, or a credential's name in $CREDENTIALS_DIRECTORY: systemd's LoadCredential=); refused when others can read it",
+    ),
+    k(
         "metrics.host-names",
         "[]",
         Kind::StrList,
@@ -504,6 +510,12 @@ pub const KEYS: &[KeySpec] = &[
         "own PostgreSQL (PROC_STATE, MSG_EVENT, …); a primary with replicas: every host in one URL (postgres://u@a:5432,b:5432/msgx), msgx opens read-write sessions only",
     ),
     k(
+        "datasources.default.password-file",
+        "\"\"",
+        Kind::Text,
+        "own PostgreSQL's password, read from this file at each new connection (a path, or a credential's name in $CREDENTIALS_DIRECTORY); refused when others can read it; TLS is the URL's: sslmode, sslrootcert, sslcert, sslkey as libpq reads them",
+    ),
+    k(
         "datasources.default.require-sync-standby",
         "false",
         Kind::Bool,
@@ -515,6 +527,12 @@ pub const KEYS: &[KeySpec] = &[
         "\"mysql://msgx@127.0.0.1:3306/mailbox\"",
         "MSGX_MYSQL_URL",
         "the shared mailbox database",
+    ),
+    k(
+        "mailbox.shared-mysql.password-file",
+        "\"\"",
+        Kind::Text,
+        "the mailbox user's password, read from this file at each new connection (a path, or a credential's name in $CREDENTIALS_DIRECTORY); TLS is the URL's: ssl-mode, ssl-ca, ssl-cert, ssl-key as the MySQL client reads them",
     ),
     k(
         "mailbox.time-zone",
@@ -568,6 +586,20 @@ pub const KEYS: &[KeySpec] = &[
     k("mailbox.outbound.routing-column", "\"ROUTINGID\"", Kind::Ident, "routing id of the outbound message"),
     // --- Redis ---
     e("redis.url", "\"redis://127.0.0.1:6379/\"", "MSGX_REDIS_URL", "Redis holding live flight state"),
+    k(
+        "redis.password-file",
+        "\"\"",
+        Kind::Text,
+        "the Redis (ACL) user's password, read from this file at each new connection (a path, or a credential's name in $CREDENTIALS_DIRECTORY); the user is redis.url's (rediss://USER@host)",
+    ),
+    k(
+        "redis.tls-ca-file",
+        "\"\"",
+        Kind::Text,
+        "with a rediss:// URL: the CA the server's certificate must be signed by (PEM); empty: the system's roots. The host name is always verified",
+    ),
+    k("redis.tls-cert-file", "\"\"", Kind::Text, "with a rediss:// URL: a client certificate (PEM) msgx presents"),
+    k("redis.tls-key-file", "\"\"", Kind::Text, "the client certificate's key (PEM, PKCS#8)"),
     k("redis.key-prefix", "\"msgx:\"", Kind::Str, "prefix of every Redis key msgx writes"),
     k(
         "redis.sentinels",
@@ -583,6 +615,19 @@ pub const KEYS: &[KeySpec] = &[
         env: Some("MSGX_REDIS_SENTINEL_PASSWORD"),
         doc: "the sentinels' own password (requirepass of sentinel.conf), if any",
     },
+    k(
+        "redis.sentinel-password-file",
+        "\"\"",
+        Kind::Text,
+        "the sentinels' password read from this file instead (a path, or a credential's name in $CREDENTIALS_DIRECTORY)",
+    ),
+    k("redis.sentinel-username", "\"\"", Kind::Text, "the sentinels' ACL user, if any"),
+    k(
+        "redis.sentinel-tls",
+        "false",
+        Kind::Bool,
+        "speak TLS to the sentinels, verified as redis.url's server is (redis.tls-ca-file, the client certificate)",
+    ),
     k(
         "redis.wait-replicas",
         "0",
@@ -603,6 +648,33 @@ pub const KEYS: &[KeySpec] = &[
         "MSGX_KAFKA_BROKERS",
         "comma-separated host:port list",
     ),
+    k(
+        "kafka.security-protocol",
+        "\"plaintext\"",
+        Kind::Str,
+        "plaintext, ssl, sasl_plaintext or sasl_ssl (librdkafka's security.protocol); with ssl the broker's certificate and host name are always verified",
+    ),
+    k(
+        "kafka.sasl-mechanism",
+        "\"\"",
+        Kind::Text,
+        "with sasl_*: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (librdkafka's sasl.mechanisms)",
+    ),
+    k("kafka.sasl-username", "\"\"", Kind::Text, "with sasl_*: the user"),
+    k(
+        "kafka.sasl-password-file",
+        "\"\"",
+        Kind::Text,
+        "with sasl_*: the user's password, read from this file at each new producer (a path, or a credential's name in $CREDENTIALS_DIRECTORY)",
+    ),
+    k(
+        "kafka.ssl-ca-location",
+        "\"\"",
+        Kind::Text,
+        "with ssl: the CA the brokers' certificates must be signed by (PEM); empty: the system's roots",
+    ),
+    k("kafka.ssl-certificate-location", "\"\"", Kind::Text, "with ssl: a client certificate (PEM) msgx presents"),
+    k("kafka.ssl-key-location", "\"\"", Kind::Text, "the client certificate's key (PEM)"),
     k("kafka.topics.msg", "\"msgx.msg\"", Kind::Str, "topic of target KAFKA:msg"),
     k("kafka.topics.schd", "\"msgx.schd\"", Kind::Str, "topic of target KAFKA:schd"),
     k(

@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::secret::SecretFile;
+
 use keys::{Kind, KEYS};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -25,6 +27,9 @@ pub enum ConfigError {
     UnknownKey { key: String, hint: String },
     #[error("bad value for `{key}`: {detail}")]
     BadValue { key: String, detail: String },
+    /// A secret file (`*-password-file`, `metrics.token-file`) that cannot be used (#64).
+    #[error("{0}")]
+    Secret(#[from] crate::secret::SecretError),
     #[error("`{key}` = {value} breaks D3 (acks=all, enable-idempotence=true, max-in-flight-requests-per-connection=1); msgx never connects otherwise (G-KAFKA-D3)")]
     D3 { key: String, value: String },
 }
@@ -133,6 +138,71 @@ pub struct Producer {
     pub debug: String,
 }
 
+/// How msgx talks to the brokers (#64): librdkafka's `security.protocol` and what it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSecurity {
+    pub protocol: KafkaProtocol,
+    pub sasl: Option<Sasl>,
+    /// With TLS: the CA (else the system's roots), a client certificate and its key.
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl KafkaProtocol {
+    /// librdkafka's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaProtocol::Plaintext => "plaintext",
+            KafkaProtocol::Ssl => "ssl",
+            KafkaProtocol::SaslPlaintext => "sasl_plaintext",
+            KafkaProtocol::SaslSsl => "sasl_ssl",
+        }
+    }
+
+    pub fn tls(self) -> bool {
+        matches!(self, KafkaProtocol::Ssl | KafkaProtocol::SaslSsl)
+    }
+
+    pub fn sasl(self) -> bool {
+        matches!(self, KafkaProtocol::SaslPlaintext | KafkaProtocol::SaslSsl)
+    }
+}
+
+/// SASL's mechanism, user and the file of the user's password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sasl {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: SecretFile,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    Plain,
+    ScramSha256,
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// librdkafka's name (`sasl.mechanisms`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub pipeline: Pipeline,
@@ -153,9 +223,13 @@ pub struct Config {
     pub watchdog_stuck_after: Duration,
     pub compat: CompatHttp,
     pub pg_url: String,
+    /// `datasources.default.password-file` (#64): read at each new connection.
+    pub pg_password: Option<SecretFile>,
     /// `datasources.default.require-sync-standby`.
     pub require_sync_standby: bool,
     pub mysql_url: String,
+    /// `mailbox.shared-mysql.password-file` (#64).
+    pub mysql_password: Option<SecretFile>,
     pub inbound: InboundMailbox,
     pub outbound: OutboundMailbox,
     pub redis_url: String,
@@ -163,6 +237,8 @@ pub struct Config {
     /// Where Redis is: `redis.url`, or the master the sentinels name (`redis.sentinels`).
     pub redis: RedisTarget,
     pub kafka_brokers: String,
+    /// `kafka.security-protocol` and what it needs (#64).
+    pub kafka_security: KafkaSecurity,
     pub topic_msg: String,
     pub topic_schd: String,
     pub producer: Producer,
@@ -193,6 +269,7 @@ impl Config {
 
     /// Parses a configuration text; `env` answers environment look-ups (injected for tests).
     pub fn from_toml_str(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let credentials = env(crate::secret::file::CREDENTIALS_DIRECTORY);
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
             path: "<config>".into(),
             detail: e.message().to_string(),
@@ -211,10 +288,11 @@ impl Config {
                 }
             }
         }
-        Config::from_map(&values)
+        Config::from_map(&values, credentials.as_deref())
     }
 
-    fn from_map(v: &Values) -> Result<Config, ConfigError> {
+    fn from_map(v: &Values, credentials: Option<&str>) -> Result<Config, ConfigError> {
+        let secret = |key: &'static str| secret_file(v, key, credentials);
         let (inbound, outbound) = mailboxes(v)?;
         let (log_json, log_file, metrics_listen) = logging(v)?;
         let (pipeline, lease, health, compat, producer) =
@@ -226,19 +304,22 @@ impl Config {
             log_json,
             log_file,
             metrics_listen,
-            metrics_token: Some(text(v, "metrics.token")?.trim().to_string()).filter(|t| !t.is_empty()),
+            metrics_token: metrics_token(v, secret("metrics.token-file")?)?,
             metrics_host_names: strings(v, "metrics.host-names")?,
             watchdog_stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
             compat,
             pg_url: string(v, "datasources.default.url")?,
+            pg_password: secret("datasources.default.password-file")?,
             require_sync_standby: boolean(v, "datasources.default.require-sync-standby")?,
             mysql_url: string(v, "mailbox.shared-mysql.url")?,
+            mysql_password: secret("mailbox.shared-mysql.password-file")?,
             inbound,
             outbound,
             redis_url: string(v, "redis.url")?,
-            redis: redis_target(v)?,
+            redis: redis_target(v, &secret)?,
             redis_prefix: string(v, "redis.key-prefix")?,
             kafka_brokers: string(v, "kafka.bootstrap-servers")?,
+            kafka_security: kafka_security(v, secret("kafka.sasl-password-file")?)?,
             topic_msg: string(v, "kafka.topics.msg")?,
             topic_schd: string(v, "kafka.topics.schd")?,
             producer,
@@ -434,7 +515,10 @@ fn strings(v: &Values, key: &'static str) -> Result<Vec<String>, ConfigError> {
         .collect()
 }
 
-fn redis_target(v: &Values) -> Result<RedisTarget, ConfigError> {
+fn redis_target(
+    v: &Values,
+    secret: &dyn Fn(&'static str) -> Result<Option<SecretFile>, ConfigError>,
+) -> Result<RedisTarget, ConfigError> {
     let sentinels = addrs(v, "redis.sentinels")?;
     let master = text(v, "redis.sentinel-master")?.trim().to_string();
     if sentinels.is_empty() != master.is_empty() {
@@ -442,14 +526,148 @@ fn redis_target(v: &Values) -> Result<RedisTarget, ConfigError> {
         return Err(bad(key, "redis.sentinels and redis.sentinel-master go together: set both, or neither"));
     }
     let password = text(v, "redis.sentinel-password")?;
+    let url = string(v, "redis.url")?;
+    let tls =
+        [path(v, "redis.tls-ca-file")?, path(v, "redis.tls-cert-file")?, path(v, "redis.tls-key-file")?];
+    let verified = url.starts_with("rediss://");
+    if url.contains("#insecure") {
+        return Err(bad("redis.url", "#insecure turns the certificate's verification off: msgx verifies, always (redis.tls-ca-file names a private CA)"));
+    }
+    if !verified && tls.iter().any(Option::is_some) {
+        return Err(bad("redis.tls-ca-file", "redis.tls-* are for a rediss:// URL; redis.url is plaintext"));
+    }
+    if tls[1].is_some() != tls[2].is_some() {
+        return Err(bad(
+            "redis.tls-cert-file",
+            "a client certificate needs its key (redis.tls-key-file), and a key its certificate",
+        ));
+    }
+    let [tls_ca, tls_cert, tls_key] = tls;
+    let sentinel_password_file = secret("redis.sentinel-password-file")?;
+    if sentinel_password_file.is_some() && !password.is_empty() {
+        return Err(bad(
+            "redis.sentinel-password-file",
+            "set redis.sentinel-password or redis.sentinel-password-file, not both",
+        ));
+    }
     Ok(RedisTarget {
-        url: string(v, "redis.url")?,
+        url,
         sentinels,
         master,
         sentinel_password: Some(password).filter(|p| !p.is_empty()),
         wait_replicas: int(v, "redis.wait-replicas")? as u32,
         wait_timeout: duration(v, "redis.wait-timeout")?,
+        password: secret("redis.password-file")?,
+        tls_ca,
+        tls_cert,
+        tls_key,
+        sentinel_password_file,
+        sentinel_username: Some(text(v, "redis.sentinel-username")?.trim().to_string())
+            .filter(|u| !u.is_empty()),
+        sentinel_tls: boolean(v, "redis.sentinel-tls")?,
     })
+}
+
+/// A secret file key: resolved (`$CREDENTIALS_DIRECTORY` for a bare name) and read once now, so
+/// that a file msgx could not use stops it at start and in `msgx check`, naming the key (#64).
+fn secret_file(
+    v: &Values,
+    key: &'static str,
+    credentials: Option<&str>,
+) -> Result<Option<SecretFile>, ConfigError> {
+    let value = text(v, key)?;
+    let Some(file) = SecretFile::resolve(key, value.trim(), credentials)? else { return Ok(None) };
+    file.read()?;
+    Ok(Some(file))
+}
+
+/// A path key; `None` when empty.
+fn path(v: &Values, key: &'static str) -> Result<Option<std::path::PathBuf>, ConfigError> {
+    Ok(Some(text(v, key)?.trim().to_string()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from))
+}
+
+/// `metrics.token`, or what `metrics.token-file` holds.
+fn metrics_token(v: &Values, file: Option<SecretFile>) -> Result<Option<String>, ConfigError> {
+    let token = text(v, "metrics.token")?.trim().to_string();
+    match file {
+        Some(_) if !token.is_empty() => {
+            Err(bad("metrics.token-file", "set metrics.token or metrics.token-file, not both"))
+        }
+        Some(f) => Ok(Some(f.read()?.trim().to_string())),
+        None => Ok(Some(token).filter(|t| !t.is_empty())),
+    }
+}
+
+/// `kafka.security-protocol` with what it needs: SASL's mechanism, user and password, TLS's
+/// files. Nothing here can turn verification off (librdkafka's
+/// `enable.ssl.certificate.verification` and host-name check stay on).
+fn kafka_security(v: &Values, password: Option<SecretFile>) -> Result<KafkaSecurity, ConfigError> {
+    let key = "kafka.security-protocol";
+    let protocol = match string(v, key)?.to_ascii_lowercase().as_str() {
+        "plaintext" => KafkaProtocol::Plaintext,
+        "ssl" => KafkaProtocol::Ssl,
+        "sasl_plaintext" => KafkaProtocol::SaslPlaintext,
+        "sasl_ssl" => KafkaProtocol::SaslSsl,
+        other => {
+            return Err(bad(key, format!("{other:?} is not plaintext, ssl, sasl_plaintext or sasl_ssl")))
+        }
+    };
+    let files = [
+        path(v, "kafka.ssl-ca-location")?,
+        path(v, "kafka.ssl-certificate-location")?,
+        path(v, "kafka.ssl-key-location")?,
+    ];
+    if !protocol.tls() && files.iter().any(Option::is_some) {
+        return Err(bad(
+            "kafka.ssl-ca-location",
+            format!("kafka.ssl-* are for ssl or sasl_ssl; kafka.security-protocol is {}", protocol.name()),
+        ));
+    }
+    if files[1].is_some() != files[2].is_some() {
+        return Err(bad(
+            "kafka.ssl-certificate-location",
+            "a client certificate needs its key (kafka.ssl-key-location), and a key its certificate",
+        ));
+    }
+    let mechanism = text(v, "kafka.sasl-mechanism")?.trim().to_ascii_uppercase();
+    let username = text(v, "kafka.sasl-username")?.trim().to_string();
+    let sasl = match (protocol.sasl(), password) {
+        (true, Some(password)) => {
+            let mechanism = match mechanism.as_str() {
+                "PLAIN" => SaslMechanism::Plain,
+                "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
+                "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
+                other => {
+                    return Err(bad(
+                        "kafka.sasl-mechanism",
+                        format!("{other:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+                    ))
+                }
+            };
+            if username.is_empty() {
+                return Err(bad("kafka.sasl-username", "sasl_* needs a user"));
+            }
+            Some(Sasl { mechanism, username, password })
+        }
+        (true, None) => {
+            return Err(bad(
+                "kafka.sasl-password-file",
+                format!("{} needs the user's password in a file", protocol.name()),
+            ))
+        }
+        (false, p) if p.is_some() || !mechanism.is_empty() || !username.is_empty() => {
+            return Err(bad(
+                "kafka.sasl-mechanism",
+                format!(
+                    "kafka.sasl-* are for sasl_plaintext or sasl_ssl; kafka.security-protocol is {}",
+                    protocol.name()
+                ),
+            ))
+        }
+        (false, _) => None,
+    };
+    let [ca, cert, key] = files;
+    Ok(KafkaSecurity { protocol, sasl, ca, cert, key })
 }
 
 /// A list of `host:port` addresses, each with a port number.
@@ -793,6 +1011,17 @@ pub struct RedisTarget {
     pub sentinel_password: Option<String>,
     pub wait_replicas: u32,
     pub wait_timeout: Duration,
+    /// `redis.password-file` (#64): the user's password, read at each new connection.
+    pub password: Option<SecretFile>,
+    /// `redis.tls-*` with a `rediss://` URL: the CA (else the system's roots), a client
+    /// certificate and its key.
+    pub tls_ca: Option<std::path::PathBuf>,
+    pub tls_cert: Option<std::path::PathBuf>,
+    pub tls_key: Option<std::path::PathBuf>,
+    pub sentinel_password_file: Option<SecretFile>,
+    pub sentinel_username: Option<String>,
+    /// `redis.sentinel-tls`: the sentinels speak TLS, verified as the server is.
+    pub sentinel_tls: bool,
 }
 
 impl RedisTarget {
@@ -805,6 +1034,13 @@ impl RedisTarget {
             sentinel_password: None,
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
+            password: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            sentinel_password_file: None,
+            sentinel_username: None,
+            sentinel_tls: false,
         }
     }
 }

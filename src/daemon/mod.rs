@@ -117,6 +117,57 @@ pub fn run(
     result
 }
 
+/// The hosts a store is reached at in plaintext that are not this machine (#64): `security`
+/// is the store's description (`msgx check`'s, the start-up log's). Empty: nothing to say.
+pub fn plaintext_hosts(hosts: &[String], security: &str) -> Vec<String> {
+    if !security.starts_with(crate::store::tls::PLAINTEXT) {
+        return Vec::new();
+    }
+    hosts.iter().filter(|h| !crate::store::tls::loopback(h)).cloned().collect()
+}
+
+/// The warning's text for a store reached in plaintext off this machine, as the start-up log
+/// and `msgx check` say it.
+pub fn plaintext_warning(store: &str, hosts: &[String], security: &str) -> Option<String> {
+    let away = plaintext_hosts(hosts, security);
+    (!away.is_empty()).then(|| {
+        format!(
+            "plaintext connection store={store} host={}: not this machine, so its password and every flight's data cross the network readable; ask for TLS (docs/operations.md, \"Securing msgx\")",
+            away.join(",")
+        )
+    })
+}
+
+/// How each store is reached, said once at start (#64): own PostgreSQL as its server sees the
+/// session, the others as configured (the mailbox as its server sees it when it answers now).
+fn say_security(cfg: &Config, pg: &mut crate::store::pg::Pg) {
+    let mut lines: Vec<(&str, Vec<String>, String)> = Vec::new();
+    if let Ok(s) = pg.security() {
+        lines.push(("postgres", pg.hosts(), s));
+    }
+    if let Ok(mut mb) = crate::store::mailbox::MysqlMailbox::of(cfg) {
+        let host = vec![mb.host()];
+        let seen = mb.security().unwrap_or_else(|e| format!("not reached now ({})", e.kind.as_str()));
+        lines.push(("mailbox", host, seen));
+    }
+    if let Ok(r) = crate::store::flights::RedisFlights::open(&cfg.redis, &cfg.redis_prefix) {
+        lines.push(("redis", r.hosts(), r.security()));
+    }
+    let brokers =
+        cfg.kafka_brokers.split(',').map(|b| b.trim().rsplit_once(':').map_or(b, |(h, _)| h).to_string());
+    lines.push(("kafka", brokers.collect(), crate::store::kafka::describe(&cfg.kafka_security)));
+    for (store, hosts, security) in lines {
+        info!("connection store={store} {security}");
+        let away = plaintext_hosts(&hosts, &security);
+        if !away.is_empty() {
+            warn!(
+                "plaintext connection store={store} host={}: not this machine, so its password and every flight's data cross the network readable; ask for TLS (docs/operations.md, \"Securing msgx\")",
+                away.join(",")
+            );
+        }
+    }
+}
+
 /// Own PostgreSQL at start: waited for while it is away, as any store is (SPEC §4.9, #54) —
 /// systemd hears READY with a status that says so, `/ready` says `store-away`, each try is a
 /// watched turn — then its schema and durability checked (a wrong schema still exits 3).
@@ -161,6 +212,7 @@ fn schema_checked(
     }
     let durability = schema_pg.durability()?;
     info!("postgres durability {durability}");
+    say_security(cfg, &mut schema_pg);
     if cfg.require_sync_standby && durability.synchronous == 0 {
         return Err(DaemonError::Store(StoreError::rejected(
             Store::Postgres,

@@ -32,12 +32,12 @@ impl<'a> RealStores<'a> {
 
     /// Own PostgreSQL, connected when first used (a lease session, the metrics' reads).
     pub fn pg(&self) -> Result<Pg, StoreError> {
-        Pg::new(&self.cfg.pg_url)
+        Pg::of(self.cfg)
     }
 
     /// Own PostgreSQL, connected now (the schema check at start).
     pub fn pg_connected(&self) -> Result<Pg, StoreError> {
-        Pg::connect(&self.cfg.pg_url)
+        Pg::of(self.cfg)?.connected()
     }
 
     /// Own PostgreSQL, every write fenced by `epoch`.
@@ -47,12 +47,12 @@ impl<'a> RealStores<'a> {
 
     /// The inbound mailbox (`CMINMSGS`).
     pub fn mailbox(&self) -> Result<MysqlMailbox, StoreError> {
-        MysqlMailbox::new(&self.cfg.mysql_url, &self.cfg.inbound)
+        MysqlMailbox::of(self.cfg)
     }
 
     /// The outbound mailbox (`COUTMSGS`).
     pub fn outbound(&self) -> Result<MysqlOutbound, StoreError> {
-        MysqlOutbound::new(&self.cfg.mysql_url, &self.cfg.outbound)
+        MysqlOutbound::of(self.cfg)
     }
 
     /// The flights in Redis, keeping journal entries `redis.journal-keep` (the evidence).
@@ -155,11 +155,11 @@ pub struct ConsoleStores(pub Config);
 
 impl crate::ops::console::Opener for ConsoleStores {
     fn own(&self) -> Result<Box<dyn crate::ports::OwnReads>, StoreError> {
-        Ok(Box::new(Pg::connect(&self.0.pg_url)?))
+        Ok(Box::new(Pg::of(&self.0)?.connected()?))
     }
 
     fn mailbox(&self) -> Result<Box<dyn crate::ports::MailboxEntries + Send>, StoreError> {
-        Ok(Box::new(MysqlMailbox::connect(&self.0.mysql_url, &self.0.inbound)?))
+        Ok(Box::new(MysqlMailbox::of(&self.0)?.connected()?))
     }
 
     fn flights(&self) -> Result<Box<dyn crate::ports::FlightAudit + Send>, StoreError> {

@@ -146,6 +146,7 @@ impl Notice {
 fn verb(kind: StoreErrorKind) -> &'static str {
     match kind {
         StoreErrorKind::Rejected => "store refused",
+        StoreErrorKind::Untrusted => "store not trusted",
         _ => "store unavailable",
     }
 }
@@ -214,7 +215,12 @@ impl Outages {
             notices.push(Notice::Started { stage, store: e.store, kind: e.kind, error: e.detail.clone() });
             Outage { since: now, kind: e.kind, last_alert: None }
         });
-        // A store that refused and now cannot be reached (or back) is the same outage.
+        // A store that refused and now cannot be reached (or back) is the same outage; one
+        // that became untrusted meanwhile (a server back with another certificate) is said at
+        // once, as an ERROR: it will not pass by itself (#64).
+        if e.kind == StoreErrorKind::Untrusted && o.kind != StoreErrorKind::Untrusted && notices.is_empty() {
+            notices.push(Notice::Started { stage, store: e.store, kind: e.kind, error: e.detail.clone() });
+        }
         o.kind = e.kind;
         let down_for = now.duration_since(o.since).unwrap_or_default();
         let due = match o.last_alert {
@@ -420,6 +426,30 @@ mod tests {
         assert!(n[0].to_string().starts_with("store refused store=mailbox stage=poll"), "{}", n[0]);
         let (n, _) = o.failed(&StoreError::rejected(Store::Mailbox, "again"), now + Duration::from_secs(61));
         assert!(n.is_empty(), "the next alert is alert-every later");
+    }
+
+    #[test]
+    fn an_untrusted_store_is_an_error_at_once_and_charges_nothing() {
+        // #64: a certificate from another CA will not pass by itself — an ERROR at once, even
+        // when the outage began as a store that was merely away.
+        let now = FakeClock::new().now();
+        let mut o = Outages::new("process", policy());
+        let refused = || {
+            StoreError::new(Store::Redis, StoreErrorKind::Untrusted, "certificate verify failed (another CA)")
+        };
+        assert!(refused().is_unavailable(), "waited out like an outage: nothing is charged");
+        let (n, _) = o.failed(&refused(), now);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].level(), log::Level::Error);
+        assert!(n[0].to_string().starts_with("store not trusted store=redis stage=process"), "{}", n[0]);
+        let mut away = Outages::new("process", policy());
+        let (n, _) = away.failed(&StoreError::unavailable(Store::Redis, "connection refused"), now);
+        assert_eq!(n[0].level(), log::Level::Warn);
+        let (n, _) = away.failed(&refused(), now + Duration::from_secs(1));
+        assert_eq!(n.len(), 1, "the server came back with a certificate msgx refuses: said at once");
+        assert_eq!(n[0].level(), log::Level::Error);
+        let (n, _) = away.failed(&refused(), now + Duration::from_secs(2));
+        assert!(n.is_empty(), "once, then alert-every");
     }
 
     #[test]

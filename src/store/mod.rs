@@ -8,6 +8,7 @@ pub mod kafka;
 pub mod mailbox;
 pub mod memory;
 pub mod pg;
+pub mod tls;
 
 /// A token no other write of any process carries (`applied:token`, #20): a random nonce of this
 /// process and a counter. A Redis whose token is not the one this process wrote last went back

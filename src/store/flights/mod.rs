@@ -41,6 +41,7 @@
 mod audit;
 mod cache;
 pub mod classify;
+mod connect;
 mod net;
 mod scripts;
 
@@ -53,11 +54,12 @@ use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, Script, Value};
 
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreErrorKind};
 use crate::handlers::{Decision, FlightState, FlightView};
 use crate::ports::{
     Applying, FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult,
 };
+use crate::store::tls;
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
 const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
@@ -103,37 +105,6 @@ impl std::fmt::Display for Replication {
         let via = if self.via_sentinels { "the master the sentinels name" } else { "redis.url" };
         write!(f, "role={} replicas={} min-replicas-to-write={min} ({via})", self.role, self.connected)
     }
-}
-
-/// How long a sentinel may take to connect and answer.
-const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Asks the sentinels, in order, where the master `name` is; the first that answers wins.
-fn ask_sentinels(t: &RedisTarget) -> StoreResult<(String, u16)> {
-    let mut why = Vec::new();
-    for s in &t.sentinels {
-        let url = match &t.sentinel_password {
-            Some(p) => format!("redis://:{p}@{s}/"),
-            None => format!("redis://{s}/"),
-        };
-        let answer = Client::open(url.as_str()).and_then(|c| {
-            let mut conn = c.get_connection_with_timeout(SENTINEL_TIMEOUT)?;
-            conn.set_read_timeout(Some(SENTINEL_TIMEOUT))?;
-            redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(&t.master)
-                .query::<Option<(String, u16)>>(&mut conn)
-        });
-        match answer {
-            Ok(Some(addr)) => return Ok(addr),
-            Ok(None) => why.push(format!("{s}: no master named {:?}", t.master)),
-            Err(e) => why.push(format!("{s}: {e}")),
-        }
-    }
-    Err(StoreError::unavailable(
-        Store::Redis,
-        format!("no sentinel named the master: {}", crate::secret::redact(&why.join("; "))),
-    ))
 }
 
 pub struct RedisFlights {
@@ -285,20 +256,51 @@ impl RedisFlights {
     }
 
     /// The client to connect with: `redis.url`, or its user, password and db at the address
-    /// the sentinels name for the master now.
+    /// the sentinels name for the master now; the password file and TLS files read now (#64).
     fn client_now(&self) -> StoreResult<Client> {
-        if self.target.sentinels.is_empty() {
-            return Ok(self.client.clone());
+        let tls_on = connect::tls_on(&self.target);
+        let mut info = self.client.get_connection_info().clone();
+        if !self.target.sentinels.is_empty() {
+            let (host, port) = connect::ask_sentinels(&self.target)?;
+            info = info.set_addr(connect::addr(host, port, tls_on));
         }
-        let (host, port) = ask_sentinels(&self.target)?;
-        let info = self.client.get_connection_info().clone().set_addr(redis::ConnectionAddr::Tcp(host, port));
-        Client::open(info).map_err(|e| StoreError::rejected(Store::Redis, format!("bad master address: {e}")))
+        connect::client(info, &self.target, tls_on)
+    }
+
+    /// How connections to this Redis are secured (#64).
+    pub fn security(&self) -> String {
+        connect::describe(&self.target)
+    }
+
+    /// The host of `redis.url` (or the sentinels'), for the plaintext-off-loopback warning.
+    pub fn hosts(&self) -> Vec<String> {
+        if self.target.sentinels.is_empty() {
+            return match self.client.get_connection_info().addr() {
+                redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => {
+                    vec![h.clone()]
+                }
+                _ => vec!["localhost".into()],
+            };
+        }
+        self.target
+            .sentinels
+            .iter()
+            .map(|s| s.rsplit_once(':').map_or(s.clone(), |(h, _)| h.to_string()))
+            .collect()
     }
 
     fn conn(&mut self) -> StoreResult<&mut Connection> {
         if self.conn.is_none() {
-            let unavailable =
-                |e: redis::RedisError| StoreError::unavailable(Store::Redis, classify::classify(&e).detail);
+            let unavailable = |e: redis::RedisError| {
+                let detail = classify::classify(&e).detail;
+                // A certificate refused will not pass by itself: untrusted, an ERROR at once (#64).
+                let kind = if tls::refused(&detail) {
+                    StoreErrorKind::Untrusted
+                } else {
+                    StoreErrorKind::Unavailable
+                };
+                StoreError::new(Store::Redis, kind, detail)
+            };
             let client = self.client_now()?;
             let mut c = client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
             if !self.target.sentinels.is_empty() {

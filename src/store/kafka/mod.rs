@@ -39,7 +39,46 @@ pub fn producer_settings(cfg: &Config) -> Vec<(&'static str, String)> {
     if !p.debug.is_empty() {
         s.push(("debug", p.debug.clone()));
     }
+    s.extend(security_settings(&cfg.kafka_security));
     s
+}
+
+/// What `kafka.security-protocol` sets in librdkafka (#64), the password aside (read at each
+/// new producer, never kept in the settings): TLS always verifies the chain and the broker's
+/// host name, whatever librdkafka's defaults are.
+fn security_settings(k: &crate::config::KafkaSecurity) -> Vec<(&'static str, String)> {
+    let mut s = vec![("security.protocol", k.protocol.name().to_string())];
+    if k.protocol.tls() {
+        s.push(("enable.ssl.certificate.verification", "true".into()));
+        s.push(("ssl.endpoint.identification.algorithm", "https".into()));
+        let path = |p: &std::path::PathBuf| p.display().to_string();
+        s.extend(k.ca.as_ref().map(|p| ("ssl.ca.location", path(p))));
+        s.extend(k.cert.as_ref().map(|p| ("ssl.certificate.location", path(p))));
+        s.extend(k.key.as_ref().map(|p| ("ssl.key.location", path(p))));
+    }
+    if let Some(sasl) = &k.sasl {
+        s.push(("sasl.mechanisms", sasl.mechanism.name().to_string()));
+        s.push(("sasl.username", sasl.username.clone()));
+    }
+    s
+}
+
+/// How msgx connects to the brokers, for `msgx check` and the start-up log (#64).
+pub fn describe(k: &crate::config::KafkaSecurity) -> String {
+    let tls = if k.protocol.tls() {
+        let ca = k.ca.as_ref().map_or("the system's CAs".to_string(), |p| format!("CA {}", p.display()));
+        let client = k
+            .cert
+            .as_ref()
+            .map_or("no client certificate".to_string(), |p| format!("client certificate {}", p.display()));
+        format!("TLS, verified (chain and host name); {ca}; {client}")
+    } else {
+        crate::store::tls::PLAINTEXT.to_string()
+    };
+    match &k.sasl {
+        Some(s) => format!("{tls}; SASL {} as {} ({})", s.mechanism.name(), s.username, k.protocol.name()),
+        None => format!("{tls} ({})", k.protocol.name()),
+    }
 }
 
 /// Delivery reports of the current round: (round, index in the round, result).
@@ -75,7 +114,11 @@ struct Collector {
 
 impl ClientContext for Collector {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
-        match level_of(level, fac) {
+        // A broker whose certificate is refused (or that refuses msgx's) will not pass by
+        // itself: an ERROR whatever librdkafka's level (#64).
+        let level =
+            if crate::store::tls::refused(msg) { Some(log::Level::Error) } else { level_of(level, fac) };
+        match level {
             Some(l) => log::log!(l, "kafka {fac}: {msg}"),
             None => log::debug!("kafka {fac}: {msg}"),
         }
@@ -105,16 +148,27 @@ impl ProducerContext for Collector {
 
 pub struct KafkaProducer {
     settings: Vec<(&'static str, String)>,
+    /// `kafka.sasl-password-file`, read at each new producer (#64).
+    password: Option<crate::secret::SecretFile>,
     producer: ThreadedProducer<Collector>,
     /// Upper bound of one round's wait: the message timeout plus slack.
     flush_timeout: Duration,
     round: u64,
 }
 
-fn build(settings: &[(&'static str, String)]) -> Result<ThreadedProducer<Collector>, StoreError> {
+fn build(
+    settings: &[(&'static str, String)],
+    password: Option<&crate::secret::SecretFile>,
+) -> Result<ThreadedProducer<Collector>, StoreError> {
     let mut cc = ClientConfig::new();
     for (k, v) in settings {
         cc.set(*k, v);
+    }
+    if let Some(f) = password {
+        let pw = f
+            .read()
+            .map_err(|e| StoreError::new(Store::Kafka, crate::error::StoreErrorKind::Untrusted, e))?;
+        cc.set("sasl.password", pw);
     }
     if settings.iter().any(|(k, _)| *k == "debug") {
         cc.set_log_level(RDKafkaLogLevel::Debug);
@@ -174,9 +228,11 @@ impl KafkaProducer {
 
     pub fn new(cfg: &Config) -> Result<KafkaProducer, StoreError> {
         let settings = producer_settings(cfg);
-        let producer = build(&settings)?;
+        let password = cfg.kafka_security.sasl.as_ref().map(|s| s.password.clone());
+        let producer = build(&settings, password.as_ref())?;
         Ok(KafkaProducer {
             settings,
+            password,
             producer,
             flush_timeout: cfg.producer.message_timeout + Duration::from_secs(5),
             round: 0,
@@ -219,7 +275,7 @@ impl KafkaProducer {
         if let Some((code, reason)) = self.producer.client().fatal_error() {
             warn!("kafka producer fatal error {code:?}: {reason}; recreating the producer");
         }
-        match build(&self.settings) {
+        match build(&self.settings, self.password.as_ref()) {
             Ok(p) => self.producer = p,
             Err(e) => error!("kafka producer could not be recreated: {e}"),
         }

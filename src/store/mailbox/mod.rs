@@ -7,6 +7,7 @@
 //! row that is not text is that row's failure, never a panic in the driver.
 
 pub mod classify;
+mod tls;
 
 use crate::error::Store;
 use std::collections::HashMap;
@@ -39,27 +40,34 @@ pub const SESSION_LIMIT: Duration = Duration::from_secs(5);
 struct Conn {
     opts: Opts,
     conn: Option<mysql::Conn>,
+    /// The URL's TLS parameters (#64), the files read at each new connection.
+    tls: crate::store::tls::Tls,
+    /// `mailbox.shared-mysql.password-file`, read at each new connection.
+    password: Option<crate::secret::SecretFile>,
 }
 
 impl Conn {
     fn new(url: &str) -> StoreResult<Conn> {
-        let opts = Opts::from_url(url).map_err(|e| {
-            StoreError::rejected(Store::Mailbox, format!("bad mailbox.shared-mysql.url: {e}"))
-        })?;
+        let bad =
+            |e: String| StoreError::rejected(Store::Mailbox, format!("bad mailbox.shared-mysql.url: {e}"));
+        let (rest, params) = crate::store::tls::split_params(url, &tls::PARAMS);
+        let tls = tls::settings(&params).map_err(bad)?;
+        let opts = Opts::from_url(&rest).map_err(|e| bad(e.to_string()))?;
         let opts: Opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(Duration::from_secs(5)))
             .read_timeout(Some(RESPONSE_TIMEOUT))
             .write_timeout(Some(RESPONSE_TIMEOUT))
             .into();
-        Ok(Conn { opts, conn: None })
+        Ok(Conn { opts, conn: None, tls, password: None })
     }
 
-    /// The connection; a failure to connect is always unavailable.
+    /// The connection; a failure to connect is always unavailable (untrusted when TLS refused
+    /// the server or a file could not be read: #64).
     fn get(&mut self) -> StoreResult<&mut mysql::Conn> {
         if self.conn.is_none() {
             let unavailable =
                 |e: mysql::Error| StoreError::unavailable(Store::Mailbox, classify::classify(&e).detail);
-            let mut c = mysql::Conn::new(self.opts.clone()).map_err(unavailable)?;
+            let mut c = tls::open(&self.opts, &self.tls, self.password.as_ref())?;
             // msgx writes DATETIMEs in mailbox.time-zone itself; the session stays on UTC so
             // that nothing depends on the server's own zone.
             c.query_drop("SET time_zone = '+00:00'").map_err(unavailable)?;
@@ -131,6 +139,41 @@ pub fn from_value(v: Value, zone: &MailboxZone) -> Option<SystemTime> {
 impl MysqlMailbox {
     pub fn new(url: &str, names: &InboundMailbox) -> StoreResult<MysqlMailbox> {
         Ok(MysqlMailbox { conn: Conn::new(url)?, names: names.clone() })
+    }
+
+    /// The inbound mailbox as the configuration names it: the URL and the password file.
+    pub fn of(cfg: &crate::config::Config) -> StoreResult<MysqlMailbox> {
+        let mut m = MysqlMailbox::new(&cfg.mysql_url, &cfg.inbound)?;
+        m.conn.password = cfg.mysql_password.clone();
+        Ok(m)
+    }
+
+    /// Connected now.
+    pub fn connected(mut self) -> StoreResult<MysqlMailbox> {
+        self.conn.get()?;
+        Ok(self)
+    }
+
+    /// How this connection is secured, as configured and as the server sees it
+    /// (`Ssl_version`, `Ssl_cipher`): for `msgx check` and the start-up log (#64).
+    pub fn security(&mut self) -> StoreResult<String> {
+        let configured = self.conn.tls.describe();
+        let rows: Vec<(String, String)> = self
+            .conn
+            .run(|c| c.query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')"))?;
+        let get = |k: &str| rows.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+        let (version, cipher) = (get("Ssl_version"), get("Ssl_cipher"));
+        let seen = if version.is_empty() {
+            crate::store::tls::PLAINTEXT.to_string()
+        } else {
+            format!("{version} {cipher}")
+        };
+        Ok(format!("{seen} ({configured})"))
+    }
+
+    /// The host of the URL, for the plaintext-off-loopback warning.
+    pub fn host(&self) -> String {
+        self.conn.opts.get_ip_or_hostname().to_string()
     }
 
     pub fn connect(url: &str, names: &InboundMailbox) -> StoreResult<MysqlMailbox> {
@@ -577,6 +620,13 @@ impl MysqlOutbound {
     /// Parses the URL; connects lazily.
     pub fn new(url: &str, names: &OutboundMailbox) -> StoreResult<MysqlOutbound> {
         Ok(MysqlOutbound { conn: Conn::new(url)?, names: names.clone() })
+    }
+
+    /// The outbound mailbox as the configuration names it: the URL and the password file.
+    pub fn of(cfg: &crate::config::Config) -> StoreResult<MysqlOutbound> {
+        let mut m = MysqlOutbound::new(&cfg.mysql_url, &cfg.outbound)?;
+        m.conn.password = cfg.mysql_password.clone();
+        Ok(m)
     }
 
     pub fn connect(url: &str, names: &OutboundMailbox) -> StoreResult<MysqlOutbound> {

@@ -23,10 +23,13 @@ use crate::error::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
-use postgres::{Client, NoTls};
+use postgres::Client;
+
+use crate::secret::SecretFile;
+use crate::store::tls::{self, Mode, Tls};
 
 use crate::domain::{InboundRow, MsgEvent, NewEvent, ProcRow, ProcStatus, RedisRecord, Target};
-use crate::error::{ErrorClass, StoreError};
+use crate::error::{ErrorClass, StoreError, StoreErrorKind};
 use crate::handlers::{self, RefChange};
 use crate::ports::{
     ArchiveCut, ArchivedAs, Fifo, Held, Housekeeping, Intake, Landed, MarkLedger, Outbox, OwedMark,
@@ -49,14 +52,29 @@ pub struct Pg {
     /// The lease epoch every write transaction is fenced with; `None` for an operator's
     /// command (replay, reconcile), which writes beside the daemon through conditional writes.
     fence: Option<i64>,
+    /// The URL's libpq TLS parameters (#64), its files read at each new connection.
+    tls: Tls,
+    /// `datasources.default.password-file`, read at each new connection.
+    password: Option<SecretFile>,
 }
+
+/// libpq's TLS parameters in `datasources.default.url` (#64): msgx's to read, with libpq's
+/// meaning, for every host of a multi-host URL.
+const TLS_PARAMS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
 impl Pg {
     /// Parses the URL; connects lazily. Connect and statement time are bounded.
     pub fn new(url: &str) -> Result<Pg, StoreError> {
-        let mut config: postgres::Config = url.parse().map_err(|e| {
-            StoreError::rejected(Store::Postgres, format!("bad datasources.default.url: {e}"))
-        })?;
+        let bad =
+            |e: String| StoreError::rejected(Store::Postgres, format!("bad datasources.default.url: {e}"));
+        let (rest, params) = tls::split_params(url, &TLS_PARAMS);
+        let tls = pg_tls(&params).map_err(bad)?;
+        let mut config: postgres::Config = rest.parse().map_err(|e: postgres::Error| bad(e.to_string()))?;
+        config.ssl_mode(match tls.mode {
+            Mode::Disable => postgres::config::SslMode::Disable,
+            Mode::Prefer => postgres::config::SslMode::Prefer,
+            _ => postgres::config::SslMode::Require,
+        });
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
@@ -71,7 +89,86 @@ impl Pg {
         // msgx writes: a session on a standby (a multi-host URL, a VIP that has not moved yet)
         // is never wanted, whatever the URL says (#19).
         config.target_session_attrs(postgres::config::TargetSessionAttrs::ReadWrite);
-        Ok(Pg { config, store: url.into(), client: None, statements: Statements::default(), fence: None })
+        Ok(Pg {
+            config,
+            store: url.into(),
+            client: None,
+            statements: Statements::default(),
+            fence: None,
+            tls,
+            password: None,
+        })
+    }
+
+    /// Own PostgreSQL as the configuration names it: the URL and the password file.
+    pub fn of(cfg: &crate::config::Config) -> Result<Pg, StoreError> {
+        Ok(Pg::new(&cfg.pg_url)?.with_password(cfg.pg_password.clone()))
+    }
+
+    /// The password read from `file` at each new connection (#64), instead of the URL's.
+    pub fn with_password(mut self, file: Option<SecretFile>) -> Pg {
+        self.password = file;
+        self
+    }
+
+    /// Connected now.
+    pub fn connected(mut self) -> Result<Pg, StoreError> {
+        self.client()?;
+        Ok(self)
+    }
+
+    /// How this connection is secured, as configured and as the server sees it (`pg_stat_ssl`):
+    /// for `msgx check` and the start-up log (#64).
+    pub fn security(&mut self) -> StoreResult<String> {
+        let configured = self.tls.describe();
+        let row = self
+            .client()?
+            .query_opt(
+                "SELECT ssl, version, cipher, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .map_err(|e| classify::classify(&e))?;
+        let seen = match row {
+            Some(r) if r.get::<_, bool>(0) => format!(
+                "{} {}{}",
+                r.get::<_, Option<String>>(1).unwrap_or_default(),
+                r.get::<_, Option<String>>(2).unwrap_or_default(),
+                if r.get::<_, Option<String>>(3).is_some() { ", client certificate accepted" } else { "" }
+            ),
+            _ => tls::PLAINTEXT.into(),
+        };
+        Ok(format!("{seen} ({configured})"))
+    }
+
+    /// The hosts of the URL, for the plaintext-off-loopback warning.
+    pub fn hosts(&self) -> Vec<String> {
+        self.config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                postgres::config::Host::Tcp(h) => h.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .collect()
+    }
+
+    /// The TLS connector for a new connection, its files read now; the password likewise.
+    fn connecting(&self) -> StoreResult<(postgres::Config, postgres_openssl::MakeTlsConnector)> {
+        let mut config = self.config.clone();
+        if let Some(f) = &self.password {
+            let pw = f.read().map_err(|e| StoreError::new(Store::Postgres, StoreErrorKind::Untrusted, e))?;
+            config.password(pw);
+        }
+        let builder = self.tls.openssl(Store::Postgres)?;
+        let mut connector = postgres_openssl::MakeTlsConnector::new(builder.build());
+        if self.tls.effective() != Mode::VerifyFull {
+            // verify-ca: the chain, not the name; prefer and require verify nothing (set above).
+            connector.set_callback(|c, _| {
+                c.set_verify_hostname(false);
+                Ok(())
+            });
+        }
+        Ok((config, connector))
     }
 
     pub fn connect(url: &str) -> Result<Pg, StoreError> {
@@ -88,6 +185,8 @@ impl Pg {
             client: None,
             statements: Statements::default(),
             fence: self.fence,
+            tls: self.tls.clone(),
+            password: self.password.clone(),
         }
     }
 
@@ -101,10 +200,17 @@ impl Pg {
     /// no message can be at fault for it).
     pub fn client(&mut self) -> Result<&mut Client, StoreError> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
-            let mut c = self
-                .config
-                .connect(NoTls)
-                .map_err(|e| StoreError::unavailable(Store::Postgres, classify::classify(&e).detail))?;
+            let (config, connector) = self.connecting()?;
+            let mut c = config.connect(connector).map_err(|e| {
+                let detail = classify::classify(&e).detail;
+                // A refused certificate will not pass by itself: untrusted, an ERROR at once (#64).
+                let kind = if tls::refused(&detail) {
+                    StoreErrorKind::Untrusted
+                } else {
+                    StoreErrorKind::Unavailable
+                };
+                StoreError::new(Store::Postgres, kind, format!("{detail} (sslmode={})", self.tls.mode.name()))
+            })?;
             // Plans must not depend on fresh statistics: the FIFO, outbox and backfill queries
             // walk their partial indexes in order instead of sorting every unfinished row when
             // the table's statistics are stale (docs/performance.md). enable_seqscan = off for
@@ -940,6 +1046,28 @@ impl Housekeeping for Pg {
             Ok(Ok(row.map(|r| if r.get(0) { ArchivedAs::DeadUndealt } else { ArchivedAs::Settled })))
         })
     }
+}
+
+/// The URL's libpq TLS parameters as msgx's settings: `sslmode` (libpq's default: prefer),
+/// `sslrootcert`, `sslcert`, `sslkey`.
+fn pg_tls(params: &BTreeMap<String, String>) -> Result<Tls, String> {
+    let mode = match params.get("sslmode") {
+        Some(m) => Mode::libpq(m).ok_or_else(|| {
+            format!("sslmode={m} is not disable, prefer, require, verify-ca or verify-full")
+        })?,
+        None => Mode::Prefer,
+    };
+    let file = |k: &str| params.get(k).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    let tls = Tls {
+        mode,
+        files: tls::Files { ca: file("sslrootcert"), cert: file("sslcert"), key: file("sslkey") },
+    };
+    tls.check("sslcert/sslkey")?;
+    if matches!(mode, Mode::VerifyCa | Mode::VerifyFull) && tls.files.ca.is_none() {
+        // libpq reads ~/.postgresql/root.crt; a service has no such home: the system's roots.
+        log::debug!("sslmode={} without sslrootcert: the system's CAs", mode.name());
+    }
+    Ok(tls)
 }
 
 #[cfg(test)]

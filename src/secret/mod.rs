@@ -15,6 +15,9 @@
 use std::borrow::Cow;
 use std::sync::RwLock;
 
+pub mod file;
+pub use file::{SecretError, SecretFile};
+
 /// Parameter names whose value is a secret, matched without regard to case.
 const SECRET_KEYS: &[&str] = &["password", "passwd", "pass", "pwd", "sslpassword", "sentinel_password"];
 
@@ -94,7 +97,9 @@ fn decoded(connection: &str) -> Option<String> {
     let scheme = url_scheme(connection).map(|(s, _)| s.to_ascii_lowercase());
     match scheme.as_deref() {
         None | Some("postgres" | "postgresql") => {
-            let config: postgres::Config = connection.parse().ok()?;
+            // Without libpq's TLS parameters (`sslmode=verify-full`, #64): they are msgx's, and
+            // the driver refuses what it does not know.
+            let config: postgres::Config = without_tls_params(connection).parse().ok()?;
             config.get_password().map(|p| String::from_utf8_lossy(p).into_owned())
         }
         Some("mysql") => mysql::Opts::from_url(connection).ok()?.get_pass().map(str::to_string),
@@ -102,6 +107,22 @@ fn decoded(connection: &str) -> Option<String> {
             let info = redis::IntoConnectionInfo::into_connection_info(connection).ok()?;
             info.redis_settings().password().map(str::to_string)
         }
+    }
+}
+
+/// A URL without the query parameters libpq reads for TLS, which the driver does not know.
+fn without_tls_params(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else { return url.to_string() };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| {
+            !["sslmode", "sslrootcert", "sslcert", "sslkey"].contains(&p.split('=').next().unwrap_or(""))
+        })
+        .collect();
+    if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
     }
 }
 
