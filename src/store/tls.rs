@@ -64,6 +64,17 @@ impl Mode {
         })
     }
 
+    /// The MySQL client's name of the mode.
+    pub fn mysql_name(self) -> &'static str {
+        match self {
+            Mode::Disable => "DISABLED",
+            Mode::Prefer => "PREFERRED",
+            Mode::Require => "REQUIRED",
+            Mode::VerifyCa => "VERIFY_CA",
+            Mode::VerifyFull => "VERIFY_IDENTITY",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Disable => "disable",
@@ -195,6 +206,22 @@ pub fn refused(text: &str) -> bool {
     SIGNS.iter().any(|s| lower.contains(s))
         || lower.contains("tls handshake")
         || lower.contains("ip address mismatch")
+}
+
+/// `detail` with the causes of `e` it does not say yet: a driver's "error performing TLS
+/// handshake" hides why (OpenSSL's "certificate verify failed").
+pub fn with_causes(detail: &str, e: &dyn std::error::Error) -> String {
+    let mut out = detail.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// `connection` without the query parameters `names` (a URL's `?a=b&…`, or a key=value

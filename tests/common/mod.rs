@@ -18,6 +18,8 @@ use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;
 
+pub mod tls;
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 fn env(name: &str) -> String {
@@ -76,16 +78,25 @@ impl Services {
             .expect("admin connection to MariaDB");
         my.query_drop(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4")).unwrap();
         my.query_drop(format!("USE {name}")).unwrap();
-        for stmt in include_str!("../../sql/fixtures/mailbox.sql").split(';') {
-            let body: String =
-                stmt.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
-            if !body.trim().is_empty() {
-                my.query_drop(&body).expect("fixture DDL");
-            }
-        }
+        mailbox_fixture(&mut my);
         let topic = format!("msgx.{name}");
         create_topic_on(&brokers, &topic);
         create_topic_on(&brokers, &format!("{topic}.schd"));
+        let urls = [
+            with_db(&pg_admin, &name),
+            with_db(&mysql_admin, &name),
+            stores.redis.clone().unwrap_or_else(|| env("MSGX_REDIS_URL")),
+            brokers,
+        ];
+        let mut s = Services::assemble(&name, extra, tls::TlsToml::default(), urls);
+        (s.pg_admin, s.mysql_admin) = (pg_admin, mysql_admin);
+        s
+    }
+
+    /// A test's configuration on stores made already: the URLs (own PostgreSQL, the mailbox,
+    /// Redis, the brokers), `extra` in `[msgx.pipeline]`, and the TLS keys where they belong.
+    pub fn assemble(name: &str, extra: &str, tls: tls::TlsToml, urls: [String; 4]) -> Services {
+        let topic = format!("msgx.{name}");
         // Tests poll fast unless they say otherwise; `extra` lands in [msgx.pipeline].
         let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
         // A first start asks the AODB for today's flights (`msgx.requests.on-empty`, #41): a
@@ -95,21 +106,28 @@ impl Services {
             (false, true) => extra.replacen("[msgx.requests]\n", "[msgx.requests]\non-empty = false\n", 1),
             (false, false) => format!("{extra}\n[msgx.requests]\non-empty = false\n"),
         };
+        let kafka = if tls.kafka.is_empty() { String::new() } else { format!("[kafka]\n{}", tls.kafka) };
         let text = format!(
-            "[kafka.topics]\nmsg = \"{topic}\"\nschd = \"{topic}.schd\"\n[redis]\nkey-prefix = \"{name}:\"\n\
-             [metrics]\nlisten = \"127.0.0.1:0\"\n[msgx.pipeline]\n{poll}{extra}"
+            "{kafka}[kafka.topics]\nmsg = \"{topic}\"\nschd = \"{topic}.schd\"\n[redis]\nkey-prefix = \"{name}:\"\n{}\
+             [metrics]\nlisten = \"127.0.0.1:0\"\n{}[msgx.pipeline]\n{poll}{extra}",
+            tls.redis, tls.tables
         );
-        let pg_url = with_db(&pg_admin, &name);
-        let mysql_url = with_db(&mysql_admin, &name);
+        let [pg_url, mysql_url, redis_url, brokers] = urls;
         let cfg = Config::from_toml_str(&text, |k| match k {
             "MSGX_PG_URL" => Some(pg_url.clone()),
             "MSGX_MYSQL_URL" => Some(mysql_url.clone()),
-            "MSGX_REDIS_URL" => stores.redis.clone().or_else(|| std::env::var(k).ok()),
+            "MSGX_REDIS_URL" => Some(redis_url.clone()),
             "MSGX_KAFKA_BROKERS" => Some(brokers.clone()),
             _ => std::env::var(k).ok(),
         })
         .expect("test configuration");
-        Services { name, cfg, toml: text, pg_admin, mysql_admin }
+        Services {
+            name: name.to_string(),
+            cfg,
+            toml: text,
+            pg_admin: String::new(),
+            mysql_admin: String::new(),
+        }
     }
 
     pub fn migrated(extra: &str) -> Services {
@@ -124,20 +142,44 @@ impl Services {
     }
 
     pub fn pg(&self) -> postgres::Client {
-        postgres::Client::connect(&self.cfg.pg_url, postgres::NoTls).expect("test PostgreSQL")
+        tls::pg_client(&self.cfg.pg_url)
     }
 
     pub fn mysql(&self) -> mysql::Conn {
-        mysql::Conn::new(mysql::Opts::from_url(&self.cfg.mysql_url).unwrap()).expect("test MariaDB")
+        self.try_mysql().expect("test MariaDB")
+    }
+
+    /// The test's mailbox database; over TLS (the instance's CA, its password) when the URL asks.
+    fn try_mysql(&self) -> Result<mysql::Conn, mysql::Error> {
+        let (rest, params) = msgx::store::tls::split_params(&self.cfg.mysql_url, &["ssl-mode", "ssl-ca"]);
+        let mut opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&rest).unwrap());
+        if let Some(ca) = params.get("ssl-ca") {
+            let ca = std::path::PathBuf::from(ca);
+            opts = opts.pass(Some(tls::SECRET)).ssl_opts(Some(
+                mysql::SslOpts::default().with_root_cert_path(Some(std::borrow::Cow::Owned(ca))),
+            ));
+        }
+        mysql::Conn::new(opts)
     }
 
     pub fn redis(&self) -> redis::Connection {
+        if self.cfg.redis_url.starts_with("rediss://") {
+            let info = redis::IntoConnectionInfo::into_connection_info(self.cfg.redis_url.as_str()).unwrap();
+            let info =
+                info.clone().set_redis_settings(info.redis_settings().clone().set_password(tls::SECRET));
+            let ca = self.cfg.redis.tls_ca.as_ref().map(|p| std::fs::read(p).unwrap());
+            let certs = redis::TlsCertificates { client_tls: None, root_cert: ca };
+            return redis::Client::build_with_tls(info, certs)
+                .unwrap()
+                .get_connection()
+                .expect("test Redis (TLS)");
+        }
         redis::Client::open(self.cfg.redis_url.as_str()).unwrap().get_connection().expect("test Redis")
     }
 
     /// Inserts one message as the upstream does, or says why the mailbox did not take it.
     pub fn try_insert_inbound(&self, raw: &str) -> Result<i64, mysql::Error> {
-        let mut my = mysql::Conn::new(mysql::Opts::from_url(&self.cfg.mysql_url).unwrap())?;
+        let mut my = self.try_mysql()?;
         my.exec_drop(
             "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES (?, UTC_TIMESTAMP(), 'VALID')",
             (raw,),
@@ -214,12 +256,27 @@ impl Services {
 
 impl Drop for Services {
     fn drop(&mut self) {
-        // Best effort: a failed test keeps nothing worth the disk.
+        // Best effort: a failed test keeps nothing worth the disk. Stores made for the test
+        // alone (TLS-only instances) go with it.
+        if self.pg_admin.is_empty() {
+            return;
+        }
         if let Ok(mut admin) = postgres::Client::connect(&self.pg_admin, postgres::NoTls) {
             let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
         }
         if let Ok(mut my) = mysql::Conn::new(mysql::Opts::from_url(&self.mysql_admin).unwrap()) {
             let _ = my.query_drop(format!("DROP DATABASE IF EXISTS {}", self.name));
+        }
+    }
+}
+
+/// The mailbox tables (`sql/fixtures/mailbox.sql`) in the connection's database.
+pub fn mailbox_fixture(my: &mut mysql::Conn) {
+    for stmt in include_str!("../../sql/fixtures/mailbox.sql").split(';') {
+        let body: String =
+            stmt.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+        if !body.trim().is_empty() {
+            my.query_drop(&body).expect("fixture DDL");
         }
     }
 }
@@ -279,13 +336,37 @@ fn consume_until(
     deadline: Duration,
     done: impl Fn(&[Consumed]) -> bool,
 ) -> Vec<Consumed> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    consume_over(brokers, &[], topic, deadline, done)
+}
+
+/// Reads partition 0 of `topic` from the beginning until `want` records or `deadline`, with
+/// the consumer's `settings` (TLS, #64).
+pub fn consume_with(
+    brokers: &str,
+    settings: &[(&'static str, String)],
+    topic: &str,
+    want: usize,
+    deadline: Duration,
+) -> Vec<Consumed> {
+    consume_over(brokers, settings, topic, deadline, |got| got.len() >= want)
+}
+
+fn consume_over(
+    brokers: &str,
+    settings: &[(&'static str, String)],
+    topic: &str,
+    deadline: Duration,
+    done: impl Fn(&[Consumed]) -> bool,
+) -> Vec<Consumed> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", brokers)
         .set("group.id", format!("msgx-test-{}", std::process::id()))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("consumer");
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in settings {
+        cc.set(*k, v);
+    }
+    let consumer: BaseConsumer = cc.create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
     consumer.assign(&tpl).expect("assign");
@@ -612,7 +693,8 @@ impl Instance {
         std::fs::write(&config, format!("{extra}\n{}", s.toml)).unwrap();
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let pg_url = format!("{}?application_name=msgx-{name}", s.cfg.pg_url);
+        let join = if s.cfg.pg_url.contains('?') { '&' } else { '?' };
+        let pg_url = format!("{}{join}application_name=msgx-{name}", s.cfg.pg_url);
         let child = Command::new(bin)
             .args(["--config", config.to_str().unwrap(), "run"])
             .env("MSGX_PG_URL", pg_url)

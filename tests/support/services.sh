@@ -13,6 +13,15 @@
 #                                        test that stops or restarts a store: the shared ones stay up
 #   tests/support/services.sh halt KIND DIR
 #                                        stop that private instance; its data stays in DIR
+#   tests/support/services.sh instance-tls KIND DIR PORT CERT KEY CA
+#                                        a private TLS-only PostgreSQL (hostssl + scram), MariaDB
+#                                        (require_secure_transport, REQUIRE SSL), Redis (--port 0,
+#                                        --tls-port, an ACL user, default off) or Kafka (Tansu behind
+#                                        stunnel4, a client certificate required): plaintext is
+#                                        refused by the server (#64). The password is
+#                                        msgx-tls-secret; CERT/KEY/CA are the server's (made by the
+#                                        test). Kafka's plaintext side, for the test's own topic
+#                                        tool, is PORT+1. Again with other files: restarted with them
 #   tests/support/services.sh pg-primary DIR PORT
 #                                        a private PostgreSQL primary ready for streaming replicas
 #                                        (durable: fsync and synchronous_commit on)
@@ -60,6 +69,8 @@ install() {
   # logrotate rotates msgx's log while messages flow.
   command -v promtool >/dev/null || need+=(prometheus)
   command -v logrotate >/dev/null || need+=(logrotate)
+  # TLS (#64): Tansu has no TLS of its own; stunnel4 stands in front of it.
+  command -v stunnel4 >/dev/null || need+=(stunnel4)
   # The console is tested in a real browser (headless), with a font to draw its screenshot.
   command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
   if [ ${#need[@]} -gt 0 ]; then
@@ -113,16 +124,18 @@ mysql_cli() { command -v mariadb || command -v mysql; }
 
 start_mysql() {
   if [ -f "$DIR/mysql/mysqld.pid" ] && port_open "$MYSQL_PORT"; then return; fi
-  mkdir -p "$DIR/mysql"
+  mkdir -p "$DIR/mysql/tmp"
   if [ ! -d "$DIR/mysql/data/mysql" ]; then
     local inst; inst=$(command -v mariadb-install-db || command -v mysql_install_db)
-    "$inst" --no-defaults --datadir="$DIR/mysql/data" --user=root --auth-root-authentication-method=socket \
+    # Its own temporary directory: installs running at once collide in /tmp otherwise.
+    mkdir -p "$DIR/mysql/tmp"
+    TMPDIR="$DIR/mysql/tmp" "$inst" --no-defaults --datadir="$DIR/mysql/data" --user=root --auth-root-authentication-method=socket \
       >"$DIR/mysql/install.log" 2>&1 || die "mariadb-install-db failed: $(tail -5 "$DIR/mysql/install.log")"
   fi
   "$(mysqld_bin)" --no-defaults --datadir="$DIR/mysql/data" --user=root --bind-address=127.0.0.1 \
     --port="$MYSQL_PORT" --socket="$DIR/mysql/mysqld.sock" --pid-file="$DIR/mysql/mysqld.pid" \
     --skip-name-resolve --innodb-flush-log-at-trx-commit=0 --max-connections=300 \
-    --log-error="$DIR/mysql/server.log" >/dev/null 2>&1 &
+    --tmpdir="$DIR/mysql/tmp" --log-error="$DIR/mysql/server.log" >/dev/null 2>&1 &
   wait_for 60 MariaDB "$(mysql_cli)" --no-defaults -uroot --socket="$DIR/mysql/mysqld.sock" -e 'SELECT 1'
   "$(mysql_cli)" --no-defaults -uroot --socket="$DIR/mysql/mysqld.sock" <<SQL
 CREATE DATABASE IF NOT EXISTS mailbox CHARACTER SET utf8mb4;
@@ -202,6 +215,135 @@ instance() {
 
 pg_as() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
+# TLS-only instances (#64): the server refuses plaintext. The password of user msgx is
+# TLS_SECRET everywhere; the test makes the CA and the certificates and names them.
+TLS_SECRET=msgx-tls-secret
+
+tls_pg() {
+  local dir=$1 port=$2 cert=$3 key=$4 ca=$5 bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
+  mkdir -p "$dir/pg"; chown -R postgres:postgres "$dir/pg" 2>/dev/null || true
+  if [ ! -f "$dir/pg/data/PG_VERSION" ]; then
+    printf '%s\n' "$TLS_SECRET" >"$dir/pg/pw"; chown postgres "$dir/pg/pw" 2>/dev/null || true
+    pg_as "$bin/initdb" -D "$dir/pg/data" -U msgx --auth-local=trust --auth-host=scram-sha-256 \
+      --pwfile="$dir/pg/pw" -E UTF8 --locale=C.UTF-8 >"$dir/pg/initdb.log" 2>&1 \
+      || die "initdb failed: $(tail -5 "$dir/pg/initdb.log")"
+    # TLS only: no `host` line, so a plaintext session is refused by the server.
+    printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n' >"$dir/pg/data/pg_hba.conf"
+  fi
+  command install -m 0644 "$cert" "$dir/pg/data/server.crt"; command install -m 0600 "$key" "$dir/pg/data/server.key"
+  command install -m 0644 "$ca" "$dir/pg/data/root.crt"
+  chown postgres:postgres "$dir/pg/data/server.crt" "$dir/pg/data/server.key" "$dir/pg/data/root.crt" 2>/dev/null || true
+  if [ -f "$dir/pg/data/postmaster.pid" ] && port_open "$port"; then
+    pg_as "$bin/pg_ctl" -D "$dir/pg/data" reload >&2; return
+  fi
+  pg_as "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/server.log" -w -t 30 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/pg -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=root.crt -c fsync=off -c synchronous_commit=off -c max_connections=200" \
+    start >&2 || die "PostgreSQL (TLS) did not start: $(tail -5 "$dir/pg/server.log")"
+  "$bin/psql" -h "$dir/pg" -p "$port" -U msgx -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='msgx'" | grep -q 1 \
+    || "$bin/createdb" -h "$dir/pg" -p "$port" -U msgx msgx
+}
+
+tls_mysql() {
+  local dir=$1 port=$2 cert=$3 key=$4 ca=$5
+  kill_pidfile "$dir/mysql/mysqld.pid"
+  mkdir -p "$dir/mysql/tmp"
+  cp "$cert" "$dir/mysql/server.crt"; cp "$key" "$dir/mysql/server.key"; cp "$ca" "$dir/mysql/ca.crt"
+  if [ ! -d "$dir/mysql/data/mysql" ]; then
+    local inst; inst=$(command -v mariadb-install-db || command -v mysql_install_db)
+    # Its own temporary directory: installs running at once collide in /tmp otherwise.
+    mkdir -p "$dir/mysql/tmp"
+    TMPDIR="$dir/mysql/tmp" "$inst" --no-defaults --datadir="$dir/mysql/data" --user=root --auth-root-authentication-method=socket \
+      >"$dir/mysql/install.log" 2>&1 || die "mariadb-install-db failed: $(grep -iE "error|fatal|denied" "$dir/mysql/install.log" | head -5)"
+  fi
+  "$(mysqld_bin)" --no-defaults --datadir="$dir/mysql/data" --user=root --bind-address=127.0.0.1 \
+    --port="$port" --socket="$dir/mysql/mysqld.sock" --pid-file="$dir/mysql/mysqld.pid" \
+    --skip-name-resolve --innodb-flush-log-at-trx-commit=0 --max-connections=200 \
+    --ssl-cert="$dir/mysql/server.crt" --ssl-key="$dir/mysql/server.key" --ssl-ca="$dir/mysql/ca.crt" \
+    --require-secure-transport=ON --tmpdir="$dir/mysql/tmp" --log-error="$dir/mysql/server.log" >/dev/null 2>&1 &
+  wait_for 60 "MariaDB (TLS)" "$(mysql_cli)" --no-defaults -uroot --socket="$dir/mysql/mysqld.sock" -e 'SELECT 1'
+  "$(mysql_cli)" --no-defaults -uroot --socket="$dir/mysql/mysqld.sock" <<SQL
+CREATE DATABASE IF NOT EXISTS mailbox CHARACTER SET utf8mb4;
+CREATE USER IF NOT EXISTS 'msgx'@'127.0.0.1' IDENTIFIED BY '$TLS_SECRET' REQUIRE SSL;
+GRANT ALL PRIVILEGES ON *.* TO 'msgx'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+}
+
+tls_redis() {
+  local dir=$1 port=$2 cert=$3 key=$4 ca=$5
+  if [ -f "$dir/redis/redis.pid" ] && port_open "$port"; then
+    # Running: the certificate is renewed in place, as an operator would (CONFIG SET), and the
+    # clients are dropped so that they meet it. A restart would be another test: Redis 7.0
+    # replays no MULTI/EXEC from its AOF while the default user is off (redis#14541).
+    local cli=(redis-cli --tls --insecure -p "$port" --user msgx --pass "$TLS_SECRET" --no-auth-warning)
+    "${cli[@]}" CONFIG SET tls-cert-file "$cert" tls-key-file "$key" tls-ca-cert-file "$ca" >&2
+    "${cli[@]}" CLIENT KILL TYPE normal >&2
+    return
+  fi
+  mkdir -p "$dir/redis"
+  cat >"$dir/redis/redis.conf" <<CONF
+bind 127.0.0.1
+port 0
+tls-port $port
+tls-cert-file $cert
+tls-key-file $key
+tls-ca-cert-file $ca
+tls-auth-clients optional
+dir $dir/redis
+save ""
+appendonly yes
+appendfsync always
+daemonize yes
+pidfile $dir/redis/redis.pid
+logfile $dir/redis/server.log
+user default off
+user msgx on >$TLS_SECRET ~* &* +@all
+CONF
+  redis-server "$dir/redis/redis.conf" >&2
+  wait_for 20 "Redis (TLS)" port_open "$port"
+}
+
+tls_kafka() {
+  local dir=$1 port=$2 cert=$3 key=$4 ca=$5 inner=$(( $2 + 1 ))
+  mkdir -p "$dir/kafka"
+  kill_pidfile "$dir/kafka/stunnel.pid"
+  if ! port_open "$inner"; then
+    # Tansu advertises the TLS port: clients come back through stunnel.
+    nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$inner" \
+      --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ \
+      >"$dir/kafka/server.log" 2>&1 &
+    echo $! >"$dir/kafka/tansu.pid"
+    wait_for 30 Tansu port_open "$inner"
+  fi
+  cat >"$dir/kafka/stunnel.conf" <<CONF
+pid = $dir/kafka/stunnel.pid
+output = $dir/kafka/stunnel.log
+foreground = no
+[kafka]
+accept = 127.0.0.1:$port
+connect = 127.0.0.1:$inner
+cert = $cert
+key = $key
+CAfile = $ca
+verifyChain = yes
+requireCert = yes
+CONF
+  stunnel4 "$dir/kafka/stunnel.conf" >&2 || die "stunnel did not start: $(tail -5 "$dir/kafka/stunnel.log" 2>/dev/null)"
+  wait_for 20 "stunnel (Kafka TLS)" port_open "$port"
+}
+
+instance_tls() {
+  local kind=$1 dir=$2 port=$3 cert=$4 key=$5 ca=$6
+  mkdir -p "$dir"
+  case "$kind" in
+    pg) tls_pg "$dir" "$port" "$cert" "$key" "$ca" ;;
+    mysql) tls_mysql "$dir" "$port" "$cert" "$key" "$ca" ;;
+    redis) tls_redis "$dir" "$port" "$cert" "$key" "$ca" ;;
+    kafka) tls_kafka "$dir" "$port" "$cert" "$key" "$ca" ;;
+    *) die "instance-tls: unknown kind $kind (pg, mysql, redis, kafka)" ;;
+  esac
+}
+
 # A primary for streaming replicas: durable, with WAL senders and replication slots.
 pg_primary() {
   local dir=$1 port=$2 bin; bin=$(pg_bin) || die "PostgreSQL binaries not found"
@@ -270,7 +412,9 @@ halt() {
       "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true ;;
     mysql) kill_pidfile "$dir/mysql/mysqld.pid" ;;
     redis|sentinel) kill_pidfile "$dir/redis/redis.pid" ;;
-    *) die "halt: unknown kind $kind (pg, mysql, redis, sentinel)" ;;
+    kafka) kill_pidfile "$dir/kafka/stunnel.pid"; kill_pidfile "$dir/kafka/tansu.pid" ;;
+    stunnel) kill_pidfile "$dir/kafka/stunnel.pid" ;;
+    *) die "halt: unknown kind $kind (pg, mysql, redis, sentinel, kafka, stunnel)" ;;
   esac
 }
 
@@ -287,6 +431,8 @@ case "${1:-}" in
     for p in "$PG_PORT" "$MYSQL_PORT" "$REDIS_PORT" "$KAFKA_PORT"; do port_open "$p" || exit 1; done ;;
   stop) stop ;;
   instance) [ $# -eq 4 ] || die "usage: $0 instance pg|mysql|redis DIR PORT"; instance "$2" "$3" "$4" ;;
+  instance-tls) [ $# -eq 7 ] || die "usage: $0 instance-tls pg|mysql|redis|kafka DIR PORT CERT KEY CA"
+    install; instance_tls "$2" "$3" "$4" "$5" "$6" "$7" ;;
   halt) [ $# -eq 3 ] || die "usage: $0 halt pg|mysql|redis|sentinel DIR"; halt "$2" "$3" ;;
   pg-primary) [ $# -eq 3 ] || die "usage: $0 pg-primary DIR PORT"; pg_primary "$2" "$3" ;;
   pg-replica) [ $# -eq 5 ] || die "usage: $0 pg-replica DIR PORT PRIMARY_PORT NAME"; pg_replica "$2" "$3" "$4" "$5" ;;

@@ -73,7 +73,7 @@ fn failed(e: &mysql::Error, tls: &Tls) -> StoreError {
         || tls::refused(&detail)
         || detail.contains("insecure transport");
     let kind = if refused { StoreErrorKind::Untrusted } else { StoreErrorKind::Unavailable };
-    StoreError::new(Store::Mailbox, kind, format!("{detail} (ssl-mode={})", tls.mode.name()))
+    StoreError::new(Store::Mailbox, kind, format!("{detail} (ssl-mode={})", tls.mode.mysql_name()))
 }
 
 /// A client certificate and its key packed for the driver, removed when dropped.

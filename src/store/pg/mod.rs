@@ -202,7 +202,8 @@ impl Pg {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             let (config, connector) = self.connecting()?;
             let mut c = config.connect(connector).map_err(|e| {
-                let detail = classify::classify(&e).detail;
+                // A TLS refusal's reason (another CA, an expired certificate) is in the chain.
+                let detail = tls::with_causes(&classify::classify(&e).detail, &e);
                 // A refused certificate will not pass by itself: untrusted, an ERROR at once (#64).
                 let kind = if tls::refused(&detail) {
                     StoreErrorKind::Untrusted
