@@ -270,3 +270,42 @@ fn each_tls_store_restarted_a_heal_and_a_takeover_cost_no_message() {
     assert_eq!(count(&mut pg, "SELECT count(*) FROM proc_state WHERE attempts > 0 OR state = 'DEAD'"), 0);
     println!("tls: takeover after SIGKILL, 35 messages settled, every one once");
 }
+
+/// A password given as a systemd credential (`LoadCredential=`): a name without `/` is read from
+/// `$CREDENTIALS_DIRECTORY`; without it the key is refused, named.
+#[test]
+fn a_password_from_systemd_credentials() {
+    let w = TlsWorld::start();
+    let s = w.services("");
+    let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("credentials.toml");
+    let by_name = s.toml.replace(&format!("\"{}/pg\"", w.secrets.display()), "\"pg\"");
+    assert_ne!(by_name, s.toml, "the PostgreSQL password is now named, not a path");
+    std::fs::write(&config, by_name).unwrap();
+    let check = |credentials: Option<&std::path::Path>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_msgx"));
+        c.args(["--config", config.to_str().unwrap(), "check"])
+            .env("MSGX_PG_URL", &s.cfg.pg_url)
+            .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+            .env("MSGX_REDIS_URL", &s.cfg.redis_url)
+            .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
+            .env_remove("CREDENTIALS_DIRECTORY");
+        if let Some(d) = credentials {
+            c.env("CREDENTIALS_DIRECTORY", d);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let (code, out) = check(Some(&w.secrets));
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = check(None);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("datasources.default.password-file = \"pg\" names a credential, but $CREDENTIALS_DIRECTORY is not set"),
+        "{out}"
+    );
+}

@@ -277,3 +277,46 @@ fn the_codec_limits_are_keys_with_their_defaults() {
     let err = parse("[msgx.codec]\nmax-attributes = 0\n").unwrap_err().to_string();
     assert!(err.contains("msgx.codec.max-attributes"), "{err}");
 }
+
+/// #64: the Kafka security keys go together, and nothing can turn verification off.
+#[test]
+fn kafka_security_needs_what_its_protocol_needs_and_names_the_key() {
+    let dir = std::env::temp_dir().join(format!("msgx-cfg-sasl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pw = dir.join("sasl");
+    std::fs::write(&pw, "sasl-secret-pw\n").unwrap();
+    std::fs::set_permissions(&pw, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let err = |t: &str| parse(t).unwrap_err().to_string();
+    assert!(err("[kafka]\nsecurity-protocol = \"tls\"").contains("`kafka.security-protocol`"));
+    assert!(err("[kafka]\nsecurity-protocol = \"sasl_ssl\"").contains("`kafka.sasl-password-file`"));
+    assert!(err("[kafka]\nssl-ca-location = \"/ca.pem\"").contains("`kafka.ssl-ca-location`"));
+    let sasl = format!(
+        "[kafka]\nsecurity-protocol = \"sasl_ssl\"\nsasl-mechanism = \"SCRAM-SHA-512\"\nsasl-username = \"msgx\"\nsasl-password-file = \"{}\"\nssl-ca-location = \"/etc/msgx/ca.pem\"",
+        pw.display()
+    );
+    let cfg = parse(&sasl).unwrap();
+    let settings = crate::store::kafka::producer_settings(&cfg);
+    let get = |k: &str| settings.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("security.protocol"), Some("sasl_ssl"));
+    assert_eq!(get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
+    assert_eq!(get("sasl.username"), Some("msgx"));
+    assert_eq!(get("enable.ssl.certificate.verification"), Some("true"));
+    assert_eq!(get("ssl.endpoint.identification.algorithm"), Some("https"));
+    assert_eq!(get("sasl.password"), None, "the password is read at each new producer, never kept");
+    assert!(settings.iter().all(|(_, v)| !v.contains("sasl-secret-pw")));
+    let mech = sasl.replace("SCRAM-SHA-512", "GSSAPI");
+    assert!(err(&mech).contains("`kafka.sasl-mechanism`"), "{}", err(&mech));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// #64: a rediss:// URL that turns verification off is refused; TLS files need a rediss URL.
+#[test]
+fn redis_tls_is_verified_or_refused() {
+    let err = |t: &str| parse(t).unwrap_err().to_string();
+    assert!(err("[redis]\nurl = \"rediss://h:6380/#insecure\"").contains("#insecure"));
+    assert!(err("[redis]\nurl = \"redis://h/\"\ntls-ca-file = \"/ca.pem\"").contains("`redis.tls-ca-file`"));
+    assert!(
+        err("[redis]\nurl = \"rediss://h/\"\ntls-cert-file = \"/c.pem\"").contains("`redis.tls-cert-file`")
+    );
+    parse("[redis]\nurl = \"rediss://msgx@h:6380/\"\ntls-ca-file = \"/ca.pem\"").unwrap();
+}
