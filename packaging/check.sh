@@ -109,6 +109,79 @@ grep -q '^kafka: reachable' target/packages/check.txt || fail "the installed msg
 /usr/bin/msgx --config /etc/msgx/msgx.toml status --check | tee target/packages/status-check.txt || true
 grep -q '^MSGX CRITICAL - no instance holds the lease' target/packages/status-check.txt || fail "status --check"
 
+# ---- TLS only (#64) ------------------------------------------------------------------------
+# The installed binary against stores that refuse plaintext: a CA made here, TLS-only private
+# instances (tests/support/services.sh instance-tls), the passwords in files only user msgx
+# reads; `msgx migrate` and `msgx check` of the installed binary, then `msgx run` as the template
+# unit runs it, until it serves.
+tls_leg() {
+  local t port_of pki base=${scratch}_tls
+  t=$(mktemp -d /tmp/msgx-pkgcheck-tls.XXXXXX); chmod 755 "$t"
+  pki=$t/pki; mkdir -p "$pki" "$t/secrets"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=msgx-pkgcheck-ca \
+    -keyout "$pki/ca.key" -out "$pki/ca.pem" 2>/dev/null
+  for leaf in server client; do
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$leaf" \
+      -keyout "$pki/$leaf.key" -out "$pki/$leaf.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >"$pki/$leaf.ext"
+    openssl x509 -req -in "$pki/$leaf.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
+      -extfile "$pki/$leaf.ext" -out "$pki/$leaf.pem" 2>/dev/null
+  done
+  chmod 644 "$pki"/*.pem; chmod 600 "$pki"/*.key; chown msgx:msgx "$pki/client.key"
+  port_of() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  local pg_port my_port redis_port kafka_port
+  pg_port=$(port_of) my_port=$(port_of) redis_port=$(port_of)
+  while kafka_port=$(port_of); ! python3 -c "import socket,sys; socket.socket().bind(('127.0.0.1',$kafka_port+1))" 2>/dev/null; do :; done
+  for k in pg mysql redis kafka; do
+    local port_var="${k}_port"; [ "$k" = mysql ] && port_var=my_port
+    tests/support/services.sh instance-tls "$k" "$t/$k" "${!port_var}" "$pki/server.pem" "$pki/server.key" "$pki/ca.pem" >/dev/null
+  done
+  tls_cleanup() { for k in pg mysql redis kafka; do tests/support/services.sh halt "$k" "$t/$k" >/dev/null 2>&1 || true; done; rm -rf "$t"; }
+  PGPASSWORD=msgx-tls-secret "$psql_bin" -q "host=127.0.0.1 port=$pg_port user=msgx dbname=msgx sslmode=verify-full sslrootcert=$pki/ca.pem" -c "CREATE DATABASE $base"
+  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret --ssl --ssl-ca="$pki/ca.pem" -e "CREATE DATABASE $base"
+  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret --ssl --ssl-ca="$pki/ca.pem" "$base" < sql/fixtures/mailbox.sql
+  for topic in "msgx.$base.msg" "msgx.$base.schd"; do
+    "$MSGX_TANSU" topic create "$topic" --partitions 1 --broker "tcp://127.0.0.1:$((kafka_port + 1))" >/dev/null
+  done
+  for k in pg mysql redis; do printf 'msgx-tls-secret\n' >"$t/secrets/$k"; done
+  chown -R msgx:msgx "$t/secrets"; chmod 700 "$t/secrets"; chmod 600 "$t/secrets"/*
+  sed -e 's/^listen = "127.0.0.1:9722"/listen = "127.0.0.1:0"/' -e "s/^key-prefix = \"msgx:\"/key-prefix = \"msgx:$base:\"/" \
+    -e "s/^msg = \"msgx.msg\"/msg = \"msgx.$base.msg\"/" -e "s/^schd = \"msgx.schd\"/schd = \"msgx.$base.schd\"/" \
+    -e "s|^security-protocol = \"plaintext\"|security-protocol = \"ssl\"|" \
+    -e "s|^ssl-ca-location = \"\"|ssl-ca-location = \"$pki/ca.pem\"|" \
+    -e "s|^ssl-certificate-location = \"\"|ssl-certificate-location = \"$pki/client.pem\"|" \
+    -e "s|^ssl-key-location = \"\"|ssl-key-location = \"$pki/client.key\"|" \
+    -e "s|^tls-ca-file = \"\"|tls-ca-file = \"$pki/ca.pem\"|" \
+    /etc/msgx/msgx.toml > /etc/msgx/tls.toml
+  # The three password files, each under its own table's `password-file` key.
+  awk -v s="$t/secrets" '/^\[datasources.default\]/{t="pg"} /^\[mailbox.shared-mysql\]/{t="mysql"} /^\[redis\]/{t="redis"} /^\[/{if($0!~/^\[(datasources.default|mailbox.shared-mysql|redis)\]/)t=""} /^password-file = ""/{if(t!=""){print "password-file = \"" s "/" t "\""; next}} {print}' \
+    /etc/msgx/tls.toml > /etc/msgx/tls.toml.new && mv /etc/msgx/tls.toml.new /etc/msgx/tls.toml
+  chgrp msgx /etc/msgx/tls.toml && chmod 0640 /etc/msgx/tls.toml
+  printf 'MSGX_PG_URL=%s\nMSGX_MYSQL_URL=%s\nMSGX_REDIS_URL=%s\nMSGX_KAFKA_BROKERS=%s\n' \
+    "postgres://msgx@127.0.0.1:$pg_port/$base?sslmode=verify-full&sslrootcert=$pki/ca.pem" \
+    "mysql://msgx@127.0.0.1:$my_port/$base?ssl-mode=VERIFY_IDENTITY&ssl-ca=$pki/ca.pem" \
+    "rediss://msgx@127.0.0.1:$redis_port/" "127.0.0.1:$kafka_port" > /etc/msgx/tls.env
+  chgrp msgx /etc/msgx/tls.env && chmod 0640 /etc/msgx/tls.env
+  # shellcheck disable=SC2046 # the env file's lines are NAME=VALUE words.
+  env $(cat /etc/msgx/tls.env) /usr/bin/msgx --config /etc/msgx/tls.toml migrate >/dev/null
+  # shellcheck disable=SC2046
+  env $(cat /etc/msgx/tls.env) /usr/bin/msgx --config /etc/msgx/tls.toml check | tee target/packages/check-tls.txt
+  for store in postgres mailbox; do
+    grep -q "^$store: reachable.*TLSv1.[23] .*verified (chain and host name)" target/packages/check-tls.txt \
+      || { tls_cleanup; fail "the installed msgx check did not reach $store over verified TLS"; }
+  done
+  grep -q '^redis: reachable, TLS, verified' target/packages/check-tls.txt || { tls_cleanup; fail "redis over TLS"; }
+  grep -q '^kafka: reachable at .*TLS, verified' target/packages/check-tls.txt || { tls_cleanup; fail "kafka over TLS"; }
+  if grep -q 'plaintext' target/packages/check-tls.txt; then tls_cleanup; fail "a plaintext connection in the TLS check"; fi
+  rm -f /var/log/msgx/tls.log
+  run_instance tls
+  grep -q 'connection store=postgres TLSv1' /var/log/msgx/tls.log || { tls_cleanup; fail "instance tls: not over TLS"; }
+  say "instance tls: $(grep -o 'started epoch=[0-9]*' /var/log/msgx/tls.log | head -1) on TLS-only stores, as user msgx"
+  stop_instances
+  rm -f /etc/msgx/tls.toml /etc/msgx/tls.env /var/log/msgx/tls.log
+  tls_cleanup
+}
+
 say "two instances of msgx@.service side by side"
 tmpl=$(ls /lib/systemd/system/msgx@.service /usr/lib/systemd/system/msgx@.service 2>/dev/null | head -1)
 [ -n "$tmpl" ] || fail "no template unit msgx@.service installed"
@@ -176,6 +249,8 @@ start_instance() {
   migrate_instance "$1" >/dev/null
   run_instance "$1"
 }
+say "the installed msgx against TLS-only stores (#64)"
+tls_leg
 start_instance a
 start_instance b
 for i in a b; do

@@ -17,6 +17,7 @@
 //!     cargo bench --bench e2e -- --n 100000            # the 100 K backlog
 //!     cargo bench --bench e2e -- --set process-batch=1000 --set dispatch-batch=5000
 //!     cargo bench --bench e2e -- --mode latency --rate 500 --secs 30
+//!     cargo bench --bench e2e -- --mode tls            # every store on TLS beside plaintext (#64)
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -152,8 +153,13 @@ struct MsgxRun {
 }
 
 fn run_msgx(n: u64, set: &[String]) -> MsgxRun {
-    let s = Services::migrated(&pipeline_toml(set));
-    load(&s, n);
+    run_msgx_on(&Services::migrated(&pipeline_toml(set)), n)
+}
+
+/// msgx draining `n` messages loaded into `s`'s fresh stores.
+fn run_msgx_on(s: &Services, n: u64) -> MsgxRun {
+    let s = s;
+    load(s, n);
     let ports: BTreeMap<u16, &'static str> = [
         (port(&s.cfg.pg_url), "postgres"),
         (port(&s.cfg.mysql_url), "mailbox"),
@@ -162,7 +168,7 @@ fn run_msgx(n: u64, set: &[String]) -> MsgxRun {
     ]
     .into();
     let mut pg = s.pg();
-    let mut msgx = Instance::run(&s, "bench", "");
+    let mut msgx = Instance::run(s, "bench", "");
     // From the moment the stages run: process start-up and the lease are not the drain.
     assert!(msgx.wait_for_log("started epoch", Duration::from_secs(30)), "{}", msgx.log_text());
     let start = Instant::now();
@@ -581,11 +587,55 @@ fn latency(a: &Args) {
     show("  of which the POST itself", &writes);
 }
 
+/// #64: msgx with every store TLS-only (verified, passwords from files, the broker behind
+/// stunnel with a client certificate) beside msgx on the plaintext services, alternating, in one
+/// run: drain rate and CPU per message of each, and the ratios.
+fn tls(a: &Args) {
+    println!("e2e TLS: {} FLOP messages, {} alternating runs, plaintext vs every store on TLS", a.n, a.runs);
+    let world = common::tls::TlsWorld::start();
+    let (mut plain, mut tls, mut rate, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..a.runs {
+        let on_tls = || run_msgx_on(&world.services(&pipeline_toml(&a.set)), a.n);
+        let on_plain = || run_msgx(a.n, &a.set);
+        let (p, t) = if i % 2 == 0 {
+            (on_plain(), on_tls())
+        } else {
+            let t = on_tls();
+            (on_plain(), t)
+        };
+        let program = |c: &Cpu| c.0.get("program").copied().unwrap_or(0.0);
+        println!(
+            "  run {}: plaintext {:7.0} msg/s   TLS {:7.0} msg/s   rate TLS/plain {:.2}   CPU TLS/plain total {:.2}, msgx {:.2}",
+            i + 1,
+            p.rate,
+            t.rate,
+            t.rate / p.rate,
+            t.cpu.total() / p.cpu.total().max(1e-9),
+            program(&t.cpu) / program(&p.cpu).max(1e-9)
+        );
+        println!("    CPU per 1000 messages: plaintext {}", p.cpu.per_thousand(a.n));
+        println!("                           TLS       {}", t.cpu.per_thousand(a.n));
+        rate.push(t.rate / p.rate);
+        cpu.push(t.cpu.total() / p.cpu.total().max(1e-9));
+        plain.push(p.rate);
+        tls.push(t.rate);
+    }
+    let (a1, b1, c1) = stats(&mut plain);
+    let (a2, b2, c2) = stats(&mut tls);
+    let (a3, b3, c3) = stats(&mut rate);
+    let (a4, b4, c4) = stats(&mut cpu);
+    println!("  plaintext msg/s min/median/max {a1:.0} / {b1:.0} / {c1:.0}");
+    println!("  TLS       msg/s min/median/max {a2:.0} / {b2:.0} / {c2:.0}");
+    println!("  drain rate TLS / plaintext     {a3:.2} / {b3:.2} / {c3:.2}");
+    println!("  CPU per message TLS / plain    {a4:.2} / {b4:.2} / {c4:.2}");
+}
+
 fn main() {
     let _ = env_logger::Builder::new().filter_level(log::LevelFilter::Warn).try_init();
     let a = args();
     match a.mode.as_str() {
         "latency" => latency(&a),
+        "tls" => tls(&a),
         "all" => {
             throughput(&a);
             latency(&a);

@@ -49,6 +49,8 @@ impl Cpu {
                 "mariadbd" | "mysqld" => "mariadb",
                 "redis-server" => "redis",
                 "tansu" => "broker",
+                // The broker's TLS (#64): Tansu has none of its own.
+                "stunnel4" | "stunnel" => "stunnel",
                 _ => continue,
             };
             let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
