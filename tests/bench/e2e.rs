@@ -158,7 +158,6 @@ fn run_msgx(n: u64, set: &[String]) -> MsgxRun {
 
 /// msgx draining `n` messages loaded into `s`'s fresh stores.
 fn run_msgx_on(s: &Services, n: u64) -> MsgxRun {
-    let s = s;
     load(s, n);
     let ports: BTreeMap<u16, &'static str> = [
         (port(&s.cfg.pg_url), "postgres"),
