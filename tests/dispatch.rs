@@ -50,6 +50,7 @@ fn dispatcher<O: Outbox>(cfg: &msgx::config::Config, outbox: O) -> Dispatcher<O,
         dispatch::Settings::from_config(cfg),
         Arc::new(LeaseGate::open()),
         Arc::new(Stats::default()),
+        std::sync::Arc::new(msgx::clock::SystemClock),
     )
 }
 
@@ -61,6 +62,7 @@ fn outbound<O: Outbox>(s: &Services, outbox: O) -> OutboundDispatcher<O, MysqlOu
         10,
         Arc::new(LeaseGate::open()),
         Arc::new(Stats::default()),
+        std::sync::Arc::new(msgx::clock::SystemClock),
     )
 }
 

@@ -212,6 +212,7 @@ fn a_snapshot_redis_refuses_as_stale_publishes_nothing_on_the_topic() {
         msgx::dispatch::Settings::from_config(&st.s.cfg),
         Arc::new(msgx::lease::LeaseGate::open()),
         Arc::new(Stats::default()),
+        std::sync::Arc::new(msgx::clock::SystemClock),
     );
     while count(&mut pg, "SELECT count(*) FROM msg_event WHERE state = 'PENDING'") > 0 {
         d.round(now()).unwrap();

@@ -57,6 +57,7 @@ fn a_leader_move_a_broker_down_and_retriable_errors_cost_no_event_and_no_order()
         settings,
         Arc::new(LeaseGate::open()),
         Arc::new(Stats::default()),
+        std::sync::Arc::new(msgx::clock::SystemClock),
     );
     let mut c = s.pg();
     let sent = |c: &mut postgres::Client| count(c, "SELECT count(*) FROM msg_event WHERE state = 'SENT'");

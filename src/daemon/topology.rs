@@ -95,9 +95,17 @@ pub fn stages<S: Stores>(
     let (ledger, marks) = stores.backfill()?;
     let (audit, mailbox_audit, flight_audit) = stores.sentinel()?;
     Ok(Stages {
-        poll: Poller::new(intake, scan, p, stats.clone(), clock),
+        poll: Poller::new(intake, scan, p, stats.clone(), clock.clone()),
         process: pump,
-        dispatch: Dispatcher::new(outbox, producer, retry_policy(p), settings, gate.clone(), stats.clone()),
+        dispatch: Dispatcher::new(
+            outbox,
+            producer,
+            retry_policy(p),
+            settings,
+            gate.clone(),
+            stats.clone(),
+            clock.clone(),
+        ),
         outbound: OutboundDispatcher::new(
             events,
             outbound,
@@ -105,6 +113,7 @@ pub fn stages<S: Stores>(
             p.dispatch_batch,
             gate.clone(),
             stats.clone(),
+            clock.clone(),
         ),
         backfill: Backfill::new(ledger, marks, p, gate, stats.clone()),
         jobs: Jobs::new(stores.jobs()?, cfg, stats.clone()),

@@ -19,6 +19,8 @@
 use crate::error::Store;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use crate::clock::Clock;
 use std::time::{Duration, SystemTime};
 
 use log::{error, info, warn};
@@ -277,6 +279,9 @@ pub struct Dispatcher<O, K> {
     gate: Arc<dyn Gate>,
     /// When the next schd flush may run; `None`: as soon as something is due.
     next_flush: Option<SystemTime>,
+    /// Read after a produce round: it may take the whole message timeout, and a refused
+    /// record's backoff counts from when the broker answered (#69).
+    clock: Arc<dyn Clock>,
 }
 
 impl<O: Outbox, K: Producer> Stage for Dispatcher<O, K> {
@@ -296,6 +301,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         settings: Settings,
         gate: Arc<dyn Gate>,
         stats: Arc<Stats>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         Dispatcher {
             delivery: Delivery { outbox, policy, stats },
@@ -303,6 +309,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             settings,
             gate,
             next_flush: None,
+            clock,
         }
     }
 
@@ -330,8 +337,10 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             .producer
             .send(&records)
             .into_iter()
-            .map(|r| r.map(|at| Landed::Kafka { topic: topic.into(), at }));
-        self.delivery.settle(Target::KafkaMsg, ready, results.collect(), now)
+            .map(|r| r.map(|at| Landed::Kafka { topic: topic.into(), at }))
+            .collect();
+        let answered = self.clock.now().max(now);
+        self.delivery.settle(Target::KafkaMsg, ready, results, answered)
     }
 
     /// A schd flush when it is due: the claimed batch, newest per FLID, as one FLTR array.
@@ -370,6 +379,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             .send(std::slice::from_ref(&record))
             .pop()
             .unwrap_or_else(|| Err(StoreError::unavailable(Store::Kafka, "no acknowledgement")));
+        let now = self.clock.now().max(now);
         match result {
             Ok(at) => {
                 // Older generations folded into the array are delivered too, in the same record.
@@ -425,6 +435,8 @@ pub struct OutboundDispatcher<O, B> {
     outbound: B,
     batch: usize,
     gate: Arc<dyn Gate>,
+    /// Read after the inserts: a refusal's backoff counts from when the mailbox answered (#69).
+    clock: Arc<dyn Clock>,
 }
 
 impl<O: Outbox, B: Outbound> Stage for OutboundDispatcher<O, B> {
@@ -444,8 +456,9 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
         batch: usize,
         gate: Arc<dyn Gate>,
         stats: Arc<Stats>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
-        OutboundDispatcher { delivery: Delivery { outbox, policy, stats }, outbound, batch, gate }
+        OutboundDispatcher { delivery: Delivery { outbox, policy, stats }, outbound, batch, gate, clock }
     }
 
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
@@ -470,7 +483,8 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
             results.push(self.insert_once(e, now).map(|row| Landed::Outbound { row }));
         }
         let tried = results.len();
-        self.delivery.settle(Target::Coutmsgs, &ready[..tried], results, now)
+        let answered = self.clock.now().max(now);
+        self.delivery.settle(Target::Coutmsgs, &ready[..tried], results, answered)
     }
 
     /// The COUTMSGS row the event became: inserted now, or found from an earlier attempt.

@@ -45,9 +45,24 @@ fn world(batch: usize) -> World {
     let gate = Arc::new(LeaseGate::open());
     let policy = crate::policy::retry::retry_policy(&cfg.pipeline);
     let stats = testkit::stats();
-    let d =
-        Dispatcher::new(pg.clone(), producer.clone(), policy.clone(), settings, gate.clone(), stats.clone());
-    let o = OutboundDispatcher::new(pg.clone(), outbound.clone(), policy, batch, gate.clone(), stats);
+    let d = Dispatcher::new(
+        pg.clone(),
+        producer.clone(),
+        policy.clone(),
+        settings,
+        gate.clone(),
+        stats.clone(),
+        Arc::new(twins.clock.clone()),
+    );
+    let o = OutboundDispatcher::new(
+        pg.clone(),
+        outbound.clone(),
+        policy,
+        batch,
+        gate.clone(),
+        stats,
+        Arc::new(twins.clock.clone()),
+    );
     World { twins, producer, outbound, d, o, gate, next_msg: 0 }
 }
 
@@ -465,4 +480,46 @@ fn records_carry_an_identity_derived_from_the_message_not_the_sequence() {
     let again = e("A", 1, 77); // the same content under a re-issued EVENT_ID
     assert_eq!(batch_key(&[&again, &b]), batch_key(&[&a, &b]));
     assert_ne!(batch_key(&[&a, &b]), batch_key(&[&a, &b2]), "another generation: another batch");
+}
+
+/// A producer whose round takes `takes` (a broker slow to answer: up to message-timeout-ms).
+struct SlowProducer {
+    inner: MemProducer,
+    clock: FakeClock,
+    takes: Duration,
+}
+
+impl Producer for SlowProducer {
+    fn send(&mut self, records: &[Record]) -> Vec<Result<crate::ports::Position, StoreError>> {
+        self.clock.advance(self.takes);
+        self.inner.send(records)
+    }
+}
+
+#[test]
+fn regression_a_refused_record_backs_off_from_when_the_broker_answered() {
+    // #69: the round began, the produce round took 30 s, the broker refused the record. Its
+    // retry is due a backoff after the answer; counted from the round's start, the backoff (1 s)
+    // was over before the answer came, and the record was sent again at once.
+    let mut w = world(10);
+    w.msg(1);
+    let cfg = Config::defaults();
+    let producer =
+        SlowProducer { inner: w.producer.clone(), clock: w.clock.clone(), takes: Duration::from_secs(30) };
+    let mut d = Dispatcher::new(
+        w.pg.clone(),
+        producer,
+        crate::policy::retry::retry_policy(&cfg.pipeline),
+        Settings::from_config(&cfg),
+        w.gate.clone(),
+        testkit::stats(),
+        Arc::new(w.clock.clone()),
+    );
+    w.producer.inject(Fault::Rejected, 1);
+    let started = w.clock.now();
+    assert!(matches!(d.round(started).unwrap(), Round::Sent { sent: 0, failed: true }));
+    let answered = started + Duration::from_secs(30);
+    let next = w.pg.inspect(|s| s.events[&1].event.next_attempt_at).expect("backing off");
+    assert_eq!(next, answered + cfg.pipeline.backoff[0], "a backoff after the answer, not after the start");
+    assert!(matches!(d.round(w.clock.now()).unwrap(), Round::Wait(_)), "not sent again at once");
 }

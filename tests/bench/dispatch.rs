@@ -71,6 +71,7 @@ fn dispatch(batch: usize) -> f64 {
         dispatch::Settings::from_config(&s.cfg),
         Arc::new(msgx::lease::LeaseGate::open()),
         Arc::new(Stats::default()),
+        std::sync::Arc::new(msgx::clock::SystemClock),
     );
     let start = Instant::now();
     let mut sent = 0;
