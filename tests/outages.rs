@@ -398,3 +398,33 @@ fn regression_a_commit_race_straddling_a_postgres_freeze_keeps_id_order() {
     let newest = (stand("F69"), stand("F70"));
     assert_eq!(newest, (Some("B1".into()), Some("B2".into())), "B is the newest stand");
 }
+
+/// #68: a PostgreSQL session that dropped while msgx read its schema at start was a schema
+/// verdict — exit 3, which the unit never restarts (RestartPreventExitStatus), so a failover at
+/// boot left msgx down. Now it is the store away: waited out, and msgx starts.
+#[test]
+fn regression_a_session_dropped_while_the_schema_is_read_at_start_is_waited_out() {
+    let s = Services::migrated("");
+    let mut pg = s.pg();
+    // The first read of the migration history ends its own session (as a failover would).
+    pg.batch_execute(
+        "CREATE SEQUENCE drop_once_seq;
+         CREATE FUNCTION drop_once() RETURNS bool LANGUAGE plpgsql AS $$
+           BEGIN IF nextval('drop_once_seq') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+           RETURN true; END $$;
+         ALTER TABLE msgx_schema_history RENAME TO msgx_schema_history_kept;
+         CREATE VIEW msgx_schema_history AS SELECT * FROM msgx_schema_history_kept WHERE drop_once();",
+    )
+    .unwrap();
+    let mut a = Instance::run(&s, "boot", "");
+    let started = a.wait_for_log("started epoch=", Duration::from_secs(30));
+    let log = a.log_text();
+    assert!(a.alive(), "msgx ended at start: {log}");
+    assert!(started, "msgx did not start after the dropped session: {log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("store unavailable store=postgres"))
+        .unwrap_or_else(|| panic!("{log}"));
+    println!("boot: {line}");
+    assert!(count(&mut pg, "SELECT last_value FROM drop_once_seq") >= 2, "read again after the drop");
+}

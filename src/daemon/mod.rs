@@ -170,7 +170,9 @@ fn say_security(cfg: &Config, pg: &mut crate::store::pg::Pg) {
 
 /// Own PostgreSQL at start: waited for while it is away, as any store is (SPEC §4.9, #54) —
 /// systemd hears READY with a status that says so, `/ready` says `store-away`, each try is a
-/// watched turn — then its schema and durability checked (a wrong schema still exits 3).
+/// watched turn — then its schema and durability checked (a wrong schema still exits 3). A
+/// session that drops while the schema or the durability is read is the store away too (#68: it
+/// was taken for a schema verdict, exit 3, and the unit never restarted msgx).
 /// `false` when stopped while waiting.
 fn schema_checked(
     cfg: &Config,
@@ -180,37 +182,34 @@ fn schema_checked(
 ) -> Result<bool, DaemonError> {
     let mut outages = Outages::new(Store::Postgres.name(), cfg.pipeline.outage);
     let stats = Stats::default();
-    let schema_pg = loop {
+    let (mut schema_pg, schema, durability) = loop {
         let (sent, turn) = (clock.now(), ops.pulse.turning("start-up", clock.mono()));
-        let connected = RealStores::new(cfg).pg_connected();
+        let read = schema_read(cfg);
         drop(turn);
-        match connected {
-            Ok(pg) => {
+        match read {
+            Ok(read) => {
                 outages.recovered(sent).iter().for_each(|n| log_notice(n, &stats));
-                break pg;
+                break read;
             }
-            Err(e) if e.is_unavailable() => {
+            Err(e) => {
+                let Some(away) = store_away(&e) else { return Err(e) };
                 ops.starting(
                     NotReady::StoreAway(Store::Postgres.name()),
-                    format!("waiting for own PostgreSQL at start: {e}"),
+                    format!("waiting for own PostgreSQL at start: {away}"),
                 );
-                let (notices, pause) = outages.failed(&e, sent);
+                let (notices, pause) = outages.failed(away, sent);
                 notices.iter().for_each(|n| log_notice(n, &stats));
                 if pause_or_stop(stop, None, pause) {
                     return Ok(false);
                 }
             }
-            Err(e) => return Err(e.into()),
         }
     };
-    let mut schema_pg = schema_pg;
-    let schema = migrate::verify(schema_pg.client()?)?;
     if schema.newer.is_empty() {
         info!("schema {}", schema.line());
     } else {
         warn!("schema {}", schema.line());
     }
-    let durability = schema_pg.durability()?;
     info!("postgres durability {durability}");
     say_security(cfg, &mut schema_pg);
     if cfg.require_sync_standby && durability.synchronous == 0 {
@@ -220,6 +219,26 @@ fn schema_checked(
         )));
     }
     Ok(true)
+}
+
+/// One try at own PostgreSQL's start-up reads: connected, its schema, its durability.
+fn schema_read(
+    cfg: &Config,
+) -> Result<(crate::store::pg::Pg, migrate::Schema, crate::store::pg::Durability), DaemonError> {
+    let mut pg = RealStores::new(cfg).pg_connected()?;
+    let schema = migrate::verify(pg.client()?)?;
+    let durability = pg.durability()?;
+    Ok((pg, schema, durability))
+}
+
+/// The store error behind `e` when it is a store away (or untrusted), which is waited out.
+fn store_away(e: &DaemonError) -> Option<&StoreError> {
+    match e {
+        DaemonError::Store(s) | DaemonError::Schema(migrate::SchemaError::Store(s)) if s.is_unavailable() => {
+            Some(s)
+        }
+        _ => None,
+    }
 }
 
 /// The threads beside the stages, for the process's whole life: the operations endpoint, the
