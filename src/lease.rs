@@ -19,9 +19,10 @@ pub use crate::config::LeasePolicy;
 impl Claimant {
     /// This process: host name, pid and start time (a restarted process is a new claimant).
     pub fn this_process(now: SystemTime) -> Claimant {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
+        // uname(2), not /proc/sys/kernel/hostname: the hardened unit's ProcSubset=pid hides
+        // /proc/sys, and every instance was `unknown-host` — the lease and `/ready` could no
+        // longer tell the hosts apart (#68).
+        let host = Some(rustix::system::uname().nodename().to_string_lossy().trim().to_string())
             .filter(|h| !h.is_empty())
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| "unknown-host".to_string());

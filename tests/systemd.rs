@@ -204,3 +204,50 @@ fn a_store_away_at_boot_is_waited_out_with_ready_and_a_status_one_process_one_ep
     println!("  (and WATCHDOG=1 every second throughout: {n} while waiting)");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// #68: under the hardened unit (`ProcSubset=pid`: a procfs of the processes only) msgx read
+/// its host name from /proc/sys/kernel/hostname, found nothing, and every instance was
+/// `unknown-host` — the lease and `/ready` could no longer tell the hosts apart. Run here under
+/// the same procfs (a mount namespace of its own, `proc -o subset=pid`), msgx holds the lease
+/// under this machine's name.
+#[test]
+fn regression_the_host_name_is_known_under_the_units_proc_subset() {
+    let s = Services::migrated("");
+    let dir = std::env::temp_dir().join(format!("msgx-instances-{}", s.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("subset.toml");
+    std::fs::write(&config, &s.toml).unwrap();
+    let log = dir.join("subset.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let bin = env!("CARGO_BIN_EXE_msgx");
+    // The unit's view of /proc, and proof that it hides what msgx used to read.
+    let script = format!(
+        "mount -t proc -o subset=pid proc /proc && test ! -e /proc/sys/kernel/hostname && exec {bin} --config {} run",
+        config.display()
+    );
+    let mut child = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("MSGX_PG_URL", &s.cfg.pg_url)
+        .env("MSGX_MYSQL_URL", &s.cfg.mysql_url)
+        .env("MSGX_REDIS_URL", &s.cfg.redis_url)
+        .env("MSGX_KAFKA_BROKERS", &s.cfg.kafka_brokers)
+        .env("RUST_LOG", "info")
+        .env_remove("HOSTNAME")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("unshare");
+    let acquired = eventually(Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("lease acquired epoch=1")
+    });
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(acquired, "msgx under a pid-only procfs did not take the lease:\n{text}");
+    let uname = std::process::Command::new("uname").arg("-n").output().unwrap();
+    let host = String::from_utf8_lossy(&uname.stdout).trim().to_string();
+    let mut pg = s.pg();
+    let held: String = pg.query_one("SELECT host FROM msgx_lease", &[]).unwrap().get(0);
+    println!("host under ProcSubset=pid: {held:?} (uname -n: {host:?})");
+    assert_eq!(held, host, "the lease names this machine, not unknown-host");
+}
