@@ -127,7 +127,9 @@ tls_leg() {
     openssl x509 -req -in "$pki/$leaf.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
       -extfile "$pki/$leaf.ext" -out "$pki/$leaf.pem" 2>/dev/null
   done
-  chmod 644 "$pki"/*.pem; chmod 600 "$pki"/*.key; chown msgx:msgx "$pki/client.key"
+  chmod 644 "$pki"/*.pem; chmod 600 "$pki"/*.key
+  # The admin's copy of the client key stays root's (libpq wants a key its user owns).
+  cp -p "$pki/client.key" "$pki/admin.key"; chown msgx:msgx "$pki/client.key"
   port_of() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
   local pg_port my_port redis_port kafka_port
   pg_port=$(port_of) my_port=$(port_of) redis_port=$(port_of)
@@ -137,9 +139,12 @@ tls_leg() {
     tests/support/services.sh instance-tls "$k" "$t/$k" "${!port_var}" "$pki/server.pem" "$pki/server.key" "$pki/ca.pem" >/dev/null
   done
   tls_cleanup() { for k in pg mysql redis kafka; do tests/support/services.sh halt "$k" "$t/$k" >/dev/null 2>&1 || true; done; rm -rf "$t"; }
-  PGPASSWORD=msgx-tls-secret "$psql_bin" -q "host=127.0.0.1 port=$pg_port user=msgx dbname=msgx sslmode=verify-full sslrootcert=$pki/ca.pem" -c "CREATE DATABASE $base"
-  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret --ssl --ssl-ca="$pki/ca.pem" -e "CREATE DATABASE $base"
-  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret --ssl --ssl-ca="$pki/ca.pem" "$base" < sql/fixtures/mailbox.sql
+  # Every server asks for a client certificate too; the admin's is msgx's own.
+  local cert="sslcert=$pki/client.pem sslkey=$pki/admin.key"
+  PGPASSWORD=msgx-tls-secret "$psql_bin" -q "host=127.0.0.1 port=$pg_port user=msgx dbname=msgx sslmode=verify-full sslrootcert=$pki/ca.pem $cert" -c "CREATE DATABASE $base"
+  local mytls=(--ssl --ssl-ca="$pki/ca.pem" --ssl-cert="$pki/client.pem" --ssl-key="$pki/admin.key")
+  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret "${mytls[@]}" -e "CREATE DATABASE $base"
+  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret "${mytls[@]}" "$base" < sql/fixtures/mailbox.sql
   for topic in "msgx.$base.msg" "msgx.$base.schd"; do
     "$MSGX_TANSU" topic create "$topic" --partitions 1 --broker "tcp://127.0.0.1:$((kafka_port + 1))" >/dev/null
   done
@@ -152,14 +157,16 @@ tls_leg() {
     -e "s|^ssl-certificate-location = \"\"|ssl-certificate-location = \"$pki/client.pem\"|" \
     -e "s|^ssl-key-location = \"\"|ssl-key-location = \"$pki/client.key\"|" \
     -e "s|^tls-ca-file = \"\"|tls-ca-file = \"$pki/ca.pem\"|" \
+    -e "s|^tls-cert-file = \"\"|tls-cert-file = \"$pki/client.pem\"|" \
+    -e "s|^tls-key-file = \"\"|tls-key-file = \"$pki/client.key\"|" \
     /etc/msgx/msgx.toml > /etc/msgx/tls.toml
   # The three password files, each under its own table's `password-file` key.
   awk -v s="$t/secrets" '/^\[datasources.default\]/{t="pg"} /^\[mailbox.shared-mysql\]/{t="mysql"} /^\[redis\]/{t="redis"} /^\[/{if($0!~/^\[(datasources.default|mailbox.shared-mysql|redis)\]/)t=""} /^password-file = ""/{if(t!=""){print "password-file = \"" s "/" t "\""; next}} {print}' \
     /etc/msgx/tls.toml > /etc/msgx/tls.toml.new && mv /etc/msgx/tls.toml.new /etc/msgx/tls.toml
   chgrp msgx /etc/msgx/tls.toml && chmod 0640 /etc/msgx/tls.toml
   printf 'MSGX_PG_URL=%s\nMSGX_MYSQL_URL=%s\nMSGX_REDIS_URL=%s\nMSGX_KAFKA_BROKERS=%s\n' \
-    "postgres://msgx@127.0.0.1:$pg_port/$base?sslmode=verify-full&sslrootcert=$pki/ca.pem" \
-    "mysql://msgx@127.0.0.1:$my_port/$base?ssl-mode=VERIFY_IDENTITY&ssl-ca=$pki/ca.pem" \
+    "postgres://msgx@127.0.0.1:$pg_port/$base?sslmode=verify-full&sslrootcert=$pki/ca.pem&sslcert=$pki/client.pem&sslkey=$pki/client.key" \
+    "mysql://msgx@127.0.0.1:$my_port/$base?ssl-mode=VERIFY_IDENTITY&ssl-ca=$pki/ca.pem&ssl-cert=$pki/client.pem&ssl-key=$pki/client.key" \
     "rediss://msgx@127.0.0.1:$redis_port/" "127.0.0.1:$kafka_port" > /etc/msgx/tls.env
   chgrp msgx /etc/msgx/tls.env && chmod 0640 /etc/msgx/tls.env
   # shellcheck disable=SC2046 # the env file's lines are NAME=VALUE words.

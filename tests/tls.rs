@@ -75,6 +75,12 @@ fn messages_flow_over_tls_only_stores_and_are_read_back_over_tls() {
         out.contains("postgres: reachable, TLSv1.3") && out.contains("verified (chain and host name)"),
         "{out}"
     );
+    // Every store asked for a client certificate, and took msgx's.
+    assert!(out.contains("client certificate accepted"), "PostgreSQL saw msgx's certificate: {out}");
+    for store in ["mailbox: reachable", "redis: reachable", "kafka: reachable"] {
+        let line = out.lines().find(|l| l.starts_with(store)).unwrap_or_else(|| panic!("{out}"));
+        assert!(line.contains(&format!("client certificate {}", w.pki.client.cert.display())), "{line}");
+    }
     assert!(!out.contains(msgx::store::tls::PLAINTEXT), "{out}");
     // No secret in any output.
     assert!(!log.contains(common::tls::SECRET) && !out.contains(common::tls::SECRET), "a secret was printed");

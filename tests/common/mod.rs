@@ -44,6 +44,8 @@ pub struct Services {
     pub toml: String,
     pg_admin: String,
     mysql_admin: String,
+    /// A TLS-only MariaDB's socket, the test's own way in (its users need a client certificate).
+    pub mysql_socket: Option<std::path::PathBuf>,
 }
 
 /// Where a test's stores live: the shared services by default, or private instances.
@@ -127,6 +129,7 @@ impl Services {
             toml: text,
             pg_admin: String::new(),
             mysql_admin: String::new(),
+            mysql_socket: None,
         }
     }
 
@@ -151,6 +154,9 @@ impl Services {
 
     /// The test's mailbox database; over TLS (the instance's CA, its password) when the URL asks.
     fn try_mysql(&self) -> Result<mysql::Conn, mysql::Error> {
+        if let Some(socket) = &self.mysql_socket {
+            return tls::mysql_socket(socket, Some(&self.name));
+        }
         let (rest, params) = msgx::store::tls::split_params(&self.cfg.mysql_url, &["ssl-mode", "ssl-ca"]);
         let mut opts = mysql::OptsBuilder::from_opts(mysql::Opts::from_url(&rest).unwrap());
         if let Some(ca) = params.get("ssl-ca") {
@@ -168,7 +174,14 @@ impl Services {
             let info =
                 info.clone().set_redis_settings(info.redis_settings().clone().set_password(tls::SECRET));
             let ca = self.cfg.redis.tls_ca.as_ref().map(|p| std::fs::read(p).unwrap());
-            let certs = redis::TlsCertificates { client_tls: None, root_cert: ca };
+            let client_tls = match (&self.cfg.redis.tls_cert, &self.cfg.redis.tls_key) {
+                (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                    client_cert: std::fs::read(c).unwrap(),
+                    client_key: std::fs::read(k).unwrap(),
+                }),
+                _ => None,
+            };
+            let certs = redis::TlsCertificates { client_tls, root_cert: ca };
             return redis::Client::build_with_tls(info, certs)
                 .unwrap()
                 .get_connection()

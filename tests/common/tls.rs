@@ -248,21 +248,31 @@ impl TlsWorld {
         TlsWorld { pki, pg, mysql, redis, kafka, secrets }
     }
 
-    /// Own PostgreSQL's URL (admin, no password: the file holds it), verified in full.
+    /// Own PostgreSQL's URL (no password: the file holds it), verified in full, with the
+    /// client certificate the server asks for.
     pub fn pg_url(&self, db: &str) -> String {
+        let (ca, c) = (self.pki.ca.display(), &self.pki.client);
         format!(
-            "postgres://msgx@127.0.0.1:{}/{db}?sslmode=verify-full&sslrootcert={}",
+            "postgres://msgx@127.0.0.1:{}/{db}?sslmode=verify-full&sslrootcert={ca}&sslcert={}&sslkey={}",
             self.pg.port,
-            self.pki.ca.display()
+            c.cert.display(),
+            c.key.display()
         )
     }
 
     pub fn mysql_url(&self, db: &str) -> String {
+        let (ca, c) = (self.pki.ca.display(), &self.pki.client);
         format!(
-            "mysql://msgx@127.0.0.1:{}/{db}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+            "mysql://msgx@127.0.0.1:{}/{db}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}&ssl-cert={}&ssl-key={}",
             self.mysql.port,
-            self.pki.ca.display()
+            c.cert.display(),
+            c.key.display()
         )
+    }
+
+    /// MariaDB's socket: the test's own door (root, no TLS needed on it).
+    pub fn mysql_socket(&self) -> PathBuf {
+        self.mysql.dir.join("mysql/mysqld.sock")
     }
 
     pub fn redis_url(&self) -> String {
@@ -286,7 +296,11 @@ impl TlsWorld {
             tables: format!(
                 "[datasources.default]\npassword-file = \"{s}/pg\"\n[mailbox.shared-mysql]\npassword-file = \"{s}/mysql\"\n"
             ),
-            redis: format!("password-file = \"{s}/redis\"\ntls-ca-file = \"{ca}\"\n"),
+            redis: format!(
+                "password-file = \"{s}/redis\"\ntls-ca-file = \"{ca}\"\ntls-cert-file = \"{}\"\ntls-key-file = \"{}\"\n",
+                client.cert.display(),
+                client.key.display()
+            ),
             kafka: format!(
                 "security-protocol = \"ssl\"\nssl-ca-location = \"{ca}\"\nssl-certificate-location = \"{}\"\nssl-key-location = \"{}\"\n",
                 client.cert.display(),
@@ -308,36 +322,31 @@ impl TlsWorld {
         let topic = format!("msgx.{name}");
         super::create_topic_on(&self.inner_brokers(), &topic);
         super::create_topic_on(&self.inner_brokers(), &format!("{topic}.schd"));
-        let s = Services::assemble(
+        let mut s = Services::assemble(
             &name,
             extra,
             self.toml(),
             [self.pg_url(&name), self.mysql_url(&name), self.redis_url(), self.brokers()],
         );
+        s.mysql_socket = Some(self.mysql_socket());
         msgx::store::pg::migrate::migrate(&mut pg_client(&s.cfg.pg_url)).expect("migrate");
         s
     }
 
     pub fn mysql_admin(&self) -> mysql::Conn {
-        let ssl =
-            mysql::SslOpts::default().with_root_cert_path(Some(std::borrow::Cow::Owned(self.pki.ca.clone())));
-        let opts = mysql::OptsBuilder::new()
-            .ip_or_hostname(Some("127.0.0.1"))
-            .tcp_port(self.mysql.port)
-            .user(Some("msgx"))
-            .pass(Some(SECRET))
-            .ssl_opts(Some(ssl));
-        mysql::Conn::new(opts).expect("admin connection to MariaDB over TLS")
+        mysql_socket(&self.mysql_socket(), None).expect("admin connection to MariaDB on its socket")
     }
 
     /// A Redis connection as a person with the CA would open one.
     pub fn redis(&self) -> redis::Connection {
         let info = redis::IntoConnectionInfo::into_connection_info(self.redis_url().as_str()).unwrap();
         let info = info.clone().set_redis_settings(info.redis_settings().clone().set_password(SECRET));
-        let certs = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(std::fs::read(&self.pki.ca).unwrap()),
-        };
+        let client_tls = Some(redis::ClientTlsConfig {
+            client_cert: std::fs::read(&self.pki.client.cert).unwrap(),
+            client_key: std::fs::read(&self.pki.client.key).unwrap(),
+        });
+        let certs =
+            redis::TlsCertificates { client_tls, root_cert: Some(std::fs::read(&self.pki.ca).unwrap()) };
         redis::Client::build_with_tls(info, certs).unwrap().get_connection().expect("Redis over TLS")
     }
 
@@ -374,5 +383,19 @@ pub fn pg_client(url: &str) -> postgres::Client {
     if let Some(ca) = params.get("sslrootcert") {
         b.set_ca_file(ca).unwrap();
     }
+    if let (Some(c), Some(k)) = (params.get("sslcert"), params.get("sslkey")) {
+        b.set_certificate_chain_file(c).unwrap();
+        b.set_private_key_file(k, openssl::ssl::SslFiletype::PEM).unwrap();
+    }
     config.connect(postgres_openssl::MakeTlsConnector::new(b.build())).expect("PostgreSQL over TLS")
+}
+
+/// A MariaDB connection on its Unix socket as root (socket authentication), in `db` if given.
+pub fn mysql_socket(socket: &Path, db: Option<&str>) -> Result<mysql::Conn, mysql::Error> {
+    let opts = mysql::OptsBuilder::new()
+        .socket(Some(socket.to_str().unwrap()))
+        .user(Some("root"))
+        .db_name(db)
+        .prefer_socket(true);
+    mysql::Conn::new(opts)
 }

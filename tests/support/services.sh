@@ -15,10 +15,10 @@
 #                                        stop that private instance; its data stays in DIR
 #   tests/support/services.sh instance-tls KIND DIR PORT CERT KEY CA
 #                                        a private TLS-only PostgreSQL (hostssl + scram), MariaDB
-#                                        (require_secure_transport, REQUIRE SSL), Redis (--port 0,
+#                                        (require_secure_transport, REQUIRE X509), Redis (--port 0,
 #                                        --tls-port, an ACL user, default off) or Kafka (Tansu behind
-#                                        stunnel4, a client certificate required): plaintext is
-#                                        refused by the server (#64). The password is
+#                                        stunnel4): plaintext is refused by the server, and each
+#                                        asks for a client certificate the CA signed (#64). The password is
 #                                        msgx-tls-secret; CERT/KEY/CA are the server's (made by the
 #                                        test). Kafka's plaintext side, for the test's own topic
 #                                        tool, is PORT+1. Again with other files: restarted with them
@@ -228,7 +228,8 @@ tls_pg() {
       --pwfile="$dir/pg/pw" -E UTF8 --locale=C.UTF-8 >"$dir/pg/initdb.log" 2>&1 \
       || die "initdb failed: $(tail -5 "$dir/pg/initdb.log")"
     # TLS only: no `host` line, so a plaintext session is refused by the server.
-    printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n' >"$dir/pg/data/pg_hba.conf"
+    # …and a client certificate the CA signed for the user, besides the password.
+    printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256 clientcert=verify-full\n' >"$dir/pg/data/pg_hba.conf"
   fi
   command install -m 0644 "$cert" "$dir/pg/data/server.crt"; command install -m 0600 "$key" "$dir/pg/data/server.key"
   command install -m 0644 "$ca" "$dir/pg/data/root.crt"
@@ -263,7 +264,7 @@ tls_mysql() {
   wait_for 60 "MariaDB (TLS)" "$(mysql_cli)" --no-defaults -uroot --socket="$dir/mysql/mysqld.sock" -e 'SELECT 1'
   "$(mysql_cli)" --no-defaults -uroot --socket="$dir/mysql/mysqld.sock" <<SQL
 CREATE DATABASE IF NOT EXISTS mailbox CHARACTER SET utf8mb4;
-CREATE USER IF NOT EXISTS 'msgx'@'127.0.0.1' IDENTIFIED BY '$TLS_SECRET' REQUIRE SSL;
+CREATE USER IF NOT EXISTS 'msgx'@'127.0.0.1' IDENTIFIED BY '$TLS_SECRET' REQUIRE X509;
 GRANT ALL PRIVILEGES ON *.* TO 'msgx'@'127.0.0.1';
 FLUSH PRIVILEGES;
 SQL
@@ -275,12 +276,16 @@ tls_redis() {
     # Running: the certificate is renewed in place, as an operator would (CONFIG SET), and the
     # clients are dropped so that they meet it. A restart would be another test: Redis 7.0
     # replays no MULTI/EXEC from its AOF while the default user is off (redis#14541).
-    local cli=(redis-cli --tls --insecure -p "$port" --user msgx --pass "$TLS_SECRET" --no-auth-warning)
+    local cli=(redis-cli --tls --insecure --cert "$dir/redis/admin.pem" --key "$dir/redis/admin.key"
+      -p "$port" --user msgx --pass "$TLS_SECRET" --no-auth-warning)
     "${cli[@]}" CONFIG SET tls-cert-file "$cert" tls-key-file "$key" tls-ca-cert-file "$ca" >&2
     "${cli[@]}" CLIENT KILL TYPE normal >&2
     return
   fi
   mkdir -p "$dir/redis"
+  # The tool's own client certificate for a renewal in place (the server's first pair: signed by
+  # the CA, kept in case the server's files change).
+  cp "$cert" "$dir/redis/admin.pem"; cp "$key" "$dir/redis/admin.key"
   cat >"$dir/redis/redis.conf" <<CONF
 bind 127.0.0.1
 port 0
@@ -288,7 +293,7 @@ tls-port $port
 tls-cert-file $cert
 tls-key-file $key
 tls-ca-cert-file $ca
-tls-auth-clients optional
+tls-auth-clients yes
 dir $dir/redis
 save ""
 appendonly yes
