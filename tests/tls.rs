@@ -315,3 +315,49 @@ fn a_password_from_systemd_credentials() {
         "{out}"
     );
 }
+
+/// The sentinels too (#64): a TLS-only Sentinel that asks for a client certificate and its own
+/// ACL user (the default user off) names the TLS-only master; msgx asks it over TLS, then reaches
+/// the master it names over verified TLS, and messages flow.
+#[test]
+fn the_master_named_by_a_tls_only_sentinel_is_reached_over_tls() {
+    let w = TlsWorld::start();
+    let sentinel_dir = w.pki.dir.join("sentinel");
+    let sentinel_port = free_port();
+    let (p, c) = (&w.pki.server, &w.pki.ca);
+    let args = [
+        "sentinel-tls",
+        sentinel_dir.to_str().unwrap(),
+        &sentinel_port.to_string(),
+        &w.redis.port.to_string(),
+        "msgxtls",
+        p.cert.to_str().unwrap(),
+        p.key.to_str().unwrap(),
+        c.to_str().unwrap(),
+    ]
+    .map(str::to_string);
+    script(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    struct Halt(std::path::PathBuf);
+    impl Drop for Halt {
+        fn drop(&mut self) {
+            let _ =
+                std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh"))
+                    .args(["halt", "sentinel", self.0.to_str().unwrap()])
+                    .output();
+        }
+    }
+    let _halt = Halt(sentinel_dir);
+    let sentinels = format!(
+        "sentinels = [\"127.0.0.1:{sentinel_port}\"]\nsentinel-master = \"msgxtls\"\nsentinel-tls = true\nsentinel-username = \"msgx\"\nsentinel-password-file = \"{}/redis\"\n",
+        w.secrets.display()
+    );
+    let s = w.services_with("", &sentinels);
+    let a = Instance::run(&s, "sentinel", "");
+    feed(&s, 1, 11);
+    drained(&s, 10, &a);
+    let (code, out) = msgx_cli(&s, &s.cfg.pg_url, &["check"]);
+    assert_eq!(code, Some(0), "{out}");
+    let line = out.lines().find(|l| l.starts_with("redis replication")).unwrap_or_else(|| panic!("{out}"));
+    println!("tls sentinel: {line}");
+    assert!(line.contains("role=master") && line.contains("the master the sentinels name"), "{line}");
+}

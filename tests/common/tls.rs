@@ -311,6 +311,11 @@ impl TlsWorld {
 
     /// Fresh, migrated stores for one test on these instances.
     pub fn services(&self, extra: &str) -> Services {
+        self.services_with(extra, "")
+    }
+
+    /// As [`TlsWorld::services`], with more lines for `[redis]` (the sentinels).
+    pub fn services_with(&self, extra: &str, redis: &str) -> Services {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!("tls{}_{n}", std::process::id());
         let mut admin = pg_client(&self.pg_url("msgx"));
@@ -322,10 +327,12 @@ impl TlsWorld {
         let topic = format!("msgx.{name}");
         super::create_topic_on(&self.inner_brokers(), &topic);
         super::create_topic_on(&self.inner_brokers(), &format!("{topic}.schd"));
+        let mut toml = self.toml();
+        toml.redis.push_str(redis);
         let mut s = Services::assemble(
             &name,
             extra,
-            self.toml(),
+            toml,
             [self.pg_url(&name), self.mysql_url(&name), self.redis_url(), self.brokers()],
         );
         s.mysql_socket = Some(self.mysql_socket());

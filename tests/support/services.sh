@@ -32,6 +32,8 @@
 #                                        promote that replica (pg_ctl promote)
 #   tests/support/services.sh redis-replica DIR PORT MASTER_PORT
 #                                        a Redis replica of a private master
+#   tests/support/services.sh sentinel-tls DIR PORT MASTER_PORT NAME CERT KEY CA
+#                                        the same, TLS-only, for a TLS-only master (#64)
 #   tests/support/services.sh sentinel DIR PORT MASTER_PORT NAME
 #                                        a Redis Sentinel monitoring that master as NAME (quorum 2)
 #
@@ -337,6 +339,34 @@ CONF
   wait_for 20 "stunnel (Kafka TLS)" port_open "$port"
 }
 
+# A TLS-only Sentinel (#64) for a TLS-only master: it speaks TLS to the master, asks its clients
+# for a certificate and for the ACL user msgx, the default user off.
+sentinel_tls() {
+  local dir=$1 port=$2 master=$3 name=$4 cert=$5 key=$6 ca=$7
+  mkdir -p "$dir/redis"
+  cat >"$dir/redis/sentinel.conf" <<CONF
+bind 127.0.0.1
+port 0
+tls-port $port
+tls-cert-file $cert
+tls-key-file $key
+tls-ca-cert-file $ca
+tls-auth-clients yes
+tls-replication yes
+dir $dir/redis
+user default off
+user msgx on >$TLS_SECRET ~* &* +@all
+sentinel announce-ip 127.0.0.1
+sentinel monitor $name 127.0.0.1 $master 1
+sentinel auth-user $name msgx
+sentinel auth-pass $name $TLS_SECRET
+sentinel down-after-milliseconds $name 2000
+CONF
+  redis-server "$dir/redis/sentinel.conf" --sentinel --daemonize yes --pidfile "$dir/redis/redis.pid" \
+    --logfile "$dir/redis/sentinel.log" >&2
+  wait_for 20 "Redis Sentinel (TLS)" port_open "$port"
+}
+
 instance_tls() {
   local kind=$1 dir=$2 port=$3 cert=$4 key=$5 ca=$6
   mkdir -p "$dir"
@@ -444,5 +474,7 @@ case "${1:-}" in
   pg-promote) [ $# -eq 2 ] || die "usage: $0 pg-promote DIR"; pg_promote "$2" ;;
   redis-replica) [ $# -eq 4 ] || die "usage: $0 redis-replica DIR PORT MASTER_PORT"; redis_replica "$2" "$3" "$4" ;;
   sentinel) [ $# -eq 5 ] || die "usage: $0 sentinel DIR PORT MASTER_PORT NAME"; sentinel "$2" "$3" "$4" "$5" ;;
+  sentinel-tls) [ $# -eq 8 ] || die "usage: $0 sentinel-tls DIR PORT MASTER_PORT NAME CERT KEY CA"
+    sentinel_tls "$2" "$3" "$4" "$5" "$6" "$7" "$8" ;;
   *) echo "usage: $0 install|start|env|status|stop|instance|halt" >&2; exit 2 ;;
 esac
