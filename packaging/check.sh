@@ -87,7 +87,15 @@ my_user=${BASH_REMATCH[1]} my_pass=${BASH_REMATCH[2]} my_host=${BASH_REMATCH[3]}
 my() { "$mysql_cli" -h "$my_host" -P "$my_port" -u "$my_user" -p"$my_pass" "$@"; }
 my -e "CREATE DATABASE $scratch"
 my "$scratch" < sql/fixtures/mailbox.sql
+# The TLS leg's private servers (#64).
+tls_dir=
+tls_cleanup() {
+  [ -n "$tls_dir" ] || return 0
+  for k in pg mysql redis kafka; do tests/support/services.sh halt "$k" "$tls_dir/$k" >/dev/null 2>&1 || true; done
+  rm -rf "$tls_dir"; tls_dir=
+}
 cleanup() {
+  tls_cleanup
   for p in "${instance_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   [ -z "${traffic_pid:-}" ] || { touch "$traffic_stop"; wait "$traffic_pid" || true; }
   for db in $scratch ${scratch}_a ${scratch}_b ${scratch}_deb ${scratch}_rpm; do
@@ -117,11 +125,14 @@ grep -q '^MSGX CRITICAL - no instance holds the lease' target/packages/status-ch
 tls_leg() {
   local t port_of pki base=${scratch}_tls
   t=$(mktemp -d /tmp/msgx-pkgcheck-tls.XXXXXX); chmod 755 "$t"
+  tls_dir=$t # stopped by cleanup() too, should a step fail
   pki=$t/pki; mkdir -p "$pki" "$t/secrets"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=msgx-pkgcheck-ca \
     -keyout "$pki/ca.key" -out "$pki/ca.pem" 2>/dev/null
   for leaf in server client; do
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$leaf" \
+    # The client certificate names the user (PostgreSQL's clientcert=verify-full asks it to).
+    local cn=$leaf; [ "$leaf" = client ] && cn=msgx
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$cn" \
       -keyout "$pki/$leaf.key" -out "$pki/$leaf.csr" 2>/dev/null
     printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >"$pki/$leaf.ext"
     openssl x509 -req -in "$pki/$leaf.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
@@ -131,22 +142,21 @@ tls_leg() {
   # The admin's copy of the client key stays root's (libpq wants a key its user owns).
   cp -p "$pki/client.key" "$pki/admin.key"; chown msgx:msgx "$pki/client.key"
   port_of() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-  local pg_port my_port redis_port kafka_port
-  pg_port=$(port_of) my_port=$(port_of) redis_port=$(port_of)
-  while kafka_port=$(port_of); ! python3 -c "import socket,sys; socket.socket().bind(('127.0.0.1',$kafka_port+1))" 2>/dev/null; do :; done
+  local tls_pg_port tls_my_port tls_redis_port tls_kafka_port
+  tls_pg_port=$(port_of) tls_my_port=$(port_of) tls_redis_port=$(port_of)
+  while tls_kafka_port=$(port_of); ! python3 -c "import socket,sys; socket.socket().bind(('127.0.0.1',$tls_kafka_port+1))" 2>/dev/null; do :; done
   for k in pg mysql redis kafka; do
-    local port_var="${k}_port"; [ "$k" = mysql ] && port_var=my_port
+    local port_var="tls_${k}_port"; [ "$k" = mysql ] && port_var=tls_my_port
     tests/support/services.sh instance-tls "$k" "$t/$k" "${!port_var}" "$pki/server.pem" "$pki/server.key" "$pki/ca.pem" >/dev/null
   done
-  tls_cleanup() { for k in pg mysql redis kafka; do tests/support/services.sh halt "$k" "$t/$k" >/dev/null 2>&1 || true; done; rm -rf "$t"; }
   # Every server asks for a client certificate too; the admin's is msgx's own.
   local cert="sslcert=$pki/client.pem sslkey=$pki/admin.key"
-  PGPASSWORD=msgx-tls-secret "$psql_bin" -q "host=127.0.0.1 port=$pg_port user=msgx dbname=msgx sslmode=verify-full sslrootcert=$pki/ca.pem $cert" -c "CREATE DATABASE $base"
+  PGPASSWORD=msgx-tls-secret "$psql_bin" -q "host=127.0.0.1 port=$tls_pg_port user=msgx dbname=msgx sslmode=verify-full sslrootcert=$pki/ca.pem $cert" -c "CREATE DATABASE $base"
   local mytls=(--ssl --ssl-ca="$pki/ca.pem" --ssl-cert="$pki/client.pem" --ssl-key="$pki/admin.key")
-  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret "${mytls[@]}" -e "CREATE DATABASE $base"
-  "$mysql_cli" -h 127.0.0.1 -P "$my_port" -u msgx -pmsgx-tls-secret "${mytls[@]}" "$base" < sql/fixtures/mailbox.sql
+  "$mysql_cli" -h 127.0.0.1 -P "$tls_my_port" -u msgx -pmsgx-tls-secret "${mytls[@]}" -e "CREATE DATABASE $base"
+  "$mysql_cli" -h 127.0.0.1 -P "$tls_my_port" -u msgx -pmsgx-tls-secret "${mytls[@]}" "$base" < sql/fixtures/mailbox.sql
   for topic in "msgx.$base.msg" "msgx.$base.schd"; do
-    "$MSGX_TANSU" topic create "$topic" --partitions 1 --broker "tcp://127.0.0.1:$((kafka_port + 1))" >/dev/null
+    "$MSGX_TANSU" topic create "$topic" --partitions 1 --broker "tcp://127.0.0.1:$((tls_kafka_port + 1))" >/dev/null
   done
   for k in pg mysql redis; do printf 'msgx-tls-secret\n' >"$t/secrets/$k"; done
   chown -R msgx:msgx "$t/secrets"; chmod 700 "$t/secrets"; chmod 600 "$t/secrets"/*
@@ -165,9 +175,9 @@ tls_leg() {
     /etc/msgx/tls.toml > /etc/msgx/tls.toml.new && mv /etc/msgx/tls.toml.new /etc/msgx/tls.toml
   chgrp msgx /etc/msgx/tls.toml && chmod 0640 /etc/msgx/tls.toml
   printf 'MSGX_PG_URL=%s\nMSGX_MYSQL_URL=%s\nMSGX_REDIS_URL=%s\nMSGX_KAFKA_BROKERS=%s\n' \
-    "postgres://msgx@127.0.0.1:$pg_port/$base?sslmode=verify-full&sslrootcert=$pki/ca.pem&sslcert=$pki/client.pem&sslkey=$pki/client.key" \
-    "mysql://msgx@127.0.0.1:$my_port/$base?ssl-mode=VERIFY_IDENTITY&ssl-ca=$pki/ca.pem&ssl-cert=$pki/client.pem&ssl-key=$pki/client.key" \
-    "rediss://msgx@127.0.0.1:$redis_port/" "127.0.0.1:$kafka_port" > /etc/msgx/tls.env
+    "postgres://msgx@127.0.0.1:$tls_pg_port/$base?sslmode=verify-full&sslrootcert=$pki/ca.pem&sslcert=$pki/client.pem&sslkey=$pki/client.key" \
+    "mysql://msgx@127.0.0.1:$tls_my_port/$base?ssl-mode=VERIFY_IDENTITY&ssl-ca=$pki/ca.pem&ssl-cert=$pki/client.pem&ssl-key=$pki/client.key" \
+    "rediss://msgx@127.0.0.1:$tls_redis_port/" "127.0.0.1:$tls_kafka_port" > /etc/msgx/tls.env
   chgrp msgx /etc/msgx/tls.env && chmod 0640 /etc/msgx/tls.env
   # shellcheck disable=SC2046 # the env file's lines are NAME=VALUE words.
   env $(cat /etc/msgx/tls.env) /usr/bin/msgx --config /etc/msgx/tls.toml migrate >/dev/null
