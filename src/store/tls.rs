@@ -189,6 +189,16 @@ impl Tls {
     }
 }
 
+/// The kind of a failed connect whose error reads `detail`: untrusted when TLS refused the
+/// server (an ERROR at once: it will not pass by itself), else unavailable.
+pub fn connect_kind(detail: &str) -> StoreErrorKind {
+    if refused(detail) {
+        StoreErrorKind::Untrusted
+    } else {
+        StoreErrorKind::Unavailable
+    }
+}
+
 /// Whether a driver's error text is a TLS refusal: the handshake failed or the certificate was
 /// not trusted. Such a store is untrusted, not merely away: an ERROR at once.
 pub fn refused(text: &str) -> bool {

@@ -5,7 +5,6 @@
 //! `tests/support/services.sh instance-tls`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mysql::prelude::Queryable;
@@ -18,7 +17,7 @@ use openssl::pkey::{PKey, Private};
 use openssl::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName};
 use openssl::x509::{X509Name, X509};
 
-use super::{free_port, Services, COUNTER};
+use super::{free_port, script, Services, COUNTER};
 
 /// The password of user `msgx` on every TLS-only instance (services.sh's `TLS_SECRET`).
 pub const SECRET: &str = "msgx-tls-secret";
@@ -155,17 +154,6 @@ impl Drop for Pki {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn script(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/services.sh");
-    let out = Command::new(script).args(args).output().expect("run services.sh");
-    assert!(
-        out.status.success(),
-        "services.sh {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A TLS-only private instance of one store.

@@ -96,28 +96,25 @@ fn sentinel(s: &str, t: &RedisTarget) -> StoreResult<Client> {
     client.map_err(|e| untrusted(format!("TLS: {}", classify::classify(&e).detail)))
 }
 
+/// A connection to Redis or a sentinel that failed: untrusted when TLS refused it (#64).
+pub fn failed(e: redis::RedisError) -> StoreError {
+    let detail = classify::classify(&e).detail;
+    StoreError::new(Store::Redis, tls::connect_kind(&detail), detail)
+}
+
 /// Asks the sentinels, in order, where the master `name` is; the first that answers wins.
 pub fn ask_sentinels(t: &RedisTarget) -> StoreResult<(String, u16)> {
     let mut why = Vec::new();
     let mut refused = false;
     for s in &t.sentinels {
         let answer = sentinel(s, t).and_then(|c| {
-            let fail = |e: redis::RedisError| {
-                let detail = classify::classify(&e).detail;
-                let kind = if tls::refused(&detail) {
-                    StoreErrorKind::Untrusted
-                } else {
-                    StoreErrorKind::Unavailable
-                };
-                StoreError::new(Store::Redis, kind, detail)
-            };
-            let mut conn = c.get_connection_with_timeout(SENTINEL_TIMEOUT).map_err(fail)?;
-            conn.set_read_timeout(Some(SENTINEL_TIMEOUT)).map_err(fail)?;
+            let mut conn = c.get_connection_with_timeout(SENTINEL_TIMEOUT).map_err(failed)?;
+            conn.set_read_timeout(Some(SENTINEL_TIMEOUT)).map_err(failed)?;
             redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(&t.master)
                 .query::<Option<(String, u16)>>(&mut conn)
-                .map_err(fail)
+                .map_err(failed)
         });
         match answer {
             Ok(Some(addr)) => return Ok(addr),

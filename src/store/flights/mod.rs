@@ -54,12 +54,11 @@ use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, Script, Value};
 
-use crate::error::{StoreError, StoreErrorKind};
+use crate::error::StoreError;
 use crate::handlers::{Decision, FlightState, FlightView};
 use crate::ports::{
     Applying, FlightAudit, FlightMarks, FlightStore, Prepared, Restore, RoundNeed, StoreResult,
 };
-use crate::store::tls;
 
 /// How long the journal is kept after the last apply (an instance stopped for good).
 const JOURNAL_TTL_SECS: u64 = 7 * 86_400;
@@ -291,16 +290,8 @@ impl RedisFlights {
 
     fn conn(&mut self) -> StoreResult<&mut Connection> {
         if self.conn.is_none() {
-            let unavailable = |e: redis::RedisError| {
-                let detail = classify::classify(&e).detail;
-                // A certificate refused will not pass by itself: untrusted, an ERROR at once (#64).
-                let kind = if tls::refused(&detail) {
-                    StoreErrorKind::Untrusted
-                } else {
-                    StoreErrorKind::Unavailable
-                };
-                StoreError::new(Store::Redis, kind, detail)
-            };
+            // A certificate refused will not pass by itself: untrusted, an ERROR at once (#64).
+            let unavailable = connect::failed;
             let client = self.client_now()?;
             let mut c = client.get_connection_with_timeout(Duration::from_secs(5)).map_err(unavailable)?;
             if !self.target.sentinels.is_empty() {

@@ -205,11 +205,7 @@ impl Pg {
                 // A TLS refusal's reason (another CA, an expired certificate) is in the chain.
                 let detail = tls::with_causes(&classify::classify(&e).detail, &e);
                 // A refused certificate will not pass by itself: untrusted, an ERROR at once (#64).
-                let kind = if tls::refused(&detail) {
-                    StoreErrorKind::Untrusted
-                } else {
-                    StoreErrorKind::Unavailable
-                };
+                let kind = tls::connect_kind(&detail);
                 StoreError::new(Store::Postgres, kind, format!("{detail} (sslmode={})", self.tls.mode.name()))
             })?;
             // Plans must not depend on fresh statistics: the FIFO, outbox and backfill queries
