@@ -335,8 +335,13 @@ fn regression_no_stage_serves_before_the_claim_of_the_flights_is_in_redis() {
 #[test]
 fn regression_a_commit_race_straddling_a_postgres_freeze_keeps_id_order() {
     let p = Private::start("pg");
-    let s = Services::migrated_on("", Stores { pg: Some(p.url()), ..Default::default() });
-    assert_eq!(s.cfg.pipeline.commit_grace, Duration::from_secs(2), "the trial is the default grace");
+    // The trial at a test's timing: a grace of 500 ms, a freeze of twice that.
+    let s = Services::migrated_on(
+        "commit-grace = \"500ms\"\n",
+        Stores { pg: Some(p.url()), ..Default::default() },
+    );
+    let grace = s.cfg.pipeline.commit_grace;
+    assert_eq!(grace, Duration::from_millis(500));
     let a = Instance::run(&s, "race", "");
     s.insert_inbound(&[fixtures::flop_stnd(1, "F69", "S0")]);
     let mut pg = s.pg();
@@ -350,12 +355,13 @@ fn regression_a_commit_race_straddling_a_postgres_freeze_keeps_id_order() {
         Open::insert(&s, &fixtures::flop_stnd(3, "F70", "A2")),
     ];
     let a_ids: Vec<i64> = lower.iter().map(|o| o.1).collect();
-    std::thread::sleep(Duration::from_millis(3_000).saturating_sub(frozen.elapsed()));
     let b_ids = s.insert_inbound(&[fixtures::flop_stnd(4, "F69", "B1"), fixtures::flop_stnd(5, "F70", "B2")]);
-    let b_at = Instant::now();
-    std::thread::sleep(Duration::from_millis(4_000).saturating_sub(frozen.elapsed()));
+    // The freeze is the fault itself: a frozen server says nothing to wait on. It outlasts the
+    // grace, so a gap dated by the round's start looks old at the thaw.
+    std::thread::sleep((2 * grace).saturating_sub(frozen.elapsed()));
     p.signal("-CONT");
-    std::thread::sleep(Duration::from_millis(1_500).saturating_sub(b_at.elapsed()));
+    // A commits half a grace after the thaw: within the grace of when B was read.
+    std::thread::sleep(grace / 2);
     for o in lower {
         o.commit();
     }

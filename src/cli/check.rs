@@ -77,11 +77,7 @@ fn check_kafka(cfg: &Config) -> CmdResult {
         .map_err(|e| (Exit::Unreachable, anyhow::anyhow!("kafka at {}: {e}", cfg.kafka_brokers)))?;
     let security = msgx::store::kafka::describe(&cfg.kafka_security);
     out!("kafka: reachable at {}, {security}", cfg.kafka_brokers);
-    let hosts: Vec<String> = cfg
-        .kafka_brokers
-        .split(',')
-        .map(|b| b.trim().rsplit_once(':').map_or(b, |(h, _)| h).to_string())
-        .collect();
+    let hosts = msgx::store::kafka::broker_hosts(&cfg.kafka_brokers);
     plaintext_warning("kafka", &hosts, &security);
     for t in topics {
         match t.partitions {

@@ -33,6 +33,12 @@ impl Mono {
 pub trait Clock: Send + Sync {
     fn now(&self) -> SystemTime;
     fn mono(&self) -> Mono;
+
+    /// The time now, read after a call that may have blocked, never before `earlier` (what the
+    /// caller already dated): a wall clock stepped back meanwhile dates nothing earlier (#69).
+    fn after(&self, earlier: SystemTime) -> SystemTime {
+        self.now().max(earlier)
+    }
 }
 
 /// The real wall clock.

@@ -304,7 +304,7 @@ impl Config {
             log_json,
             log_file,
             metrics_listen,
-            metrics_token: metrics_token(v, secret("metrics.token-file")?)?,
+            metrics_token: metrics_token(v, credentials)?,
             metrics_host_names: strings(v, "metrics.host-names")?,
             watchdog_stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
             compat,
@@ -586,10 +586,11 @@ fn path(v: &Values, key: &'static str) -> Result<Option<std::path::PathBuf>, Con
     Ok(Some(text(v, key)?.trim().to_string()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from))
 }
 
-/// `metrics.token`, or what `metrics.token-file` holds.
-fn metrics_token(v: &Values, file: Option<SecretFile>) -> Result<Option<String>, ConfigError> {
+/// `metrics.token`, or what `metrics.token-file` holds (read once, here).
+fn metrics_token(v: &Values, credentials: Option<&str>) -> Result<Option<String>, ConfigError> {
     let token = text(v, "metrics.token")?.trim().to_string();
-    match file {
+    let key = "metrics.token-file";
+    match SecretFile::resolve(key, text(v, key)?.trim(), credentials)? {
         Some(_) if !token.is_empty() => {
             Err(bad("metrics.token-file", "set metrics.token or metrics.token-file, not both"))
         }

@@ -117,19 +117,14 @@ pub fn run(
     result
 }
 
-/// The hosts a store is reached at in plaintext that are not this machine (#64): `security`
-/// is the store's description (`msgx check`'s, the start-up log's). Empty: nothing to say.
-pub fn plaintext_hosts(hosts: &[String], security: &str) -> Vec<String> {
-    if !security.starts_with(crate::store::tls::PLAINTEXT) {
-        return Vec::new();
-    }
-    hosts.iter().filter(|h| !crate::store::tls::loopback(h)).cloned().collect()
-}
-
-/// The warning's text for a store reached in plaintext off this machine, as the start-up log
-/// and `msgx check` say it.
+/// The warning for a store reached in plaintext at hosts that are not this machine (#64), as
+/// the start-up log and `msgx check` say it; `security` is the store's description.
 pub fn plaintext_warning(store: &str, hosts: &[String], security: &str) -> Option<String> {
-    let away = plaintext_hosts(hosts, security);
+    if !security.starts_with(crate::store::tls::PLAINTEXT) {
+        return None;
+    }
+    let away: Vec<&str> =
+        hosts.iter().map(String::as_str).filter(|h| !crate::store::tls::loopback(h)).collect();
     (!away.is_empty()).then(|| {
         format!(
             "plaintext connection store={store} host={}: not this machine, so its password and every flight's data cross the network readable; ask for TLS (docs/operations.md, \"Securing msgx\")",
@@ -153,17 +148,12 @@ fn say_security(cfg: &Config, pg: &mut crate::store::pg::Pg) {
     if let Ok(r) = crate::store::flights::RedisFlights::open(&cfg.redis, &cfg.redis_prefix) {
         lines.push(("redis", r.hosts(), r.security()));
     }
-    let brokers =
-        cfg.kafka_brokers.split(',').map(|b| b.trim().rsplit_once(':').map_or(b, |(h, _)| h).to_string());
-    lines.push(("kafka", brokers.collect(), crate::store::kafka::describe(&cfg.kafka_security)));
+    let brokers = crate::store::kafka::broker_hosts(&cfg.kafka_brokers);
+    lines.push(("kafka", brokers, crate::store::kafka::describe(&cfg.kafka_security)));
     for (store, hosts, security) in lines {
         info!("connection store={store} {security}");
-        let away = plaintext_hosts(&hosts, &security);
-        if !away.is_empty() {
-            warn!(
-                "plaintext connection store={store} host={}: not this machine, so its password and every flight's data cross the network readable; ask for TLS (docs/operations.md, \"Securing msgx\")",
-                away.join(",")
-            );
+        if let Some(w) = plaintext_warning(store, &hosts, &security) {
+            warn!("{w}");
         }
     }
 }

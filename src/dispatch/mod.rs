@@ -339,7 +339,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             .into_iter()
             .map(|r| r.map(|at| Landed::Kafka { topic: topic.into(), at }))
             .collect();
-        let answered = self.clock.now().max(now);
+        let answered = self.clock.after(now);
         self.delivery.settle(Target::KafkaMsg, ready, results, answered)
     }
 
@@ -379,7 +379,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             .send(std::slice::from_ref(&record))
             .pop()
             .unwrap_or_else(|| Err(StoreError::unavailable(Store::Kafka, "no acknowledgement")));
-        let now = self.clock.now().max(now);
+        let now = self.clock.after(now);
         match result {
             Ok(at) => {
                 // Older generations folded into the array are delivered too, in the same record.
@@ -483,7 +483,7 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
             results.push(self.insert_once(e, now).map(|row| Landed::Outbound { row }));
         }
         let tried = results.len();
-        let answered = self.clock.now().max(now);
+        let answered = self.clock.after(now);
         self.delivery.settle(Target::Coutmsgs, &ready[..tried], results, answered)
     }
 

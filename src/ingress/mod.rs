@@ -310,7 +310,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         if crate::planted::on(crate::planted::Bug::RoundTimeReused) {
             return started;
         }
-        self.clock.now().max(started)
+        self.clock.after(started)
     }
 
     /// The lowest gaps read again: the rows that appeared in them since (late rows, PRE-2)

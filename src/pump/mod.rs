@@ -169,7 +169,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     fn try_round(&mut self, started: SystemTime) -> Result<Round, StoreError> {
         let committing = self.lane.as_ref().map(Lane::committing).unwrap_or_default();
         let rows = self.fifo.unfinished(self.batch, committing)?;
-        let now = self.after(started);
+        let now = self.clock.after(started);
         // The ready prefix: the head and the rows behind it up to the first one backing off.
         let mut ready = 0;
         for row in &rows {
@@ -183,20 +183,14 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             return self.quiet(Round::Idle, now);
         }
         let mut plan = self.read(&rows[..ready], now)?;
-        self.decide(&mut plan, self.after(now))?;
+        self.decide(&mut plan, self.clock.after(now))?;
         if let Landing::Refused(n) = self.land()? {
             // A message of the last round was charged: the FIFO head moved under this round,
             // which has applied nothing yet and is simply read again.
             return Ok(Round::Worked(n));
         }
-        self.apply(&mut plan, self.after(now))?;
-        self.commit(plan, self.after(now))
-    }
-
-    /// The clock's reading after a store call, never before `earlier` (a wall clock stepped
-    /// back mid-round dates nothing before what the round already dated).
-    fn after(&self, earlier: SystemTime) -> SystemTime {
-        self.clock.now().max(earlier)
+        self.apply(&mut plan, self.clock.after(now))?;
+        self.commit(plan, self.clock.after(now))
     }
 
     /// Nothing to read: the commit on its way lands first, then the journal is tidied.

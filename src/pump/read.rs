@@ -35,7 +35,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
         let mut raws = self.read_texts(&ids)?;
         // A failure's backoff and a head's deadline count from when the texts came back.
-        let now = self.after(before);
+        let now = self.clock.after(before);
         let mut plan: Vec<Planned<'r>> = Vec::with_capacity(rows.len());
         for row in rows {
             if matches!(raws.get(&row.msg_id), Some(Raw::Later)) {

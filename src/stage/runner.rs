@@ -92,7 +92,7 @@ impl Runner {
         let name = self.stage.name();
         let started = clock.now();
         let ran = gate.check().and_then(|()| stage.run(started));
-        let now = clock.now().max(started);
+        let now = clock.after(started);
         match ran {
             Ok((next, progressed)) => {
                 for n in self.outages.recovered(now) {

@@ -63,6 +63,15 @@ fn security_settings(k: &crate::config::KafkaSecurity) -> Vec<(&'static str, Str
     s
 }
 
+/// The host of each `host:port` of `kafka.bootstrap-servers`.
+pub fn broker_hosts(brokers: &str) -> Vec<String> {
+    brokers
+        .split(',')
+        .map(|b| b.trim())
+        .map(|b| b.rsplit_once(':').map_or(b, |(h, _)| h).to_string())
+        .collect()
+}
+
 /// How msgx connects to the brokers, for `msgx check` and the start-up log (#64).
 pub fn describe(k: &crate::config::KafkaSecurity) -> String {
     let tls = if k.protocol.tls() {
