@@ -206,7 +206,10 @@ fn a_log_rotated_by_logrotate_while_messages_flow_loses_no_line() {
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
-        std::thread::sleep(Duration::from_millis(1500));
+        // Rotated once msgx has logged a message as succeeded, whatever the machine's load
+        // (#66: a fixed 1.5 s was passed by a loaded run before the first line).
+        let logged = || std::fs::read_to_string(&log).unwrap_or_default().contains("succeeded msg_id=");
+        assert!(eventually(Duration::from_secs(30), logged), "no message succeeded");
         let out = std::process::Command::new("logrotate")
             .args(["-f", "-s", dir.join("state").to_str().unwrap(), conf.to_str().unwrap()])
             .output()
