@@ -1,9 +1,11 @@
 //! Stores that go away while messages flow (SPEC §4.9, issue #10), on the real services at
-//! the default settings (no raised max-attempts): Redis and MariaDB stopped for 60 s,
-//! PostgreSQL stopped for 30 s, the broker frozen for 60 s. Each test has its own instance of
-//! the store it stops (tests/support/services.sh instance), so the tests beside it are not
-//! touched. Every message must end SUCCEEDED, every event be delivered exactly in order per
-//! key, nothing DEAD, every mailbox row marked.
+//! the defaults' proportions (no raised max-attempts) on the tests' time profile (#66): every
+//! time a fifth of its default, so Redis, MariaDB and the broker stay away for twice the whole
+//! backoff ladder and PostgreSQL for as long as it, as the defaults' 60 s and 30 s outages
+//! are to their 31 s ladder. Each test has its own instance of the store it stops
+//! (tests/support/services.sh instance), so the tests beside it are not touched. Every message
+//! must end SUCCEEDED, every event be delivered exactly in order per key, nothing DEAD, every
+//! mailbox row marked.
 
 mod common;
 
@@ -18,6 +20,14 @@ use msgx::fixtures;
 
 const BEFORE: u64 = 100;
 const DURING: u64 = 200;
+
+/// The defaults' times, each a fifth (#66): the backoff ladder (31 s → 6.2 s), its cap, a
+/// stalled stage's reconnect cap, the outage alert, the lease and the producer's timeout, so an
+/// outage is as long against each of them as at the defaults.
+const FIFTH: &str = "backoff-ms = [200, 400, 800, 1600, 3200]\nbackoff-cap-ms = 12000\n\
+    reconnect-backoff-cap-ms = 400\noutage-alert-after = \"12s\"\n\
+    [msgx.lease]\nduration = \"2s\"\nrenew-interval = \"200ms\"\n\
+    [kafka.producers.default]\nmessage-timeout-ms = 6000\n";
 
 enum Away {
     Store(Private),
@@ -79,7 +89,7 @@ fn ride_out(kind: &'static str, down_for: Duration) {
             (Away::Store(p), stores)
         }
     };
-    let s = Services::migrated_on("", stores);
+    let s = Services::migrated_on(FIFTH, stores);
     let (stop, daemon) = start_daemon(&s.cfg);
     feed(&s, 1, BEFORE + 1, Duration::ZERO);
     let mut pg = s.pg();
@@ -164,23 +174,23 @@ fn ride_out(kind: &'static str, down_for: Duration) {
 }
 
 #[test]
-fn redis_stopped_for_60s_costs_no_message() {
-    ride_out("redis", Duration::from_secs(60));
+fn redis_stopped_for_twice_the_ladder_costs_no_message() {
+    ride_out("redis", Duration::from_secs(12));
 }
 
 #[test]
-fn mariadb_stopped_for_60s_costs_no_message() {
-    ride_out("mysql", Duration::from_secs(60));
+fn mariadb_stopped_for_twice_the_ladder_costs_no_message() {
+    ride_out("mysql", Duration::from_secs(12));
 }
 
 #[test]
-fn postgresql_stopped_for_30s_costs_no_message() {
-    ride_out("pg", Duration::from_secs(30));
+fn postgresql_stopped_for_the_whole_ladder_costs_no_message() {
+    ride_out("pg", Duration::from_secs(6));
 }
 
 #[test]
-fn the_broker_frozen_for_60s_costs_no_event() {
-    ride_out("broker", Duration::from_secs(60));
+fn the_broker_frozen_for_twice_the_ladder_costs_no_event() {
+    ride_out("broker", Duration::from_secs(12));
 }
 
 /// #21 item 11: a store that hangs (frozen, SIGSTOP) instead of refusing is an outage from its
