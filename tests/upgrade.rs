@@ -2,7 +2,8 @@
 //! Three builds run side by side: the **previous** release (the commit pinned in
 //! `tests/support/previous-release`), the build under test, and the **next** one (this tree
 //! plus `tests/support/next-release.patch`: FLOP-STND also reads `<XSTND>`, the rules version
-//! one up). `tests/support/releases.sh` builds the other two in a target directory of their own.
+//! one up). `tests/support/releases.sh` builds the other two, as `msgx-previous` and `msgx-next`, in
+//! the main target directory.
 
 mod common;
 

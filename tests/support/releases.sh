@@ -6,19 +6,31 @@
 #              so the pin is never older than the commit that taught releases to);
 #   next     — this tree plus tests/support/next-release.patch: one more mapping, the rules
 #              version one up.
-# Both are built in target/releases (a target directory of their own, shared by the two: only
-# msgx itself is compiled twice), debug, with the lock file of their tree. A second run builds
-# only what changed; concurrent runs wait for each other.
+# Both are built in the main target directory (#66), debug, with the lock file of their tree:
+# every dependency they share with this build is compiled once, for all three. Their binary is
+# renamed (msgx-previous, msgx-next) in their tree's Cargo.toml, so building them never
+# replaces target/debug/msgx, the build under test, which tests run while this script runs
+# again. The trees are staged in target/releases. A second run builds only what changed;
+# concurrent runs wait for each other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD/target/releases
 mkdir -p "$root"
 exec 9>"$root/.lock"
 flock 9
+# Where the releases were built before #66: a target directory of their own.
+rm -rf "$root/target"
+
+# A release's binary is named msgx-NAME: the `name` of the [[bin]] msgx in its Cargo.toml.
+rename_bin() {
+  sed -i '/^\[\[bin\]\]$/,/^path/ s/^name = "msgx"$/name = "msgx-'"$2"'"/' "$1/Cargo.toml"
+  grep -qx "name = \"msgx-$2\"" "$1/Cargo.toml" \
+    || { echo "releases.sh: no [[bin]] msgx to rename in $1/Cargo.toml" >&2; exit 1; }
+}
 
 # The tree at the pinned commit, written once per pin.
 pin=$(tr -d '[:space:]' < tests/support/previous-release)
-if [ "$(cat "$root/previous.pin" 2>/dev/null)" != "$pin" ]; then
+if [ "$(cat "$root/previous.pin" 2>/dev/null)" != "$pin renamed" ]; then
   git cat-file -e "$pin^{commit}" 2>/dev/null || {
     echo "releases.sh: the pinned previous release $pin is not in this clone's history (fetch it, or deepen a shallow clone)" >&2
     exit 1
@@ -26,7 +38,8 @@ if [ "$(cat "$root/previous.pin" 2>/dev/null)" != "$pin" ]; then
   rm -rf "$root/previous"
   mkdir -p "$root/previous"
   git archive "$pin" | tar -x -C "$root/previous"
-  echo "$pin" > "$root/previous.pin"
+  rename_bin "$root/previous" previous
+  echo "$pin renamed" > "$root/previous.pin"
 fi
 
 # This tree as it is (committed or not, as git lists it), and the patch on top: staged, then
@@ -48,11 +61,12 @@ git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' 
 done
 ( cd "$stage" && git apply ) < tests/support/next-release.patch \
   || { echo "releases.sh: tests/support/next-release.patch no longer applies to this tree" >&2; exit 1; }
+rename_bin "$stage" next
 sync_tree "$stage" "$root/next"
 
 build() {
   local name=$1 dir=$2 exe
-  exe=$(CARGO_TARGET_DIR="$root/target" cargo build --locked --bin msgx --manifest-path "$dir/Cargo.toml" \
+  exe=$(CARGO_TARGET_DIR="$PWD/target" cargo build --locked --bin "msgx-$name" --manifest-path "$dir/Cargo.toml" \
           --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
   [ -x "$exe" ] || { echo "releases.sh: the $name release built no binary" >&2; exit 1; }
