@@ -6,12 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The 15 slowest tests of the run, from nextest's JUnit report: where the suite's time goes.
+# awk reads every line (a `head` would close the pipe early: SIGPIPE, and pipefail ends the run).
 slowest() {
   [ -f "$1" ] || return 0
   echo "== the 15 slowest tests (seconds; every test's time: $1)"
   grep -o '<testcase [^>]*>' "$1" \
     | sed -n 's/.* name="\([^"]*\)" classname="\([^"]*\)".* time="\([0-9.]*\)".*/\3 \2 \1/p' \
-    | sort -rn | head -15 | awk '{ printf "%8.1f  %s %s\n", $1, $2, $3 }'
+    | sort -rn | awk 'NR <= 15 { printf "%8.1f  %s %s\n", $1, $2, $3 }'
 }
 
 services=tests/support/services.sh
