@@ -1,6 +1,6 @@
 //! The `msgx` binary as an operator runs it: exit codes and what it prints.
 
-mod common;
+use crate::common;
 
 use msgx::domain::SkipReason;
 use std::process::{Command, Output};

@@ -6,7 +6,7 @@
 //! pages answer what the CLI prints; with `metrics.token` every page but `/live` and `/ready`
 //! wants it.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

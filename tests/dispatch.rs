@@ -1,7 +1,7 @@
 //! Dispatch on real services: KAFKA:schd flushes on Tansu, COUTMSGS on MariaDB, and a broker
 //! outage on a private Tansu (count what a consumer reads, never reported offsets).
 
-mod common;
+use crate::common;
 
 use msgx::error::Store;
 use std::collections::BTreeSet;

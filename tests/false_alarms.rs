@@ -3,7 +3,7 @@
 //! pinned here on the real stores, one regression test each, named after it. A finding must be
 //! proof (docs/architecture.md, "A finding is proof"); what only suggests a forget is a WARN.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,7 +1,7 @@
 //! The FlightStore conformance suite on a real Redis through the apply script: the same cases
 //! the in-memory twin passes as unit tests (src/store/conformance/flights.rs).
 
-mod common;
+use crate::common;
 
 use common::Services;
 use msgx::ports::Applying;

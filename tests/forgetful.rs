@@ -8,7 +8,7 @@
 //! replays of DEAD messages — with the sentinel comparing every second, raises no finding and
 //! no heal. Each test runs its own Redis, PostgreSQL pair or broker where it breaks one.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

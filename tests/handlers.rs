@@ -1,7 +1,7 @@
 //! What messages mean, on the real stores: the daily-plan snapshot through the Redis script,
 //! its generation compare-and-set, FDEL, and reference data into REF_MASTER.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

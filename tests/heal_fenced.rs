@@ -4,7 +4,7 @@
 //! (no takeover under it), every write of it is fenced, and at the end Redis equals a replay of
 //! the mailbox in MSG_ID order, each flight's fields and versions.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

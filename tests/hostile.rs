@@ -1,7 +1,7 @@
 //! Hostile and variant input on the real services (issue #11): one bad row never stops the
 //! airport, real vendor data is kept.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

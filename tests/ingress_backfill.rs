@@ -1,7 +1,7 @@
 //! Ingress and backfill against real MariaDB and PostgreSQL: gap safety (PRE-2), the four
 //! backfill outcomes (INV-7, C-5, C-16), a mailbox outage, and the compat HTTP path.
 
-mod common;
+use crate::common;
 
 use msgx::domain::SkipReason;
 use msgx::error::Store;

@@ -4,7 +4,7 @@
 //! and REQUEST_TIMED_OUT. No event may be lost, reordered per key or DEAD; duplicates may only be
 //! identical re-sends (INV-10), which consumers drop by `event_id`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

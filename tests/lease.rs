@@ -3,7 +3,7 @@
 //! that wakes up after a takeover writes nothing; killing the lease's session no longer loses
 //! the lease; a standby logs no ERROR.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! record a Kafka consumer reads back (the `event_key` they both name), a DEAD one, an archived
 //! one, and one nobody knows.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The shared-mailbox conformance suite on a real MariaDB: the same cases the in-memory twin
 //! passes as unit tests (src/store/conformance/mailbox.rs).
 
-mod common;
+use crate::common;
 
 use mysql::prelude::Queryable;
 

@@ -2,7 +2,7 @@
 //! checked by an independent parser (`promtool check metrics`, from the Debian `prometheus`
 //! package), its values following what happens; `/ready` through a Redis outage; a standby.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

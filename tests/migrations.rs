@@ -1,6 +1,6 @@
 //! Own-PostgreSQL migrations on a real server: applied once, checked at start-up, add-only.
 
-mod common;
+use crate::common;
 
 use common::*;
 use msgx::store::pg::migrate::{self, SchemaError, MIGRATIONS};

@@ -2,7 +2,7 @@
 //! to its log — in both log formats: a message that failed and one that died, an outage and
 //! its end, an abandoned mark, and a standby.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

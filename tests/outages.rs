@@ -7,7 +7,7 @@
 //! must end SUCCEEDED, every event be delivered exactly in order per key, nothing DEAD, every
 //! mailbox row marked.
 
-mod common;
+use crate::common;
 
 use msgx::error::Store;
 use std::collections::BTreeMap;

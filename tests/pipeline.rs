@@ -1,7 +1,7 @@
 //! End to end on the real services: mailbox (MariaDB) → PROC_STATE (PostgreSQL) → Redis →
 //! outbox → Kafka (Tansu) → processed marks.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! full-table sync (read in place from ../shared/samples, never copied; skipped without it), a
 //! smaller table deleting what it omits, an event after it, and master data replacing a list.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! The own-PostgreSQL conformance suite on a real server: the same cases the in-memory twin
 //! passes as unit tests (src/store/conformance.rs), plus what only a real server shows.
 
-mod common;
+use crate::common;
 
 use common::Services;
 use msgx::store::pg::Pg;

@@ -1,7 +1,7 @@
 //! The producer conformance suite on the real producer and broker (Tansu): the same cases the
 //! in-memory twin passes as unit tests (src/store/conformance/producer.rs).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

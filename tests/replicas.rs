@@ -3,7 +3,7 @@
 //! multi-host URL, or noticing that a promoted replica lost commits. Every server is a private
 //! instance on loopback (tests/support/services.sh pg-primary, pg-replica, pg-promote).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

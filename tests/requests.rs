@@ -3,7 +3,7 @@
 //! `CMINMSGS` closes it (G-RESP-GUARD), an unanswered one expires, an answer nobody asked for is
 //! processed and counted.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

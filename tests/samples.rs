@@ -4,7 +4,7 @@
 //! marks as not well-formed must be MALFORMED; samples of other families must not crash the
 //! decoder. Without the shared folder beside the repository these tests say so and pass.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 //! Redis — every flight's fields, versions and tombstone, the plan's index and generation — and
 //! the outbox on both targets must be the same.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! stopping while a stage is stuck in a driver (own PostgreSQL frozen), again once it thaws, and
 //! the stop.
 
-mod common;
+use crate::common;
 
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 //! heal cost nothing; a certificate from another CA, for another host, expired, and a password
 //! file others can read are each refused, word for word.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

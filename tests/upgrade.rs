@@ -5,7 +5,7 @@
 //! one up). `tests/support/releases.sh` builds the other two, as `msgx-previous` and `msgx-next`, in
 //! the main target directory.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
