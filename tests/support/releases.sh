@@ -66,7 +66,10 @@ sync_tree "$stage" "$root/next"
 
 build() {
   local name=$1 dir=$2 exe
+  # The dependencies built as this tree builds them (Cargo.toml's dev profile: no debug info,
+  # #66), whatever the release's own Cargo.toml says, so they are the same build, shared.
   exe=$(CARGO_TARGET_DIR="$PWD/target" cargo build --locked --bin "msgx-$name" --manifest-path "$dir/Cargo.toml" \
+          --config 'profile.dev.package."*".debug = false' \
           --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
   [ -x "$exe" ] || { echo "releases.sh: the $name release built no binary" >&2; exit 1; }
