@@ -15,7 +15,8 @@ pub enum ErrorClass {
     Protocol,
     /// The decoder cannot handle it (yet): FAILED with backoff, replayable.
     CodecError,
-    /// No handler or capability for it yet: FAILED with backoff, replayable.
+    /// No handler or capability for it yet: DEAD at its first attempt (SPEC §3a; FAILED with
+    /// backoff where `msgx.pipeline.retry-unsupported` keeps the ladder), replayable.
     Unsupported,
     /// A store, broker or other execution failure: FAILED with backoff, replayable.
     Infra,

@@ -935,6 +935,10 @@ pub struct Gauges {
     pub queue: Vec<(String, i64)>,
     /// DEAD messages nobody dismissed, per error class.
     pub dead: Vec<(String, i64)>,
+    /// DEAD(UNSUPPORTED) messages nobody dismissed, per kind (SPEC §3a): the kinds the next
+    /// release must learn. The most frequent [`UNSUPPORTED_KINDS`] kinds, each name cut to
+    /// [`KIND_NAME_BYTES`], so upstream cannot grow the metric.
+    pub unsupported: Vec<(String, i64)>,
     /// Per target: PENDING events and the age of the oldest; DEAD events.
     pub outbox: Vec<(String, i64, f64)>,
     pub dead_events: Vec<(String, i64)>,
@@ -951,6 +955,10 @@ pub struct Gauges {
     /// or unanswered after the last try and not dismissed.
     pub awaited: i64,
 }
+
+/// How many kinds `msgx_unsupported_messages` names, and how much of each kind's name.
+pub const UNSUPPORTED_KINDS: i64 = 20;
+pub const KIND_NAME_BYTES: i32 = 32;
 
 impl Gauges {
     /// Windows a heal asked for whose flights await the AODB's answer (degraded).

@@ -52,7 +52,7 @@ ins "$(meta 103 FLOP STND)<FLOP><FLID>5002</FLID><STND>B99</STND></FLOP></MSG>" 
 ins "$(meta 104 LDM LOAD)<LDM><ANYTHING/></LDM></MSG>"                                # ignored (LDM-*)
 ins "this is not XML"                                                                # DEAD(MALFORMED)
 ins "$(meta 105 FLOP STND)<FLOP><FLID>5001</FLID><STND>213</STND></FLOP></MSG>"
-ins "$(meta 106 SCHS DNLD)<SCHS><SNAM>W26</SNAM><RECS>0</RECS></SCHS></MSG>"          # seasonal plan, no handler yet: FAILED(UNSUPPORTED), retried
+ins "$(meta 106 ZZZZ Q)<ZZZZ><FLID>5001</FLID></ZZZZ></MSG>"                           # a kind no handler knows: DEAD(UNSUPPORTED) at once (SPEC §3a)
 
 echo "== running msgx for 4 seconds" >&2
 $msgx --config "$work/msgx.toml" run 2>"$work/msgx.log" &

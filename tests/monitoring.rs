@@ -67,7 +67,9 @@ fn found(log: &str, json: bool, want: &Line) -> bool {
 fn lifecycle(json: bool) {
     let redis = Private::start("redis");
     let s = Services::migrated_on(
-        "max-attempts = 2\nbackoff-ms = [200]\n",
+        // The site that keeps the retry ladder for an unknown kind (SPEC §3a): its failed and
+        // poison lines.
+        "max-attempts = 2\nbackoff-ms = [200]\nretry-unsupported = true\n",
         Stores { redis: Some(redis.url()), ..Default::default() },
     );
     // A message msgx finished whose mailbox row is gone: its mark is abandoned (C-16).

@@ -203,6 +203,7 @@ fn the_series_list_is_what_a_scrape_holds() {
             "msgx_queue_messages"
                 | "msgx_gauges_age_seconds"
                 | "msgx_dead_messages"
+                | "msgx_unsupported_messages"
                 | "msgx_dead_events"
                 | "msgx_outbox_pending"
                 | "msgx_outbox_oldest_age_seconds"

@@ -129,6 +129,12 @@ pub const KEYS: &[KeySpec] = &[
         "a FAILED head stuck longer than this (since it first failed) becomes DEAD(EXHAUSTED)",
     ),
     k(
+        "msgx.pipeline.retry-unsupported",
+        "false",
+        Kind::Bool,
+        "SPEC §3a: a message of a kind no handler of this release knows walks the retry ladder (holding the FIFO head meanwhile) instead of going DEAD(UNSUPPORTED) at its first attempt",
+    ),
+    k(
         "msgx.pipeline.max-commit-delay",
         "\"5m\"",
         Kind::Duration { min: NONE },

@@ -49,6 +49,8 @@ pub struct Pipeline {
     pub backoff: Vec<Duration>,
     pub backoff_cap: Duration,
     pub head_deadline: Duration,
+    /// SPEC §3a: an unsupported kind walks the retry ladder (off: DEAD at its first attempt).
+    pub retry_unsupported: bool,
     pub max_commit_delay: Duration,
     pub commit_grace: Duration,
     pub process_batch: usize,
@@ -764,6 +766,7 @@ fn pipeline(v: &Values) -> Result<Pipeline, ConfigError> {
         backoff: millis_list(v, "msgx.pipeline.backoff-ms")?,
         backoff_cap: millis(v, "msgx.pipeline.backoff-cap-ms")?,
         head_deadline: duration(v, "msgx.pipeline.head-deadline")?,
+        retry_unsupported: boolean(v, "msgx.pipeline.retry-unsupported")?,
         max_commit_delay: duration(v, "msgx.pipeline.max-commit-delay")?,
         commit_grace: duration(v, "msgx.pipeline.commit-grace")?,
         process_batch: int(v, "msgx.pipeline.process-batch")? as usize,

@@ -279,6 +279,11 @@ impl Metrics {
             "DEAD messages nobody dismissed, per error class",
             by("class", &g.dead),
         );
+        r.register(
+            "msgx_unsupported_messages",
+            "DEAD(UNSUPPORTED) messages nobody dismissed, per kind (the 20 most frequent)",
+            by("type", &g.unsupported),
+        );
         r.register("msgx_dead_events", "DEAD outbox events, per target", by("target", &g.dead_events));
         requests_open(r, &g);
         let pending: Vec<(String, i64)> = g.outbox.iter().map(|(t, n, _)| (t.clone(), *n)).collect();
@@ -355,6 +360,7 @@ pub const SERIES: &[&str] = &[
     "msgx_gauges_age_seconds",
     "msgx_queue_messages",
     "msgx_dead_messages",
+    "msgx_unsupported_messages",
     "msgx_dead_events",
     "msgx_outbox_pending",
     "msgx_outbox_oldest_age_seconds",

@@ -17,6 +17,9 @@ pub struct RetryPolicy {
     pub cap: Duration,
     /// A message that keeps failing longer than this since its first failure is poison.
     pub head_deadline: Duration,
+    /// SPEC §3a: retry a kind no handler knows (`msgx.pipeline.retry-unsupported`); off, it is
+    /// DEAD(UNSUPPORTED) at its first attempt and never holds the head.
+    pub retry_unsupported: bool,
 }
 
 impl RetryPolicy {
@@ -34,6 +37,9 @@ impl RetryPolicy {
     /// failure is recorded. The deadline counts only the time the row spent failing: the time
     /// it waited to be tried after its backoff ran out (the stage stalled on a store, the lease
     /// gate closed, the daemon stopped) moves the anchor on, and the moved anchor is recorded.
+    /// A kind no handler knows cannot succeed before the next release, and each retry would
+    /// hold every flight behind it: it is DEAD(UNSUPPORTED) at once unless the site keeps the
+    /// ladder (SPEC §3a).
     pub fn on_failure(
         &self,
         attempts: u32,
@@ -45,7 +51,7 @@ impl RetryPolicy {
         let attempts = attempts + 1;
         let since = failing.map_or(now, |f| f.anchor(now));
         let stuck = now.duration_since(since).unwrap_or_default();
-        if class.is_fatal() {
+        if class.is_fatal() || (class == ErrorClass::Unsupported && !self.retry_unsupported) {
             Failure::Dead { class, error: error.to_string() }
         } else if attempts >= self.max_attempts {
             Failure::Dead {
@@ -116,5 +122,6 @@ pub fn retry_policy(cfg: &crate::config::Pipeline) -> RetryPolicy {
         backoff: cfg.backoff.clone(),
         cap: cfg.backoff_cap,
         head_deadline: cfg.head_deadline,
+        retry_unsupported: cfg.retry_unsupported,
     }
 }

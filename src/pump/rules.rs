@@ -51,6 +51,25 @@ mod tests {
             backoff: [1, 2, 4, 8, 16].map(Duration::from_secs).to_vec(),
             cap: Duration::from_secs(60),
             head_deadline: Duration::from_secs(600),
+            // The ladder's tests fail an unsupported kind: the site that keeps the ladder.
+            retry_unsupported: true,
+        }
+    }
+
+    /// SPEC §3a (#68): by default a kind no handler knows is parked at its first attempt, as
+    /// UNSUPPORTED (replayable), never walked up the ladder while it holds the head.
+    #[test]
+    fn regression_an_unsupported_kind_is_dead_at_its_first_attempt_by_default() {
+        let p = RetryPolicy { retry_unsupported: false, ..policy() };
+        let now = FakeClock::new().now();
+        assert_eq!(
+            p.on_failure(0, None, ErrorClass::Unsupported, "no handler for ZZZZ-Q", now),
+            Failure::Dead { class: ErrorClass::Unsupported, error: "no handler for ZZZZ-Q".into() }
+        );
+        assert!(ErrorClass::Unsupported.is_replayable());
+        // Every other retryable class keeps the ladder.
+        for class in [ErrorClass::CodecError, ErrorClass::Infra] {
+            assert!(matches!(p.on_failure(0, None, class, "x", now), Failure::Retry { .. }), "{class}");
         }
     }
 

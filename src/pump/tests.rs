@@ -35,6 +35,27 @@ fn world() -> World {
     world_with(Config::defaults().pipeline)
 }
 
+/// The site that keeps the retry ladder for an unknown kind (SPEC §3a): the tests of the
+/// ladder fail the head with one.
+fn laddered() -> crate::config::Pipeline {
+    let mut cfg = Config::defaults().pipeline;
+    cfg.retry_unsupported = true;
+    cfg
+}
+
+/// SPEC §3a (#68): by default a kind no handler knows is DEAD(UNSUPPORTED) at its first
+/// attempt, and the flight behind it is decided in the same round: it never waits a backoff.
+#[test]
+fn regression_an_unsupported_head_is_parked_in_the_round_that_reads_it() {
+    let mut w = world();
+    w.arrive(1, Some(UNSUPPORTED));
+    w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
+    assert_eq!(w.round().unwrap(), Round::Worked(2));
+    let r = w.row(1);
+    assert_eq!((r.state, r.error_class, r.attempts), (ProcStatus::Dead, Some(ErrorClass::Unsupported), 1));
+    assert_eq!(w.state(2), ProcStatus::Succeeded);
+}
+
 const UNSUPPORTED: &str =
     "<MSG><META><SNDR>A</SNDR><SEQN>1</SEQN><DTTM>1</DTTM><TYPE>ZZZZ</TYPE><STYP>Q</STYP></META></MSG>";
 
@@ -93,7 +114,7 @@ fn malformed_is_dead_at_once_and_does_not_block_the_next_message() {
 
 #[test]
 fn head_in_backoff_blocks_everything_behind_it_tick_by_tick() {
-    let mut w = world();
+    let mut w = world_with(laddered());
     w.arrive(1, Some(UNSUPPORTED));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
     assert_eq!(w.round().unwrap(), Round::Worked(1));
@@ -112,7 +133,7 @@ fn head_in_backoff_blocks_everything_behind_it_tick_by_tick() {
 
 #[test]
 fn poison_by_attempts_is_dead_exhausted_then_the_queue_moves() {
-    let mut w = world();
+    let mut w = world_with(laddered());
     w.arrive(1, Some(UNSUPPORTED));
     w.arrive(2, Some(&fixtures::flop_stnd(2, "7", "B1")));
     for (i, wait) in [1u64, 2, 4, 8].into_iter().enumerate() {
@@ -130,7 +151,7 @@ fn poison_by_attempts_is_dead_exhausted_then_the_queue_moves() {
 
 #[test]
 fn poison_by_head_deadline_fires_when_attempts_are_not_used_up() {
-    let mut cfg = Config::defaults().pipeline;
+    let mut cfg = laddered();
     cfg.max_attempts = 1000;
     let mut w = world_with(cfg);
     w.arrive(1, Some(UNSUPPORTED));
@@ -237,7 +258,7 @@ fn a_store_refusing_even_the_failure_stalls_instead_of_charging() {
 
 #[test]
 fn a_failure_commits_the_messages_before_it_and_becomes_the_head() {
-    let mut w = world();
+    let mut w = world_with(laddered());
     w.arrive(1, Some(&fixtures::flop_stnd(1, "1", "A1")));
     w.arrive(2, Some(UNSUPPORTED));
     w.arrive(3, Some(&fixtures::flop_stnd(3, "3", "A3")));
@@ -326,7 +347,7 @@ fn two_hours_of_any_store_away_cost_no_message_no_attempt_and_no_order() {
         ("postgres", |w, d| w.pg.set_down(d)),
     ];
     for (store, down) in stores {
-        let mut w = world();
+        let mut w = world_with(laddered());
         for i in 1..=10 {
             w.arrive(i, Some(&fixtures::flop_stnd(i as u64, &format!("F{}", i % 3), &format!("S{i}"))));
         }
@@ -373,7 +394,7 @@ fn two_hours_of_any_store_away_cost_no_message_no_attempt_and_no_order() {
 
 #[test]
 fn a_head_backing_off_reads_no_mailbox_text() {
-    let mut w = world();
+    let mut w = world_with(laddered());
     w.arrive(1, Some(UNSUPPORTED));
     w.round().unwrap();
     let reads = w.mailbox.calls();
@@ -704,7 +725,8 @@ mod bytes_through_the_mailbox {
 /// A pump whose commits wait on a deferred lane: every next round is read while the last
 /// commit is still unrecorded — the widest interleaving the daemon's lane allows.
 fn world_with_lane(batch: usize) -> World {
-    let mut cfg = Config::defaults().pipeline;
+    // The lane's tests back a head off with an unknown kind: the ladder kept.
+    let mut cfg = laddered();
     cfg.process_batch = batch;
     let mut w = world_with(cfg.clone());
     w.pump = w.twins.pump(&cfg).with_lane(lane::Deferred::new(w.pg.clone()));

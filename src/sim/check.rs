@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use super::upstream::Kind;
 use super::Sim;
 use crate::domain::{EventStatus, ProcStatus, Target};
+use crate::error::ErrorClass;
 use crate::handlers::plan::Replay;
 use crate::handlers::{self, FlightState, View};
 use crate::requests::ReqState;
@@ -303,6 +304,14 @@ fn no_charge_for_an_outage(id: i64, p: &MemProc, sim: &Sim) -> Result<(), String
         let error = p.row.last_error.as_deref().unwrap_or_default();
         if matches!(kind, Some(Kind::Unsupported)) && error.contains("head-deadline") {
             return Err(format!("msg {id} died of a head-deadline clock that ran while it waited: {error}"));
+        }
+        // SPEC §3a: without the ladder, an unsupported kind is parked at its first attempt.
+        let parked = (p.row.error_class, p.row.attempts) == (Some(ErrorClass::Unsupported), 1);
+        if matches!(kind, Some(Kind::Unsupported)) && !sim.cfg.pipeline.retry_unsupported && !parked {
+            return Err(format!(
+                "msg {id} (unsupported) held the head: DEAD {:?} after {} attempts",
+                p.row.error_class, p.row.attempts
+            ));
         }
     }
     Ok(())

@@ -228,6 +228,10 @@ impl Sim {
         p.event_retention = Duration::from_secs(rng.range(30, 600));
         p.archive_after = Duration::from_secs(rng.range(30, 600));
         p.jobs_interval = Duration::from_secs(rng.range(1, 60));
+        // SPEC §3a: a quarter of the seeds keep the retry ladder for an unsupported kind, so
+        // its head-deadline clock still meets every fault. Taken from the seed, not drawn, so
+        // the draws that follow stay where they were.
+        p.retry_unsupported = seed % 4 == 3;
         cfg.lease.duration = Duration::from_secs(rng.range(3, 12));
         cfg.lease.renew_every = cfg.lease.duration / 4;
         // Every message sampled for versions: the most evidence, the most chances of a false

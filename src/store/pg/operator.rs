@@ -490,12 +490,18 @@ impl Pg {
                  WHERE state = 'DEAD' AND dismissed_at IS NULL GROUP BY 1",
                 &[],
             )?);
+            let unsupported = pairs(c.query(
+                "SELECT left(coalesce(type_tag, '-'), $1), count(*) FROM proc_state
+                 WHERE state = 'DEAD' AND error_class = 'UNSUPPORTED' AND dismissed_at IS NULL
+                 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2",
+                &[&crate::ports::KIND_NAME_BYTES, &crate::ports::UNSUPPORTED_KINDS],
+            )?);
             let events = c.query(
                 "SELECT target, state, count(*), coalesce(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at))::float8, 0)
                  FROM msg_event WHERE state IN ('PENDING', 'DEAD') GROUP BY target, state",
                 &[],
             )?;
-            let mut g = Gauges { queue, dead, ..Gauges::default() };
+            let mut g = Gauges { queue, dead, unsupported, ..Gauges::default() };
             for r in &events {
                 let (target, state, n): (String, String, i64) = (r.get(0), r.get(1), r.get(2));
                 match state.as_str() {
