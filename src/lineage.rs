@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::clock::rfc3339 as time;
-use crate::codec::xml;
+use crate::codec::{xml, Limits};
 use crate::config::Config;
 use crate::ports::{
     FlightAudit, Landed, LineageReads, MailboxEntries, MailboxEntry, Requests, StoreResult, TraceEvent,
@@ -213,7 +213,7 @@ fn change(e: &TraceEvent, type_tag: Option<String>) -> Change {
 
 /// Field `field` of `report`: who set it, from `text` (the setting message's mailbox text, if
 /// it is still there) the element that carried it, its event, and the values before it.
-pub fn field_story(report: &FlightReport, field: &str, text: Option<&str>) -> FieldStory {
+pub fn field_story(report: &FlightReport, field: &str, text: Option<&str>, limits: &Limits) -> FieldStory {
     let now = report.fields.iter().find(|f| f.name == field).cloned();
     let version = now.as_ref().and_then(|f| f.msg_id);
     let touching = |c: &&Change| c.changes.iter().any(|x| x.field == field);
@@ -232,7 +232,7 @@ pub fn field_story(report: &FlightReport, field: &str, text: Option<&str>) -> Fi
     FieldStory {
         flid: report.flid.clone(),
         field: field.to_string(),
-        element: text.and_then(|t| element_in(t, &report.flid, field)),
+        element: text.and_then(|t| element_in(t, &report.flid, field, limits)),
         now,
         event,
         earlier,
@@ -240,9 +240,10 @@ pub fn field_story(report: &FlightReport, field: &str, text: Option<&str>) -> Fi
 }
 
 /// The first element named `field` in the record of flight `flid` in `text` (a record: an
-/// element whose `FLID` child is `flid`), else in the whole text; written back as XML.
-pub fn element_in(text: &str, flid: &str, field: &str) -> Option<String> {
-    let doc = xml::parse(text, &crate::codec::Limits::DEFAULT).ok()?;
+/// element whose `FLID` child is `flid`), else in the whole text; written back as XML. Read
+/// under the configured limits, as the pump read it (#68).
+pub fn element_in(text: &str, flid: &str, field: &str, limits: &Limits) -> Option<String> {
+    let doc = xml::parse(text, limits).ok()?;
     let root = doc.root();
     let record = find(root, &|e| e.child_text("FLID").is_some_and(|f| xml::trim(f) == flid));
     find(record.unwrap_or(root), &|e| xml::same_name(e.name(), field)).map(write)
@@ -294,7 +295,9 @@ pub fn trace(
 ) -> StoreResult<Trace> {
     let (row, events) = pg.trace(msg_id)?;
     let entry = mailbox.entry(msg_id, cfg.pipeline.max_message_bytes)?;
-    let decoded = entry.as_ref().and_then(|e| e.text.as_deref()).map(crate::codec::decode);
+    let limits = Limits::of(&cfg.pipeline);
+    let decoded =
+        entry.as_ref().and_then(|e| e.text.as_deref()).map(|t| crate::codec::decode_with(t, &limits));
     let (kind, flights) = match &decoded {
         Some(Ok(m)) => (Some(m.kind.type_tag().into_owned()), crate::handlers::need_of(m).flids),
         _ => (row.as_ref().and_then(|r| r.type_tag.clone()), Vec::new()),
@@ -366,22 +369,22 @@ mod tests {
     #[test]
     fn the_element_is_the_flights_own_record_in_a_snapshot() {
         let text = crate::fixtures::schd(1, "DNLD", &[("71", "05MAR260900"), ("72", "05MAR261100")]);
-        assert_eq!(element_in(&text, "72", "STND").as_deref(), Some("<STND>S72</STND>"));
-        assert_eq!(element_in(&text, "71", "FLID").as_deref(), Some("<FLID>71</FLID>"));
-        assert_eq!(element_in(&text, "71", "GATE"), None);
+        assert_eq!(element_in(&text, "72", "STND", &Limits::DEFAULT).as_deref(), Some("<STND>S72</STND>"));
+        assert_eq!(element_in(&text, "71", "FLID", &Limits::DEFAULT).as_deref(), Some("<FLID>71</FLID>"));
+        assert_eq!(element_in(&text, "71", "GATE", &Limits::DEFAULT), None);
     }
 
     #[test]
     fn an_element_is_written_back_escaped_with_its_attributes_and_children() {
         let text = crate::fixtures::flop_body("DELY", "9", "<DELY CODE=\"93\">a &lt;b&gt; &amp; c</DELY>");
         assert_eq!(
-            element_in(&text, "9", "DELY").as_deref(),
+            element_in(&text, "9", "DELY", &Limits::DEFAULT).as_deref(),
             Some("<DELY CODE=\"93\">a &lt;b&gt; &amp; c</DELY>")
         );
         let text =
             crate::fixtures::flop_body("PORT", "9", "<PORT><POTM>05MAR261438</POTM><POID>O</POID></PORT>");
         assert_eq!(
-            element_in(&text, "9", "PORT").as_deref(),
+            element_in(&text, "9", "PORT", &Limits::DEFAULT).as_deref(),
             Some("<PORT><POTM>05MAR261438</POTM><POID>O</POID></PORT>")
         );
     }
@@ -427,7 +430,7 @@ mod tests {
                 change(10, "STND", None, Some("212")),
             ],
         };
-        let story = field_story(&report, "STND", None);
+        let story = field_story(&report, "STND", None, &Limits::DEFAULT);
         assert_eq!(story.event.as_ref().and_then(|e| e.offset), Some(30), "the setting message's event");
         let earlier: Vec<(Option<&str>, Option<i64>)> =
             story.earlier.iter().map(|e| (e.value.as_deref(), e.msg_id)).collect();

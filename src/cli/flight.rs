@@ -28,7 +28,8 @@ pub(super) fn flight(cfg: &Config, flid: &str, field: Option<&str>, limit: i64, 
                 }
                 None => None,
             };
-            let story = lineage::field_story(&report, name, text.as_deref());
+            let story =
+                lineage::field_story(&report, name, text.as_deref(), &msgx::codec::Limits::of(&cfg.pipeline));
             if json {
                 out!("{}", serde_json::to_string_pretty(&story).expect("a story serialises"));
             } else {

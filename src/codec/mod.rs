@@ -425,6 +425,15 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
 }
 
 /// [`decode_meta`] then [`decode_body`], for callers that apply no ignore rules in between.
+/// The META of `raw` alone, under `limits`: nothing after `</META>` is read (#68: the PRE-3
+/// reuse check compares identities and must not fail on a body it does not need).
+pub fn decode_head(raw: &str, limits: &Limits) -> Result<Meta, DecodeError> {
+    if raw.trim().is_empty() {
+        return Err(malformed("raw text is empty"));
+    }
+    meta_of(xml::parse_head(raw, limits)?.root())
+}
+
 pub fn decode(raw: &str) -> Result<Message, DecodeError> {
     decode_body(decode_meta(raw)?)
 }

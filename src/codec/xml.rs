@@ -374,6 +374,14 @@ impl<'a> Builder<'a, '_> {
         Ok(())
     }
 
+    /// The document read so far, its open elements closed here (the root).
+    fn cut(mut self) -> Result<Doc<'a>, DecodeError> {
+        while self.depth > 0 {
+            self.close()?;
+        }
+        Ok(self.doc)
+    }
+
     /// The document, once the text has ended: every element closed, a root there.
     fn finish(self) -> Result<Doc<'a>, DecodeError> {
         if self.depth > 0 {
@@ -411,6 +419,17 @@ fn reference(r: &BytesRef<'_>, at: u64) -> Result<String, DecodeError> {
 /// well-formed (MALFORMED) or breaks a limit (PROTOCOL). Every step is linear in the text:
 /// no name is compared with every earlier one (#53).
 pub fn parse<'a>(text: &'a str, limits: &Limits) -> Result<Doc<'a>, DecodeError> {
+    parse_until(text, limits, false)
+}
+
+/// The document up to the end of its root's `<META>`, the elements still open closed there:
+/// the header alone, for a check that needs nothing else (PRE-3's reuse check). The body after
+/// it is not read, so neither its shape nor its limits can make the header unreadable (#68).
+pub fn parse_head<'a>(text: &'a str, limits: &Limits) -> Result<Doc<'a>, DecodeError> {
+    parse_until(text, limits, true)
+}
+
+fn parse_until<'a>(text: &'a str, limits: &Limits, head: bool) -> Result<Doc<'a>, DecodeError> {
     if u32::try_from(text.len()).is_err() {
         return Err(not_xml(format_args!("a document of {} bytes is larger than 4 GiB", text.len())));
     }
@@ -436,7 +455,12 @@ pub fn parse<'a>(text: &'a str, limits: &Limits) -> Result<Doc<'a>, DecodeError>
         match ev {
             Event::Start(s) => b.start(&s, false)?,
             Event::Empty(s) => b.start(&s, true)?,
-            Event::End(_) => b.close()?,
+            Event::End(_) => {
+                b.close()?;
+                if head && b.depth == 1 && same_name(&b.doc.nodes[b.open[1].0 as usize].name, "META") {
+                    return b.cut();
+                }
+            }
             Event::Text(t) => {
                 // XML 1.0 line ends: 1.1's would turn U+2028 and U+0085 into line feeds. Text
                 // without a CR needs none of it: sliced (references are events of their own).

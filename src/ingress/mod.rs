@@ -113,6 +113,8 @@ pub struct Poller<P, M> {
     known: Option<i64>,
     include_day_boundary: bool,
     max_message_bytes: u64,
+    /// The configured `msgx.codec.max-*`: the reuse check reads a header as the pump would.
+    limits: crate::codec::Limits,
 }
 
 impl<P: Intake, M: MailboxScan + MailboxTexts> Stage for Poller<P, M> {
@@ -152,6 +154,7 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
             known: None,
             include_day_boundary: cfg.include_day_boundary,
             max_message_bytes: cfg.max_message_bytes,
+            limits: crate::codec::Limits::of(cfg),
         }
     }
 
@@ -386,24 +389,23 @@ impl<P: Intake, M: MailboxScan + MailboxTexts> Poller<P, M> {
         let raws = self.mailbox.raws(&ids, self.max_message_bytes, REPLACED_BUDGET)?;
         for (id, was) in held {
             let now = match raws.get(&id) {
-                Some(Raw::Body(b)) => crate::codec::text_of(b)
-                    .and_then(crate::codec::decode_meta)
-                    .map(|env| env.meta)
-                    .map_err(|e| e.detail),
+                Some(Raw::Body(b)) => {
+                    crate::codec::text_of(b).and_then(|t| crate::codec::decode_head(t, &self.limits))
+                }
                 // Gone meanwhile, too large or beyond this pass's budget: not a verdict.
                 _ => continue,
             };
+            // Only an identity read and found different proves a reuse: a header msgx cannot
+            // read now (half written, past a limit) is no verdict either (#68: a row re-read
+            // under the default limits was called reused and halted ingress).
+            let Ok(now) = now else { continue };
             // Either setting of include-day-boundary, and a release before #53, may have
             // recorded it.
-            let same = now.as_ref().is_ok_and(|m| crate::codec::same_identity(m, was));
-            if !same {
-                let is = match &now {
-                    Ok(m) => format!(
-                        "identity {}",
-                        crate::logline::Upstream(&crate::codec::identity(m, self.include_day_boundary))
-                    ),
-                    Err(e) => format!("a body whose META cannot be read ({})", crate::logline::Quoted(e)),
-                };
+            if !crate::codec::same_identity(&now, was) {
+                let is = format!(
+                    "identity {}",
+                    crate::logline::Upstream(&crate::codec::identity(&now, self.include_day_boundary))
+                );
                 // Both identities are upstream text: quoted, so neither can end the line (#53).
                 let was = crate::logline::Upstream(was);
                 return Ok(Some((

@@ -310,8 +310,14 @@ fn a_failed_enqueue_loses_nothing() {
 }
 
 fn chunked(chunk: usize) -> World {
+    chunked_with(chunk, |_| ())
+}
+
+/// [`chunked`] under a configuration `tune` changes.
+fn chunked_with(chunk: usize, tune: impl FnOnce(&mut crate::config::Pipeline)) -> World {
     let mut w = world(100);
     let mut cfg = Config::defaults().pipeline;
+    tune(&mut cfg);
     cfg.poll_batch = 100;
     cfg.rescan_chunk = chunk;
     cfg.rescan_pause = Duration::from_secs(1);
@@ -459,13 +465,16 @@ fn pre3_the_halt_lifts_when_the_reused_row_is_marked_again() {
 /// Rows 1..=3 polled; msgx processed row 2 (SUCCEEDED, its identity recorded, its mark still
 /// owed); then the mailbox row 2 holds `now`.
 fn processed_then(now: &str) -> World {
-    let mut w = chunked(2);
-    let first = crate::fixtures::flop_stnd(12, "B1", "A1");
-    for (id, raw) in [(1, "<MSG/>"), (2, first.as_str()), (3, "<MSG/>")] {
+    processed_on(chunked(2), &crate::fixtures::flop_stnd(12, "B1", "A1"), now)
+}
+
+/// [`processed_then`] on `w`, msgx having processed `first` as row 2.
+fn processed_on(mut w: World, first: &str, now: &str) -> World {
+    for (id, raw) in [(1, "<MSG/>"), (2, first), (3, "<MSG/>")] {
         w.mailbox.insert(id, Some(raw));
     }
     w.round().unwrap();
-    let meta = crate::codec::decode_meta(&first).unwrap().meta;
+    let meta = crate::codec::decode_head(first, &crate::codec::Limits::DEFAULT).unwrap();
     w.pg.tamper(|s| {
         let p = s.procs.get_mut(&2).unwrap();
         p.row.state = ProcStatus::Succeeded;
@@ -496,6 +505,37 @@ fn pre3_a_row_that_now_holds_another_message_stops_the_poller() {
 fn pre3_a_row_whose_mark_is_still_owed_is_no_suspect() {
     let w = processed_then(&crate::fixtures::flop_stnd(12, "B1", "A1"));
     assert!(w.poller.halted().is_none(), "{:?}", w.poller.halted());
+}
+
+/// #68: with `msgx.codec.max-attributes` raised, a row whose mark landed late was re-read by
+/// the reuse check under the default limits, failed to decode and was called reused, halting
+/// ingress. The check reads the header alone, under the configured limits; a header it cannot
+/// read now is no verdict.
+#[test]
+fn regression_a_row_past_the_default_limits_is_not_called_reused() {
+    let attrs: String = (0..100).map(|i| format!(" a{i}=\"{i}\"")).collect();
+    let wide = crate::fixtures::other(
+        12,
+        "FLOP",
+        "STND",
+        &format!("<FLOP><FLID>B1</FLID><STND{attrs}>A1</STND></FLOP>"),
+    );
+    let raised = |c: &mut crate::config::Pipeline| c.max_attributes = 128;
+    assert!(crate::codec::decode_with(&wide, &crate::codec::Limits::DEFAULT).is_err(), "past the default");
+    let w = processed_on(chunked_with(2, raised), &wide, &wide);
+    assert!(w.poller.halted().is_none(), "{:?}", w.poller.halted());
+    // Nor does a body that cannot be read after its header, nor one whose header cannot be
+    // read at all: only an identity read and found different proves a reuse.
+    let head = wide.split("</META>").next().unwrap();
+    let w =
+        processed_on(chunked_with(2, raised), &wide, &format!("{head}</META><FLOP><STND a=\"1\" a=\"2\">"));
+    assert!(w.poller.halted().is_none(), "{:?}", w.poller.halted());
+    let w = processed_on(chunked_with(2, raised), &wide, &wide[..wide.len() / 8]);
+    assert!(w.poller.halted().is_none(), "{:?}", w.poller.halted());
+    // A header that is read and names another message still halts.
+    let other = wide.replace("<SEQN>12</SEQN>", "<SEQN>13</SEQN>");
+    let w = processed_on(chunked_with(2, raised), &wide, &other);
+    assert_eq!(w.poller.halted().and_then(|h| h.reused), Some(2));
 }
 
 #[test]
