@@ -259,7 +259,7 @@ fn malformed(detail: impl Into<String>) -> DecodeError {
 }
 
 /// A message that breaks the protocol's bounds (a size, a shape limit): DEAD at once.
-fn protocol(detail: impl Into<String>) -> DecodeError {
+pub(crate) fn protocol(detail: impl Into<String>) -> DecodeError {
     DecodeError { class: ErrorClass::Protocol, detail: detail.into() }
 }
 

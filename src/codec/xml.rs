@@ -19,6 +19,23 @@ use super::{malformed, work, DecodeError, Limit, Limits};
 /// Deeper nesting than any SIS message has (it uses four levels) is refused.
 pub const MAX_DEPTH: usize = 32;
 
+/// A longer element or attribute name than any SIS message has (its longest are a few dozen
+/// bytes) is refused, PROTOCOL: what the tolerant reader notes and the pump remembers of a
+/// name stays small whatever the input (#68: names of 1 MB each held 63 MB).
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// `name` if it is no longer than [`MAX_NAME_BYTES`]; `what` says whose name it is.
+fn short_name<'n>(name: Cow<'n, str>, what: impl std::fmt::Display) -> Result<Cow<'n, str>, DecodeError> {
+    if name.len() <= MAX_NAME_BYTES {
+        return Ok(name);
+    }
+    let start: String = name.chars().take(16).collect();
+    Err(super::protocol(format!(
+        "{what} name of {} bytes (starting {start:?}) is longer than the {MAX_NAME_BYTES} bytes a name may have",
+        name.len()
+    )))
+}
+
 /// A parsed document: every element, the root first and each parent before its children.
 #[derive(Debug, Clone)]
 pub struct Doc<'a> {
@@ -263,7 +280,7 @@ impl<'a> Builder<'a, '_> {
 
     /// Adds an element and links it to its parent; returns its index.
     fn element(&mut self, s: &BytesStart<'_>) -> Result<u32, DecodeError> {
-        let name = name_of(self.text, s.local_name().as_ref());
+        let name = short_name(name_of(self.text, s.local_name().as_ref()), "an element")?;
         let from = self.doc.attrs.len() as u32;
         self.attributes(s, &name)?;
         let at = self.doc.nodes.len() as u32;
@@ -299,7 +316,8 @@ impl<'a> Builder<'a, '_> {
                 return Err(Limit::Attributes.breach(self.limits.max_attributes, format_args!("<{name}>")));
             }
             let a = a.map_err(|e| not_xml(format_args!("bad attribute in <{name}>: {e}")))?;
-            let key = name_of(self.text, a.key.as_ref());
+            let key =
+                short_name(name_of(self.text, a.key.as_ref()), format_args!("an attribute of <{name}>"))?;
             if !self.first_time(key.clone()) {
                 return Err(not_xml(format_args!("bad attribute in <{name}>: {key:?} appears twice")));
             }
@@ -608,6 +626,26 @@ mod tests {
         assert!(parse(&deep).unwrap_err().contains("nested deeper"));
         let ok = "<A>".repeat(MAX_DEPTH) + &"</A>".repeat(MAX_DEPTH);
         assert!(parse(&ok).is_ok());
+    }
+
+    /// #68: a name of 1 MB was noted, remembered and held for the life of the process.
+    #[test]
+    fn regression_names_longer_than_an_airport_meets_are_refused_as_protocol() {
+        let (long, ok) = ("N".repeat(MAX_NAME_BYTES + 1), "N".repeat(MAX_NAME_BYTES));
+        for text in [format!("<MSG><{long}/></MSG>"), format!("<MSG><A {long}=\"1\"/></MSG>")] {
+            let e = super::parse(&text, &Limits::DEFAULT).map(|_| ()).unwrap_err();
+            assert_eq!(e.class, crate::error::ErrorClass::Protocol, "{e:?}");
+            assert!(
+                e.detail.contains(
+                    "name of 129 bytes (starting \"NNNNNNNNNNNNNNNN\") is longer than the 128 bytes"
+                ),
+                "{}",
+                e.detail
+            );
+        }
+        assert!(parse(&format!("<MSG><{ok} {ok}=\"1\"/></MSG>")).is_ok());
+        let huge = "N".repeat(1 << 20);
+        assert!(parse(&format!("<MSG><{huge}/></MSG>")).unwrap_err().contains("name of 1048576 bytes"));
     }
 }
 #[cfg(test)]

@@ -19,9 +19,15 @@ use crate::stats;
 /// lines a message and [`UnknownNames::PER_MINUTE`] a minute. A name whose line was held back
 /// is not remembered, so a later message names it when there is room. Every name is counted
 /// (`msgx_unknown_elements_total`).
+///
+/// A pair is remembered as a keyed 64-bit hash, not as its text: eight bytes whatever the
+/// names' length (#68: 120 names of 1 MB each held 63 MB). The key is random per process, so
+/// no input can choose a collision; one that happens anyway leaves a name unlisted, still
+/// counted.
 #[derive(Debug, Default)]
 pub struct UnknownNames {
-    seen: HashSet<String>,
+    seen: HashSet<u64>,
+    keys: std::hash::RandomState,
     full_said: bool,
     /// The minute the lines are counted in, when it began, and how many it had.
     minute: Option<SystemTime>,
@@ -54,7 +60,7 @@ impl UnknownNames {
         let mut lines = Vec::new();
         let mut said = 0;
         for name in unknown {
-            let pair = format!("{tag}/{name}");
+            let pair = std::hash::BuildHasher::hash_one(&self.keys, (tag, name));
             if self.seen.contains(&pair) {
                 continue;
             }
@@ -198,6 +204,24 @@ mod tests {
         let full = all.iter().filter(|l| l.starts_with("unknown element names remembered=")).count();
         assert_eq!(full, 1, "said once");
         assert_eq!(all.len(), UnknownNames::REMEMBERED + 1);
+    }
+
+    /// #68: what is remembered is bounded in bytes, not only in count: names of 100 KB each
+    /// (the parser refuses such names now; the pump must not depend on it) cost eight bytes.
+    #[test]
+    fn regression_what_is_remembered_does_not_grow_with_the_names_length() {
+        let mut u = UnknownNames::default();
+        let long = |i: usize| vec![format!("{i:08}{}", "N".repeat(100_000))];
+        for m in 0..UnknownNames::REMEMBERED + 10 {
+            let at = SystemTime::UNIX_EPOCH + Duration::from_secs(60 * m as u64);
+            u.report(m as i64, &"T".repeat(100_000), &long(m), at);
+        }
+        assert_eq!(u.seen.len(), UnknownNames::REMEMBERED);
+        let held = u.seen.capacity() * std::mem::size_of::<u64>();
+        assert!(held < 64 * 1024, "{held} bytes remembered");
+        // A name already said is still known by its hash.
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000_000);
+        assert!(u.report(1, &"T".repeat(100_000), &long(3), at).is_empty());
     }
 
     #[test]
