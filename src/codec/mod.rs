@@ -247,8 +247,10 @@ pub struct Message {
 }
 
 /// Why a text did not decode; the class decides DEAD (MALFORMED) or FAILED (CODEC_ERROR).
+/// Shown, its detail — which quotes upstream text — is quoted by the one quoting type, so no
+/// place that prints one can let a message forge a log line (#68: the heal printed it bare).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{class}: {detail}")]
+#[error("{class}: {}", crate::logline::Quoted(.detail))]
 pub struct DecodeError {
     pub class: ErrorClass,
     pub detail: String,

@@ -500,3 +500,16 @@ fn a_duplicate_attribute_is_refused_among_few_and_among_many() {
         assert!(decode(&once).is_ok(), "{n} distinct attributes");
     }
 }
+
+/// #68: the heal printed a decode error bare, and a rewritten mailbox text forged an ERROR
+/// line. A decode error shows its detail through the one quoting type wherever it is printed.
+#[test]
+fn regression_a_decode_error_shows_its_upstream_detail_quoted_on_one_line() {
+    let forged = "<MSG><META><TYPE>X\nERROR msgx::pump] dead msg_id=1</TYPE></META>";
+    let e = decode(forged).unwrap_err();
+    let shown = format!("{e}");
+    assert!(!shown.contains('\n') && !shown.contains('\u{2028}'), "{shown}");
+    assert!(shown.starts_with("MALFORMED: \""), "{shown}");
+    let e = DecodeError { class: ErrorClass::CodecError, detail: "bad <X>\nERROR forged\u{2028}".into() };
+    assert_eq!(format!("{e}"), r#"CODEC_ERROR: "bad <X>\nERROR forged\u{2028}""#);
+}

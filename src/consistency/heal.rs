@@ -95,7 +95,10 @@ impl OtherRules {
                         self.announced += 1;
                         return Decision { flights, ..Default::default() };
                     }
-                    Err(e) => warn!("rebuild: msg_id={m}: {e}; decided again under today's rules"),
+                    Err(e) => warn!(
+                        "rebuild: msg_id={m}: {}; decided again under today's rules",
+                        crate::logline::Quoted(&e.to_string())
+                    ),
                 }
             } else if d.events.is_empty() {
                 // Today's rules announce nothing of it either: no consumer holds otherwise.
@@ -559,7 +562,7 @@ fn decode_page(
         match codec::decode_with(&text, limits) {
             Ok(msg) => out.push((m, Some(msg))),
             Err(e) => {
-                warn!("rebuild: SUCCEEDED message {m} no longer decodes ({e}); left out");
+                warn!("rebuild: SUCCEEDED message {m} no longer decodes: {e}; left out");
                 out.push((m, None));
             }
         }
