@@ -73,7 +73,7 @@ pub(super) fn request(cfg: &Config, args: &AskArgs) -> CmdResult {
             out!(
                 "registered req_id={} seqn={} type={} key={} event_id={}: the running instance writes it to {} and waits {} for its answer (msgx requests)",
                 r.req_id,
-                r.seqn,
+                r.wire_seqn(),
                 r.req_type,
                 r.req_key,
                 r.event_id.unwrap_or_default(),
@@ -132,7 +132,7 @@ impl<'a> Listed<'a> {
             created_at: time(r.created_at),
             updated_at: time(r.updated_at),
             expires_at: r.expires_at.map(time),
-            seqn: r.seqn,
+            seqn: r.wire_seqn(),
             tries: r.tries,
             dismissed_at: r.dismissed.as_ref().map(|(at, _)| time(*at)),
             dismissed_note: r.dismissed.as_ref().map(|(_, n)| n.as_str()),

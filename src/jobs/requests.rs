@@ -28,7 +28,7 @@ impl<H: Housekeeping + Requests> Jobs<H> {
             let row = r.coutmsgs_id.map_or_else(|| "-".into(), |x| x.to_string());
             info!(
                 "request sent req_id={id} seqn={} type={ty} key={key} coutmsgs_id={row}: waiting for its answer until {until}",
-                r.seqn
+                r.wire_seqn()
             );
         }
         for r in &kept.expired {

@@ -202,15 +202,43 @@ pub fn mgid_of(seqn: i64) -> String {
     format!("MSGX{seqn:028}")
 }
 
-/// A request's number on the wire — its `SEQN`, and the number in its `MGID` — for the request
-/// `req_id` registered at `now`: the milliseconds since 1970 and the last three digits of its
-/// id. No rollback hands it out again (§4.10, #55): a PostgreSQL that went back in time issues a
-/// `req_id` again, but later, so with another number. Two requests share one only when they are
-/// registered in the same millisecond with ids a multiple of 1000 apart; `uk_req_seqn` refuses
-/// that rather than send it.
+/// A request's number (`REQ_TRACK.SEQN`, the number in its `MGID`) for the request `req_id`
+/// registered at `now`: the tenths of a second since 1970 and the last digit of its id. No
+/// rollback hands it out again (§4.10, #55): a PostgreSQL that went back in time issues a
+/// `req_id` again, but later, so with another number. Two requests would share one only when
+/// registered in the same tenth of a second with ids a multiple of ten apart (more than a
+/// hundred a second): the store then takes the first free number of the tenths after it
+/// ([`free_seqn`]), and `uk_req_seqn` refuses a number two writers took at once rather than
+/// send it twice. Only such a burst, lost by a rollback that took less time than the burst
+/// borrowed ahead, could see a number again.
 pub fn seqn_of(req_id: i64, now: SystemTime) -> i64 {
-    let ms = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000 + req_id.rem_euclid(1000)
+    let tenths = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() / 100);
+    i64::try_from(tenths).unwrap_or(i64::MAX / 10) * 10 + req_id.rem_euclid(10)
+}
+
+/// The first of `wanted`'s numbers for later tenths of a second (the same last digit,
+/// [`SEQN_BUMPS`] of them) that `taken` does not hold: a burst of more than a hundred requests
+/// a second borrows the next tenths' numbers. `None`: all taken, the registration is refused.
+pub fn free_seqn(wanted: i64, taken: impl Fn(i64) -> bool) -> Option<i64> {
+    (0..SEQN_BUMPS).map(|k| wanted + 10 * k).find(|s| !taken(*s))
+}
+
+/// How many later tenths of a second a registration may borrow a number from.
+pub const SEQN_BUMPS: i64 = 100;
+
+/// How many numbers the `SEQN` on the wire has: six digits, as every sample's, and what a
+/// subsystem sequence kept as `MEDIUMINT` holds (#68: sixteen digits were refused).
+pub const WIRE_SEQNS: i64 = 1_000_000;
+
+/// The `SEQN` a request with number `seqn` carries on the wire: its last six digits — the
+/// tenth of a second within a cycle of 10 000 s (2 h 46 min 40 s) and the id's last digit.
+/// Within a cycle no two requests carry one (the unique number above), nor after a rollback;
+/// after it, a number comes again, long after a request's answer is due
+/// (`msgx.requests.timeout`, 10 min; a heal's next try is a request of its own). An answer is
+/// matched by its window, its reference type or its `RMID` (the `MGID`, which carries the
+/// whole number), never by the `SEQN`.
+pub fn wire_seqn(seqn: i64) -> i64 {
+    seqn.rem_euclid(WIRE_SEQNS)
 }
 
 /// The request's text in the configured dialect. `now` is written as `DTTM`/`DDTM` in the
@@ -235,8 +263,9 @@ pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, seqn: i64, no
                 Ask::Flight(_) => unreachable!("refused by Ask::check"),
             };
             let ty = ask.req_type(policy.dialect);
+            let wire = wire_seqn(seqn);
             let xml = format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><SEQN>{seqn}</SEQN>\
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><SEQN>{wire}</SEQN>\
                  <DTTM>{stamp}</DTTM><TYPE>{ty}</TYPE><STYP>{styp}</STYP></META>{body}</MSG>"
             );
             Outgoing { routing_id: routing.into(), xml, mgid: None }
@@ -255,9 +284,10 @@ pub fn text(policy: &RequestPolicy, zone: &MailboxZone, ask: &Ask, seqn: i64, no
             };
             let xml = format!(
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?><MSG><META><SNDR>{sndr}</SNDR><RCVR>{rcvr}</RCVR>\
-                 <SEQN>{seqn}</SEQN><DDTM>{stamp}</DDTM><TYPE>REQE</TYPE><STYP>RQDF</STYP><SORC>{sndr}</SORC>\
+                 <SEQN>{wire}</SEQN><DDTM>{stamp}</DDTM><TYPE>REQE</TYPE><STYP>RQDF</STYP><SORC>{sndr}</SORC>\
                  <MGID>{mgid}</MGID><RMID></RMID><APOT>{apot}</APOT></META><RQDF><BAPT>{apot}</BAPT>{what}</RQDF></MSG>",
                 rcvr = e(&policy.receiver),
+                wire = wire_seqn(seqn),
             );
             Outgoing { routing_id: "VIEWRQDF".into(), xml, mgid: Some(mgid) }
         }
@@ -368,13 +398,21 @@ pub struct Request {
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
     pub expires_at: Option<SystemTime>,
-    /// Its number on the wire (`seqn_of`; its `req_id` when an older release registered it).
+    /// Its number (`seqn_of`; its `req_id` when an older release registered it); on the wire its
+    /// last six digits ([`wire_seqn`]).
     pub seqn: i64,
     /// Which try it is: a heal's request that expired is asked again (`msgx.requests.heal-tries`).
     pub tries: u16,
     /// When a person dismissed it, and why (`msgx requests --dismiss`): its window awaits no
     /// answer any more.
     pub dismissed: Option<(SystemTime, String)>,
+}
+
+impl Request {
+    /// The `SEQN` it carries on the wire.
+    pub fn wire_seqn(&self) -> i64 {
+        wire_seqn(self.seqn)
+    }
 }
 
 /// The longest note a person leaves on a dismissed request (`REQ_TRACK.DISMISSED_NOTE`).

@@ -259,13 +259,48 @@ fn request_states_read_back_and_an_unknown_one_is_none() {
 #[test]
 fn a_requests_number_is_drawn_from_its_time_so_an_id_issued_again_gets_another() {
     let t = now();
-    assert_eq!(seqn_of(42, t), 1_772_699_400_000_042);
+    assert_eq!(seqn_of(42, t), 177_269_940_002);
     let mgid = mgid_of(seqn_of(42, t));
-    assert_eq!((mgid.as_str(), mgid.len()), ("MSGX0000000000001772699400000042", 32));
-    assert_ne!(seqn_of(42, t + Duration::from_millis(1)), seqn_of(42, t), "the same id, later");
-    assert_ne!(seqn_of(43, t), seqn_of(42, t), "two ids in one millisecond");
-    // The bound the unique index guards: ids 1000 apart in the same millisecond.
-    assert_eq!(seqn_of(1042, t), seqn_of(42, t));
+    assert_eq!((mgid.as_str(), mgid.len()), ("MSGX0000000000000000177269940002", 32));
+    assert_ne!(seqn_of(42, t + Duration::from_millis(100)), seqn_of(42, t), "the same id, later");
+    assert_ne!(seqn_of(43, t), seqn_of(42, t), "two ids in one tenth of a second");
+    // The bound the unique index guards: ids ten apart in the same tenth of a second.
+    assert_eq!(seqn_of(52, t), seqn_of(42, t));
+}
+
+/// #68: the SEQN on the wire had sixteen digits, and an AODB that keeps a subsystem sequence
+/// as `MEDIUMINT` refused every request. It has at most six, in both dialects, and is not sent
+/// again within a cycle of 10 000 seconds, nor for an id issued again after a rollback.
+#[test]
+fn regression_a_requests_seqn_on_the_wire_has_at_most_six_digits() {
+    let t = now();
+    let seqns = |dialect| {
+        let p = policy(dialect);
+        let ask = match dialect {
+            RequestDialect::Sis => Ask::Reference("GATE".into()),
+            RequestDialect::Platform => Ask::Flight("F1".into()),
+        };
+        let xml = text(&p, &MailboxZone::default(), &ask, seqn_of(42, t), t).xml;
+        let at = xml.find("<SEQN>").unwrap() + 6;
+        xml[at..at + xml[at..].find('<').unwrap()].to_string()
+    };
+    for dialect in [RequestDialect::Sis, RequestDialect::Platform] {
+        let s = seqns(dialect);
+        assert!(s.len() <= 6 && s.parse::<u32>().is_ok(), "{dialect:?}: SEQN {s}");
+        assert_eq!(s, "940002");
+    }
+    let wire = |id, at| wire_seqn(seqn_of(id, at));
+    let cycle = Duration::from_millis((WIRE_SEQNS / 10 * 100) as u64);
+    assert_eq!(cycle, Duration::from_secs(10_000));
+    let mut seen = std::collections::BTreeSet::new();
+    for tenth in (0..100_000).step_by(97) {
+        for id in 0..10 {
+            assert!(seen.insert(wire(id, t + Duration::from_millis(100 * tenth))), "unique within a cycle");
+        }
+    }
+    // The same id later (a rollback issued it again): another number.
+    assert_ne!(wire(42, t + Duration::from_millis(300)), wire(42, t));
+    assert_eq!(wire(42, t + cycle), wire(42, t), "again after a whole cycle");
 }
 
 /// #55 item 3: a heal's expired request is asked again after the backoff, doubled per try, and

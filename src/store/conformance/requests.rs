@@ -57,6 +57,17 @@ fn deliver<S: OwnStore>(s: &mut S, r: &Request, row: i64, t: u64) {
     .unwrap();
 }
 
+/// #68: the number on the wire has six digits, so a tenth of a second holds ten; a burst of
+/// more takes the first free number of the next tenths, and no two requests share one.
+pub fn a_burst_of_requests_in_one_second_borrows_the_next_seconds_numbers<S: OwnStore>(mut s: S) {
+    let burst: Vec<Request> = (0..25).map(|i| register(&mut s, "RQRD", &format!("T{i}"), 1)).collect();
+    let wire: std::collections::BTreeSet<i64> = burst.iter().map(Request::wire_seqn).collect();
+    assert_eq!(wire.len(), 25, "{burst:?}");
+    assert!(wire.iter().all(|n| *n < crate::requests::WIRE_SEQNS));
+    let first = crate::requests::seqn_of(burst[0].req_id, at(1));
+    assert!(burst.iter().all(|r| r.seqn >= first - 9 && r.seqn < first + 30), "{burst:?}");
+}
+
 pub fn a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key<S: OwnStore>(mut s: S) {
     let r = register(&mut s, "RQFD", "2026-03-05T06:00/2026-03-05T23:59", 1);
     assert_eq!(

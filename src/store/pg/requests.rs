@@ -85,7 +85,21 @@ impl Requests for Pg {
                 &[],
             )?;
             let (req_id, event_id): (i64, i64) = (ids.get(0), ids.get(1));
-            let seqn = crate::requests::seqn_of(req_id, now);
+            let wanted = crate::requests::seqn_of(req_id, now);
+            // The first free number of this second's and the next seconds' (`free_seqn`, the
+            // twin's rule): the unique index refuses one two writers took at once.
+            let seqn: Option<i64> = c
+                .query_opt(
+                    "SELECT $1::bigint + 10 * k FROM generate_series(0, $2::bigint - 1) k
+                     WHERE NOT EXISTS (SELECT 1 FROM req_track WHERE seqn = $1::bigint + 10 * k)
+                     ORDER BY k LIMIT 1",
+                    &[&wanted, &crate::requests::SEQN_BUMPS],
+                )?
+                .map(|r| r.get(0));
+            let Some(seqn) = seqn else {
+                let why = format!("no free request number near {wanted}: more than ten requests a tenth of a second for {} of them", crate::requests::SEQN_BUMPS);
+                return Ok(Err(StoreError::rejected(crate::error::Store::Postgres, why)));
+            };
             let out = text(seqn);
             let payload = serde_json::to_string(&OutboundIntent { routing_id: out.routing_id, xml: out.xml })
                 .expect("two strings serialise");

@@ -60,7 +60,11 @@ impl Requests for MemPg {
             s.next_req_id += 1;
             s.next_event_id += 1;
             let (req_id, event_id) = (s.next_req_id, s.next_event_id);
-            let seqn = crate::requests::seqn_of(req_id, now);
+            let wanted = crate::requests::seqn_of(req_id, now);
+            let seqn = crate::requests::free_seqn(wanted, |n| s.requests.values().any(|r| r.seqn == n))
+                .ok_or_else(|| {
+                    StoreError::rejected(Store::Postgres, format!("no free request number near {wanted}"))
+                })?;
             let out = text(seqn);
             let intent = OutboundIntent { routing_id: out.routing_id, xml: out.xml };
             s.events.insert(event_id, request_event(event_id, req_id, &intent, now));
