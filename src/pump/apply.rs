@@ -94,11 +94,19 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         if changed {
             return decision;
         }
+        // Nor does it answer a request: nothing of it was applied, so a heal's window would be
+        // called rebuilt and stop being awaited while its flights stay lost (#68). The request
+        // waits on; a heal's, once expired, is asked again and its answer is newer.
+        let answers = if decision.answer.is_some() {
+            "; it answers no request (the request waits for a newer answer)"
+        } else {
+            ""
+        };
         info!(
             target: super::LOG,
-            "snapshot msg_id={} is not newer than the daily plan's generation; nothing changed, nothing published",
+            "snapshot msg_id={} is not newer than the daily plan's generation; nothing changed, nothing published{answers}",
             p.row.msg_id
         );
-        Decision { answer: decision.answer, rules: decision.rules, ..Decision::default() }
+        Decision { rules: decision.rules, ..Decision::default() }
     }
 }

@@ -1008,10 +1008,11 @@ fn regression_an_answer_reused_from_the_journal_closes_its_request() {
     assert_eq!(answered_by(&w, req), Some(1));
 }
 
-/// #55 item 2: a snapshot not newer than the plan changes nothing and still answers (before: its
-/// decision was replaced by an empty one, the answer with it).
+/// #68 (meets #55 item 2): a snapshot not newer than the plan changes nothing, so it answers
+/// nothing: before, it closed its request DONE, a heal's window stopped being awaited, `/ready`
+/// said ready and the lost day was never rebuilt. The request waits on for a newer answer.
 #[test]
-fn regression_a_stale_answer_closes_its_request() {
+fn regression_a_stale_answer_closes_no_request() {
     let mut w = world();
     let req = sent_request(&w);
     w.arrive(2, Some(&fixtures::schd(2, "DNLD", &[("B1", "06MAR260900")])));
@@ -1024,5 +1025,10 @@ fn regression_a_stale_answer_closes_its_request() {
         "not newer: not applied"
     );
     assert!(w.flights.flight("A1").is_none());
-    assert_eq!(answered_by(&w, req), Some(1));
+    assert_eq!(answered_by(&w, req), None, "nothing of it was applied");
+    // The newer answer that follows is applied, and closes it.
+    w.arrive(3, Some(&fixtures::schd(3, "RESP", &[("A1", "05MAR260900")])));
+    w.round().unwrap();
+    assert!(w.flights.flight("A1").is_some());
+    assert_eq!(answered_by(&w, req), Some(3));
 }
