@@ -3,7 +3,8 @@
 //! no connection can hold another (#54: two idle connections held both workers of the pool
 //! before, and `/live` answered 503): each reads its head within [`READ_TIMEOUT`] of its
 //! accept and writes its answer within [`WRITE_TIMEOUT`], or is dropped; at most
-//! [`MAX_CONNECTIONS`] are held, and one more drops the one idle longest — never the new one.
+//! [`MAX_CONNECTIONS`] are held, and one more drops the one idle longest — never the new one,
+//! whatever the others are doing.
 //! `/live`, `/ready` and `/metrics` are answered on that thread from memory (the store gauges
 //! are read by a thread of their own); the console's pages read stores, on the console's own
 //! thread (503 at once when it is busy), so a store that hangs never holds `/live`.
@@ -225,7 +226,10 @@ impl Table {
     }
 
     /// The connection to drop for a new one: the one idle longest among those still sending
-    /// their head, else among those waiting for the console.
+    /// their head, else among those waiting for the console, else among those whose reader
+    /// takes no more of their answer. Never none while one is held, so the new connection is
+    /// always taken (#68: 256 console pages nobody read held every slot, and `/live` probes
+    /// were reset; an answer from memory is written at once and never waits to be dropped).
     fn idlest(&self) -> Option<usize> {
         let rank = |c: &Conn| match c.phase {
             Phase::Reading { .. } => 0,
@@ -233,7 +237,7 @@ impl Table {
             Phase::Writing { .. } => 2,
         };
         let held = self.slots.iter().enumerate().filter_map(|(i, c)| Some((i, c.as_ref()?)));
-        held.filter(|(_, c)| rank(c) < 2).min_by_key(|(_, c)| (rank(c), c.active)).map(|(i, _)| i)
+        held.min_by_key(|(_, c)| (rank(c), c.active)).map(|(i, _)| i)
     }
 
     /// The slots whose deadline has passed, and the earliest deadline still ahead.
@@ -316,10 +320,8 @@ impl Reactor<'_> {
                 }
             };
             if self.table.held >= MAX_CONNECTIONS {
-                match self.table.idlest() {
-                    Some(at) => self.drop_conn(at),
-                    None => continue, // every one is writing its answer: the new one waits its turn
-                }
+                let at = self.table.idlest().expect("the bound is reached: a connection is held");
+                self.drop_conn(at);
             }
             let _ = stream.set_nodelay(true);
             let now = self.now();
@@ -578,4 +580,36 @@ pub fn exposed(addr: SocketAddr, token: bool) -> Option<String> {
 pub struct Access {
     pub token: Option<String>,
     pub names: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A held connection in `phase`, last active at `active` (a real loopback socket).
+    fn conn(listener: &TcpListener, phase: Phase, active: Mono) -> Conn {
+        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        Conn { stream: TcpStream::from_std(stream), serial: 0, phase, active }
+    }
+
+    /// #68: with every slot writing an answer its reader does not take (console pages opened
+    /// and never read), no slot was given up and a new `/live` probe was reset. The writer idle
+    /// longest makes room; a connection still sending its head goes first.
+    #[test]
+    fn regression_writers_nobody_reads_give_up_their_slot_to_a_new_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let t0 = Mono::from_duration(Duration::ZERO);
+        let writing =
+            |s: u64| Phase::Writing { out: vec![0; 8], done: 0, by: t0.after(Duration::from_secs(s)) };
+        let mut table = Table::default();
+        for (i, at) in [3u64, 1, 2].into_iter().enumerate() {
+            let c = conn(&listener, writing(9), t0.after(Duration::from_secs(at)));
+            table.slots.push(Some(c));
+            table.held = i + 1;
+        }
+        assert_eq!(table.idlest(), Some(1), "the writer idle longest");
+        let reading = Phase::Reading { buf: Vec::new(), by: t0.after(Duration::from_secs(5)) };
+        table.slots.push(Some(conn(&listener, reading, t0.after(Duration::from_secs(7)))));
+        assert_eq!(table.idlest(), Some(3), "one still sending its head goes first");
+    }
 }
