@@ -206,6 +206,38 @@ fn with_a_token_every_page_but_live_and_ready_wants_it() {
     assert!(!a.log_text().contains(token), "the token is a secret: {}", a.log_text());
 }
 
+/// #68: one token opened `/metrics` and the console's message texts, so a scraper that holds
+/// it could read them. With `metrics.console-token` the console asks for its own token, and the
+/// scraper's opens `/metrics` only; without it, msgx says at start that the one token opens both.
+#[test]
+fn regression_the_console_token_is_not_the_scrapers() {
+    let s = Services::migrated("");
+    let (scrape, console) = ("scr4pe-t0ken-4711", "c0nsole-t0ken-4712");
+    let env = [("MSGX_METRICS_TOKEN", scrape), ("MSGX_CONSOLE_TOKEN", console)];
+    let a = Instance::run_with_env(&s, "two-tokens", "", &env);
+    let addr = endpoint(&a);
+    assert!(a.wait_for_log("lease acquired", Duration::from_secs(30)), "{}", a.log_text());
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+    assert_eq!(get(&addr, "/metrics", &bearer(scrape)).0, 200);
+    assert_eq!(get(&addr, "/metrics", &bearer(console)).0, 401, "the console's token is not the scraper's");
+    for path in ["/", "/dead", "/trace/1"] {
+        let (status, _, body) = get(&addr, path, &bearer(scrape));
+        assert_eq!(status, 401, "{path} with the scraper's token: {body}");
+        assert!(body.contains("metrics.console-token"), "{path}: {body}");
+        let (status, _, body) = get(&addr, path, &bearer(console));
+        assert!(status == 200 || (path == "/trace/1" && status == 404), "{path}: {status} {body}");
+    }
+    let log = a.log_text();
+    assert!(!log.contains(scrape) && !log.contains(console), "the tokens are secrets: {log}");
+    assert!(!log.contains("metrics.token opens the console too"), "{log}");
+    let b = Instance::run_with_env(&s, "one-token", "", &env[..1]);
+    assert!(
+        b.wait_for_log("metrics.token opens the console too", Duration::from_secs(30)),
+        "{}",
+        b.log_text()
+    );
+}
+
 /// A store that hangs holds the console's own thread only: `/live` answers meanwhile, a second
 /// page is told at once that the console is busy, and the page waiting names the store and
 /// nothing of its address; once the store is back the console reads it again.

@@ -128,7 +128,7 @@ fn past_the_bound_the_idlest_connection_is_dropped_never_the_new_one() {
 
 #[test]
 fn ready_says_a_code_and_a_short_text_and_a_foreign_host_name_is_refused() {
-    let r = start(Access { token: None, names: vec!["msgx.ops.example".into()] });
+    let r = start(Access { names: vec!["msgx.ops.example".into()], ..Access::default() });
     let (status, body, _) = get(r.addr, "/ready", "localhost");
     assert_eq!((status, body.as_str()), (503, "not ready: starting (the lease is not claimed yet)\n"));
     // DNS rebinding: a page on another site whose name now resolves to this address.

@@ -13,10 +13,12 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     out!("kafka producer (D3): {}", d3.join(" "));
-    if let Some(why) =
-        cfg.metrics_listen.and_then(|a| msgx::ops::http::exposed(a, cfg.metrics_token.is_some()))
-    {
+    let guarded = cfg.metrics_token.is_some() || cfg.console_token.is_some();
+    if let Some(why) = cfg.metrics_listen.and_then(|a| msgx::ops::http::exposed(a, guarded)) {
         out!("  warning: {why}");
+    }
+    if cfg.metrics_token.is_some() && cfg.console_token.is_none() {
+        out!("  warning: metrics.token opens the console too (message texts, flight data): set metrics.console-token so that a scraper's token does not");
     }
     let mut pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
     let security = pg.security().map_err(unreachable)?;

@@ -385,7 +385,7 @@ fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
     for c in cfg.connection_strings() {
         msgx::secret::remember_in(c);
     }
-    for p in cfg.redis.sentinel_password.iter().chain(&cfg.metrics_token) {
+    for p in cfg.redis.sentinel_password.iter().chain(&cfg.metrics_token).chain(&cfg.console_token) {
         msgx::secret::remember(p);
     }
     Ok(cfg)

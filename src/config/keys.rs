@@ -472,6 +472,19 @@ pub const KEYS: &[KeySpec] = &[
         Kind::Text,
         "metrics.token read from this file instead (a path, or a credential's name in $CREDENTIALS_DIRECTORY: systemd's LoadCredential=); refused when others can read it",
     ),
+    KeySpec {
+        key: "metrics.console-token",
+        default: "\"\"",
+        kind: Kind::Text,
+        env: Some("MSGX_CONSOLE_TOKEN"),
+        doc: "a bearer token the console's pages (message texts, flight data) then ask for instead of metrics.token, so that a scraper's token does not open them; empty: the console asks for metrics.token",
+    },
+    k(
+        "metrics.console-token-file",
+        "\"\"",
+        Kind::Text,
+        "metrics.console-token read from this file instead (a path, or a credential's name in $CREDENTIALS_DIRECTORY); refused when others can read it",
+    ),
     k(
         "metrics.host-names",
         "[]",

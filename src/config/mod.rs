@@ -219,6 +219,8 @@ pub struct Config {
     /// `metrics.token`: the bearer token the endpoint asks for (but on `/live`, `/ready`); a
     /// secret, never described.
     pub metrics_token: Option<String>,
+    /// The console's own token (`metrics.console-token`): `/metrics`' does not open it.
+    pub console_token: Option<String>,
     /// `metrics.host-names` (#54).
     pub metrics_host_names: Vec<String>,
     /// `msgx.watchdog.stuck-after`: a turn this long stops systemd's watchdog pings.
@@ -306,7 +308,8 @@ impl Config {
             log_json,
             log_file,
             metrics_listen,
-            metrics_token: metrics_token(v, credentials)?,
+            metrics_token: token(v, credentials, "metrics.token", "metrics.token-file")?,
+            console_token: token(v, credentials, "metrics.console-token", "metrics.console-token-file")?,
             metrics_host_names: strings(v, "metrics.host-names")?,
             watchdog_stuck_after: duration(v, "msgx.watchdog.stuck-after")?,
             compat,
@@ -588,14 +591,17 @@ fn path(v: &Values, key: &'static str) -> Result<Option<std::path::PathBuf>, Con
     Ok(Some(text(v, key)?.trim().to_string()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from))
 }
 
-/// `metrics.token`, or what `metrics.token-file` holds (read once, here).
-fn metrics_token(v: &Values, credentials: Option<&str>) -> Result<Option<String>, ConfigError> {
-    let token = text(v, "metrics.token")?.trim().to_string();
-    let key = "metrics.token-file";
-    match SecretFile::resolve(key, text(v, key)?.trim(), credentials)? {
-        Some(_) if !token.is_empty() => {
-            Err(bad("metrics.token-file", "set metrics.token or metrics.token-file, not both"))
-        }
+/// A token (`metrics.token`, `metrics.console-token`), or what its `-file` key's file holds
+/// (read once, here).
+fn token(
+    v: &Values,
+    credentials: Option<&str>,
+    key: &'static str,
+    file_key: &'static str,
+) -> Result<Option<String>, ConfigError> {
+    let token = text(v, key)?.trim().to_string();
+    match SecretFile::resolve(file_key, text(v, file_key)?.trim(), credentials)? {
+        Some(_) if !token.is_empty() => Err(bad(file_key, format!("set {key} or {file_key}, not both"))),
         Some(f) => Ok(Some(f.read()?.trim().to_string())),
         None => Ok(Some(token).filter(|t| !t.is_empty())),
     }

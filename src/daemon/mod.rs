@@ -540,9 +540,18 @@ fn ops_endpoint(
     let (ops, metrics) = (ops.clone(), metrics.clone());
     let console =
         crate::ops::console::Console::new(cfg.clone(), Box::new(stores::ConsoleStores(cfg.clone())));
-    let access = Access { token: cfg.metrics_token.clone(), names: cfg.metrics_host_names.clone() };
-    if let Some(why) = crate::ops::http::exposed(bound, access.token.is_some()) {
+    let access = Access {
+        token: cfg.metrics_token.clone(),
+        console_token: cfg.console_token.clone(),
+        names: cfg.metrics_host_names.clone(),
+    };
+    if let Some(why) =
+        crate::ops::http::exposed(bound, access.console_token.is_some() || access.token.is_some())
+    {
         warn!("{why}");
+    }
+    if access.token.is_some() && access.console_token.is_none() {
+        warn!("metrics.token opens the console too (message texts, flight data): set metrics.console-token so that a scraper's token does not");
     }
     let h = thread::Builder::new()
         .name("metrics".into())

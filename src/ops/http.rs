@@ -51,13 +51,20 @@ fn text(status: u16, body: impl Into<String>) -> Answer {
     Answer { status, content_type: "text/plain; charset=utf-8", body: body.into(), location: None }
 }
 
-/// Whether `r` may see `path`: always `/live` and `/ready`; the rest with the token, if one
-/// is configured.
-pub fn authorized(r: &Head, path: &str, token: Option<&str>) -> bool {
-    let Some(token) = token else { return true };
-    if matches!(path, "/live" | "/ready") {
-        return true;
+/// The token `path` asks for, if any: none for `/live` and `/ready`; `metrics.token` for
+/// `/metrics`; the console's own (`metrics.console-token`), else `metrics.token`, for every
+/// console page — a scraper's token need not open message texts (#68).
+pub fn token_for<'t>(path: &str, token: Option<&'t str>, console: Option<&'t str>) -> Option<&'t str> {
+    match path {
+        "/live" | "/ready" => None,
+        "/metrics" => token,
+        _ => console.or(token),
     }
+}
+
+/// Whether `r` may see `path` (see [`token_for`]).
+pub fn authorized(r: &Head, path: &str, token: Option<&str>, console: Option<&str>) -> bool {
+    let Some(token) = token_for(path, token, console) else { return true };
     let given = r.authorization.as_deref().and_then(|a| a.strip_prefix("Bearer ")).map(str::trim);
     // Compared whole, byte by byte, so the time taken does not tell how much of it matched.
     given.is_some_and(|g| {
@@ -144,6 +151,7 @@ struct Endpoint<'a> {
     ops: &'a Ops,
     metrics: &'a Metrics,
     token: Option<&'a str>,
+    console_token: Option<&'a str>,
     names: &'a [String],
 }
 
@@ -156,8 +164,12 @@ fn reply(r: Head, e: &Endpoint) -> Reply {
         return now(text(421, why));
     }
     let path = r.path.split('?').next().unwrap_or(&r.path).to_string();
-    if !authorized(&r, &path, e.token) {
-        return now(text(401, "a bearer token is needed (metrics.token)\n"));
+    if !authorized(&r, &path, e.token, e.console_token) {
+        let key = match (path.as_str(), e.console_token) {
+            ("/metrics", _) | (_, None) => "metrics.token",
+            _ => "metrics.console-token",
+        };
+        return now(text(401, format!("a bearer token is needed ({key})\n")));
     }
     match Page::of(&r.path) {
         None => now(answer(&r.method, &r.path, e.ops, e.metrics)),
@@ -553,6 +565,7 @@ impl OpsServer {
                 ops: &ops,
                 metrics: &metrics,
                 token: access.token.as_deref(),
+                console_token: access.console_token.as_deref(),
                 names: &access.names,
             };
             let mut reactor =
@@ -579,6 +592,7 @@ pub fn exposed(addr: SocketAddr, token: bool) -> Option<String> {
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     pub token: Option<String>,
+    pub console_token: Option<String>,
     pub names: Vec<String>,
 }
 
