@@ -300,9 +300,10 @@ pub trait Requests {
     /// (a heal's next try) or was answered (an operator's that the AODB answered).
     fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>>;
     /// A person's word that request `req_id`'s window awaits nothing more (`msgx requests
-    /// --dismiss ID --note …`): recorded once, with its note (at most `requests::NOTE_MAX_CHARS`);
-    /// `None` when there is no such request; else the request, and whether this call dismissed
-    /// it (false: a person had already). An answer still closes it.
+    /// --dismiss ID --note …`): recorded once, with its note (at most `requests::NOTE_MAX_CHARS`),
+    /// and only on a heal's window that awaits the AODB ([`Requests::awaited`], #68); `None`
+    /// when there is no such request; else the request, and whether this call dismissed it
+    /// (false: a person had already, or it awaits nothing). An answer still closes it.
     fn dismiss_request(
         &mut self,
         req_id: i64,

@@ -283,11 +283,12 @@ fn regression_an_answer_whose_commit_was_lost_after_the_redis_apply_still_closes
     assert!(!log.contains("request expired") && !log.contains("unsolicited answer"), "{log}");
 }
 
-/// #55 item 2, the stale snapshot: an answer committed to the mailbox late, after a newer
-/// snapshot had moved the plan's generation, changes nothing — and still answers its request.
-/// Before, the unchanged decision was replaced by an empty one and the answer went with it.
+/// The stale snapshot (#55 item 2, #68): an answer committed to the mailbox late, after a newer
+/// snapshot had moved the plan's generation, changes nothing — so it answers nothing: the request
+/// waits on, and the newer answer that follows is applied and closes it. Before #68 the stale
+/// answer closed it DONE, and a heal's window stopped being awaited with its flights still lost.
 #[test]
-fn regression_a_stale_answer_still_closes_its_request() {
+fn regression_a_stale_answer_closes_no_request_and_a_newer_one_does() {
     let s = Services::migrated("jobs-interval = \"1s\"\n[msgx.requests]\ntimeout = \"60s\"\n");
     let mut a = Instance::run(&s, "stale", "");
     let day5 = ask(&s, &["flights", "--from", "2026-03-05T00:00", "--to", "2026-03-05T23:59"]);
@@ -302,12 +303,19 @@ fn regression_a_stale_answer_still_closes_its_request() {
     assert_eq!(redis_record(&s, late).as_deref(), Some("journal"), "not newer: journalled, not applied");
     let flagged = "SELECT snapshot_stale FROM proc_state WHERE msg_id = $1";
     assert_eq!(s.pg().query_one(flagged, &[&late]).unwrap().get::<_, Option<bool>>(0), Some(true));
+    assert!(a.wait_for_log(&format!("snapshot msg_id={late} is not newer"), Duration::from_secs(10)));
+    let waiting = listed(&s, day5);
+    assert_eq!(
+        (waiting["state"].as_str(), &waiting["answer_msg_id"]),
+        (Some("WAITING"), &serde_json::Value::Null)
+    );
+    let fresh = s.insert_inbound(&[fixtures::schd(3, "RESP", &[("A1", "05MAR260900")])])[0];
     let closed = wait_state(&s, &a, day5, "DONE");
-    assert_eq!(closed["answer_msg_id"].as_i64(), Some(late), "{closed}");
+    assert_eq!(closed["answer_msg_id"].as_i64(), Some(fresh), "{closed}");
     a.signal("-TERM");
     a.wait(Duration::from_secs(30));
     let log = a.log_text();
-    assert!(log.contains(&format!("snapshot msg_id={late} is not newer")), "{log}");
+    assert!(log.contains(&format!("snapshot msg_id={late} is not newer than the daily plan's generation; nothing changed, nothing published; it answers no request")), "{log}");
     assert!(log.contains(&format!("request answered req_id={day5} type=RQFD")), "{log}");
 }
 
@@ -448,6 +456,11 @@ fn regression_a_heal_the_aodb_never_answers_is_asked_again_and_then_waits_for_a_
 
     let (code, out) = msgx(&s, &["requests", "--dismiss", &last.to_string()]);
     assert_eq!(code, Some(2), "a note is required: {out}");
+    // #68: the first try awaits nothing (the last took its place): not a person's to dismiss.
+    let (code, out) = msgx(&s, &["requests", "--dismiss", &first.to_string(), "--note", "wrong one"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("is not a heal's window awaiting the AODB: nothing to dismiss"), "{out}");
+    assert_eq!(listed(&s, first)["dismissed_note"], serde_json::Value::Null);
     let (code, out) =
         msgx(&s, &["requests", "--dismiss", &last.to_string(), "--note", "AODB down; day re-sent as DNLD"]);
     assert_eq!(code, Some(0), "{out}");

@@ -212,7 +212,18 @@ pub(super) fn dismiss(cfg: &Config, req_id: i64, note: Option<&str>) -> CmdResul
         return Err((Exit::Failed, anyhow::anyhow!("no request req_id={req_id} (msgx requests lists them)")));
     };
     if !newly {
-        let (at, kept) = r.dismissed.unwrap_or_else(|| (r.updated_at, String::new()));
+        let Some((at, kept)) = r.dismissed else {
+            // #68: only a heal's window that awaits the AODB is a person's to dismiss.
+            let answered = r.answer_msg_id.map_or_else(String::new, |m| format!(", answered by msg {m}"));
+            return Err((
+                Exit::Usage,
+                anyhow::anyhow!(
+                    "req_id={req_id} (origin={} state={}{answered}) is not a heal's window awaiting the AODB: nothing to dismiss (msgx status lists the awaited ones)",
+                    r.origin,
+                    r.state
+                ),
+            ));
+        };
         out!("req_id={req_id} was dismissed already at {}: {}", time(at), one_line(&kept));
         return Ok(());
     }

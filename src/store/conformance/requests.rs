@@ -204,6 +204,10 @@ pub fn a_heals_window_is_awaited_until_answered_asked_again_or_dismissed<S: OwnS
     s.keep_requests(Duration::from_secs(5), at(13)).unwrap();
     s.keep_requests(Duration::from_secs(5), at(20)).unwrap();
     assert_eq!(ids(&s.awaited(10).unwrap()), [second.req_id], "the last try expired: awaited");
+    // #68: a request that awaits nothing (the try the second took the place of) is not a
+    // person's to dismiss: nothing is recorded.
+    let (r, now) = s.dismiss_request(first.req_id, "wrong one", at(21)).unwrap().unwrap();
+    assert_eq!((now, r.dismissed), (false, None));
     // A person dismisses it, once; the note is kept.
     let (r, now) = s.dismiss_request(second.req_id, "asked the AODB by phone", at(21)).unwrap().unwrap();
     assert!(now);

@@ -152,9 +152,11 @@ impl Requests for Pg {
         let note: String = note.chars().take(crate::requests::NOTE_MAX_CHARS).collect();
         // Unfenced, as `register`: a person's word, written beside the daemon.
         self.write(|c| {
+            // Only a heal's window that awaits the AODB (#68: any request was accepted).
             let set = format!(
                 "UPDATE req_track SET dismissed_at = $2, dismissed_note = $3
-                 WHERE req_id = $1 AND dismissed_at IS NULL RETURNING {REQUEST}"
+                 WHERE req_id = $1 AND req_id IN (SELECT r.req_id FROM req_track r WHERE r.req_id = $1 AND {AWAITED})
+                 RETURNING {REQUEST}"
             );
             if let Some(row) = c.query_opt(&set, &[&req_id, &now, &note])? {
                 return Ok(request(&row).map(|r| Some((r, true))));

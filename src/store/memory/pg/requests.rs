@@ -105,23 +105,7 @@ impl Requests for MemPg {
     fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>> {
         self.read(|s| {
             let all: Vec<&Request> = s.requests.values().collect();
-            Ok(all
-                .iter()
-                .filter(|r| {
-                    r.origin == Origin::Heal.as_str()
-                        && r.answer_msg_id.is_none()
-                        && r.dismissed.is_none()
-                        && r.state != ReqState::Done
-                        && !all.iter().any(|l| {
-                            l.req_type == r.req_type
-                                && l.req_key == r.req_key
-                                && l.req_id > r.req_id
-                                && (l.origin == Origin::Heal.as_str() || l.answer_msg_id.is_some())
-                        })
-                })
-                .take(limit)
-                .map(|r| (*r).clone())
-                .collect())
+            Ok(all.iter().filter(|r| awaited(r, &all)).take(limit).map(|r| (*r).clone()).collect())
         })
     }
 
@@ -132,8 +116,9 @@ impl Requests for MemPg {
         now: SystemTime,
     ) -> StoreResult<Option<(Request, bool)>> {
         self.session_write(|s| {
+            let all: Vec<&Request> = s.requests.values().collect();
+            let new = all.iter().any(|r| r.req_id == req_id && awaited(r, &all));
             Ok(s.requests.get_mut(&req_id).map(|r| {
-                let new = r.dismissed.is_none();
                 if new {
                     r.dismissed = Some((now, note.chars().take(crate::requests::NOTE_MAX_CHARS).collect()));
                 }
@@ -175,4 +160,19 @@ impl Requests for MemPg {
             Ok(kept)
         })
     }
+}
+
+/// A heal's window whose flights await the AODB (the PostgreSQL adapter's `AWAITED`): open, or
+/// unanswered after its last try, not dismissed, and no later request took its place.
+fn awaited(r: &Request, all: &[&Request]) -> bool {
+    r.origin == Origin::Heal.as_str()
+        && r.answer_msg_id.is_none()
+        && r.dismissed.is_none()
+        && r.state != ReqState::Done
+        && !all.iter().any(|l| {
+            l.req_type == r.req_type
+                && l.req_key == r.req_key
+                && l.req_id > r.req_id
+                && (l.origin == Origin::Heal.as_str() || l.answer_msg_id.is_some())
+        })
 }
