@@ -424,7 +424,7 @@ pub const KEYS: &[KeySpec] = &[
         "msgx.requests.heal-window",
         "\"\"",
         Kind::Text,
-        "a window FROM/TO (local airport time, yyyy-MM-ddTHH:mm/yyyy-MM-ddTHH:mm) a heal asks the AODB for when nothing tells which day a lost message's flights lie on, instead of stopping for a person (exit 6): a person's decision, set after that stop; empty: stop",
+        "a window FROM/TO (local airport time, yyyy-MM-ddTHH:mm/yyyy-MM-ddTHH:mm) a heal asks the AODB for when nothing tells which day a lost message's flights lie on, instead of stopping for a person (exit 6): a person's decision, set after that stop, for the messages of that stop: once a heal's request for it was answered or dismissed, a later heal stops again rather than ask it; empty: stop",
     ),
     k(
         "msgx.requests.heal-backoff",

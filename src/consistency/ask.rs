@@ -52,7 +52,7 @@ pub(super) fn for_gone(
     let (days, unplaced) = days_of(st, replay, &wrote)?;
     let mut windows = days.iter().map(|d| day_window(d)).collect::<Result<Vec<Ask>, HealError>>()?;
     if !unplaced.is_empty() {
-        windows.push(named_window(asking, &unplaced)?);
+        windows.push(named_window(st, asking, &unplaced)?);
     }
     let mut asked = Vec::new();
     for w in windows {
@@ -62,11 +62,20 @@ pub(super) fn for_gone(
 }
 
 /// The window a person named for flights nothing places on a day (`msgx.requests.heal-window`);
-/// none named: the heal stops for a person (exit 6), never guessing a day.
-fn named_window(asking: &Asking, unplaced: &[i64]) -> Result<Ask, HealError> {
+/// none named: the heal stops for a person (exit 6), never guessing a day. A window is named
+/// for the messages a heal stopped for, once: when a heal's request for it was answered or
+/// dismissed, it was spent on those, and a later heal stops for a person again rather than ask
+/// a stale window (#68).
+fn named_window(st: &mut Stores<'_>, asking: &Asking, unplaced: &[i64]) -> Result<Ask, HealError> {
     let Some(key) = &asking.policy.heal_window else {
         return Err(HealError::Person(unplaceable(unplaced)));
     };
+    if let Some(spent) = spent_on(st, key)? {
+        return Err(HealError::Person(format!(
+            "msgx.requests.heal-window {key:?} was named for messages an earlier heal could not place, and {spent}: it says nothing of these. {} (a new window, or clear the key)",
+            unplaceable(unplaced)
+        )));
+    }
     let ids: Vec<String> = unplaced.iter().take(10).map(i64::to_string).collect();
     warn!(
         "heal: which day's flights message(s) {} changed is not known; asking the window msgx.requests.heal-window names ({key}), as a person decided",
@@ -74,6 +83,20 @@ fn named_window(asking: &Asking, unplaced: &[i64]) -> Result<Ask, HealError> {
     );
     Ask::window(key)
         .ok_or_else(|| HealError::Person(format!("msgx.requests.heal-window {key:?} is not a window")))
+}
+
+/// How many requests, newest first, are read for a heal's earlier use of the named window.
+const SPENT_LOOKBACK: usize = 500;
+
+/// Whether a heal's request for window `key` was answered or dismissed, and how (for the log).
+fn spent_on(st: &mut Stores<'_>, key: &str) -> Result<Option<String>, HealError> {
+    let requests = st.pg.requests(false, SPENT_LOOKBACK)?;
+    let heal = requests.iter().filter(|r| r.origin == Origin::Heal.as_str() && r.req_key == key);
+    Ok(heal.into_iter().find_map(|r| match (r.answer_msg_id, &r.dismissed) {
+        (Some(m), _) => Some(format!("its request req_id={} was answered by msg {m}", r.req_id)),
+        (None, Some(_)) => Some(format!("its request req_id={} was dismissed by a person", r.req_id)),
+        _ => None,
+    }))
 }
 
 /// A day's window, `00:00` to `23:59`.

@@ -469,6 +469,29 @@ fn a_heal_that_cannot_place_the_lost_flights_asks_the_window_a_person_named() {
     assert_eq!(asked, [("heal".to_string(), "2026-03-05T00:00/2026-03-06T23:59".to_string())]);
 }
 
+/// #68: `msgx.requests.heal-window` stayed in force after use, so a later heal silently asked a
+/// stale window for messages it says nothing of. Once a heal's request for it was dismissed (or
+/// answered), it is spent: a later heal stops for a person again, naming the key.
+#[test]
+fn regression_a_named_window_is_spent_once_its_request_is_answered_or_dismissed() {
+    let (w, r) = a_gone_text_no_event_places();
+    let mut asking = Asking::of(&Config::defaults());
+    let key = "2026-03-05T00:00/2026-03-06T23:59";
+    asking.policy.heal_window = Some(key.into());
+    w.heal_with(&r, &asking).expect("the heal asks the named window");
+    let asked = w.requests()[0].req_id;
+    let mut pg = w.pg.clone();
+    let (_, dismissed) = pg.dismiss_request(asked, "re-sent by phone", w.clock.now()).unwrap().unwrap();
+    assert!(dismissed);
+    match w.heal_with(&r, &asking) {
+        Err(HealError::Person(why)) => {
+            assert!(why.contains(&format!("msgx.requests.heal-window \"{key}\" was named for messages an earlier heal could not place, and its request req_id={asked} was dismissed by a person")), "{why}");
+        }
+        other => panic!("a spent window was asked again: {other:?}"),
+    }
+    assert_eq!(w.requests().len(), 1, "nothing asked again");
+}
+
 #[test]
 fn regression_a_new_epoch_is_above_every_epoch_another_store_saw() {
     let mut pg = MemPg::new();
