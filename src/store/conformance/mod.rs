@@ -471,7 +471,9 @@ pub fn archive_moves_settled_terminal_rows_and_keeps_a_dedup_shadow<S: OwnStore>
 }
 
 /// #37, #56: what Redis did with each SUCCEEDED message's decision is read back as recorded —
-/// a snapshot the pump found stale too (V020) —, from PROC_STATE and, archived, from its history.
+/// a snapshot the pump found stale too (V020) —, from PROC_STATE and, archived, from its history;
+/// and so are the rules that decided it (V017, #68: no test failed when the adapter stopped
+/// writing them).
 pub fn what_redis_did_is_read_back_as_recorded_archived_or_not<S: OwnStore>(mut s: S) {
     use crate::domain::RedisRecord;
     let records = [
@@ -483,13 +485,14 @@ pub fn what_redis_did_is_read_back_as_recorded_archived_or_not<S: OwnStore>(mut 
     ];
     let ids: Vec<i64> = (1..=records.len() as i64).collect();
     enqueue(&mut s, &ids);
+    let rules_of = |id: i64| (id % 3 != 0).then_some(id as u32 + 6);
     let settles: Vec<Settle> = ids
         .iter()
         .zip(records)
         .map(|(id, r)| {
             let mut st = Settle::succeeded(*id, &format!("id-{id}"), vec![]);
-            if let Outcome::Succeeded { record, .. } = &mut st.outcome {
-                *record = r;
+            if let Outcome::Succeeded { record, rules, .. } = &mut st.outcome {
+                (*record, *rules) = (r, rules_of(*id));
             }
             st
         })
@@ -501,6 +504,8 @@ pub fn what_redis_did_is_read_back_as_recorded_archived_or_not<S: OwnStore>(mut 
         s.succeeded_above(0, 10).unwrap().iter().map(|m| (m.msg_id, m.record)).collect();
     let want: Vec<(i64, Option<RedisRecord>)> = ids.iter().copied().zip(records).collect();
     assert_eq!(read, want);
+    let rules: Vec<Option<u32>> = s.succeeded_above(0, 10).unwrap().iter().map(|m| m.rules).collect();
+    assert_eq!(rules, ids.iter().map(|id| rules_of(*id)).collect::<Vec<_>>(), "the rules that decided each");
 }
 
 /// #21 item 2: a DEAD message stays replayable in PROC_STATE past `archive-after` until a
