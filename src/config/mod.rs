@@ -23,8 +23,10 @@ pub enum ConfigError {
     Read { path: String, detail: String },
     #[error("{path} is not valid TOML: {detail}")]
     Syntax { path: String, detail: String },
-    #[error("unknown configuration key `{key}`{hint}")]
-    UnknownKey { key: String, hint: String },
+    /// The first unknown key, a near miss of it if there is one, and every other unknown key of
+    /// the file (`also`), so that one `msgx check` names each (#68).
+    #[error("unknown configuration key `{key}`{hint}{also}")]
+    UnknownKey { key: String, hint: String, also: String },
     #[error("bad value for `{key}`: {detail}")]
     BadValue { key: String, detail: String },
     /// A secret file (`*-password-file`, `metrics.token-file`) that cannot be used (#64).
@@ -281,9 +283,15 @@ impl Config {
         let mut values = defaults_map();
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);
+        let mut unknowns = Vec::new();
         for (key, value) in leaves {
-            let spec = keys::spec(&key).ok_or_else(|| unknown(&key))?;
-            values.insert(spec.key, value);
+            match keys::spec(&key) {
+                Some(spec) => _ = values.insert(spec.key, value),
+                None => unknowns.push(key),
+            }
+        }
+        if let Some(first) = unknowns.first() {
+            return Err(unknown(first, &unknowns[1..]));
         }
         for spec in KEYS {
             if let Some(var) = spec.env {
@@ -387,7 +395,10 @@ fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value
     }
 }
 
-fn unknown(key: &str) -> ConfigError {
+/// The most other unknown keys one error names.
+const UNKNOWN_NAMED: usize = 20;
+
+fn unknown(key: &str, others: &[String]) -> ConfigError {
     // A near miss is usually a typo of a real key; name it.
     let best = KEYS
         .iter()
@@ -396,7 +407,14 @@ fn unknown(key: &str) -> ConfigError {
         .filter(|(d, _)| *d <= 3)
         .map(|(_, k)| format!(" (did you mean `{k}`?)"))
         .unwrap_or_default();
-    ConfigError::UnknownKey { key: key.to_string(), hint: best }
+    let named: Vec<String> = others.iter().take(UNKNOWN_NAMED).map(|k| format!("`{k}`")).collect();
+    let more = others.len().saturating_sub(UNKNOWN_NAMED);
+    let also = match (named.is_empty(), more) {
+        (true, _) => String::new(),
+        (false, 0) => format!("; also unknown: {}", named.join(", ")),
+        (false, n) => format!("; also unknown: {} and {n} more", named.join(", ")),
+    };
+    ConfigError::UnknownKey { key: key.to_string(), hint: best, also }
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

@@ -55,11 +55,24 @@ fn unknown_key_is_refused_by_its_full_name_with_a_hint() {
         err,
         ConfigError::UnknownKey {
             key: "msgx.pipeline.max-attemps".into(),
-            hint: " (did you mean `msgx.pipeline.max-attempts`?)".into()
+            hint: " (did you mean `msgx.pipeline.max-attempts`?)".into(),
+            also: String::new(),
         }
     );
     let err = parse("[nothing]\nlike = 1\n").unwrap_err();
     assert_eq!(err.to_string(), "unknown configuration key `nothing.like`");
+}
+
+/// #68: going back a release, operators.md tells to remove the keys only the newer release
+/// knows, "`msgx check` names each one" — it named the first only.
+#[test]
+fn regression_every_unknown_key_of_a_file_is_named_at_once() {
+    let err =
+        parse("[msgx.pipeline]\nmax-attemps = 5\nretry-unsupportd = true\n[next]\nkey = 1\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown configuration key `msgx.pipeline.max-attemps` (did you mean `msgx.pipeline.max-attempts`?); also unknown: `msgx.pipeline.retry-unsupportd`, `next.key`"
+    );
 }
 
 #[test]
