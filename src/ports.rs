@@ -299,6 +299,9 @@ pub trait Requests {
     /// dismissed, open or EXPIRED, of which no later request of the same window took the place
     /// (a heal's next try) or was answered (an operator's that the AODB answered).
     fn awaited(&mut self, limit: usize) -> StoreResult<Vec<Request>>;
+    /// A heal's requests for window `key`, newest first, at most `limit` (#68: whether the
+    /// window a person named was spent on an earlier heal).
+    fn heal_requests(&mut self, key: &str, limit: usize) -> StoreResult<Vec<Request>>;
     /// A person's word that request `req_id`'s window awaits nothing more (`msgx requests
     /// --dismiss ID --note …`): recorded once, with its note (at most `requests::NOTE_MAX_CHARS`),
     /// and only on a heal's window that awaits the AODB ([`Requests::awaited`], #68); `None`

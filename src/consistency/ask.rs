@@ -85,13 +85,13 @@ fn named_window(st: &mut Stores<'_>, asking: &Asking, unplaced: &[i64]) -> Resul
         .ok_or_else(|| HealError::Person(format!("msgx.requests.heal-window {key:?} is not a window")))
 }
 
-/// How many requests, newest first, are read for a heal's earlier use of the named window.
-const SPENT_LOOKBACK: usize = 500;
+/// How many of a heal's requests for the named window are read, newest first: its tries
+/// (`msgx.requests.heal-tries`, at most 20) and heals before them.
+const SPENT_LOOKBACK: usize = 100;
 
 /// Whether a heal's request for window `key` was answered or dismissed, and how (for the log).
 fn spent_on(st: &mut Stores<'_>, key: &str) -> Result<Option<String>, HealError> {
-    let requests = st.pg.requests(false, SPENT_LOOKBACK)?;
-    let heal = requests.iter().filter(|r| r.origin == Origin::Heal.as_str() && r.req_key == key);
+    let heal = st.pg.heal_requests(key, SPENT_LOOKBACK)?;
     Ok(heal.into_iter().find_map(|r| match (r.answer_msg_id, &r.dismissed) {
         (Some(m), _) => Some(format!("its request req_id={} was answered by msg {m}", r.req_id)),
         (None, Some(_)) => Some(format!("its request req_id={} was dismissed by a person", r.req_id)),

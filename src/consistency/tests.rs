@@ -602,6 +602,13 @@ impl crate::ports::Requests for ReadEarly {
     fn awaited(&mut self, limit: usize) -> crate::ports::StoreResult<Vec<crate::requests::Request>> {
         self.0.awaited(limit)
     }
+    fn heal_requests(
+        &mut self,
+        key: &str,
+        limit: usize,
+    ) -> crate::ports::StoreResult<Vec<crate::requests::Request>> {
+        self.0.heal_requests(key, limit)
+    }
     fn dismiss_request(
         &mut self,
         req_id: i64,

@@ -204,6 +204,11 @@ pub fn a_heals_window_is_awaited_until_answered_asked_again_or_dismissed<S: OwnS
     s.keep_requests(Duration::from_secs(5), at(13)).unwrap();
     s.keep_requests(Duration::from_secs(5), at(20)).unwrap();
     assert_eq!(ids(&s.awaited(10).unwrap()), [second.req_id], "the last try expired: awaited");
+    // A heal's requests of one window, newest first (#68, V021's index).
+    let listed: Vec<i64> = s.heal_requests(DAY5, 10).unwrap().iter().map(|r| r.req_id).collect();
+    assert_eq!(listed, [second.req_id, first.req_id]);
+    assert_eq!(s.heal_requests(DAY5, 1).unwrap().len(), 1, "bounded");
+    assert!(s.heal_requests("2026-01-01T00:00/2026-01-01T23:59", 10).unwrap().is_empty());
     // #68: a request that awaits nothing (the try the second took the place of) is not a
     // person's to dismiss: nothing is recorded.
     let (r, now) = s.dismiss_request(first.req_id, "wrong one", at(21)).unwrap().unwrap();

@@ -98,6 +98,8 @@ pub const MIGRATIONS: &[Migration] = &[
     // V018, V019 and V020 are all 0.2.0's: the release before it (0.1.0, which knows V017) runs on each.
     migration!(19, "request_identity_and_tries", "V019__request_identity_and_tries.sql", Expand, since 17),
     migration!(20, "snapshot_stale", "V020__snapshot_stale.sql", Expand, since 17),
+    // 0.3.0's: an index, so every release since V017 (0.1.0, 0.2.0) runs on it.
+    migration!(21, "heal_window_requests", "V021__heal_window_requests.sql", Expand, since 17),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -143,6 +143,15 @@ impl Requests for Pg {
         requests(&rows)
     }
 
+    fn heal_requests(&mut self, key: &str, limit: usize) -> StoreResult<Vec<Request>> {
+        // `idx_req_heal_key` (V021).
+        let sql = format!(
+            "SELECT {REQUEST} FROM req_track WHERE origin = 'heal' AND req_key = $1 ORDER BY req_id DESC LIMIT $2"
+        );
+        let rows = self.run(|c| c.query(&sql, &[&key, &(limit as i64)]))?;
+        requests(&rows)
+    }
+
     fn dismiss_request(
         &mut self,
         req_id: i64,

@@ -109,6 +109,14 @@ impl Requests for MemPg {
         })
     }
 
+    fn heal_requests(&mut self, key: &str, limit: usize) -> StoreResult<Vec<Request>> {
+        self.read(|s| {
+            let heal =
+                s.requests.values().rev().filter(|r| r.origin == Origin::Heal.as_str() && r.req_key == key);
+            Ok(heal.take(limit).cloned().collect())
+        })
+    }
+
     fn dismiss_request(
         &mut self,
         req_id: i64,
