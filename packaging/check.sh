@@ -300,7 +300,7 @@ grep -q 'useradd --system' target/packages/rpm-scripts.txt || fail "the rpm does
 rpm -qp --configfiles "$rpmfile" | grep -qx /etc/msgx/msgx.toml || fail "msgx.toml is not %config in the rpm"
 
 # ---- Upgrade in place and back (#52) ------------------------------------------------------
-# The previous release (tests/support/previous-release) packaged from its own tree; installed,
+# The previous release (the newest of packaging/RELEASES) packaged from its own tree; installed,
 # serving; this release's package installed over it while it serves; `msgx migrate`; restarted
 # as this release; the previous package installed again over this one (the way back) and
 # restarted on the schema this release migrated. Traffic flows all along. Then every message

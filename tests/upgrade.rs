@@ -1,6 +1,6 @@
 //! A new release takes over a live pipeline from the one before (#52), on the real services.
 //! Three builds run side by side: the **previous** release (the commit pinned in
-//! `tests/support/previous-release`), the build under test, and the **next** one (this tree
+//! `packaging/RELEASES`), the build under test, and the **next** one (this tree
 //! plus `tests/support/next-release.patch`: FLOP-STND also reads `<XSTND>`, the rules version
 //! one up). `tests/support/releases.sh` builds the other two, as `msgx-previous` and `msgx-next`, in
 //! the main target directory.

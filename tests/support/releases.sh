@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the releases the upgrade tests run beside the build under test (#52) and prints where
 # their binaries are, one `name=path` a line:
-#   previous — the commit pinned in tests/support/previous-release: the release before this one
-#              (moved forward at each release; a release before #52 cannot run on a newer schema,
-#              so the pin is never older than the commit that taught releases to);
+#   previous — the newest release of packaging/RELEASES: the release before this one (a line is
+#              added at each release; a release before #52 cannot run on a newer schema, so the
+#              newest is never older than the commit that taught releases to);
 #   next     — this tree plus tests/support/next-release.patch: one more mapping, the rules
 #              version one up.
 # Both are built in the main target directory (#66), debug, with the lock file of their tree:
@@ -21,15 +21,27 @@ flock 9
 # Where the releases were built before #66: a target directory of their own.
 rm -rf "$root/target"
 
-# A release's binary is named msgx-NAME: the `name` of the [[bin]] msgx in its Cargo.toml.
+# A release's binary is named msgx-NAME: the `name` of the [[bin]] msgx in its Cargo.toml. Its
+# package is renamed msgx-NAME too (in its lock file as well), its library keeping the crate name
+# msgx and its Debian package the name msgx: cargo tells the builds of a path package apart by
+# name and version, not by path, so a release of the version this tree had before a bump took
+# this tree's library build, fresh by its own files, and failed to compile against it (#68).
 rename_bin() {
   sed -i '/^\[\[bin\]\]$/,/^path/ s/^name = "msgx"$/name = "msgx-'"$2"'"/' "$1/Cargo.toml"
   grep -qx "name = \"msgx-$2\"" "$1/Cargo.toml" \
     || { echo "releases.sh: no [[bin]] msgx to rename in $1/Cargo.toml" >&2; exit 1; }
+  sed -i '0,/^name = "msgx"$/ s//name = "msgx-'"$2"'"/' "$1/Cargo.toml"
+  sed -i -e 's/^\[lib\]$/[lib]\nname = "msgx"/' \
+    -e 's/^\[package.metadata.deb\]$/[package.metadata.deb]\nname = "msgx"/' "$1/Cargo.toml"
+  sed -i 's/^name = "msgx"$/name = "msgx-'"$2"'"/' "$1/Cargo.lock"
+  [ "$(sed -n '/^\[package\]$/,/^name/p; /^\[lib\]$/,/^name/p; /^\[package.metadata.deb\]$/,/^name/p' "$1/Cargo.toml" \
+       | grep -c '^name = ')" = 3 ] \
+    || { echo "releases.sh: the package, library and Debian package of $1/Cargo.toml were not all named" >&2; exit 1; }
 }
 
 # The tree at the pinned commit, written once per pin.
-pin=$(tr -d '[:space:]' < tests/support/previous-release)
+pin=$(awk '!/^#/ && NF { c = $2 } END { print c }' packaging/RELEASES)
+[ -n "$pin" ] || { echo "releases.sh: packaging/RELEASES lists no release" >&2; exit 1; }
 if [ "$(cat "$root/previous.pin" 2>/dev/null)" != "$pin renamed" ]; then
   git cat-file -e "$pin^{commit}" 2>/dev/null || {
     echo "releases.sh: the pinned previous release $pin is not in this clone's history (fetch it, or deepen a shallow clone)" >&2
