@@ -252,7 +252,12 @@ fn regression_a_frozen_mailbox_is_an_outage_within_seconds() {
 fn regression_a_mailbox_outage_does_not_run_the_head_deadline_clock() {
     use msgx::clock::{Clock, FakeClock};
     let p = Private::start("mysql");
-    let s = Services::migrated_on("", Stores { mysql: Some(p.url()), ..Default::default() });
+    // The site that keeps the retry ladder for an unknown kind (SPEC §3a): a head that fails on
+    // its own account and is retried.
+    let s = Services::migrated_on(
+        "retry-unsupported = true",
+        Stores { mysql: Some(p.url()), ..Default::default() },
+    );
     let stats = std::sync::Arc::new(msgx::stats::Stats::default());
     let clock = FakeClock::new();
     let at = std::sync::Arc::new(clock.clone());
