@@ -322,3 +322,45 @@ fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_
     );
     println!("next release: {heal}");
 }
+
+/// #68, releases side by side: this release records a daily-plan snapshot it found stale (V020,
+/// `snapshot_stale`: a lower MSG_ID committed after a newer snapshot moved the plan's
+/// generation), and the previous release, on the same schema, heals a Redis that forgot without
+/// laying that snapshot on. A release that read it back as a plain `journal` (0.1.0 did) would
+/// have brought its flight back in the heal: a flight the AODB's newer plan never had.
+#[test]
+fn a_stale_snapshot_this_release_recorded_is_not_laid_on_by_the_previous_releases_heal() {
+    let r = releases();
+    let this = Path::new(env!("CARGO_BIN_EXE_msgx"));
+    let s = Services::new("commit-grace = \"1s\"");
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["migrate"]);
+    assert_eq!(code, Some(0), "{out}");
+    let mut a = Instance::run_release(&s, this, "this", "", &[]);
+    let succeeded = "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'";
+    let late = Open::insert(&s, &fixtures::schd(1, "DNLD", &[("A1", "05MAR260900")]));
+    s.insert_inbound(&[fixtures::schd(2, "DNLD", &[("B1", "05MAR261000")])]);
+    settled(&s, &a, &[(succeeded, 1)]);
+    let late = late.commit();
+    settled(&s, &a, &[(succeeded, 2)]);
+    let mut pg = s.pg();
+    let flagged = "SELECT snapshot_stale FROM proc_state WHERE msg_id = $1";
+    assert_eq!(pg.query_one(flagged, &[&late]).unwrap().get::<_, Option<bool>>(0), Some(true));
+    let flights = |s: &Services| redis_flights(s).into_keys().collect::<Vec<String>>();
+    assert_eq!(flights(&s), ["B1"], "the stale snapshot changed nothing");
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(30)), Some(0), "{}", a.log_text());
+    assert!(empty_redis(&s) > 0, "Redis forgot");
+    let mut b = Instance::run_release(&s, &r.previous, "previous", "", &[]);
+    assert!(b.wait_for_log("healed redis", Duration::from_secs(60)), "{}", b.log_text());
+    assert!(b.wait_for_log("lease acquired", Duration::from_secs(30)), "{}", b.log_text());
+    assert_eq!(
+        flights(&s),
+        ["B1"],
+        "the previous release's heal laid the stale snapshot on:\n{}",
+        b.log_text()
+    );
+    let (code, out) = msgx_cli_of(&s, &r.previous, &s.cfg.pg_url, &["verify", "--sample", "1"]);
+    assert_eq!(code, Some(0), "{out}");
+    b.signal("-TERM");
+    assert_eq!(b.wait(Duration::from_secs(30)), Some(0), "{}", b.log_text());
+}
