@@ -349,3 +349,130 @@ fn an_eighty_line_function_below_an_early_cfg_test_is_found_and_text_is_not_code
     let in_tests = format!("#[cfg(test)]\nmod tests {{\n    fn long() {{\n{body}    }}\n}}\n");
     assert!(long_functions(&Read::of(&production(&in_tests))).is_empty(), "test code is left out");
 }
+
+// ------------------------------------------------------------- log lines and upstream text
+
+/// Fields that hold upstream text — a message's META, a decoder's detail about it, a mailbox
+/// text, an error recorded from it, a person's note: a log line prints them only through the
+/// one quoting type (`logline::Quoted`, `logline::Upstream`), so no message can end a line or
+/// forge a `key=value` (#53, #68: the heal printed a decode error bare).
+const UPSTREAM_FIELDS: [&str; 12] = [
+    "detail",
+    "raw",
+    "text",
+    "xml",
+    "sndr",
+    "msg_type",
+    "styp",
+    "seqn",
+    "type_tag",
+    "last_error",
+    "note",
+    "rmid",
+];
+const LOG_MACROS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+/// A log macro's arguments: `[target: T,] "format", args…`.
+fn log_args(tokens: proc_macro2::TokenStream) -> Vec<syn::Expr> {
+    use syn::parse::Parser;
+    let parser = |input: syn::parse::ParseStream| {
+        if input.peek(syn::Ident) && input.peek2(syn::Token![:]) && !input.peek2(syn::Token![::]) {
+            input.parse::<syn::Ident>()?;
+            input.parse::<syn::Token![:]>()?;
+            input.parse::<syn::Expr>()?;
+            input.parse::<syn::Token![,]>()?;
+        }
+        syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated(input)
+    };
+    parser.parse2(tokens).map(|args| args.into_iter().skip(1).collect()).unwrap_or_default()
+}
+
+/// The upstream field `e` prints bare, if it does: one read anywhere in it, unless `e` is the
+/// quoting type itself.
+fn bare_upstream(e: &syn::Expr) -> Option<String> {
+    struct Fields(Vec<String>);
+    impl<'ast> Visit<'ast> for Fields {
+        fn visit_expr_field(&mut self, f: &'ast syn::ExprField) {
+            if let syn::Member::Named(n) = &f.member {
+                if UPSTREAM_FIELDS.contains(&n.to_string().as_str()) {
+                    self.0.push(n.to_string());
+                }
+            }
+            syn::visit::visit_expr_field(self, f);
+        }
+    }
+    let value = match e {
+        syn::Expr::Assign(a) => &*a.right,
+        e => e,
+    };
+    if let syn::Expr::Call(c) = value {
+        if let syn::Expr::Path(p) = &*c.func {
+            let last = p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+            if last == "Quoted" || last == "Upstream" {
+                return None;
+            }
+        }
+    }
+    let mut found = Fields(Vec::new());
+    found.visit_expr(value);
+    found.0.into_iter().next()
+}
+
+/// The log sites of a file that print an upstream field bare: (line, field).
+fn bare_log_sites(file: &syn::File) -> Vec<(usize, String)> {
+    struct Sites(Vec<(usize, String)>);
+    impl<'ast> Visit<'ast> for Sites {
+        fn visit_macro(&mut self, m: &'ast syn::Macro) {
+            let name = m.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+            if LOG_MACROS.contains(&name.as_str()) {
+                for a in log_args(m.tokens.clone()) {
+                    if let Some(field) = bare_upstream(&a) {
+                        self.0.push((m.path.segments[0].ident.span().start().line, field));
+                    }
+                }
+            }
+            syn::visit::visit_macro(self, m);
+        }
+    }
+    let mut sites = Sites(Vec::new());
+    sites.visit_file(file);
+    sites.0
+}
+
+/// #68: every log site of `src` that prints upstream text, walked: each through the quoting
+/// type.
+#[test]
+fn no_log_line_prints_upstream_text_bare() {
+    let src = src();
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut bare = Vec::new();
+    for f in &all {
+        let file = production(&std::fs::read_to_string(f).unwrap());
+        for (line, field) in bare_log_sites(&file) {
+            bare.push(format!(
+                "src/{}:{line}: .{field} printed bare",
+                f.strip_prefix(&src).unwrap().display()
+            ));
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "log lines that print upstream text without Quoted/Upstream:\n{}",
+        bare.join("\n")
+    );
+}
+
+#[test]
+fn a_log_line_that_prints_upstream_text_bare_is_found() {
+    let text = r#"
+fn f(e: &DecodeError, row: &ProcRow) {
+    warn!("rebuild: msg_id={m} no longer decodes ({})", e.detail);
+    log::error!(target: super::LOG, "dead error={}", row.last_error.as_deref().unwrap_or("-"));
+    warn!("fine {} {}", Quoted(&e.detail), crate::logline::Upstream(row.type_tag.as_deref().unwrap_or("-")));
+    info!("counted {n} and {}", row.msg_id);
+}
+"#;
+    let sites = bare_log_sites(&production(text));
+    assert_eq!(sites, [(3, "detail".to_string()), (4, "last_error".to_string())]);
+}
