@@ -169,8 +169,13 @@ impl Services {
     }
 
     pub fn redis(&self) -> redis::Connection {
+        self.try_redis().expect("test Redis")
+    }
+
+    /// The test's Redis, over TLS when it is a TLS-only one, or why not.
+    pub fn try_redis(&self) -> redis::RedisResult<redis::Connection> {
         if self.cfg.redis_url.starts_with("rediss://") {
-            let info = redis::IntoConnectionInfo::into_connection_info(self.cfg.redis_url.as_str()).unwrap();
+            let info = redis::IntoConnectionInfo::into_connection_info(self.cfg.redis_url.as_str())?;
             let info =
                 info.clone().set_redis_settings(info.redis_settings().clone().set_password(tls::SECRET));
             let ca = self.cfg.redis.tls_ca.as_ref().map(|p| std::fs::read(p).unwrap());
@@ -182,12 +187,21 @@ impl Services {
                 _ => None,
             };
             let certs = redis::TlsCertificates { client_tls, root_cert: ca };
-            return redis::Client::build_with_tls(info, certs)
-                .unwrap()
-                .get_connection()
-                .expect("test Redis (TLS)");
+            return redis::Client::build_with_tls(info, certs)?.get_connection();
         }
-        redis::Client::open(self.cfg.redis_url.as_str()).unwrap().get_connection().expect("test Redis")
+        redis::Client::open(self.cfg.redis_url.as_str())?.get_connection()
+    }
+
+    /// Deletes every key under the test's prefix (`SCAN`, `UNLINK`): how many there were.
+    pub fn forget_redis_keys(&self) -> redis::RedisResult<usize> {
+        let mut c = self.try_redis()?;
+        let pattern = format!("{}*", self.cfg.redis_prefix);
+        let keys: Vec<String> =
+            redis::Commands::scan_match::<_, String>(&mut c, &pattern)?.collect::<Result<_, _>>()?;
+        for chunk in keys.chunks(1000) {
+            redis::cmd("UNLINK").arg(chunk).query::<()>(&mut c)?;
+        }
+        Ok(keys.len())
     }
 
     /// Inserts one message as the upstream does, or says why the mailbox did not take it.
@@ -285,19 +299,6 @@ impl Drop for Services {
         if !self.cfg.redis_url.starts_with("rediss://") {
             let _ = self.forget_redis_keys();
         }
-    }
-}
-
-impl Services {
-    fn forget_redis_keys(&self) -> redis::RedisResult<()> {
-        let mut c = redis::Client::open(self.cfg.redis_url.as_str())?.get_connection()?;
-        let pattern = format!("{}*", self.cfg.redis_prefix);
-        let keys: Vec<String> =
-            redis::Commands::scan_match::<_, String>(&mut c, &pattern)?.collect::<Result<_, _>>()?;
-        for chunk in keys.chunks(1000) {
-            redis::cmd("UNLINK").arg(chunk).query::<()>(&mut c)?;
-        }
-        Ok(())
     }
 }
 
@@ -973,12 +974,7 @@ impl Drop for Pair {
 /// Deletes every key under the test's prefix: what a FLUSHALL does to msgx (the Redis is
 /// shared by the tests). Returns how many keys went.
 pub fn empty_redis(s: &Services) -> usize {
-    let mut c = s.redis();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", s.cfg.redis_prefix)).query(&mut c).unwrap();
-    if !keys.is_empty() {
-        redis::cmd("DEL").arg(&keys).query::<()>(&mut c).unwrap();
-    }
-    keys.len()
+    s.forget_redis_keys().expect("the test's Redis keys deleted")
 }
 
 /// The log's ERROR lines of the consistency sentinel, and its heals.
