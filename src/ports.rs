@@ -615,6 +615,9 @@ pub struct Prepared {
     pub flights: crate::handlers::FlightView,
     /// A snapshot's window: the FLIDs the daily plan holds in `[min SODT, max SODT]`.
     pub window: Vec<String>,
+    /// With a window read, the MSG_ID of the snapshot that last advanced the plan's generation
+    /// (`-1`: none yet): a snapshot journalled below it with nothing to emit was stale (#68).
+    pub generation_msg: Option<i64>,
     /// Of the round's identities (INV-9), those under which Redis journals a decision, with the
     /// MSG_ID it journals it for (`journal:identity`): a decision that stands keeps its
     /// identity when own PostgreSQL forgot who held it (seed 3591).

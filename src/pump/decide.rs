@@ -63,6 +63,18 @@ fn answering(mut d: Decision, msg: &Message) -> Decision {
     d
 }
 
+/// Whether a snapshot reused from the journal was one the store found not newer than the plan
+/// (stale: it changed nothing): journalled with nothing to emit (the store journals a stale
+/// snapshot empty, `FlightStore::apply`), below the snapshot that advanced the plan. Its answer
+/// then closes no request (#68): the request waits on, a heal's is asked again. The safe side:
+/// an applied snapshot that emitted nothing and was superseded in the same failed round is
+/// taken for stale too.
+fn stale_snapshot(msg: &Message, journalled: &Decision, msg_id: i64, generation_msg: Option<i64>) -> bool {
+    handlers::window_of(msg).is_some()
+        && journalled.events.is_empty()
+        && generation_msg.is_some_and(|g| g > msg_id)
+}
+
 impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
     /// Rewrites every `Decide` step: a decision an earlier attempt applied is reused from the
     /// journal (I2); a new one that changes flights becomes `Apply`, any other is settled.
@@ -71,6 +83,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         let prepared = self.prepare(plan, now)?;
         self.hold_identities(plan, &prepared.owners)?;
         let mut applied_before = prepared.applied;
+        let generation_msg = prepared.generation_msg;
         let last_read = last_readers(plan);
         let mut overlay = Overlay { flights: prepared.flights, window: prepared.window, last_read };
         for k in 0..plan.len() {
@@ -82,7 +95,12 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                     // Its journal entry is there; whether its changes were is not known here.
                     // The journal keeps no answer: it is the message's, said again (#55).
                     Some(d) => {
-                        Step::Settled(succeeded(identity, answering(d, &msg), Some(RedisRecord::Journal)))
+                        let stale = stale_snapshot(&msg, &d, p.row.msg_id, generation_msg);
+                        let mut d = answering(d, &msg);
+                        if stale {
+                            d.answer = None;
+                        }
+                        Step::Settled(succeeded(identity, d, Some(RedisRecord::Journal)))
                     }
                     None => self.decide_one(p, k, &msg, identity, &mut overlay, now),
                 };

@@ -1008,6 +1008,24 @@ fn regression_an_answer_reused_from_the_journal_closes_its_request() {
     assert_eq!(answered_by(&w, req), Some(1));
 }
 
+/// #68: a stale answer whose commit was lost after Redis journalled it: reused from the journal,
+/// it must not close its request either (before: the reuse path attached the answer whatever
+/// the snapshot had done).
+#[test]
+fn regression_a_stale_answer_reused_from_the_journal_closes_no_request() {
+    let mut w = world();
+    let req = sent_request(&w);
+    w.arrive(2, Some(&fixtures::schd(2, "DNLD", &[("B1", "06MAR260900")])));
+    w.round().unwrap();
+    w.arrive(1, Some(&fixtures::schd(1, "RESP", &[("A1", "05MAR260900")])));
+    w.pg.inject_later(2, Fault::Unavailable, 1); // unfinished, identities pass; the commit fails
+    assert!(w.round().unwrap_err().is_unavailable());
+    w.round().unwrap();
+    assert_eq!(w.pg.proc(1).unwrap().redis_record, Some(crate::domain::RedisRecord::Journal), "reused");
+    assert!(w.flights.flight("A1").is_none(), "nothing of it was applied");
+    assert_eq!(answered_by(&w, req), None, "the request waits on");
+}
+
 /// #68 (meets #55 item 2): a snapshot not newer than the plan changes nothing, so it answers
 /// nothing: before, it closed its request DONE, a heal's window stopped being awaited, `/ready`
 /// said ready and the lost day was never rebuilt. The request waits on for a newer answer.

@@ -182,7 +182,19 @@ pub fn a_snapshot_applies_once_and_only_if_newer<S: FlightTwin>(mut s: S) {
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "S".into())]);
     let p = read(&mut s, &[], &[7]);
     assert!(p.applied[&7].events.is_empty(), "a refused snapshot is journalled as the empty decision");
+    // With a window read, the snapshot that last advanced the plan (#68: what tells a reused
+    // stale snapshot from an applied one); none read without a window.
+    let window = RoundNeed { msg_ids: vec![7], window: Some((0, 1)), ..Default::default() };
+    assert_eq!(s.prepare(&window, &[], at(0)).unwrap().generation_msg, Some(10));
+    assert_eq!(read(&mut s, &[], &[7]).generation_msg, None);
     assert_eq!(s.apply(&Applying::unnamed_all(&[(12, &snap)])).unwrap(), vec![true]);
+    assert_eq!(s.prepare(&window, &[], at(0)).unwrap().generation_msg, Some(12));
+}
+
+/// Before any snapshot, the plan's generation names no message: -1, as Redis says it.
+pub fn no_snapshot_yet_is_generation_minus_one<S: FlightTwin>(mut s: S) {
+    let window = RoundNeed { window: Some((0, 1)), ..Default::default() };
+    assert_eq!(s.prepare(&window, &[], at(0)).unwrap().generation_msg, Some(-1));
 }
 
 pub fn a_window_reads_the_plan_index<S: FlightTwin>(mut s: S) {
@@ -509,6 +521,7 @@ macro_rules! flight_conformance_tests {
             a_restated_value_moves_its_version,
             a_delete_leaves_a_tombstone,
             a_snapshot_applies_once_and_only_if_newer,
+            no_snapshot_yet_is_generation_minus_one,
             a_window_reads_the_plan_index,
             forgotten_journal_entries_are_gone,
             a_stale_epoch_applies_nothing,

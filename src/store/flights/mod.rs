@@ -432,13 +432,14 @@ impl FlightStore for RedisFlights {
             }
             None => Vec::new(),
         };
+        let generation_msg = need.window.and(known.generation_msg);
         let flights = self.hand_flights(known, token, need.window.is_some(), cached, read)?;
         if !applied.is_empty() {
             // Decisions an earlier attempt applied are reused, not applied again: they must be
             // on the replicas too before their messages are recorded SUCCEEDED.
             self.durable()?;
         }
-        Ok(Prepared { applied, flights, window, owners })
+        Ok(Prepared { applied, flights, window, generation_msg, owners })
     }
 
     /// The round is played on what the last read found (`net`), read first where it lacks a

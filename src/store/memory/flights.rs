@@ -362,7 +362,9 @@ impl FlightStore for MemFlights {
             let window = need.window.map(|w| crate::handlers::plan::window(&s.sodt, w)).unwrap_or_default();
             let owners =
                 need.identities.iter().filter_map(|i| s.owners.get(i).map(|m| (i.clone(), *m))).collect();
-            Ok(Prepared { applied, flights, window, owners })
+            // As Redis says it: -1 before any snapshot advanced the plan.
+            let generation_msg = need.window.map(|_| if s.generation.0 == 0 { -1 } else { s.generation.1 });
+            Ok(Prepared { applied, flights, window, generation_msg, owners })
         })
     }
 
