@@ -177,11 +177,12 @@ pub fn a_snapshot_applies_once_and_only_if_newer<S: FlightTwin>(mut s: S) {
         "the same snapshot again changes nothing"
     );
     let mut older = set("F", &[("STND", "OLDER")]);
-    older.snapshot = true;
+    (older.snapshot, older.rules) = (true, Some(3));
     assert_eq!(s.apply(&Applying::unnamed_all(&[(7, &older)])).unwrap(), vec![false]);
     assert_eq!(fields(&mut s, "F"), [("STND".into(), "S".into())]);
     let p = read(&mut s, &[], &[7]);
     assert!(p.applied[&7].events.is_empty(), "a refused snapshot is journalled as the empty decision");
+    assert_eq!(p.applied[&7].rules, Some(3), "with the rules that decided it, on either store");
     // With a window read, the snapshot that last advanced the plan (#68: what tells a reused
     // stale snapshot from an applied one); none read without a window.
     let window = RoundNeed { msg_ids: vec![7], window: Some((0, 1)), ..Default::default() };

@@ -108,7 +108,8 @@ pub fn apply_decision(s: &mut FlightsState, a: &Applying<'_>) -> bool {
                 && c.set.iter().all(|(k, v)| st.and_then(|f| f.fields.get(k)) == Some(v))
         });
     if !crate::handlers::plan::apply(&mut s.flights, &mut s.sodt, &mut s.generation, m, d) {
-        s.applied.insert(m, Decision::default());
+        // As the Redis journal: nothing to emit, the rules that decided it kept.
+        s.applied.insert(m, Decision { rules: d.rules, ..Default::default() });
         return false;
     }
     // As the Redis journal: what a retry must emit again, not the flight changes.
