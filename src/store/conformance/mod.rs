@@ -745,7 +745,7 @@ macro_rules! conformance_tests {
             the_lease_hands_out_epochs_and_a_stale_epoch_writes_nothing,
             a_seasonal_plan_is_replaced_whole,
             a_request_is_registered_with_its_outbox_event_and_one_per_type_and_key,
-            a_burst_of_requests_in_one_second_borrows_the_next_seconds_numbers,
+            a_burst_of_requests_in_a_tenth_of_a_second_borrows_the_next_numbers,
             a_heals_window_is_awaited_until_answered_asked_again_or_dismissed,
             a_request_is_sent_then_waits_then_expires_and_frees_its_key,
             an_answer_closes_the_oldest_open_request_once_and_notes_a_late_one,

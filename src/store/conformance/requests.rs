@@ -59,7 +59,7 @@ fn deliver<S: OwnStore>(s: &mut S, r: &Request, row: i64, t: u64) {
 
 /// #68: the number on the wire has six digits, so a tenth of a second holds ten; a burst of
 /// more takes the first free number of the next tenths, and no two requests share one.
-pub fn a_burst_of_requests_in_one_second_borrows_the_next_seconds_numbers<S: OwnStore>(mut s: S) {
+pub fn a_burst_of_requests_in_a_tenth_of_a_second_borrows_the_next_numbers<S: OwnStore>(mut s: S) {
     let burst: Vec<Request> = (0..25).map(|i| register(&mut s, "RQRD", &format!("T{i}"), 1)).collect();
     let wire: std::collections::BTreeSet<i64> = burst.iter().map(Request::wire_seqn).collect();
     assert_eq!(wire.len(), 25, "{burst:?}");
