@@ -13,12 +13,9 @@ pub(super) fn check(cfg: &Config) -> CmdResult {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     out!("kafka producer (D3): {}", d3.join(" "));
-    let guarded = cfg.metrics_token.is_some() || cfg.console_token.is_some();
-    if let Some(why) = cfg.metrics_listen.and_then(|a| msgx::ops::http::exposed(a, guarded)) {
+    let (token, console) = (cfg.metrics_token.is_some(), cfg.console_token.is_some());
+    for why in msgx::ops::http::token_warnings(cfg.metrics_listen, token, console) {
         out!("  warning: {why}");
-    }
-    if cfg.metrics_token.is_some() && cfg.console_token.is_none() {
-        out!("  warning: metrics.token opens the console too (message texts, flight data): set metrics.console-token so that a scraper's token does not");
     }
     let mut pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
     let security = pg.security().map_err(unreachable)?;

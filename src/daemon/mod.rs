@@ -545,13 +545,9 @@ fn ops_endpoint(
         console_token: cfg.console_token.clone(),
         names: cfg.metrics_host_names.clone(),
     };
-    if let Some(why) =
-        crate::ops::http::exposed(bound, access.console_token.is_some() || access.token.is_some())
-    {
+    let guarded = (access.token.is_some(), access.console_token.is_some());
+    for why in crate::ops::http::token_warnings(Some(bound), guarded.0, guarded.1) {
         warn!("{why}");
-    }
-    if access.token.is_some() && access.console_token.is_none() {
-        warn!("metrics.token opens the console too (message texts, flight data): set metrics.console-token so that a scraper's token does not");
     }
     let h = thread::Builder::new()
         .name("metrics".into())

@@ -588,6 +588,16 @@ pub fn exposed(addr: SocketAddr, token: bool) -> Option<String> {
     })
 }
 
+/// What the operator should hear about the endpoint's tokens, said at start and by `msgx check`:
+/// off loopback with no token, or the scraper's token opening the console too (#68).
+pub fn token_warnings(addr: Option<SocketAddr>, token: bool, console: bool) -> Vec<String> {
+    let mut said: Vec<String> = addr.and_then(|a| exposed(a, token || console)).into_iter().collect();
+    if token && !console {
+        said.push("metrics.token opens the console too (message texts, flight data): set metrics.console-token so that a scraper's token does not".into());
+    }
+    said
+}
+
 /// Who may see what: `metrics.token` and `metrics.host-names`.
 #[derive(Debug, Clone, Default)]
 pub struct Access {

@@ -95,11 +95,10 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
                     // Its journal entry is there; whether its changes were is not known here.
                     // The journal keeps no answer: it is the message's, said again (#55).
                     Some(d) => {
-                        let stale = stale_snapshot(&msg, &d, p.row.msg_id, generation_msg);
-                        let mut d = answering(d, &msg);
-                        if stale {
-                            d.answer = None;
-                        }
+                        let d = match stale_snapshot(&msg, &d, p.row.msg_id, generation_msg) {
+                            true => d,
+                            false => answering(d, &msg),
+                        };
                         Step::Settled(succeeded(identity, d, Some(RedisRecord::Journal)))
                     }
                     None => self.decide_one(p, k, &msg, identity, &mut overlay, now),

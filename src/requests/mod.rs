@@ -226,6 +226,11 @@ pub fn free_seqn(wanted: i64, taken: impl Fn(i64) -> bool) -> Option<i64> {
 /// How many later tenths of a second a registration may borrow a number from.
 pub const SEQN_BUMPS: i64 = 100;
 
+/// Why a registration found no free number from `wanted` on ([`free_seqn`] gave none).
+pub fn no_free_seqn(wanted: i64) -> String {
+    format!("no free request number near {wanted}: more than ten requests a tenth of a second for {SEQN_BUMPS} of them")
+}
+
 /// How many numbers the `SEQN` on the wire has: six digits, as every sample's, and what a
 /// subsystem sequence kept as `MEDIUMINT` holds (#68: sixteen digits were refused).
 pub const WIRE_SEQNS: i64 = 1_000_000;

@@ -86,8 +86,8 @@ impl Requests for Pg {
             )?;
             let (req_id, event_id): (i64, i64) = (ids.get(0), ids.get(1));
             let wanted = crate::requests::seqn_of(req_id, now);
-            // The first free number of this second's and the next seconds' (`free_seqn`, the
-            // twin's rule): the unique index refuses one two writers took at once.
+            // The first free number of this tenth of a second's and the next tenths' (`free_seqn`,
+            // the twin's rule): the unique index refuses one two writers took at once.
             let seqn: Option<i64> = c
                 .query_opt(
                     "SELECT $1::bigint + 10 * k FROM generate_series(0, $2::bigint - 1) k
@@ -97,7 +97,7 @@ impl Requests for Pg {
                 )?
                 .map(|r| r.get(0));
             let Some(seqn) = seqn else {
-                let why = format!("no free request number near {wanted}: more than ten requests a tenth of a second for {} of them", crate::requests::SEQN_BUMPS);
+                let why = crate::requests::no_free_seqn(wanted);
                 return Ok(Err(StoreError::rejected(crate::error::Store::Postgres, why)));
             };
             let out = text(seqn);
@@ -163,9 +163,8 @@ impl Requests for Pg {
         self.write(|c| {
             // Only a heal's window that awaits the AODB (#68: any request was accepted).
             let set = format!(
-                "UPDATE req_track SET dismissed_at = $2, dismissed_note = $3
-                 WHERE req_id = $1 AND req_id IN (SELECT r.req_id FROM req_track r WHERE r.req_id = $1 AND {AWAITED})
-                 RETURNING {REQUEST}"
+                "UPDATE req_track r SET dismissed_at = $2, dismissed_note = $3
+                 WHERE r.req_id = $1 AND {AWAITED} RETURNING {REQUEST}"
             );
             if let Some(row) = c.query_opt(&set, &[&req_id, &now, &note])? {
                 return Ok(request(&row).map(|r| Some((r, true))));

@@ -63,7 +63,7 @@ impl Requests for MemPg {
             let wanted = crate::requests::seqn_of(req_id, now);
             let seqn = crate::requests::free_seqn(wanted, |n| s.requests.values().any(|r| r.seqn == n))
                 .ok_or_else(|| {
-                    StoreError::rejected(Store::Postgres, format!("no free request number near {wanted}"))
+                    StoreError::rejected(Store::Postgres, crate::requests::no_free_seqn(wanted))
                 })?;
             let out = text(seqn);
             let intent = OutboundIntent { routing_id: out.routing_id, xml: out.xml };
