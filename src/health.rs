@@ -30,6 +30,8 @@ pub struct Observed {
     pub forgotten: Option<String>,
     /// Windows a heal asked the AODB for whose flights await its answer (#41, #55).
     pub awaiting: Vec<Awaited>,
+    /// Each Kafka target holding at an event the broker refuses, and that event (#67).
+    pub refused: Vec<(String, i64)>,
 }
 
 /// A heal's window that awaits the AODB (`Requests::awaited`).
@@ -149,6 +151,11 @@ pub fn assess(o: &Observed, t: &Thresholds) -> Verdict {
         problems.push((Level::Critical, f.clone()));
     }
     problems.extend(awaiting(&o.awaiting));
+    for (target, event_id) in &o.refused {
+        // Nothing behind it reaches the consumers until a person acts, or the broker does.
+        problems
+            .push((Level::Critical, format!("{target} holds at event {event_id}: the broker refuses it")));
+    }
     let level = problems.iter().map(|(l, _)| *l).max().unwrap_or(Level::Ok);
     let mut said: Vec<&str> =
         problems.iter().filter(|(l, _)| *l > Level::Ok).map(|(_, s)| s.as_str()).collect();
@@ -241,6 +248,9 @@ mod tests {
     fn a_store_that_forgot_is_critical_until_healed() {
         let line = "consistency: redis behind: 3 SUCCEEDED message(s) … (MSG_IDs 7, 8, 9)";
         let v = assess(&Observed { forgotten: Some(line.into()), ..healthy() }, &t());
+        let held = assess(&Observed { refused: vec![("KAFKA:msg".into(), 42)], ..healthy() }, &t());
+        assert_eq!(held.level, Level::Critical, "{}", held.line);
+        assert!(held.line.contains("KAFKA:msg holds at event 42"), "{}", held.line);
         assert_eq!(v.level, Level::Critical);
         assert!(v.line.contains("redis behind"), "{}", v.line);
         assert_eq!(assess(&healthy(), &t()).level, Level::Ok, "healed: the finding is gone");

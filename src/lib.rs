@@ -41,6 +41,7 @@ pub mod policy;
 pub mod ports;
 pub mod pump;
 pub mod requests;
+pub mod schema;
 pub mod secret;
 #[cfg(test)]
 mod sim;

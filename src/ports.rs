@@ -394,6 +394,10 @@ pub trait Operator {
     fn resend(&mut self, target: Target, from: ResendFrom, apply: bool) -> StoreResult<Resent>;
     /// `msgx replay --events`: DEAD events back to PENDING (attempts 0); at most `limit`.
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>>;
+    /// `msgx park` (#67): events a Kafka topic holds at, refused by the broker, to DEAD with
+    /// the person's note (`replay::parked_error`); the topic then moves on. One verdict per
+    /// id (`replay::park_verdict`): `Err` says why not.
+    fn park(&mut self, ids: &[i64], note: &str) -> StoreResult<Vec<(i64, Result<(), String>)>>;
     /// The flight keys of a seasonal plan held (SCHS), in order.
     fn season(&mut self, season: &str) -> StoreResult<Vec<String>>;
     /// `msgx reset-watermark` (PRE-3): the ingress watermark to `to`; `Ok` holds the old one.

@@ -10,6 +10,8 @@ macro_rules! counters {
         pub struct Stats {
             $(#[doc = $doc] pub $name: AtomicU64,)*
             pub latency: Latencies,
+            /// The head event each Kafka topic holds at because the broker refuses it (#67).
+            pub refused: Refused,
         }
 
         impl Stats {
@@ -41,6 +43,8 @@ counters! {
     sent_coutmsgs: "events SENT to COUTMSGS",
     events_failed: "event delivery attempts that failed",
     events_dead: "events that became DEAD (dead-letter queue)",
+    refused_kafka_msg: "records the broker refused for KAFKA:msg (each refused attempt; the topic holds at its head, #67)",
+    refused_kafka_schd: "records the broker refused for KAFKA:schd (each refused attempt; the topic holds at its head, #67)",
     marks_written: "mailbox rows marked processed by msgx",
     marks_already: "mailbox rows found marked by someone else (nothing overwritten)",
     marks_missing: "mailbox rows missing at backfill (MISSING_ROW, abandoned)",
@@ -58,6 +62,40 @@ counters! {
     requests_expired_operator: "requests an operator asked that EXPIRED unanswered or undeliverable (#55)",
     requests_expired_heal: "requests a heal asked that EXPIRED unanswered or undeliverable: each is asked again up to msgx.requests.heal-tries (#55)",
     requests_expired_first_start: "requests the first start asked that EXPIRED unanswered or undeliverable (#55)",
+}
+
+/// The EVENT_ID each Kafka topic holds at, refused by the broker (0: none): set at a refusal,
+/// cleared when the topic's next record is acknowledged, read by `/ready`, `/metrics` and
+/// systemd's status line (#67).
+#[derive(Debug, Default)]
+pub struct Refused {
+    pub kafka_msg: std::sync::atomic::AtomicI64,
+    pub kafka_schd: std::sync::atomic::AtomicI64,
+}
+
+impl Refused {
+    fn slot(&self, target: crate::domain::Target) -> Option<&std::sync::atomic::AtomicI64> {
+        match target {
+            crate::domain::Target::KafkaMsg => Some(&self.kafka_msg),
+            crate::domain::Target::KafkaSchd => Some(&self.kafka_schd),
+            crate::domain::Target::Coutmsgs => None,
+        }
+    }
+
+    /// `target` holds at `event_id` (0: it holds no more).
+    pub fn set(&self, target: crate::domain::Target, event_id: i64) {
+        if let Some(s) = self.slot(target) {
+            s.store(event_id, Relaxed);
+        }
+    }
+
+    /// Each Kafka target and the event it holds at, if any.
+    pub fn held(&self) -> Vec<(crate::domain::Target, i64)> {
+        [crate::domain::Target::KafkaMsg, crate::domain::Target::KafkaSchd]
+            .into_iter()
+            .filter_map(|t| Some((t, self.slot(t)?.load(Relaxed))).filter(|(_, id)| *id > 0))
+            .collect()
+    }
 }
 
 /// Seconds from the mailbox's `DATE_RECEIVED` to SUCCEEDED (processing), and from SUCCEEDED to

@@ -95,6 +95,8 @@ fn command(cmd: &Command, cfg: &Config) -> CmdResult {
         }
         Command::Reconcile { ids, note } => reconcile::reconcile(cfg, ids, note),
         Command::Dismiss { ids, note } => dismiss::dismiss(cfg, ids, note),
+        Command::Park { ids, note } => dismiss::park(cfg, ids, note),
+        Command::Schema { name, registry } => schema(cfg, name.as_deref(), registry.as_deref()),
         Command::Resend { target, since, from_event, yes } => {
             resend::resend(cfg, target, since.as_deref(), *from_event, *yes)
         }
@@ -239,6 +241,29 @@ enum Command {
         #[arg(long, required = true)]
         note: String,
     },
+    /// Park events the broker refuses (#67): a Kafka topic holds at such an event, and nothing
+    /// behind it is delivered, until the broker takes it or a person parks it here — DEAD,
+    /// with the note, in the dead-letter queue (`msgx replay --events` sends it again). The
+    /// topic then moves on.
+    Park {
+        /// EVENT_IDs, comma-separated (`msgx status` names the event a topic holds at).
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<i64>,
+        /// What was decided and why, kept with the event (e.g. "schema fix due in 0.4; consumers told").
+        #[arg(long, required = true)]
+        note: String,
+    },
+    /// Print the JSON Schema (2020-12) of a topic's records (msg or schd: key, headers, value),
+    /// or write the form a registry-validating broker enforces for the configured topics.
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["name", "registry"])))]
+    Schema {
+        /// msg or schd.
+        name: Option<String>,
+        /// Write TOPIC.json for kafka.topics.msg and .schd into this directory (Tansu's
+        /// --schema-registry file://DIR layout: the value's schema; the key is plain text).
+        #[arg(long, value_name = "DIR")]
+        registry: Option<PathBuf>,
+    },
     /// Deliver again, in order and with their own identities, events already SENT (within
     /// event retention): for a broker or a consumer that lost them. Shows what it would do and
     /// exits 2 without --yes.
@@ -341,20 +366,48 @@ type CmdResult = Result<(), (Exit, anyhow::Error)>;
 /// One line per row an operator's command named — `<done> msg_id=…` or `refused msg_id=…:
 /// why` — and exit 1 when any was refused.
 fn print_verdicts(out: &[(i64, Result<(), String>)], done: &str) -> CmdResult {
+    print_verdicts_of(out, done, ("msg_id", "message(s)"))
+}
+
+/// One line per id (`label=id`), then exit 1 naming how many `what` were refused.
+fn print_verdicts_of(
+    out: &[(i64, Result<(), String>)],
+    done: &str,
+    (label, what): (&str, &str),
+) -> CmdResult {
     let w = done.len().max("refused".len());
     let mut refused = 0;
     for (id, verdict) in out {
         match verdict {
-            Ok(()) => out!("{done:<w$} msg_id={id}"),
+            Ok(()) => out!("{done:<w$} {label}={id}"),
             Err(why) => {
                 refused += 1;
-                out!("{:<w$} msg_id={id}: {why}", "refused");
+                out!("{:<w$} {label}={id}: {why}", "refused");
             }
         }
     }
     if refused > 0 {
-        return Err((Exit::Failed, anyhow::anyhow!("{refused} message(s) not {done}")));
+        return Err((Exit::Failed, anyhow::anyhow!("{refused} {what} not {done}")));
     }
+    Ok(())
+}
+
+/// `msgx schema`: a record schema printed, or the broker's registry written.
+fn schema(cfg: &Config, name: Option<&str>, registry: Option<&std::path::Path>) -> CmdResult {
+    if let Some(dir) = registry {
+        let written = msgx::schema::write_registry(dir, &cfg.topic_msg, &cfg.topic_schd).map_err(|e| {
+            (Exit::Failed, anyhow::anyhow!("cannot write the registry in {}: {e}", dir.display()))
+        })?;
+        for path in written {
+            out!("wrote {}", path.display());
+        }
+        return Ok(());
+    }
+    let name = name.unwrap_or_default();
+    let target = msgx::schema::named(name).ok_or_else(|| {
+        (Exit::Usage, anyhow::anyhow!("no schema named {name:?}: msgx schema msg, or msgx schema schd"))
+    })?;
+    print!("{}", msgx::schema::of(target).expect("a Kafka target"));
     Ok(())
 }
 

@@ -27,6 +27,7 @@ pub(super) fn health_check(cfg: &Config) -> ExitCode {
                 holder: (!r.holder.free).then(|| who(&r.holder)),
                 forgotten: super::consistency::finding(cfg),
                 awaiting: awaited.iter().map(|r| msgx::health::Awaited::of(r, &cfg.requests)).collect(),
+                refused: s.refused.iter().map(|r| (r.target.clone(), r.event_id)).collect(),
             };
             assess(&o, &cfg.health)
         }
@@ -290,6 +291,17 @@ fn print_outbox(s: &msgx::store::pg::Status) {
     out!("outbox:");
     for (target, state, n) in &s.events {
         out!("  {target:<11} {state:<8} {n}");
+    }
+    for r in &s.refused {
+        out!(
+            "  {} holds at event_id={} msg_id={} attempts={}: the broker refuses it ({}); nothing behind it is delivered until it takes it or `msgx park --ids {} --note …`",
+            r.target,
+            r.event_id,
+            r.msg_id.unwrap_or(0),
+            r.attempts,
+            one_line(r.last_error.as_deref().unwrap_or("refused")),
+            r.event_id
+        );
     }
     out!("backfill owed: {}", s.backfill_owed);
     out!("backfill abandoned, awaiting reconciliation: {}", s.abandoned_count);

@@ -7,13 +7,16 @@
 //!   D3), SENT in batches, only the acknowledged prefix counted; and `KAFKA:schd`, never one by
 //!   one: every `flush-period` up to `flush-limit` events are claimed, the newest per FLID
 //!   kept, and sent as one FLTR JSON array no larger than `max-event-bytes`; a refused batch
-//!   backs off whole and, exhausted, is DEAD whole.
+//!   backs off whole.
 //! - [`OutboundDispatcher`] (thread `outbound`): `COUTMSGS`, each event inserted once into the
 //!   shared outbound mailbox.
 //!
 //! Failures (SPEC §4.9): a broker or mailbox that is unavailable — however long — stalls the
-//! stage; no event is charged an attempt and none becomes DEAD. A refusal of this record
-//! (too large, invalid) is charged to the head event: backoff, then the dead-letter queue.
+//! stage; no event is charged an attempt and none becomes DEAD. The broker's refusal of a
+//! record (too large, invalid against the topic's schema, not authorised) is charged to the
+//! head event, which backs off and holds its topic — never DEAD by itself, so nothing behind
+//! it is delivered first — until the broker takes it or a person parks it (`msgx park`, #67).
+//! A refusal of a COUTMSGS insert backs off, then goes to the dead-letter queue.
 //! Nothing is produced while this instance's lease is not confirmed (the [`LeaseGate`]).
 
 use crate::error::Store;
@@ -140,6 +143,9 @@ pub struct Settings {
     pub flush_limit: usize,
     /// The largest record msgx produces (`msgx.codec.max-event-bytes`).
     pub max_record_bytes: usize,
+    /// The zone of every time in the events (`mailbox.time-zone`, the AODB's local time),
+    /// named on every record (header `time_zone`, #67).
+    pub time_zone: String,
 }
 
 impl Settings {
@@ -151,6 +157,7 @@ impl Settings {
             flush_period: cfg.pipeline.schd_flush_period,
             flush_limit: cfg.pipeline.schd_flush_limit,
             max_record_bytes: cfg.pipeline.max_event_bytes,
+            time_zone: cfg.inbound.zone.name.clone(),
         }
     }
 }
@@ -160,6 +167,8 @@ struct Delivery<O> {
     outbox: O,
     policy: RetryPolicy,
     stats: Arc<Stats>,
+    /// The Kafka topics of `KAFKA:msg` and `KAFKA:schd`, named in a refusal's log line.
+    topics: [String; 2],
 }
 
 impl<O: Outbox> Delivery<O> {
@@ -188,6 +197,8 @@ impl<O: Outbox> Delivery<O> {
             Target::Coutmsgs => &self.stats.sent_coutmsgs,
         };
         stats::add(per_target, events.len() as u64);
+        // The topic moved on: whatever it held at was taken (or parked, and this came after).
+        self.stats.refused.set(target, 0);
         for e in events {
             stats::Latencies::observe(&self.stats.latency.delivery, e.created_at, now);
         }
@@ -211,6 +222,9 @@ impl<O: Outbox> Delivery<O> {
         now: SystemTime,
     ) -> Result<(), StoreError> {
         debug_assert!(err.is_rejected(), "only a refusal is charged (SPEC 4.9)");
+        if target != Target::Coutmsgs {
+            return self.held(target, events, err, now);
+        }
         let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
         let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0);
         let first = &events[0];
@@ -239,6 +253,44 @@ impl<O: Outbox> Delivery<O> {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The broker refused a Kafka record (#67): the topic keeps its order. The head is never
+    /// DEAD by itself — a consumer would see what came after it first — but waits, backing off
+    /// to the policy's cap, until the broker takes it (its schema, ACL or size limit fixed: it
+    /// resumes by itself) or a person parks it (`msgx park`, a note kept with it).
+    fn held(
+        &mut self,
+        target: Target,
+        events: &[MsgEvent],
+        err: &StoreError,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
+        let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0) + 1;
+        let error = format!("refused by the broker: {err}");
+        let next_attempt_at = now + self.policy.delay(attempts);
+        self.outbox.retry(&ids, ErrorClass::Infra, &error, next_attempt_at)?;
+        stats::add(&self.stats.events_failed, ids.len() as u64);
+        let counter = match target {
+            Target::KafkaSchd => &self.stats.refused_kafka_schd,
+            _ => &self.stats.refused_kafka_msg,
+        };
+        stats::inc(counter);
+        let first = &events[0];
+        self.stats.refused.set(target, first.event_id);
+        error!(
+            "event refused target={} topic={} event_id={} msg_id={} events={} attempts={attempts} error={}; \
+             nothing behind it is delivered until the broker takes it (retried every {}) or msgx park parks it",
+            target.as_str(),
+            self.topics[usize::from(target == Target::KafkaSchd)],
+            first.event_id,
+            first.msg_id.unwrap_or(0),
+            ids.len(),
+            crate::logline::Quoted(&err.to_string()),
+            crate::config::format_duration(self.policy.delay(attempts)),
+        );
         Ok(())
     }
 
@@ -304,7 +356,12 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         clock: Arc<dyn Clock>,
     ) -> Self {
         Dispatcher {
-            delivery: Delivery { outbox, policy, stats },
+            delivery: Delivery {
+                outbox,
+                policy,
+                stats,
+                topics: [settings.topic_msg.clone(), settings.topic_schd.clone()],
+            },
             producer,
             settings,
             gate,
@@ -331,7 +388,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
         };
         // A stale instance must not send: checked right before every produce round (PRE-5).
         self.gate.check()?;
-        let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings.topic_msg, e)).collect();
+        let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings, e)).collect();
         let topic = self.settings.topic_msg.as_str();
         let results = self
             .producer
@@ -371,6 +428,8 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
                 ("last_event_id".into(), ready[ready.len() - 1].event_id.to_string()),
                 ("flights".into(), latest.len().to_string()),
                 ("batch_key".into(), batch_key(&latest)),
+                ("schema_version".into(), crate::schema::VERSION.into()),
+                ("time_zone".into(), self.settings.time_zone.as_str().into()),
             ],
         };
         self.gate.check()?;
@@ -414,15 +473,17 @@ pub fn batch_key(latest: &[&MsgEvent]) -> String {
 }
 
 /// An event's record, borrowed from its row: only the headers' values are written.
-fn msg_record<'a>(topic: &'a str, e: &'a MsgEvent) -> Record<'a> {
-    let mut headers = Vec::with_capacity(3);
+fn msg_record<'a>(settings: &'a Settings, e: &'a MsgEvent) -> Record<'a> {
+    let mut headers = Vec::with_capacity(5);
     headers.push(("event_id".into(), e.event_id.to_string()));
     headers.push(("event_key".into(), e.key()));
     if let Some(m) = e.msg_id {
         headers.push(("msg_id".into(), m.to_string()));
     }
+    headers.push(("schema_version".into(), crate::schema::VERSION.into()));
+    headers.push(("time_zone".into(), settings.time_zone.as_str().into()));
     Record {
-        topic: topic.into(),
+        topic: settings.topic_msg.as_str().into(),
         key: e.partition_key.as_str().into(),
         payload: e.payload_json.as_str().into(),
         headers,
@@ -458,7 +519,8 @@ impl<O: Outbox, B: Outbound> OutboundDispatcher<O, B> {
         stats: Arc<Stats>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        OutboundDispatcher { delivery: Delivery { outbox, policy, stats }, outbound, batch, gate, clock }
+        let delivery = Delivery { outbox, policy, stats, topics: Default::default() };
+        OutboundDispatcher { delivery, outbound, batch, gate, clock }
     }
 
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {

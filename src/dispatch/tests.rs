@@ -119,7 +119,9 @@ fn kafka_msg_goes_in_event_order_with_key_and_headers_in_batches() {
         vec![
             ("event_id".into(), "1".into()),
             ("event_key".into(), format!("1.0.{}", crate::domain::payload_digest("{\"n\":1}"))),
-            ("msg_id".into(), "1".into())
+            ("msg_id".into(), "1".into()),
+            ("schema_version".into(), "2".into()),
+            ("time_zone".into(), "UTC".into())
         ]
     );
     assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Sent; 3]);
@@ -141,23 +143,80 @@ fn a_refused_head_backs_off_and_nothing_overtakes_it() {
 }
 
 #[test]
-fn an_event_refused_until_exhausted_goes_dead_kept_as_dlq_and_the_next_one_follows() {
+fn regression_an_event_the_broker_refuses_holds_its_topic_and_never_dies_by_itself() {
+    // Before #67 a refused record went DEAD after five attempts and the events behind it were
+    // delivered: a consumer saw them before it, and a schema fixed at the broker came too late.
     let mut w = world(10);
     w.msg(1);
     w.msg(2);
-    w.producer.inject(Fault::Rejected, 5);
-    for _ in 0..5 {
+    w.producer.inject(Fault::Rejected, 51);
+    for _ in 0..50 {
         assert!(matches!(w.round().unwrap(), Round::Sent { sent: 0, failed: true }));
-        w.clock.advance(Duration::from_secs(60));
+        w.clock.advance(Duration::from_secs(3600));
     }
-    assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Dead, EventStatus::Pending]);
+    assert!(matches!(w.round().unwrap(), Round::Sent { sent: 0, failed: true }));
+    assert_eq!(w.states(Target::KafkaMsg), vec![EventStatus::Pending, EventStatus::Pending]);
+    assert!(w.producer.delivered().is_empty(), "nothing behind it went");
+    let head = w.pg.inspect(|s| s.events[&1].clone());
+    assert_eq!(head.event.attempts, 51);
+    assert!(head.last_error.as_deref().unwrap().starts_with("refused by the broker: "), "{head:?}");
+    let held = head.event.next_attempt_at.unwrap().duration_since(w.clock.now()).unwrap();
+    assert!(held <= Duration::from_secs(60), "backing off within the cap, not gone: {held:?}");
+    assert_eq!(w.d.delivery.stats.refused.held(), vec![(Target::KafkaMsg, 1)]);
+    // The broker takes it (its schema fixed): it resumes by itself, in order.
+    w.clock.advance(held);
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
+    let order: Vec<String> = w.producer.delivered().iter().map(|r| r.payload.to_string()).collect();
+    assert_eq!(order, ["{\"n\":1}", "{\"n\":2}"]);
+    assert!(w.d.delivery.stats.refused.held().is_empty(), "the hold is over");
+}
+
+#[test]
+fn a_refused_event_a_person_parks_goes_dead_with_the_note_and_the_topic_moves_on() {
+    let mut w = world(10);
+    w.msg(1);
+    w.msg(2);
+    w.producer.inject(Fault::Rejected, 1);
+    assert!(matches!(w.round().unwrap(), Round::Sent { sent: 0, failed: true }));
+    use crate::ports::Operator;
+    let out = w.pg.park(&[2, 1, 9], "schema fix due in 0.4").unwrap();
+    assert_eq!(
+        out[0],
+        (2, Err("event is PENDING and was never refused; only an event the broker refused is parked".into()))
+    );
+    assert_eq!(out[1], (1, Ok(())));
+    assert_eq!(out[2], (9, Err("no such event".into())));
+    let parked = w.pg.inspect(|s| s.events[&1].clone());
+    assert_eq!(parked.state, EventStatus::Dead);
+    assert_eq!(
+        parked.last_error.as_deref(),
+        Some("parked by msgx park: schema fix due in 0.4 (it was refused by the broker: kafka rejected: injected refusal)")
+    );
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
-    let dead = w.pg.inspect(|s| s.events[&1].clone());
-    assert_eq!((dead.error_class, dead.event.attempts), (Some(ErrorClass::Exhausted), 5));
-    // replay --events brings it back; it goes out after the event that overtook it as DLQ.
-    let out = w.pg.replay_events(&crate::ports::ReplaySelection::Ids(vec![1, 2]), 10).unwrap();
-    assert!(out[0].verdict.is_ok() && out[1].verdict.is_err());
+    assert_eq!(
+        w.pg.park(&[1], "again").unwrap()[0].1,
+        Err("event is DEAD; only a PENDING event the broker refused is parked".into())
+    );
+    // replay --events sends it again, after what overtook it as the person decided.
+    let out = w.pg.replay_events(&crate::ports::ReplaySelection::Ids(vec![1]), 10).unwrap();
+    assert!(out[0].verdict.is_ok());
     assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
+}
+
+#[test]
+fn every_record_names_its_schema_version_and_its_time_zone() {
+    let mut w = world(10);
+    w.msg(1);
+    schd(&mut w, "A", 1);
+    w.clock.advance(Duration::from_secs(60));
+    w.round().unwrap();
+    let delivered = w.producer.delivered();
+    assert_eq!(delivered.len(), 2);
+    for r in &delivered {
+        let h = |name: &str| r.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        assert_eq!(h("schema_version").as_deref(), Some(crate::schema::VERSION), "{r:?}");
+        assert_eq!(h("time_zone").as_deref(), Some("UTC"), "{r:?}");
+    }
 }
 
 #[test]
@@ -246,7 +305,7 @@ fn schd_failure_backs_off_the_whole_batch_and_claims_nothing_before_it_is_due() 
 }
 
 #[test]
-fn schd_exhausted_batch_dies_whole_and_a_new_generation_revives_its_flight() {
+fn a_refused_schd_batch_holds_whole_and_a_new_generation_waits_behind_it() {
     let mut w = world(10);
     schd(&mut w, "A", 1);
     schd(&mut w, "B", 1);
@@ -255,13 +314,13 @@ fn schd_exhausted_batch_dies_whole_and_a_new_generation_revives_its_flight() {
         w.clock.advance(Duration::from_secs(60));
         assert!(matches!(w.round().unwrap(), Round::Sent { sent: 0, failed: true }));
     }
-    assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Dead, EventStatus::Dead]);
+    assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending, EventStatus::Pending]);
+    assert_eq!(w.d.delivery.stats.refused.held(), vec![(Target::KafkaSchd, 1)]);
     schd(&mut w, "A", 2);
-    assert_eq!(w.states(Target::KafkaSchd), vec![EventStatus::Pending, EventStatus::Dead]);
     w.clock.advance(Duration::from_secs(60));
-    assert_eq!(w.round().unwrap(), Round::Sent { sent: 1, failed: false });
+    assert_eq!(w.round().unwrap(), Round::Sent { sent: 2, failed: false });
     let a = w.pg.inspect(|s| s.events[&1].clone());
-    assert_eq!((a.state, a.event.attempts, a.event.state_version), (EventStatus::Sent, 0, 2));
+    assert_eq!((a.state, a.event.state_version), (EventStatus::Sent, 2));
 }
 
 #[test]
@@ -369,7 +428,7 @@ fn a_partly_acknowledged_round_keeps_its_prefix_and_stalls_on_the_rest() {
 }
 
 #[test]
-fn a_record_the_broker_refuses_as_too_large_is_charged_and_dead_lettered_alone() {
+fn a_record_the_broker_refuses_as_too_large_holds_its_topic_until_a_person_parks_it() {
     let mut w = world(10);
     w.msg(1);
     w.message(&[(Target::KafkaMsg, "F9", 2, &"z".repeat(300))]);
@@ -379,6 +438,10 @@ fn a_record_the_broker_refuses_as_too_large_is_charged_and_dead_lettered_alone()
         w.round().unwrap();
         w.clock.advance(Duration::from_secs(60));
     }
+    assert_eq!(w.states(Target::KafkaMsg), [EventStatus::Sent, EventStatus::Pending, EventStatus::Pending]);
+    use crate::ports::Operator;
+    assert_eq!(w.pg.park(&[2], "larger than the broker's message.max.bytes").unwrap()[0].1, Ok(()));
+    w.round().unwrap();
     assert_eq!(w.states(Target::KafkaMsg), [EventStatus::Sent, EventStatus::Dead, EventStatus::Sent]);
 }
 

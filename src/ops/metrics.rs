@@ -168,6 +168,14 @@ impl Metrics {
                 ("result", "overdue", &s.marks_overdue),
             ]),
         );
+        r.register(
+            "msgx_events_refused",
+            "Records the broker refused, by target (each refused attempt; the topic holds at its head)",
+            family(&[
+                ("target", "KAFKA:msg", &s.refused_kafka_msg),
+                ("target", "KAFKA:schd", &s.refused_kafka_schd),
+            ]),
+        );
         self.plain_counters(r);
     }
 
@@ -241,6 +249,17 @@ impl Metrics {
         epoch.set(lease.unwrap_or(0));
         r.register("msgx_lease_held", "1 while this instance holds a confirmed lease (the active one)", held);
         r.register("msgx_lease_epoch", "The epoch of the lease this instance holds (0: none)", epoch);
+        let refused = Family::<Labels, Gauge>::default();
+        let held = self.ops.stats.refused.held();
+        for target in [crate::domain::Target::KafkaMsg, crate::domain::Target::KafkaSchd] {
+            let at = held.iter().find(|(t, _)| *t == target).map_or(0, |(_, id)| *id);
+            refused.get_or_create(&labels(&[("target", target.as_str())])).set(at);
+        }
+        r.register(
+            "msgx_event_refused",
+            "The EVENT_ID a Kafka target holds at because the broker refuses it (0: none)",
+            refused,
+        );
         let ready = Gauge::<i64>::default();
         ready.set(i64::from(self.ops.ready().is_ok()));
         r.register("msgx_ready", "1 when /ready answers 200", ready);

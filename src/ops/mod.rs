@@ -38,6 +38,8 @@ pub enum NotReady {
     LeaseUnconfirmed,
     /// A stage waits for a store (its name).
     StoreAway(&'static str),
+    /// The broker refuses the event a Kafka target holds at (the target, #67).
+    EventRefused(&'static str),
 }
 
 impl NotReady {
@@ -51,6 +53,7 @@ impl NotReady {
             NotReady::LeaseUnreachable => "lease-unreachable",
             NotReady::LeaseUnconfirmed => "lease-unconfirmed",
             NotReady::StoreAway(_) => "store-away",
+            NotReady::EventRefused(_) => "event-refused",
         }
     }
 
@@ -64,6 +67,9 @@ impl NotReady {
             NotReady::LeaseUnreachable => "the lease store cannot be reached".into(),
             NotReady::LeaseUnconfirmed => "the lease is not confirmed".into(),
             NotReady::StoreAway(store) => format!("waiting for {store}"),
+            NotReady::EventRefused(target) => {
+                format!("the broker refuses the event {target} holds at; msgx status says which")
+            }
         }
     }
 }
@@ -121,8 +127,11 @@ impl Ops {
             Role::Starting(why, _) | Role::Standby(why, _) => Err(why),
             Role::Active { gate, board } => {
                 gate.check().map_err(|_| NotReady::LeaseUnconfirmed)?;
-                match board.snapshot().first() {
-                    Some((_, store, _)) => Err(NotReady::StoreAway(store)),
+                if let Some((_, store, _)) = board.snapshot().first() {
+                    return Err(NotReady::StoreAway(store));
+                }
+                match self.stats.refused.held().first() {
+                    Some((target, _)) => Err(NotReady::EventRefused(target.as_str())),
                     None => Ok(()),
                 }
             }
@@ -163,6 +172,9 @@ impl Ops {
                 }
                 for (stage, store, _) in board.snapshot() {
                     line.push_str(&format!("; stage {stage} waits for store {store}"));
+                }
+                for (target, event_id) in self.stats.refused.held() {
+                    line.push_str(&format!("; {target} holds at event {event_id}: the broker refuses it"));
                 }
                 (true, line)
             }

@@ -54,6 +54,34 @@ pub fn event_verdict(state: crate::domain::EventStatus) -> Result<(), String> {
     }
 }
 
+/// `msgx park` (#67): only an event a topic holds at because the broker refused it — a Kafka
+/// target's PENDING event with a refused attempt — may be parked; anything else keeps its
+/// place in the order. `None`: no such event.
+pub fn park_verdict(
+    event: Option<(crate::domain::Target, crate::domain::EventStatus, i32)>,
+) -> Result<(), String> {
+    use crate::domain::{EventStatus, Target};
+    match event {
+        None => Err("no such event".into()),
+        Some((Target::Coutmsgs, ..)) => {
+            Err("a COUTMSGS event is not parked: a refused insert goes to the dead-letter queue by itself"
+                .into())
+        }
+        Some((_, EventStatus::Pending, attempts)) if attempts > 0 => Ok(()),
+        Some((_, EventStatus::Pending, _)) => {
+            Err("event is PENDING and was never refused; only an event the broker refused is parked".into())
+        }
+        Some((_, state, _)) => {
+            Err(format!("event is {}; only a PENDING event the broker refused is parked", state.as_str()))
+        }
+    }
+}
+
+/// What a parked event's `LAST_ERROR` says: the person's note, then the refusal it answers.
+pub fn parked_error(note: &str, refused: Option<&str>) -> String {
+    format!("parked by msgx park: {note} (it was {})", refused.unwrap_or("refused by the broker"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,6 +220,11 @@ impl Checker {
         }
         let delivered = sim.kafka.delivered();
         for r in &delivered[self.delivered..] {
+            // Every record as its consumers and a registry-validating broker read it (#67).
+            let target = if r.topic == sim.cfg.topic_msg { Target::KafkaMsg } else { Target::KafkaSchd };
+            crate::schema::tests::contract().record(target, r).map_err(|e| {
+                format!("a {target} record does not match its published schema: {e}: {}", r.payload)
+            })?;
             if r.topic != sim.cfg.topic_msg {
                 continue;
             }

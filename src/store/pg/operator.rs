@@ -271,6 +271,45 @@ impl Operator for Pg {
         })
     }
 
+    fn park(&mut self, ids: &[i64], note: &str) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        self.write(|c| {
+            let mut out = Vec::new();
+            for id in ids {
+                // Read and changed under one row lock: the dispatcher's SENT mark cannot land
+                // between the verdict and the change.
+                let row = c.query_opt(
+                    "SELECT target, state, attempts, last_error FROM msg_event WHERE event_id = $1 FOR UPDATE",
+                    &[id],
+                )?;
+                let was = match &row {
+                    None => None,
+                    Some(r) => {
+                        let (target, state): (&str, &str) = (r.get(0), r.get(1));
+                        let target = match known_state(Target::parse(target), "MSG_EVENT.TARGET", target) {
+                            Ok(t) => t,
+                            Err(e) => return Ok(Err(e)),
+                        };
+                        match known_state(EventStatus::parse(state), "MSG_EVENT.STATE", state) {
+                            Ok(s) => Some((target, s, r.get::<_, i32>(2))),
+                            Err(e) => return Ok(Err(e)),
+                        }
+                    }
+                };
+                let verdict = replay::park_verdict(was);
+                if verdict.is_ok() {
+                    let last: Option<String> = row.as_ref().and_then(|r| r.get(3));
+                    let error = clip(&replay::parked_error(note, last.as_deref()), 1000);
+                    c.execute(
+                        "UPDATE msg_event SET state = 'DEAD', last_error = $2 WHERE event_id = $1 AND state = 'PENDING'",
+                        &[id, &error],
+                    )?;
+                }
+                out.push((*id, verdict));
+            }
+            Ok(Ok(out))
+        })
+    }
+
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
         let limit = limit as i64;
         self.write(|c| {
@@ -324,6 +363,19 @@ pub struct Status {
     pub abandoned: Vec<Abandoned>,
     /// The seasonal plans held (SCHS).
     pub seasons: Vec<SeasonHeld>,
+    /// The events the Kafka topics hold at because the broker refused them (#67).
+    pub refused: Vec<RefusedEvent>,
+}
+
+/// A Kafka target's PENDING event with a refused attempt: its topic holds there (#67).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefusedEvent {
+    pub target: String,
+    pub event_id: i64,
+    pub msg_id: Option<i64>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub next_attempt_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -395,7 +447,9 @@ impl Pg {
                 .get(0);
             let abandoned = abandoned(c, limit)?;
             let seasons = seasons(c)?;
+            let refused = refused(c)?;
             Ok(Status {
+                refused,
                 watermark,
                 states,
                 head,
@@ -449,6 +503,28 @@ fn abandoned(c: &mut super::Session<'_>, limit: i64) -> Result<Vec<Abandoned>, p
             abandoned_at_ms: unix_millis(r.get(3)),
         })
         .collect())
+}
+
+/// The head of each Kafka target when the broker refused it: a PENDING event with an attempt
+/// charged (an outage charges none, SPEC §4.9). A schd batch refused whole shows its first.
+fn refused(c: &mut super::Session<'_>) -> Result<Vec<RefusedEvent>, postgres::Error> {
+    use crate::clock::unix_millis;
+    Ok(c.query(
+        "SELECT DISTINCT ON (target) target, event_id, msg_id, attempts, last_error, next_attempt_at
+             FROM msg_event WHERE state = 'PENDING' AND target IN ('KAFKA:msg', 'KAFKA:schd') AND attempts > 0
+             ORDER BY target, event_id",
+        &[],
+    )?
+    .iter()
+    .map(|r| RefusedEvent {
+        target: r.get(0),
+        event_id: r.get(1),
+        msg_id: r.get(2),
+        attempts: r.get(3),
+        last_error: r.get(4),
+        next_attempt_at_ms: r.get::<_, Option<SystemTime>>(5).map(unix_millis),
+    })
+    .collect())
 }
 
 /// The seasonal plans held, one line per season.

@@ -194,6 +194,25 @@ impl Operator for MemPg {
         })
     }
 
+    fn park(&mut self, ids: &[i64], note: &str) -> StoreResult<Vec<(i64, Result<(), String>)>> {
+        self.session_write(|s| {
+            Ok(ids
+                .iter()
+                .map(|id| {
+                    let e = s.events.get_mut(id);
+                    let verdict = replay::park_verdict(
+                        e.as_ref().map(|e| (e.event.target, e.state, e.event.attempts as i32)),
+                    );
+                    if let (Ok(()), Some(e)) = (&verdict, e) {
+                        e.state = EventStatus::Dead;
+                        e.last_error = Some(replay::parked_error(note, e.last_error.as_deref()));
+                    }
+                    (*id, verdict)
+                })
+                .collect())
+        })
+    }
+
     fn replay_events(&mut self, sel: &ReplaySelection, limit: usize) -> StoreResult<Vec<ReplayedEvent>> {
         self.session_write(|s| {
             let ids = selected(&s.events, sel, limit, |e| e.state == EventStatus::Dead, |e| e.error_class);
