@@ -53,6 +53,10 @@ if command -v logrotate >/dev/null; then
   logrotate -d /etc/logrotate.d/msgx 2>&1 | grep -qi 'error' && fail "logrotate finds errors in /etc/logrotate.d/msgx"
 fi
 [ -f /usr/share/msgx/grafana/msgx-dashboard.json ] || fail "no Grafana dashboard"
+# The events' contract (#67): the schemas installed are the ones the binary prints.
+for t in msg schd; do
+  msgx schema "$t" | cmp -s - "/usr/share/msgx/schema/$t.json" || fail "/usr/share/msgx/schema/$t.json is not what msgx schema $t prints"
+done
 [ -f /usr/share/man/man1/msgx.1.gz ] || fail "no man page"
 zcat /usr/share/man/man1/msgx.1.gz | grep -q 'watermark' || fail "the man page does not list the commands"
 unit=$(ls /lib/systemd/system/msgx.service /usr/lib/systemd/system/msgx.service 2>/dev/null | head -1)

@@ -40,6 +40,9 @@ TOML
 echo "== msgx migrate / check" >&2
 $msgx --config "$work/msgx.toml" migrate
 $msgx --config "$work/msgx.toml" check
+# The broker validates every record against the published schemas (#67): services.sh starts it
+# with the registry, and this writes the schemas of this run's topics into it.
+$msgx --config "$work/msgx.toml" schema --registry "$MSGX_SCHEMA_REGISTRY"
 
 echo "== loading 9 messages into cminmsgs" >&2
 ins() { my msgx_demo -e "INSERT INTO cminmsgs (CMINMSGS_CLOB_MSG, CMINMSGS_DATE_RECEIVED, CMINMSGS_STATUS) VALUES ('$1', UTC_TIMESTAMP(), 'VALID')"; }

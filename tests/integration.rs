@@ -6,6 +6,7 @@ mod common;
 
 mod cli;
 mod console;
+mod contract;
 mod dispatch;
 mod false_alarms;
 mod flights_store;

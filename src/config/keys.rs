@@ -722,9 +722,9 @@ pub const KEYS: &[KeySpec] = &[
     ),
     k(
         "kafka.producers.default.linger-ms",
-        "0",
+        "5",
         Kind::Int { min: 0, max: 1000 },
-        "how long the producer waits to fill a request (a round is produced whole, so 0 suffices)",
+        "how long the producer waits to fill a request: a round's records go as one request, so a broker that refuses one refuses the records behind it too (with 0 the first goes alone and those behind may land before a refused one, #67)",
     ),
     k(
         "kafka.producers.default.debug",

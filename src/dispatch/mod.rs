@@ -280,8 +280,8 @@ impl<O: Outbox> Delivery<O> {
         stats::inc(counter);
         let first = &events[0];
         self.stats.refused.set(target, first.event_id);
-        error!(
-            "event refused target={} topic={} event_id={} msg_id={} events={} attempts={attempts} error={}; \
+        let said = format!(
+            "{} topic={} event_id={} msg_id={} events={} attempts={attempts} error={}; \
              nothing behind it is delivered until the broker takes it (retried every {}) or msgx park parks it",
             target.as_str(),
             self.topics[usize::from(target == Target::KafkaSchd)],
@@ -291,6 +291,12 @@ impl<O: Outbox> Delivery<O> {
             crate::logline::Quoted(&err.to_string()),
             crate::config::format_duration(self.policy.delay(attempts)),
         );
+        // An alert on ERROR stays quiet: the first refusal and every tenth, WARN between.
+        if attempts == 1 || attempts % 10 == 0 {
+            error!("event refused target={said}");
+        } else {
+            warn!("event refused target={said}");
+        }
         Ok(())
     }
 
@@ -331,6 +337,8 @@ pub struct Dispatcher<O, K> {
     gate: Arc<dyn Gate>,
     /// When the next schd flush may run; `None`: as soon as something is due.
     next_flush: Option<SystemTime>,
+    /// The broker refused a batch: the next `KAFKA:msg` round sends the head alone (#67).
+    alone: bool,
     /// Read after a produce round: it may take the whole message timeout, and a refused
     /// record's backoff counts from when the broker answered (#69).
     clock: Arc<dyn Clock>,
@@ -366,6 +374,7 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             settings,
             gate,
             next_flush: None,
+            alone: false,
             clock,
         }
     }
@@ -386,17 +395,35 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             Ok(r) => r,
             Err(until) => return Ok(Round::Wait(until)),
         };
+        // A head the broker refused goes alone: a refusal is then its own (#67).
+        let ready = if self.alone || ready[0].attempts > 0 { &ready[..1] } else { ready };
         // A stale instance must not send: checked right before every produce round (PRE-5).
         self.gate.check()?;
         let records: Vec<Record> = ready.iter().map(|e| msg_record(&self.settings, e)).collect();
         let topic = self.settings.topic_msg.as_str();
-        let results = self
+        let mut results: Vec<Result<Landed, StoreError>> = self
             .producer
             .send(&records)
             .into_iter()
             .map(|r| r.map(|at| Landed::Kafka { topic: topic.into(), at }))
             .collect();
         let answered = self.clock.after(now);
+        let acked = results.iter().take_while(|r| r.is_ok()).count();
+        overtaken(&records, &results, acked);
+        // A broker refuses a whole batch for one record in it (Tansu's registry does): a
+        // refusal with records behind it in the same request may be theirs. Not charged to
+        // anyone; the head goes alone in the next round, at once.
+        self.alone = matches!(results.get(acked), Some(Err(e)) if e.is_rejected()) && acked + 1 < ready.len();
+        if self.alone {
+            info!(
+                "the broker refused a batch of {} records at event_id={}; sending them one at a time to find the one it refuses",
+                ready.len() - acked,
+                ready[acked].event_id
+            );
+            results.truncate(acked);
+            self.delivery.settle(Target::KafkaMsg, &ready[..acked], results, answered)?;
+            return Ok(Round::Sent { sent: acked, failed: false });
+        }
         self.delivery.settle(Target::KafkaMsg, ready, results, answered)
     }
 
@@ -457,6 +484,31 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Records the broker took behind one it refused: they landed before it, and go again after
+/// it (same `event_key`). A broker that checks the idempotent producer's sequence refuses them
+/// (OUT_OF_ORDER_SEQUENCE); one that does not took a request the producer split off
+/// (`linger-ms` keeps a round one request). Said, so the order consumers saw is known (#67).
+fn overtaken(records: &[Record<'_>], results: &[Result<Landed<'_>, StoreError>], acked: usize) {
+    let Some(Err(refused)) = results.get(acked) else { return };
+    if !refused.is_rejected() {
+        return;
+    }
+    for (r, result) in records.iter().zip(results).skip(acked + 1) {
+        if let Ok(Landed::Kafka { at, .. }) = result {
+            error!(
+                "the broker took event_key={} at offset {} behind a record it refused (event_key={}): it is on the topic before the refused one, and is sent again after it",
+                header(r, "event_key"),
+                at.offset,
+                header(&records[acked], "event_key")
+            );
+        }
+    }
+}
+
+fn header<'a>(r: &'a Record<'_>, name: &str) -> &'a str {
+    r.headers.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
 }
 
 /// A `KAFKA:schd` array's identity (header `batch_key`): what it aggregates — every flight with

@@ -358,6 +358,8 @@ pub const SERIES: &[&str] = &[
     "msgx_rescued_total",
     "msgx_event_attempts_failed_total",
     "msgx_events_dead_total",
+    "msgx_events_refused_total",
+    "msgx_event_refused",
     "msgx_events_deleted_total",
     "msgx_archived_total",
     "msgx_unknown_elements_total",

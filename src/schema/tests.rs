@@ -437,3 +437,32 @@ mod random_decisions {
         }
     }
 }
+
+/// The rows `| `name` | …` of the first table after `heading` in docs/events.md, and that
+/// section's text.
+fn documented(heading: &str) -> (BTreeSet<String>, String) {
+    let doc = include_str!("../../docs/events.md");
+    let section = doc.split(heading).nth(1).expect("the section").split("\n## ").next().unwrap();
+    let rows = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split_once('`').map(|(name, _)| name.to_string()))
+        .collect();
+    (rows, section.to_string())
+}
+
+#[test]
+fn docs_events_tables_are_the_schemas_fields() {
+    for (target, heading, value) in [
+        (Target::KafkaMsg, "## `KAFKA:msg`", "/properties/value/properties"),
+        (Target::KafkaSchd, "## `KAFKA:schd`", "/properties/value/items/properties"),
+    ] {
+        let record = parsed(target);
+        let fields: BTreeSet<String> =
+            record.pointer(value).unwrap().as_object().unwrap().keys().cloned().collect();
+        let (rows, text) = documented(heading);
+        assert_eq!(rows, fields, "{heading}: the table's fields and the schema's");
+        for header in record.pointer("/properties/headers/properties").unwrap().as_object().unwrap().keys() {
+            assert!(text.contains(&format!("`{header}`")), "{heading} does not name the header {header}");
+        }
+    }
+}

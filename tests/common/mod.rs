@@ -99,6 +99,7 @@ impl Services {
     /// Redis, the brokers), `extra` in `[msgx.pipeline]`, and the TLS keys where they belong.
     pub fn assemble(name: &str, extra: &str, tls: tls::TlsToml, urls: [String; 4]) -> Services {
         let topic = format!("msgx.{name}");
+        register_schemas(&topic, &format!("{topic}.schd"));
         // Tests poll fast unless they say otherwise; `extra` lands in [msgx.pipeline].
         let poll = if extra.contains("poll-interval") { "" } else { "poll-interval = \"50ms\"\n" };
         // A first start asks the AODB for today's flights (`msgx.requests.on-empty`, #41): a
@@ -311,6 +312,14 @@ pub fn mailbox_fixture(my: &mut mysql::Conn) {
             my.query_drop(&body).expect("fixture DDL");
         }
     }
+}
+
+/// The published schemas for a test's two topics, where every broker the tests start reads its
+/// registry (`MSGX_SCHEMA_REGISTRY`, tests/support/services.sh): a record msgx writes that does
+/// not match its schema is refused at the broker, and the test sees it (#67).
+pub fn register_schemas(msg: &str, schd: &str) {
+    let dir = std::path::PathBuf::from(env("MSGX_SCHEMA_REGISTRY"));
+    msgx::schema::write_registry(&dir, msg, schd).expect("write the broker's schema registry");
 }
 
 pub fn create_topic(topic: &str) {

