@@ -106,8 +106,13 @@ fn a_record_the_broker_refuses_holds_its_topic_until_a_person_parks_it_or_the_br
     eprintln!("msgx status: {held}");
     let json: serde_json::Value =
         serde_json::from_slice(&operator_command(&s, &["status", "--json"]).stdout).expect("status --json");
-    let refused = json.pointer("/status/refused").or_else(|| json.get("refused")).unwrap_or_else(|| panic!("{json}"));
-    assert_eq!((refused[0]["target"].as_str(), refused[0]["event_id"].as_i64()), (Some("KAFKA:msg"), Some(2)), "{refused}");
+    let refused =
+        json.pointer("/status/refused").or_else(|| json.get("refused")).unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(
+        (refused[0]["target"].as_str(), refused[0]["event_id"].as_i64()),
+        (Some("KAFKA:msg"), Some(2)),
+        "{refused}"
+    );
     let check = operator_command(&s, &["status", "--check"]);
     let line = String::from_utf8_lossy(&check.stdout).to_string();
     assert_eq!(check.status.code(), Some(2), "{line}");

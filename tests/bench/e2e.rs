@@ -264,8 +264,17 @@ fn floor_processor(
             }
             pipe.query::<()>(&mut redis).unwrap();
             let keys: Vec<String> = texts.iter().map(|(id, _)| format!("{}", id % 500)).collect();
-            let payloads: Vec<String> =
-                texts.iter().map(|(id, t)| format!("{{\"msg_id\":{id},\"len\":{}}}", t.len())).collect();
+            // A record the broker's registry takes, as msgx's are (#67): both sides pay its check.
+            let payloads: Vec<String> = texts
+                .iter()
+                .map(|(id, t)| {
+                    format!(
+                        "{{\"changes\":[{{\"field\":\"F\",\"new\":\"{}\",\"old\":null}}],\"ffid\":null,\"flid\":\"{}\",\"msg_id\":{id},\"type\":\"FLOP-STND\"}}",
+                        t.len(),
+                        id % 500
+                    )
+                })
+                .collect();
             let msg_ids: Vec<i64> = texts.iter().map(|(id, _)| *id).collect();
             let mut tx = pg.transaction().unwrap();
             let event_ids: Vec<i64> =
