@@ -466,3 +466,24 @@ fn docs_events_tables_are_the_schemas_fields() {
         }
     }
 }
+
+#[test]
+fn the_schemas_examples_are_golden_events_and_valid() {
+    let contract = Contract::new();
+    let golden: Vec<(Target, Value)> = golden_events().into_iter().map(|(t, _, v)| (t, v)).collect();
+    for (target, _) in TOPICS {
+        let record = parsed(target);
+        let examples = record.pointer("/properties/value/examples").and_then(Value::as_array).expect("value examples");
+        assert!(!examples.is_empty());
+        for example in examples {
+            contract.value(target, example).unwrap_or_else(|e| panic!("{example}: {e}"));
+            let events: Vec<&Value> = match target {
+                Target::KafkaSchd => example.as_array().unwrap().iter().collect(),
+                _ => vec![example],
+            };
+            for e in events {
+                assert!(golden.iter().any(|(t, g)| *t == target && g == e), "{e} is not a golden event");
+            }
+        }
+    }
+}
