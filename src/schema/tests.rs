@@ -17,6 +17,9 @@ pub(crate) struct Contract {
     registry: [boon::SchemaIndex; 2],
 }
 
+/// Records [`Contract::record`] checked in this process (the simulator's sweep says how many).
+pub(crate) static CHECKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The published schemas compiled once for every check that reads records (the simulator).
 pub(crate) fn contract() -> &'static Contract {
     static CONTRACT: std::sync::OnceLock<Contract> = std::sync::OnceLock::new();
@@ -60,6 +63,7 @@ impl Contract {
 
     /// A delivered record against its topic's schema, as a consumer and as the broker read it.
     pub(crate) fn record(&self, target: Target, r: &Record<'_>) -> Result<(), String> {
+        CHECKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let value: Value = serde_json::from_str(&r.payload).map_err(|e| format!("not JSON: {e}"))?;
         let headers: serde_json::Map<String, Value> =
             r.headers.iter().map(|(k, v)| (k.to_string(), Value::String(v.clone()))).collect();
@@ -473,7 +477,8 @@ fn the_schemas_examples_are_golden_events_and_valid() {
     let golden: Vec<(Target, Value)> = golden_events().into_iter().map(|(t, _, v)| (t, v)).collect();
     for (target, _) in TOPICS {
         let record = parsed(target);
-        let examples = record.pointer("/properties/value/examples").and_then(Value::as_array).expect("value examples");
+        let examples =
+            record.pointer("/properties/value/examples").and_then(Value::as_array).expect("value examples");
         assert!(!examples.is_empty());
         for example in examples {
             contract.value(target, example).unwrap_or_else(|e| panic!("{example}: {e}"));

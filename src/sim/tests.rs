@@ -86,6 +86,8 @@ fn seeds_hold_every_invariant() {
         seeds as f64 / secs,
         steps as f64 / secs
     );
+    let checked = crate::schema::tests::CHECKED.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("sim: {checked} delivered records valid against their published schemas (#67)");
     FAULTS.iter().zip(faults).for_each(|(f, n)| eprintln!("sim: {n} × {f}"));
     mix.iter().for_each(|(kind, n)| eprintln!("sim: upstream {n} × {kind}"));
     requests.iter().for_each(|(what, n)| eprintln!("sim: requests {n} × {what}"));
