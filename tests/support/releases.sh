@@ -79,9 +79,12 @@ sync_tree "$stage" "$root/next"
 build() {
   local name=$1 dir=$2 exe
   # The dependencies built as this tree builds them (Cargo.toml's dev profile: no debug info,
-  # #66), whatever the release's own Cargo.toml says, so they are the same build, shared.
+  # #66), whatever the release's own Cargo.toml says, so they are the same build, shared. The
+  # release's own crate without debug info and without incremental state: nobody debugs it or
+  # edits it, and it compiles in 13 s instead of 23 s.
   exe=$(CARGO_TARGET_DIR="$PWD/target" cargo build --locked --bin "msgx-$name" --manifest-path "$dir/Cargo.toml" \
           --config 'profile.dev.package."*".debug = false' \
+          --config 'profile.dev.debug = false' --config 'profile.dev.incremental = false' \
           --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
   [ -x "$exe" ] || { echo "releases.sh: the $name release built no binary" >&2; exit 1; }
