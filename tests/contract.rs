@@ -96,6 +96,8 @@ fn a_record_the_broker_refuses_holds_its_topic_until_a_person_parks_it_or_the_br
         metrics.lines().any(|l| l.starts_with("msgx_events_refused_total{target=\"KAFKA:msg\"} ")),
         "{metrics}"
     );
+    let (_, console) = http_get(&addr, "/");
+    assert!(console.contains("holds at event 2: the broker refuses it"), "{console}");
     let status = operator_command(&s, &["status"]);
     let text = String::from_utf8_lossy(&status.stdout).to_string();
     let held = text.lines().find(|l| l.contains("holds at")).unwrap_or_else(|| panic!("{text}"));

@@ -331,8 +331,21 @@ fn store_rows(ops: &Ops) -> Vec<Pair> {
             };
             Pair { name: s.name().to_string(), value }
         })
+        .chain(refused_rows(ops))
         .chain(std::iter::once(lease))
         .collect()
+}
+
+/// Each Kafka target that holds at an event the broker refuses (#67).
+fn refused_rows(ops: &Ops) -> Vec<Pair> {
+    let held = ops.stats.refused.held().into_iter();
+    held.map(|(target, event_id)| Pair {
+        name: target.as_str().to_string(),
+        value: format!(
+            "holds at event {event_id}: the broker refuses it; nothing behind it is delivered (msgx status; msgx park)"
+        ),
+    })
+    .collect()
 }
 
 /// The last read of own PostgreSQL's gauges (its age, and the rows), never a read of its own.
@@ -477,6 +490,17 @@ mod tests {
         assert!(matches!(Page::of("/trace/x"), Some(Err(_))));
         assert_eq!(Page::of("/find?msg_id=&flid=9001"), Some(Ok(Page::Find(None, Some("9001".into())))));
         assert_eq!(Page::of("/metrics"), None);
+    }
+
+    #[test]
+    fn the_overview_names_an_event_the_broker_refuses() {
+        let ops = Ops::new(std::sync::Arc::new(crate::stats::Stats::default()));
+        assert!(refused_rows(&ops).is_empty());
+        ops.stats.refused.set(crate::domain::Target::KafkaSchd, 42);
+        let rows = refused_rows(&ops);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].name, "KAFKA:schd");
+        assert!(rows[0].value.starts_with("holds at event 42: the broker refuses it"), "{}", rows[0].value);
     }
 
     #[test]
