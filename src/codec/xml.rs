@@ -30,6 +30,14 @@ fn short_name<'n>(name: Cow<'n, str>, what: impl std::fmt::Display) -> Result<Co
         return Ok(name);
     }
     let start: String = name.chars().take(16).collect();
+    // Not a name at all (markup swallowed by a broken tag: `<"G><META>…`): not XML (#67's CI
+    // found it: the fuzzing's mutated messages are MALFORMED or CODEC_ERROR, never PROTOCOL).
+    if name.bytes().any(|b| b.is_ascii() && !(b.is_ascii_alphanumeric() || b"._-:".contains(&b))) {
+        return Err(super::malformed(format!(
+            "not XML: {what} name of {} bytes (starting {start:?}) is not a name",
+            name.len()
+        )));
+    }
     Err(super::protocol(format!(
         "{what} name of {} bytes (starting {start:?}) is longer than the {MAX_NAME_BYTES} bytes a name may have",
         name.len()
@@ -644,6 +652,14 @@ mod tests {
             );
         }
         assert!(parse(&format!("<MSG><{ok} {ok}=\"1\"/></MSG>")).is_ok());
+        // A tag broken so that the markup after it reads as its name is not XML, whatever
+        // its length: MALFORMED, as the fuzzing expects of a mutated message.
+        let broken = "<\"G><META><SNDR>AODB</SNDR><SEQN>9</SEQN><DTTM20260305140000</DTTM><TYPE>SCHD</TYPE>\
+                      <STYP>DNLD</STYP></META><SCHD><RECS>1</RECS><FLTR><FLID>5</FLID><SODT>05MAR260905</SODT>\
+                      <ROUT RTNO=1\"><APCD>CTU</APCD></ROUT></FLTR></SCHD></MSG>";
+        let e = super::parse(broken, &Limits::DEFAULT).map(|_| ()).unwrap_err();
+        assert_eq!(e.class, crate::error::ErrorClass::Malformed, "{e:?}");
+        assert!(e.detail.starts_with("not XML: an element name of "), "{}", e.detail);
         let huge = "N".repeat(1 << 20);
         assert!(parse(&format!("<MSG><{huge}/></MSG>")).unwrap_err().contains("name of 1048576 bytes"));
     }
