@@ -212,8 +212,9 @@ impl<O: Outbox> Delivery<O> {
         Ok(())
     }
 
-    /// A refused attempt for `events` (one head, or a whole schd batch): back off together,
-    /// or DEAD together when the attempts are used up. Only rejections come here.
+    /// A refused attempt for `events` (one head, or a whole schd batch). A Kafka target holds
+    /// ([`Delivery::held`]); a COUTMSGS head backs off, and is DEAD once its attempts are used
+    /// up. Only rejections come here.
     fn refused(
         &mut self,
         target: Target,
