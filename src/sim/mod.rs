@@ -910,10 +910,12 @@ impl Sim {
     fn exit(&mut self, k: usize, end: End) {
         self.close(k);
         self.instances[k].life = Life::Gone;
+        // The exit code from the one table the daemon's process ends with (`End::exit`).
+        let code = end.exit().code();
         let why = match end {
             End::Stopped => "stopped".to_string(),
-            End::Fenced(why) => format!("fenced (exit 1): {why}"),
-            End::NotHealed(why) => format!("not healed (exit 6): {why}"),
+            End::Fenced(why) => format!("fenced (exit {code}): {why}"),
+            End::NotHealed(why) => format!("not healed (exit {code}): {why}"),
             End::Held(why) | End::Away(why) => unreachable!("an instance stands by: {why}"),
         };
         let name = self.instances[k].name.clone();
