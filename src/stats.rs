@@ -89,11 +89,17 @@ impl Refused {
         }
     }
 
+    /// The event `target` holds at (0: none).
+    pub fn at(&self, target: crate::domain::Target) -> i64 {
+        self.slot(target).map_or(0, |s| s.load(Relaxed))
+    }
+
     /// Each Kafka target and the event it holds at, if any.
     pub fn held(&self) -> Vec<(crate::domain::Target, i64)> {
         [crate::domain::Target::KafkaMsg, crate::domain::Target::KafkaSchd]
             .into_iter()
-            .filter_map(|t| Some((t, self.slot(t)?.load(Relaxed))).filter(|(_, id)| *id > 0))
+            .map(|t| (t, self.at(t)))
+            .filter(|(_, id)| *id > 0)
             .collect()
     }
 }

@@ -223,12 +223,12 @@ impl<O: Outbox> Delivery<O> {
         now: SystemTime,
     ) -> Result<(), StoreError> {
         debug_assert!(err.is_rejected(), "only a refusal is charged (SPEC 4.9)");
-        if target != Target::Coutmsgs {
-            return self.held(target, events, err, now);
-        }
         let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
         let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0);
         let first = &events[0];
+        if target != Target::Coutmsgs {
+            return self.held(target, &ids, attempts + 1, first, err, now);
+        }
         match self.policy.on_failure(attempts, None, ErrorClass::Infra, &err.to_string(), now) {
             Failure::Retry { class, error, next_attempt_at, .. } => {
                 self.outbox.retry(&ids, class, &error, next_attempt_at)?;
@@ -261,25 +261,26 @@ impl<O: Outbox> Delivery<O> {
     /// DEAD by itself — a consumer would see what came after it first — but waits, backing off
     /// to the policy's cap, until the broker takes it (its schema, ACL or size limit fixed: it
     /// resumes by itself) or a person parks it (`msgx park`, a note kept with it).
+    /// `ids` refused together (the head, or a whole schd batch), `first` among them; this is
+    /// their `attempts`-th refusal.
     fn held(
         &mut self,
         target: Target,
-        events: &[MsgEvent],
+        ids: &[i64],
+        attempts: u32,
+        first: &MsgEvent,
         err: &StoreError,
         now: SystemTime,
     ) -> Result<(), StoreError> {
-        let ids: Vec<i64> = events.iter().map(|e| e.event_id).collect();
-        let attempts = events.iter().map(|e| e.attempts).max().unwrap_or(0) + 1;
         let error = format!("refused by the broker: {err}");
-        let next_attempt_at = now + self.policy.delay(attempts);
-        self.outbox.retry(&ids, ErrorClass::Infra, &error, next_attempt_at)?;
+        let delay = self.policy.delay(attempts);
+        self.outbox.retry(ids, ErrorClass::Infra, &error, now + delay)?;
         stats::add(&self.stats.events_failed, ids.len() as u64);
         let counter = match target {
             Target::KafkaSchd => &self.stats.refused_kafka_schd,
             _ => &self.stats.refused_kafka_msg,
         };
         stats::inc(counter);
-        let first = &events[0];
         self.stats.refused.set(target, first.event_id);
         let said = format!(
             "{} topic={} event_id={} msg_id={} events={} attempts={attempts} error={}; \
@@ -290,7 +291,7 @@ impl<O: Outbox> Delivery<O> {
             first.msg_id.unwrap_or(0),
             ids.len(),
             crate::logline::Quoted(&err.to_string()),
-            crate::config::format_duration(self.policy.delay(attempts)),
+            crate::config::format_duration(delay),
         );
         // An alert on ERROR stays quiet: the first refusal and every tenth, WARN between.
         if attempts == 1 || attempts % 10 == 0 {
@@ -421,9 +422,10 @@ impl<O: Outbox, K: Producer> Dispatcher<O, K> {
                 ready.len() - acked,
                 ready[acked].event_id
             );
+            // The acknowledged prefix alone: its round says Sent, no failure, and the next
+            // one comes at once.
             results.truncate(acked);
-            self.delivery.settle(Target::KafkaMsg, &ready[..acked], results, answered)?;
-            return Ok(Round::Sent { sent: acked, failed: false });
+            return self.delivery.settle(Target::KafkaMsg, &ready[..acked], results, answered);
         }
         self.delivery.settle(Target::KafkaMsg, ready, results, answered)
     }

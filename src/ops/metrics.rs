@@ -250,9 +250,8 @@ impl Metrics {
         r.register("msgx_lease_held", "1 while this instance holds a confirmed lease (the active one)", held);
         r.register("msgx_lease_epoch", "The epoch of the lease this instance holds (0: none)", epoch);
         let refused = Family::<Labels, Gauge>::default();
-        let held = self.ops.stats.refused.held();
         for target in [crate::domain::Target::KafkaMsg, crate::domain::Target::KafkaSchd] {
-            let at = held.iter().find(|(t, _)| *t == target).map_or(0, |(_, id)| *id);
+            let at = self.ops.stats.refused.at(target);
             refused.get_or_create(&labels(&[("target", target.as_str())])).set(at);
         }
         r.register(

@@ -40,11 +40,8 @@ impl Contract {
         let mut schemas = boon::Schemas::new();
         let mut c = boon::Compiler::new();
         let [msg, schd] = records;
-        let registry = |record: &Value| {
-            let mut value = record["properties"]["value"].clone();
-            value["$defs"] = record.get("$defs").cloned().unwrap_or(json!({}));
-            value
-        };
+        // The value's schema alone, as the broker compiles it.
+        let registry = |record: &Value| registry_form(record)["properties"]["value"].clone();
         let docs = [
             ("urn:msgx:test:record:msg", msg.clone()),
             ("urn:msgx:test:record:schd", schd.clone()),
