@@ -286,18 +286,18 @@ pub struct Trace {
     pub topics: (String, String),
 }
 
-/// Message `msg_id` from own PostgreSQL and the mailbox.
+/// Message `msg_id` from own PostgreSQL and the mailbox, its text read under `rules` (#65).
 pub fn trace(
     pg: &mut (impl LineageReads + ?Sized),
     mailbox: &mut (impl MailboxEntries + ?Sized),
-    cfg: &Config,
+    (cfg, rules): (&Config, &crate::codec::Rulebook),
     msg_id: i64,
 ) -> StoreResult<Trace> {
     let (row, events) = pg.trace(msg_id)?;
     let entry = mailbox.entry(msg_id, cfg.pipeline.max_message_bytes)?;
     let limits = Limits::of(&cfg.pipeline);
     let decoded =
-        entry.as_ref().and_then(|e| e.text.as_deref()).map(|t| crate::codec::decode_with(t, &limits));
+        entry.as_ref().and_then(|e| e.text.as_deref()).map(|t| crate::codec::decode_with(t, &limits, rules));
     let (kind, flights) = match &decoded {
         Some(Ok(m)) => (Some(m.kind.type_tag().into_owned()), crate::handlers::need_of(m).flids),
         _ => (row.as_ref().and_then(|r| r.type_tag.clone()), Vec::new()),

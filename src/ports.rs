@@ -705,8 +705,8 @@ pub struct SucceededRow {
     pub msg_id: i64,
     pub record: Option<RedisRecord>,
     pub at: SystemTime,
-    /// The rules that decided it (`handlers::RULES_VERSION` of the release that applied it,
-    /// #52); `None`: not known.
+    /// The rules that decided it (the version of the rulebook of the instance that applied it,
+    /// #52, #65); `None`: not known.
     pub rules: Option<u32>,
 }
 

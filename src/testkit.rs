@@ -66,6 +66,7 @@ impl Twins {
             self.mailbox.clone(),
             self.flights.handle(),
             cfg,
+            crate::codec::Rulebook::this_release(),
             stats(),
             Arc::new(self.clock.clone()),
         )

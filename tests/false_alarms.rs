@@ -368,6 +368,7 @@ fn regression_the_postgres_heal_never_moves_the_watermark_past_a_row_not_process
         MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
         flights,
         &s.cfg.pipeline,
+        msgx::codec::Rulebook::this_release(),
         stats.clone(),
         std::sync::Arc::new(msgx::clock::SystemClock),
     );
@@ -394,6 +395,7 @@ fn regression_the_postgres_heal_never_moves_the_watermark_past_a_row_not_process
         flights: &mut fl,
         beat: Default::default(),
         limits: Default::default(),
+        rules: msgx::codec::Rulebook::this_release(),
     };
     let report = consistency::check(&mut st, Depth::Full { sample: 0.0 }, now()).unwrap();
     let f =

@@ -565,6 +565,7 @@ fn regression_seed_3591_a_journalled_resend_keeps_its_identity_after_postgres_fo
             MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
             flights.keeping(s.cfg.pipeline.journal_keep),
             &s.cfg.pipeline,
+            msgx::codec::Rulebook::this_release(),
             stats.clone(),
             std::sync::Arc::new(msgx::clock::SystemClock),
         )

@@ -50,7 +50,7 @@ fn every_family_a_sample_decodes_to_its_kind() {
     let (mut decoded, mut malformed, mut failures) = (0, 0, Vec::new());
     for (file, msg_type, styp, well_formed) in family_a(&index) {
         let raw = std::fs::read_to_string(dir.join(&file)).unwrap();
-        let (verdict, json) = report(&raw, &no_rules, false);
+        let (verdict, json) = report(&raw, &no_rules, &msgx::codec::Rulebook::this_release(), false);
         let want = format!("{msg_type}-{styp}");
         match (well_formed, verdict) {
             (true, Verdict::Decoded { tag, supported: true }) if tag == want => decoded += 1,
@@ -147,7 +147,7 @@ fn every_platform_sample_decodes_to_its_kind_and_dialect() {
             continue;
         }
         let raw = String::from_utf8_lossy(&std::fs::read(dir.join(&file)).unwrap()).into_owned();
-        let (verdict, json) = report(&raw, &no_rules, false);
+        let (verdict, json) = report(&raw, &no_rules, &msgx::codec::Rulebook::this_release(), false);
         let dialect = json["meta"]["dialect"].as_str().unwrap_or("-").to_string();
         match (well_formed, verdict) {
             (true, Verdict::Decoded { tag, supported: true })
@@ -180,7 +180,7 @@ fn samples_of_other_families_never_crash_the_decoder() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "xml") {
             let raw = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-            let _ = report(&raw, &rules, false);
+            let _ = report(&raw, &rules, &msgx::codec::Rulebook::this_release(), false);
             n += 1;
         }
     }

@@ -1,6 +1,7 @@
 //! `msgx verify` and `msgx rebuild-flights`: the consistency sentinel by hand (U25, #20).
 
 use msgx::clock::{Clock, SystemClock};
+use msgx::codec::Rulebook;
 use msgx::config::Config;
 use msgx::consistency::{self, Depth, HealError, Stores};
 use msgx::daemon::effects::{perform, Edges};
@@ -28,14 +29,16 @@ fn open_flights(cfg: &Config) -> Result<RedisFlights, (Exit, anyhow::Error)> {
     Ok(flights.keeping(cfg.pipeline.journal_keep))
 }
 
-/// The stores a command compares, decoding under the configured limits; nothing is watched.
+/// The stores a command compares, decoding under the configured limits and this release's
+/// rules; nothing is watched.
 fn stores<'a>(
     cfg: &Config,
     pg: &'a mut Pg,
     mailbox: &'a mut MysqlMailbox,
     flights: &'a mut RedisFlights,
 ) -> Stores<'a> {
-    Stores { pg, mailbox, flights, beat: Default::default(), limits: msgx::codec::Limits::of(&cfg.pipeline) }
+    let limits = msgx::codec::Limits::of(&cfg.pipeline);
+    Stores { pg, mailbox, flights, beat: Default::default(), limits, rules: Rulebook::this_release() }
 }
 
 /// `msgx verify [--sample RATIO] [--json]`: exit 0 clean (suspicions are printed, and are no
@@ -74,7 +77,7 @@ pub fn verify(cfg: &Config, sample: Option<f64>, json: bool) -> CmdResult {
         out!(
             "other rules: {} message(s) decided under rules other than this release's (RULES_VERSION {}), not decided again",
             r.other_rules,
-            msgx::handlers::RULES_VERSION
+            st.rules.version()
         );
         for kind in consistency::FindingKind::ALL {
             match r.finding(kind) {

@@ -5,6 +5,8 @@ use super::*;
 pub(super) fn decode(cfg: &Config, files: &[PathBuf], decide: bool, from_redis: bool) -> ExitCode {
     use codec::report::{report, Verdict};
     let rules = codec::ignore::IgnoreRules::new(&cfg.pipeline.ignore_rules);
+    // What this release reads: the rules its daemon carries (#65).
+    let rulebook = codec::Rulebook::this_release();
     let mut redis = None;
     if from_redis {
         match msgx::store::flights::RedisFlights::connect_to(&cfg.redis, &cfg.redis_prefix) {
@@ -23,10 +25,10 @@ pub(super) fn decode(cfg: &Config, files: &[PathBuf], decide: bool, from_redis: 
                 serde_json::json!({ "file": f, "error": format!("cannot read: {e}") })
             }
             Ok(raw) => {
-                let (verdict, mut v) = report(&raw, &rules, cfg.pipeline.include_day_boundary);
+                let (verdict, mut v) = report(&raw, &rules, &rulebook, cfg.pipeline.include_day_boundary);
                 all_ok &= !matches!(verdict, Verdict::Failed { .. });
                 if decide && matches!(verdict, Verdict::Decoded { .. }) {
-                    match decision(cfg, &raw, redis.as_mut()) {
+                    match decision(cfg, &raw, &rulebook, redis.as_mut()) {
                         Ok(d) => v["decision"] = d,
                         Err(e) => {
                             error!("--from-redis: {e}");
@@ -48,11 +50,14 @@ pub(super) fn decode(cfg: &Config, files: &[PathBuf], decide: bool, from_redis: 
 pub(super) fn decision(
     cfg: &Config,
     raw: &str,
+    rulebook: &codec::Rulebook,
     redis: Option<&mut msgx::store::flights::RedisFlights>,
 ) -> Result<serde_json::Value, msgx::error::StoreError> {
     use msgx::handlers::{need_of, preview, View};
     use msgx::ports::{FlightStore, RoundNeed};
-    let Ok(msg) = codec::decode(raw) else { return Ok(serde_json::Value::Null) };
+    let Ok(msg) = codec::decode_with(raw, &codec::Limits::of(&cfg.pipeline), rulebook) else {
+        return Ok(serde_json::Value::Null);
+    };
     let mut view = View::default();
     let against = match redis {
         None => "an empty flight view",

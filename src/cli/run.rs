@@ -39,7 +39,13 @@ pub(super) fn run(cfg: &Config) -> CmdResult {
             drop(stop_tx);
         })
         .map_err(|e| (Exit::Failed, e.into()))?;
-    let result = daemon::run(cfg, Arc::new(SystemClock), stop_rx, notifier.clone());
+    let result = daemon::run(
+        cfg,
+        msgx::codec::Rulebook::this_release(),
+        Arc::new(SystemClock),
+        stop_rx,
+        notifier.clone(),
+    );
     handle.close();
     if result.is_err() {
         notifier.stopping();

@@ -10,7 +10,8 @@ use msgx::ports::TraceRow;
 pub(super) fn trace(cfg: &Config, msg_id: i64, json: bool) -> CmdResult {
     let mut pg = own_pg(cfg)?;
     let mut mb = MysqlMailbox::of(cfg).and_then(MysqlMailbox::connected).map_err(unreachable)?;
-    let t = msgx::lineage::trace(&mut pg, &mut mb, cfg, msg_id).map_err(unreachable)?;
+    let t = msgx::lineage::trace(&mut pg, &mut mb, (cfg, &msgx::codec::Rulebook::this_release()), msg_id)
+        .map_err(unreachable)?;
     if json {
         out!("{}", serde_json::to_string_pretty(&t.json()).expect("a trace serialises"));
     } else {

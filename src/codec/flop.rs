@@ -251,8 +251,10 @@ pub const SUBTYPES: &[Subtype] = &[
     sub!("ACTT", &[scalar("ACTT", Time)]),
 ];
 
-pub fn subtype(styp: &str) -> Option<&'static Subtype> {
-    SUBTYPES.iter().find(|s| same_name(s.styp, styp))
+/// The constant type tag of this release's subtype `styp` (`FLOP-STND`): a name, never a
+/// decision — what a subtype reads is the [`super::Rulebook`]'s.
+pub(super) fn tag(styp: &str) -> Option<&'static str> {
+    SUBTYPES.iter().find(|s| same_name(s.styp, styp)).map(|s| s.tag)
 }
 
 /// One flight's part of a FLOP message.
@@ -456,7 +458,7 @@ fn list_json<'r, 'a: 'r>(items: impl Iterator<Item = &'r Rec<'a>> + Clone) -> St
 }
 
 /// The most elements a subtype carries (HNAG, TAOP): [`decode_record`] counts them on the stack.
-const MAX_ELEMENTS: usize = 3;
+pub(super) const MAX_ELEMENTS: usize = 3;
 const _: () = {
     let mut i = 0;
     while i < SUBTYPES.len() {

@@ -54,7 +54,7 @@ proptest! {
 
     #[test]
     fn mutated_messages_decode_or_are_classified(raw in mutated()) {
-        let (verdict, json) = report(&raw, &IgnoreRules::new(&[]), false);
+        let (verdict, json) = report(&raw, &IgnoreRules::new(&[]), &super::Rulebook::this_release(), false);
         if let Verdict::Failed { class } = verdict {
             prop_assert!(matches!(class, ErrorClass::Malformed | ErrorClass::CodecError), "{class}: {json}");
             prop_assert!(json["error"].as_str().is_some_and(|e| !e.is_empty()));
@@ -70,7 +70,7 @@ const UNBOUNDED: super::Limits =
 /// The decoder's steps per byte for `text` (#53): a count of work done, the same on any machine.
 fn steps_per_byte(text: &str, limits: &super::Limits) -> (f64, Result<super::Message, super::DecodeError>) {
     let before = super::work::steps();
-    let out = super::decode_with(text, limits);
+    let out = super::decode_with(text, limits, &super::Rulebook::this_release());
     ((super::work::steps() - before) as f64 / text.len() as f64, out)
 }
 

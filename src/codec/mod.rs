@@ -14,6 +14,7 @@ mod limits;
 pub mod platform;
 pub mod reference;
 pub mod report;
+mod rulebook;
 pub mod schedule;
 pub mod time;
 pub(crate) mod xml;
@@ -22,6 +23,7 @@ pub use flop::FlopRecord;
 pub use limits::{work, Limit, Limits, Unknown};
 pub use platform::DfoeKind;
 pub use reference::{RefData, RefOp};
+pub use rulebook::{Rulebook, RulebookError};
 pub use schedule::{Fltr, Schedule};
 pub use xml::MAX_DEPTH;
 
@@ -123,7 +125,9 @@ pub enum MsgKind {
 }
 
 impl MsgKind {
-    pub fn of(meta: &Meta) -> MsgKind {
+    /// The kind of the message `meta` announces, as `rules` read it: a FLOP subtype they do not
+    /// read is UNSUPPORTED (for a later release).
+    pub fn of(meta: &Meta, rules: &Rulebook) -> MsgKind {
         let unsupported =
             || MsgKind::Unsupported { msg_type: meta.msg_type.clone(), styp: meta.styp.clone() };
         let not_for_us =
@@ -144,7 +148,7 @@ impl MsgKind {
             "REQE" => not_for_us("a re-sync request addressed to the platform"),
             "BHSE" => not_for_us("baggage-handling equipment status, not flight data"),
             "FLOP" if meta.styp == "FDEL" => MsgKind::Fdel,
-            "FLOP" => flop::subtype(&meta.styp).map(|s| MsgKind::Flop(s.styp)).unwrap_or_else(unsupported),
+            "FLOP" => rules.subtype(&meta.styp).map(|s| MsgKind::Flop(s.styp)).unwrap_or_else(unsupported),
             "SCHD" => SchdKind::parse(&meta.styp).map(MsgKind::Schd).unwrap_or_else(unsupported),
             "SCHS" => match SchdKind::parse(&meta.styp) {
                 Some(k @ (SchdKind::Dnld | SchdKind::Resp)) => MsgKind::Schs(k),
@@ -170,8 +174,8 @@ impl MsgKind {
 
     pub fn type_tag(&self) -> Cow<'static, str> {
         Cow::Owned(match self {
-            MsgKind::Flop(styp) => match flop::subtype(styp) {
-                Some(s) => return Cow::Borrowed(s.tag),
+            MsgKind::Flop(styp) => match flop::tag(styp) {
+                Some(tag) => return Cow::Borrowed(tag),
                 None => format!("FLOP-{styp}"),
             },
             MsgKind::Fdel => return Cow::Borrowed("FLOP-FDEL"),
@@ -381,14 +385,14 @@ fn imf_meta(root: Element) -> Meta {
 
 /// Decodes the body the META announces, with the tolerant reader (the default): element and
 /// attribute names a known subtype's table does not know are skipped and listed in
-/// [`Message::unknown`].
-pub fn decode_body(env: Envelope) -> Result<Message, DecodeError> {
-    decode_body_with(env, false)
+/// [`Message::unknown`]; what a FLOP subtype reads is `rules`'.
+pub fn decode_body(env: Envelope, rules: &Rulebook) -> Result<Message, DecodeError> {
+    decode_body_with(env, false, rules)
 }
 
 /// [`decode_body`]; `strict` refuses unknown names instead (CODEC_ERROR, `msgx.codec.strict`).
-pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeError> {
-    let mut kind = MsgKind::of(&env.meta);
+pub fn decode_body_with(env: Envelope, strict: bool, rules: &Rulebook) -> Result<Message, DecodeError> {
+    let mut kind = MsgKind::of(&env.meta, rules);
     if let MsgKind::Unsupported { msg_type, styp } = &kind {
         // A FLOP of an unknown subtype is for a later version of msgx (UNSUPPORTED, retried);
         // one without any <FLOP> record is another vendor's message under the same TYPE (an
@@ -405,8 +409,8 @@ pub fn decode_body_with(env: Envelope, strict: bool) -> Result<Message, DecodeEr
     let mut unknown =
         if strict { Unknown::strict() } else { Unknown::tolerant(env.limits.max_unknown_names) };
     let body = match &kind {
-        MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp, &mut unknown)? },
-        MsgKind::Fdel => Body::Flop { records: decode_flop(root, "FDEL", &mut unknown)? },
+        MsgKind::Flop(styp) => Body::Flop { records: decode_flop(root, styp, &mut unknown, rules)? },
+        MsgKind::Fdel => Body::Flop { records: decode_flop(root, "FDEL", &mut unknown, rules)? },
         MsgKind::Schd(_) => Body::Schedule(schedule::decode_schd(root)?),
         MsgKind::Schs(_) => Body::Schedule(schedule::decode_schs(root)?),
         MsgKind::Reference { rtype, op } => Body::Reference(reference::decode(root, rtype, *op)?),
@@ -436,17 +440,24 @@ pub fn decode_head(raw: &str, limits: &Limits) -> Result<Meta, DecodeError> {
     meta_of(xml::parse_head(raw, limits)?.root())
 }
 
+/// Under the default limits and this release's rules: for tests, benches and fixtures. An
+/// instance and a command decode under the rulebook they carry ([`decode_with`]).
 pub fn decode(raw: &str) -> Result<Message, DecodeError> {
-    decode_body(decode_meta(raw)?)
+    decode_body(decode_meta(raw)?, &Rulebook::this_release())
 }
 
-/// [`decode`] under `limits` (the tolerant reader).
-pub fn decode_with(raw: &str, limits: &Limits) -> Result<Message, DecodeError> {
-    decode_body(decode_meta_with(raw, limits)?)
+/// [`decode`] under `limits` and `rules` (the tolerant reader).
+pub fn decode_with(raw: &str, limits: &Limits, rules: &Rulebook) -> Result<Message, DecodeError> {
+    decode_body(decode_meta_with(raw, limits)?, rules)
 }
 
-fn decode_flop(root: Element, styp: &str, unknown: &mut Unknown) -> Result<Vec<FlopRecord>, DecodeError> {
-    let st = flop::subtype(styp).expect("called for known subtypes only");
+fn decode_flop(
+    root: Element,
+    styp: &str,
+    unknown: &mut Unknown,
+    rules: &Rulebook,
+) -> Result<Vec<FlopRecord>, DecodeError> {
+    let st = rules.subtype(styp).expect("called for subtypes the rules read only");
     let records = root
         .children_named("FLOP")
         .map(|f| flop::decode_record(f, st, unknown))

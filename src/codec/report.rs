@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::ignore::IgnoreRules;
-use super::{decode_body, decode_meta, identity, MsgKind};
+use super::{decode_body, decode_meta, identity, MsgKind, Rulebook};
 use crate::error::ErrorClass;
 
 /// The verdict on one message.
@@ -18,7 +18,13 @@ pub enum Verdict {
     Failed { class: ErrorClass },
 }
 
-pub fn report(raw: &str, rules: &IgnoreRules, include_day_boundary: bool) -> (Verdict, Value) {
+/// `raw` as an instance carrying `rulebook` reads it, under the ignore rules `ignore`.
+pub fn report(
+    raw: &str,
+    ignore: &IgnoreRules,
+    rulebook: &Rulebook,
+    include_day_boundary: bool,
+) -> (Verdict, Value) {
     let env = match decode_meta(raw) {
         Ok(e) => e,
         Err(e) => {
@@ -28,15 +34,15 @@ pub fn report(raw: &str, rules: &IgnoreRules, include_day_boundary: bool) -> (Ve
             )
         }
     };
-    let tag = MsgKind::of(&env.meta).type_tag();
+    let tag = MsgKind::of(&env.meta, rulebook).type_tag();
     let meta = json!(env.meta);
-    if let Some(rule) = rules.matching(&env.meta) {
+    if let Some(rule) = ignore.matching(&env.meta) {
         return (
             Verdict::Ignored { rule: rule.to_string() },
             json!({ "kind": tag, "meta": meta, "ignored": rule }),
         );
     }
-    match decode_body(env) {
+    match decode_body(env, rulebook) {
         Err(e) => (
             Verdict::Failed { class: e.class },
             json!({ "kind": tag, "meta": meta, "class": e.class.as_str(), "error": e.detail }),

@@ -123,7 +123,11 @@ fn codec_errors_name_the_field_and_the_value() {
         ("STND", "<STND>1</STND><STND>2</STND>", "<STND> appears 2 times"),
         ("STND", "<STND><X>1</X></STND>", "should be a plain value"),
     ] {
-        let strict = super::decode_body_with(super::decode_meta(&flop_msg(styp, "77", body)).unwrap(), true);
+        let strict = super::decode_body_with(
+            super::decode_meta(&flop_msg(styp, "77", body)).unwrap(),
+            true,
+            &super::Rulebook::this_release(),
+        );
         let err = strict.unwrap_err();
         assert_eq!(err.class, ErrorClass::CodecError, "FLOP-{styp} {body}: {err}");
         assert!(err.detail.contains(words), "{:?} should contain {words:?}", err.detail);
@@ -383,13 +387,13 @@ fn ignored_message_with_an_unreadable_body_still_has_its_meta() {
 fn report_gives_the_pumps_verdict() {
     use report::{report, Verdict};
     let rules = ignore::IgnoreRules::new(&crate::config::Config::defaults().pipeline.ignore_rules);
-    let (v, j) = report(&fixtures::flop_stnd(5, "9", "A1"), &rules, false);
+    let (v, j) = report(&fixtures::flop_stnd(5, "9", "A1"), &rules, &super::Rulebook::this_release(), false);
     assert_eq!(v, Verdict::Decoded { tag: "FLOP-STND".into(), supported: true });
     assert_eq!(j["identity"], "AODB|FLOP|STND|5");
     assert_eq!(j["decoded"]["records"][0]["fields"][0], serde_json::json!(["STND", "A1"]));
-    let (v, _) = report(&fixtures::other(1, "LDM", "X", ""), &rules, false);
+    let (v, _) = report(&fixtures::other(1, "LDM", "X", ""), &rules, &super::Rulebook::this_release(), false);
     assert_eq!(v, Verdict::Ignored { rule: "LDM-*".into() });
-    let (v, j) = report("<MSG/>", &rules, false);
+    let (v, j) = report("<MSG/>", &rules, &super::Rulebook::this_release(), false);
     assert_eq!(v, Verdict::Failed { class: ErrorClass::Malformed });
     assert_eq!(j["class"], "MALFORMED");
 }
@@ -474,18 +478,22 @@ fn a_shape_past_a_limit_is_protocol_naming_the_key_and_the_limit() {
     let limits = Limits { max_elements: 100, max_attributes: 10, max_unknown_names: 3 };
     let attrs: String = (0..11).map(|i| format!(" a{i}=\"1\"")).collect();
     let wide = flop_msg("STND", "7", &format!("<STND{attrs}>1</STND>"));
-    let e = decode_with(&wide, &limits).unwrap_err();
+    let e = decode_with(&wide, &limits, &super::Rulebook::this_release()).unwrap_err();
     assert_eq!(e.class, ErrorClass::Protocol);
     assert!(e.detail.contains("<STND> has more than 10 attributes (msgx.codec.max-attributes = 10)"), "{e}");
     let many = flop_msg("STND", "7", &"<STND>1</STND>".repeat(100));
-    let e = decode_with(&many, &limits).unwrap_err();
+    let e = decode_with(&many, &limits, &super::Rulebook::this_release()).unwrap_err();
     assert!(e.detail.contains("more than 100 elements (msgx.codec.max-elements = 100)"), "{e}");
     let unknown = flop_msg("STND", "7", "<STND>1</STND><XA/><XB/><XC/><XA/><XD/>");
-    let e = decode_with(&unknown, &limits).unwrap_err();
+    let e = decode_with(&unknown, &limits, &super::Rulebook::this_release()).unwrap_err();
     assert_eq!(e.class, ErrorClass::Protocol);
     assert!(e.detail.contains("msgx.codec.max-unknown-names = 3"), "{e}");
     let three = flop_msg("STND", "7", "<STND>1</STND><XA/><XB/><XC/><XA/><XB/>");
-    assert_eq!(decode_with(&three, &limits).unwrap().unknown, ["XA", "XB", "XC"], "each name once, in order");
+    assert_eq!(
+        decode_with(&three, &limits, &super::Rulebook::this_release()).unwrap().unknown,
+        ["XA", "XB", "XC"],
+        "each name once, in order"
+    );
 }
 
 #[test]

@@ -16,7 +16,8 @@
 //!   new events; each journal entry Redis acknowledged and lost is written again with the events
 //!   its message made. Proven only while the mailbox still holds every text.
 //! - **History is never re-interpreted** (#52). A message is decided again only under the rules
-//!   that decided it (`PROC_STATE.RULES_VERSION` = this release's `handlers::RULES_VERSION`):
+//!   that decided it (`PROC_STATE.RULES_VERSION` = the version of the rulebook the healing instance carries,
+//!   `Stores::rules`, #65):
 //!   the golden decisions prove the same rules give the same decision. A message decided under
 //!   other rules (an earlier release's, or not known) is laid on as it was *announced*: the
 //!   changes its `KAFKA:msg` events carry, so Redis holds what a consumer that applied every
@@ -77,6 +78,8 @@ pub struct Healed {
 /// under today's rules (the first few named).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OtherRules {
+    /// The version of the rules they were decided again under: the healing instance's.
+    pub rules: u32,
     pub announced: usize,
     pub redecided: usize,
     pub first_redecided: Vec<i64>,
@@ -121,7 +124,7 @@ impl OtherRules {
                 "{} message(s) decided under other rules laid on as announced, {} decided again under rules {}",
                 self.announced,
                 self.redecided,
-                handlers::RULES_VERSION
+                self.rules
             )
         })
     }
@@ -359,7 +362,7 @@ fn rebuild(st: &mut Stores<'_>, from: i64, how: &How<'_>, now: SystemTime) -> Re
         seed: BTreeMap::new(),
         windows: Vec::new(),
         events_pruned: None,
-        other: OtherRules::default(),
+        other: OtherRules { rules: st.rules.version(), ..Default::default() },
     };
     let (journal, messages, gone) = replay_onto(st, &mut replay, from, pruned, how.asking.is_some())?;
     let asked = match how.asking {
@@ -371,7 +374,7 @@ fn rebuild(st: &mut Stores<'_>, from: i64, how: &How<'_>, now: SystemTime) -> Re
         warn!(
             "rebuild: {} message(s) decided under other rules were decided again under this release's (RULES_VERSION {}), first msg_id={:?}: what they announced cannot be read back (a daily-plan snapshot, or events past msgx.pipeline.event-retention)",
             other.redecided,
-            handlers::RULES_VERSION,
+            other.rules,
             other.first_redecided
         );
     }
@@ -474,7 +477,7 @@ fn replay_onto(
         let missing = missing_entries(st, &rows, pruned)?;
         // Decided under other rules: laid on as announced (module documentation, #52).
         let other: BTreeSet<i64> =
-            rows.iter().filter(|m| m.rules != Some(handlers::RULES_VERSION)).map(|m| m.msg_id).collect();
+            rows.iter().filter(|m| !st.rules.decided(m.rules)).map(|m| m.msg_id).collect();
         if !other.is_empty() && replay.events_pruned.is_none() {
             replay.events_pruned = Some(st.pg.events_pruned()?);
         }
@@ -487,8 +490,8 @@ fn replay_onto(
         // was taken is played again as such (seed 2155).
         let row: BTreeMap<i64, SucceededRow> = rows.iter().map(|m| (m.msg_id, *m)).collect();
         let record: BTreeMap<i64, Option<RedisRecord>> = rows.iter().map(|m| (m.msg_id, m.record)).collect();
-        let limits = st.limits;
-        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking, &limits)?;
+        let reading = (st.limits, st.rules.clone());
+        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking, &reading)?;
         gone.extend(missing_texts.into_iter().map(|m| (m, record[&m])));
         // What the page's messages read, from Redis in one go (not a round trip a message).
         let mut need = handlers::Need::default();
@@ -544,7 +547,7 @@ fn decode_page(
     texts: Vec<(i64, Option<String>)>,
     from: i64,
     asking: bool,
-    limits: &codec::Limits,
+    (limits, rules): &(codec::Limits, std::sync::Arc<codec::Rulebook>),
 ) -> Result<(Vec<(i64, Option<codec::Message>)>, Vec<i64>), HealError> {
     let mut out = Vec::with_capacity(texts.len());
     let mut gone = Vec::new();
@@ -559,7 +562,7 @@ fn decode_page(
                 "the mailbox no longer holds the text of SUCCEEDED message {m}: Redis cannot be rebuilt from MSG_ID {from} without it. A person must decide: restore the mailbox rows, or accept the flights as Redis holds them (msgx rebuild-flights --flid for the others)"
             )));
         };
-        match codec::decode_with(&text, limits) {
+        match codec::decode_with(&text, limits, rules) {
             Ok(msg) => out.push((m, Some(msg))),
             Err(e) => {
                 warn!("rebuild: SUCCEEDED message {m} no longer decodes: {e}; left out");

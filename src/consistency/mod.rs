@@ -69,6 +69,9 @@ pub struct Stores<'a> {
     /// The shape limits the pump decoded under (`msgx.codec.max-*`, #53): a text is decoded
     /// again under the same, so a message the pump took is never left out of a check or heal.
     pub limits: codec::Limits,
+    /// The rules of the instance (or command) that compares (#65): a message is decided again
+    /// only under the rules that decided it.
+    pub rules: std::sync::Arc<codec::Rulebook>,
 }
 
 /// How many IDs a finding names (the count says the rest).
@@ -612,7 +615,7 @@ fn sample_versions(
     // Only under the rules that decided it (#52): today's rules may decide an earlier release's
     // message otherwise (a mapping added since), which proves nothing about a store.
     let (ours, other): (Vec<&SucceededRow>, Vec<&SucceededRow>) =
-        written.partition(|m| m.rules == Some(handlers::RULES_VERSION));
+        written.partition(|m| st.rules.decided(m.rules));
     r.other_rules = other.len();
     let picked: Vec<i64> = ours.into_iter().step_by(stride).map(|m| m.msg_id).collect();
     let mut picked = picked;
@@ -620,7 +623,9 @@ fn sample_versions(
     r.sampled = picked.len();
     let mut behind = Vec::new();
     for (m, text) in texts(st, &picked)? {
-        let Some(msg) = text.and_then(|t| codec::decode_with(&t, &st.limits).ok()) else { continue };
+        let Some(msg) = text.and_then(|t| codec::decode_with(&t, &st.limits, &st.rules).ok()) else {
+            continue;
+        };
         let need = handlers::need_of(&msg);
         let read =
             RoundNeed { msg_ids: Vec::new(), flids: need.flids, window: need.window, ..Default::default() };

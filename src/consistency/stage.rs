@@ -34,6 +34,8 @@ pub struct Sentinel<P, M, F> {
     beat: crate::stage::Beat,
     /// The pump's shape limits, to decode a sampled text as it did (#53).
     limits: crate::codec::Limits,
+    /// The instance's rules, to decide a sampled message only under the rules that decided it.
+    rules: Arc<crate::codec::Rulebook>,
 }
 
 /// A round of the sentinel: when it runs again.
@@ -52,7 +54,14 @@ impl RoundReport for Round {
 
 impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
     /// The daily full check first runs a day after start-up (start-up ran one).
-    pub fn new(pg: P, mailbox: M, flights: F, cfg: &crate::config::Pipeline, stats: Arc<Stats>) -> Self {
+    pub fn new(
+        pg: P,
+        mailbox: M,
+        flights: F,
+        cfg: &crate::config::Pipeline,
+        rules: Arc<crate::codec::Rulebook>,
+        stats: Arc<Stats>,
+    ) -> Self {
         Sentinel {
             pg,
             mailbox,
@@ -65,6 +74,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
             stats,
             beat: crate::stage::Beat::default(),
             limits: crate::codec::Limits::of(cfg),
+            rules,
         }
     }
 
@@ -86,6 +96,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
             flights: &mut self.flights,
             beat: self.beat.clone(),
             limits: self.limits,
+            rules: self.rules.clone(),
         };
         let report = check(&mut st, depth, now)?;
         if full {

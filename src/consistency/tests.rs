@@ -44,6 +44,7 @@ impl World {
             flights: &mut fl,
             beat: Default::default(),
             limits: Default::default(),
+            rules: crate::codec::Rulebook::this_release(),
         };
         check(st, Depth::Full { sample: 1.0 }, self.clock.now()).unwrap()
     }
@@ -57,6 +58,7 @@ impl World {
                 flights: &mut fl,
                 beat: Default::default(),
                 limits: Default::default(),
+                rules: crate::codec::Rulebook::this_release(),
             },
             r,
             self.clock.now(),
@@ -78,6 +80,7 @@ impl World {
             flights: &mut fl,
             beat: Default::default(),
             limits: Default::default(),
+            rules: crate::codec::Rulebook::this_release(),
         };
         heal_asking(st, r, self.clock.now(), Some(asking))
     }
@@ -308,8 +311,14 @@ fn regression_a_heal_decodes_under_the_limits_the_pump_decoded_under() {
     let r = w.check();
     let (mut pg, mut mb, mut fl) = (w.pg.clone(), w.mailbox.clone(), w.flights.handle());
     let limits = crate::codec::Limits::of(&raised);
-    let st =
-        &mut Stores { pg: &mut pg, mailbox: &mut mb, flights: &mut fl, beat: Default::default(), limits };
+    let st = &mut Stores {
+        pg: &mut pg,
+        mailbox: &mut mb,
+        flights: &mut fl,
+        beat: Default::default(),
+        limits,
+        rules: crate::codec::Rulebook::this_release(),
+    };
     heal(st, &r, w.clock.now()).unwrap();
     assert_eq!(w.flights.all(), before, "the message past the default limit is rebuilt too");
 }
@@ -689,6 +698,7 @@ fn regression_a_check_that_raced_a_running_pipeline_finds_nothing() {
             flights: &mut fl,
             beat: Default::default(),
             limits: Default::default(),
+            rules: crate::codec::Rulebook::this_release(),
         };
         let r = check(st, depth, w.clock.now()).unwrap();
         assert!(r.is_clean(), "found by the suite: the sentinel stopped a healthy instance: {r:?}");
@@ -791,6 +801,7 @@ fn a_redis_heal_reads_only_the_flights_of_the_messages_since_its_evidence() {
             flights: &mut counting,
             beat: Default::default(),
             limits: Default::default(),
+            rules: crate::codec::Rulebook::this_release(),
         },
         &r,
         w.clock.now(),
@@ -847,9 +858,11 @@ fn regression_a_heal_lays_on_what_other_rules_announced_never_what_today_reads_i
     assert_eq!(healed.other.first_redecided, [5]);
     // Under this release's rules every message is decided again.
     w.pg.tamper(|s| {
-        s.procs.values_mut().for_each(|p| p.rules_version = Some(crate::handlers::RULES_VERSION))
+        s.procs
+            .values_mut()
+            .for_each(|p| p.rules_version = Some(crate::codec::Rulebook::this_release().version()))
     });
     let (healed, stands) = announced(&w);
     assert_eq!(stands, ["S6", "S4", "S5"]);
-    assert_eq!(healed.other, Default::default());
+    assert_eq!((healed.other.announced, healed.other.redecided), (0, 0));
 }

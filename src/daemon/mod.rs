@@ -49,6 +49,7 @@ use log::{error, info, warn};
 
 use crate::clock::Clock;
 use crate::clock::Mono;
+use crate::codec::Rulebook;
 use crate::config::Config;
 use crate::consistency::{self, Pass, Stores};
 use crate::error::{Store, StoreError};
@@ -89,9 +90,10 @@ impl DaemonError {
 
 /// Runs msgx until `stop` disconnects (or it is fenced, or a stage fails): the schema is
 /// checked first, then the instance waits as a hot standby until it holds the lease, then
-/// serves.
+/// serves, deciding under `rules` (its release's rulebook, #65).
 pub fn run(
     cfg: &Config,
+    rules: Arc<Rulebook>,
     clock: Arc<dyn Clock>,
     stop: Receiver<()>,
     notifier: Arc<Notifier>,
@@ -103,9 +105,9 @@ pub fn run(
     let ops = Arc::new(Ops::new(Arc::new(Stats::default())));
     // Up from the start: a standby, or an instance waiting for own PostgreSQL, answers /live
     // and says why it is not /ready, and systemd hears from it.
-    let (side_stop, side) = side_threads(cfg, &ops, &clock, notifier)?;
+    let (side_stop, side) = side_threads(cfg, &rules, &ops, &clock, notifier)?;
     let result = match schema_checked(cfg, clock.as_ref(), &stop, &ops) {
-        Ok(true) => lifetimes(cfg, &clock, &stop, &me, &ops),
+        Ok(true) => lifetimes(cfg, &rules, &clock, &stop, &me, &ops),
         Ok(false) => Ok(()),
         Err(e) => Err(e),
     };
@@ -235,6 +237,7 @@ fn store_away(e: &DaemonError) -> Option<&StoreError> {
 /// store gauges' reader (when the endpoint or systemd shows them) and the watchdog.
 fn side_threads(
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     ops: &Arc<Ops>,
     clock: &Arc<dyn Clock>,
     notifier: Arc<Notifier>,
@@ -243,7 +246,7 @@ fn side_threads(
     let failed = |what: &str, e: std::io::Error| DaemonError::StageFailed(format!("{what}: {e}"));
     let metrics = Arc::new(Metrics::new(ops.clone(), clock.clone()));
     let mut threads = Vec::new();
-    let endpoint = ops_endpoint(cfg, ops, &metrics, rx.clone())?;
+    let endpoint = ops_endpoint(cfg, rules, ops, &metrics, rx.clone())?;
     if endpoint.is_some() || notifier.on() {
         // The store gauges are read on a thread of their own: a PostgreSQL that hangs holds it,
         // never the listener's workers nor the watchdog (#42); one away at start is connected
@@ -284,6 +287,7 @@ fn side_threads(
 /// ([`effects::perform`]), the comparison, the stages, the pauses and the end here.
 fn lifetimes(
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     clock: &Arc<dyn Clock>,
     stop: &Receiver<()>,
     me: &Claimant,
@@ -291,7 +295,7 @@ fn lifetimes(
 ) -> Result<(), DaemonError> {
     let real = RealStores::new(cfg);
     let (mut lease, mut fence) = (real.pg()?, real.redis()?);
-    let mut d = Lifetime { cfg, clock, stop, me, ops, standby: Standby::new(cfg) };
+    let mut d = Lifetime { cfg, rules, clock, stop, me, ops, standby: Standby::new(cfg) };
     let mut instance = Instance::new(InstancePolicy::of(cfg, false));
     let mut effect = instance.start();
     loop {
@@ -339,6 +343,7 @@ fn ended(end: End) -> Result<(), DaemonError> {
 /// What one instance of the daemon lives with, from lease to lease.
 struct Lifetime<'a> {
     cfg: &'a Config,
+    rules: &'a Arc<Rulebook>,
     clock: &'a Arc<dyn Clock>,
     stop: &'a Receiver<()>,
     me: &'a Claimant,
@@ -359,7 +364,7 @@ impl Lifetime<'_> {
         let beat = Beat::of(&ops.pulse, PASS, clock.clone());
         let watch = Watch { pulse: &ops.pulse, clock: clock.as_ref(), stuck_after: cfg.watchdog_stuck_after };
         let pass = renewing(cfg, self.me, epoch, watch, || {
-            consistency_pass(cfg, clock.as_ref(), epoch, &ops.stats, beat)
+            consistency_pass(cfg, self.rules, clock.as_ref(), epoch, &ops.stats, beat)
         });
         drop(turn);
         pass
@@ -372,7 +377,15 @@ impl Lifetime<'_> {
         let gate = Arc::new(LeaseGate::new(epoch, self.clock.clone(), since, self.cfg.lease.duration));
         let tenure =
             Tenure { lease, gate: gate.clone(), redis_token: token.or_else(|| redis_token(self.cfg)) };
-        let served = match serve(self.cfg, self.clock.clone(), self.stop.clone(), self.me, tenure, self.ops) {
+        let served = match serve(
+            self.cfg,
+            self.rules,
+            self.clock.clone(),
+            self.stop.clone(),
+            self.me,
+            tenure,
+            self.ops,
+        ) {
             Ok(served) => served,
             Err(e) => {
                 release(self.cfg, self.me, epoch);
@@ -471,6 +484,7 @@ fn redis_token(cfg: &Config) -> Option<String> {
 /// (exit 6) with what a person must decide.
 fn consistency_pass(
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     clock: &dyn Clock,
     epoch: i64,
     stats: &Stats,
@@ -482,7 +496,8 @@ fn consistency_pass(
         Err(e) => return Err(DaemonError::Store(e)),
     };
     let limits = crate::codec::Limits::of(&cfg.pipeline);
-    let mut st = Stores { pg: &mut pg, mailbox: &mut mailbox, flights: &mut flights, beat, limits };
+    let (pg, mailbox, flights, rules) = (&mut pg, &mut mailbox, &mut flights, rules.clone());
+    let mut st = Stores { pg, mailbox, flights, beat, limits, rules };
     let policy = consistency::PassPolicy {
         epoch,
         sample: cfg.pipeline.check_sample_ratio,
@@ -522,6 +537,7 @@ fn say(report: &consistency::Report, stats: &Stats) {
 #[allow(clippy::type_complexity)]
 fn ops_endpoint(
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     ops: &Arc<Ops>,
     metrics: &Arc<Metrics>,
     stop: Receiver<()>,
@@ -538,8 +554,11 @@ fn ops_endpoint(
     };
     let bound = server.local_addr().unwrap_or(addr);
     let (ops, metrics) = (ops.clone(), metrics.clone());
-    let console =
-        crate::ops::console::Console::new(cfg.clone(), Box::new(stores::ConsoleStores(cfg.clone())));
+    let console = crate::ops::console::Console::new(
+        cfg.clone(),
+        rules.clone(),
+        Box::new(stores::ConsoleStores(cfg.clone())),
+    );
     let access = Access {
         token: cfg.metrics_token.clone(),
         console_token: cfg.console_token.clone(),
@@ -631,6 +650,7 @@ pub struct Tenure {
 /// a fence or a store that forgot ends the holding — how, as the threads said it.
 pub fn serve(
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     clock: Arc<dyn Clock>,
     stop: Receiver<()>,
     me: &Claimant,
@@ -652,7 +672,7 @@ pub fn serve(
     let stats = ctx.stats.clone();
     let mut bells = Doorbells::new();
     let to_process = bells.door(StageId::Process);
-    let mut threads = stages(cfg, epoch, redis_token, &ctx, &mut bells)?;
+    let mut threads = stages(cfg, rules, epoch, redis_token, &ctx, &mut bells)?;
     threads.push(lease_keeper(lease, me.clone(), cfg.lease, ctx.clone()));
     if cfg.compat.enabled {
         threads.push(compat_server(cfg, epoch, to_process, ctx.clone())?);
@@ -675,6 +695,7 @@ pub fn serve(
 /// topology shared with the simulator), with the doorbells the topology names.
 fn stages(
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     epoch: i64,
     redis_token: Option<String>,
     ctx: &Context,
@@ -685,7 +706,7 @@ fn stages(
     let real = RealStores::new(cfg);
     let lane = real.commit_lane(epoch, move || rings.iter().for_each(Bell::ring))?;
     let mut live = real.live(epoch, redis_token, lane);
-    let s = topology::stages(&mut live, cfg, ctx.gate.clone(), &ctx.stats, ctx.clock.clone())?;
+    let s = topology::stages(&mut live, cfg, rules, ctx.gate.clone(), &ctx.stats, ctx.clock.clone())?;
     let p = &cfg.pipeline;
     let mut wire = |id: StageId| bells.wire(id, p);
     Ok(vec![

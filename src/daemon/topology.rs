@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::backfill::Backfill;
 use crate::clock::Clock;
+use crate::codec::Rulebook;
 use crate::config::Config;
 use crate::consistency::stage::Sentinel;
 use crate::consistency::{FlightsSide, MailboxSide, PgSide};
@@ -72,12 +73,14 @@ pub struct Stages<S: Stores> {
     pub sentinel: Sentinel<S::Audit, S::MailboxAudit, S::FlightAudit>,
 }
 
-/// Builds every stage from `stores`, with the configuration's policies; the stages that write
+/// Builds every stage from `stores`, with the configuration's policies and the instance's
+/// rules (`rules`: what the pump and the sentinel decode, #65); the stages that write
 /// where no fence reaches ask `gate`; the poller reads `clock` after the calls whose results
 /// it dates (#69).
 pub fn stages<S: Stores>(
     stores: &mut S,
     cfg: &Config,
+    rules: &Arc<Rulebook>,
     gate: Arc<dyn Gate>,
     stats: &Arc<Stats>,
     clock: Arc<dyn Clock>,
@@ -85,7 +88,7 @@ pub fn stages<S: Stores>(
     let p = &cfg.pipeline;
     let (intake, scan) = stores.poll()?;
     let (fifo, texts, flights, lane) = stores.process()?;
-    let mut pump = Pump::new(fifo, texts, flights, p, stats.clone(), clock.clone());
+    let mut pump = Pump::new(fifo, texts, flights, p, rules.clone(), stats.clone(), clock.clone());
     if let Some(lane) = lane {
         pump = pump.with_lane(lane);
     }
@@ -117,7 +120,7 @@ pub fn stages<S: Stores>(
         ),
         backfill: Backfill::new(ledger, marks, p, gate, stats.clone()),
         jobs: Jobs::new(stores.jobs()?, cfg, stats.clone()),
-        sentinel: Sentinel::new(audit, mailbox_audit, flight_audit, p, stats.clone()),
+        sentinel: Sentinel::new(audit, mailbox_audit, flight_audit, p, rules.clone(), stats.clone()),
     })
 }
 

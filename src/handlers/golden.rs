@@ -276,8 +276,8 @@ fn golden_digest() -> String {
 /// Each rules version and the digest of the golden decisions it makes (#52).
 const RULES_LEDGER: &str = "rules.txt";
 
-/// #52: a release that decides some input differently must say so — `RULES_VERSION` names the
-/// rules a message was decided under, and the consistency check re-decides only under the same.
+/// #52: a release that decides some input differently must say so — its rulebook's version
+/// (`codec::Rulebook::this_release`, #65) names the rules a message was decided under, and the consistency check re-decides only under the same.
 /// `golden/rules.txt` holds each version's digest of the golden decisions: a change to them
 /// under a version already listed fails here; a new version adds its line (UPDATE_EXPECT=1).
 #[test]
@@ -294,12 +294,12 @@ fn the_rules_version_moves_with_the_golden_decisions() {
             (v.parse().expect("a version"), d.trim_start_matches("sha256:").to_string())
         })
         .collect();
-    let current = super::RULES_VERSION;
+    let current = crate::codec::Rulebook::this_release().version();
     match versions.iter().find(|(v, _)| *v == current) {
         Some((_, d)) => assert_eq!(
             d, &digest,
             "the golden decisions changed under RULES_VERSION {current}: a release that decides some input \
-             differently bumps handlers::RULES_VERSION (then UPDATE_EXPECT=1 adds its line to golden/{RULES_LEDGER})"
+             differently bumps THIS_RELEASE in src/codec/rulebook.rs (then UPDATE_EXPECT=1 adds its line to golden/{RULES_LEDGER})"
         ),
         None => {
             let last = versions.iter().map(|(v, _)| *v).max().unwrap_or(0);

@@ -123,7 +123,7 @@ pub struct Decision {
     /// by a handler; the commit closes the request it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::requests::Answer>,
-    /// The rules that made it ([`RULES_VERSION`] of the release that decided it, #52): set by
+    /// The rules that made it (the version of the [`crate::codec::Rulebook`] of the instance that decided it, #52): set by
     /// the pump, journalled with the decision, so a decision a later attempt reuses — perhaps
     /// one of the next release — is recorded with the rules that made it. `None`: a journal
     /// entry of a release before #52.
@@ -234,14 +234,6 @@ fn event_json(target: Target, key: &str, event_type: &str, version: i64, payload
         payload_json,
     }
 }
-
-/// The version of the rules `decide` applies (#52): bumped whenever the decision for some input
-/// changes (a new mapping, a changed one). PostgreSQL records it with each message whose
-/// decision this process applied (V017), and the consistency check re-decides a message only
-/// under the rules that decided it: one decided under other rules is counted, never a finding.
-/// `golden/rules.txt` ties it to the golden decisions: a change to them under the same version
-/// fails `handlers::golden`.
-pub const RULES_VERSION: u32 = 1;
 
 /// The longest keys own PostgreSQL keeps (V001, V010): an event's flight key
 /// (`MSG_EVENT.PARTITION_KEY`), a reference key (`REF_MASTER.RKEY`), a season's name and a

@@ -521,7 +521,15 @@ fn regression_a_row_past_the_default_limits_is_not_called_reused() {
         &format!("<FLOP><FLID>B1</FLID><STND{attrs}>A1</STND></FLOP>"),
     );
     let raised = |c: &mut crate::config::Pipeline| c.max_attributes = 128;
-    assert!(crate::codec::decode_with(&wide, &crate::codec::Limits::DEFAULT).is_err(), "past the default");
+    assert!(
+        crate::codec::decode_with(
+            &wide,
+            &crate::codec::Limits::DEFAULT,
+            &crate::codec::Rulebook::this_release()
+        )
+        .is_err(),
+        "past the default"
+    );
     let w = processed_on(chunked_with(2, raised), &wide, &wide);
     assert!(w.poller.halted().is_none(), "{:?}", w.poller.halted());
     // Nor does a body that cannot be read after its header, nor one whose header cannot be

@@ -178,7 +178,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Err(panic) => return failed(ErrorClass::Infra, &panic),
         };
         d = answering(d, msg);
-        d.rules = Some(handlers::RULES_VERSION);
+        d.rules = Some(self.rules.version());
         super::report::tolerated(row.msg_id, p.tag.as_deref(), &d.warnings);
         if let Some(why) = self.too_large(&d) {
             return failed(ErrorClass::Protocol, &why);

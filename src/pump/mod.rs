@@ -92,6 +92,8 @@ pub struct Pump<P, M, F> {
     max_message_bytes: u64,
     max_event_bytes: usize,
     strict: bool,
+    /// What this instance's release decodes, and the version its decisions carry (#65).
+    rules: Arc<codec::Rulebook>,
     stats: Arc<Stats>,
     /// Journal entries to drop at the next Redis read: their outcomes are in PostgreSQL.
     forget: Vec<i64>,
@@ -125,6 +127,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         texts: M,
         flights: F,
         cfg: &Pipeline,
+        rules: Arc<codec::Rulebook>,
         stats: Arc<Stats>,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -140,6 +143,7 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             max_message_bytes: cfg.max_message_bytes,
             max_event_bytes: cfg.max_event_bytes,
             strict: cfg.strict_codec,
+            rules,
             stats,
             forget: Vec::new(),
             unknown_names: report::UnknownNames::default(),

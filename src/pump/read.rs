@@ -188,14 +188,14 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
             Planned::new(row, Step::Settled(Outcome::Skipped { reason: SkipReason::Ignored(String::new()) }));
         let msg = match read {
             Read::Ignored(meta) => {
-                planned.tag = Some(MsgKind::of(&meta).type_tag());
+                planned.tag = Some(MsgKind::of(&meta, &self.rules).type_tag());
                 let rule = self.ignore.matching(&meta).unwrap_or("?").to_string();
                 planned.settle(Outcome::Skipped { reason: SkipReason::Ignored(rule) });
                 return planned;
             }
             Read::Message(msg) => msg,
         };
-        planned.tag = Some(MsgKind::of(&msg.meta).type_tag());
+        planned.tag = Some(MsgKind::of(&msg.meta, &self.rules).type_tag());
         planned.unknown = msg.unknown.clone();
         if let Some(why) = msg.kind.not_for_us() {
             planned.settle(Outcome::Skipped { reason: SkipReason::NotForMsgx(why.to_string()) });
@@ -212,6 +212,6 @@ impl<P: Fifo, M: MailboxTexts, F: FlightStore> Pump<P, M, F> {
         if self.ignore.matching(&env.meta).is_some() {
             return Ok(Ok(Read::Ignored(env.meta)));
         }
-        Ok(codec::decode_body_with(env, self.strict).map(|m| Read::Message(Box::new(m))))
+        Ok(codec::decode_body_with(env, self.strict, &self.rules).map(|m| Read::Message(Box::new(m))))
     }
 }

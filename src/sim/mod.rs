@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{Clock, FakeClock};
+use crate::codec::Rulebook;
 use crate::config::Config;
 use crate::consistency::Pass;
 use crate::daemon::effects::{self, Edges};
@@ -136,6 +137,9 @@ struct Instance {
     machine: Machine,
     /// Not started yet: its first turn asks the machine for its first effect.
     fresh: bool,
+    /// Its release's rules (#65): what its pump and its pass decode, the version its
+    /// decisions carry.
+    rules: Arc<Rulebook>,
 }
 
 /// A write only the lease gate guards (Kafka, mailbox marks, COUTMSGS), with the writer's epoch
@@ -379,6 +383,7 @@ impl Sim {
             flights: &mut fl,
             beat: Default::default(),
             limits: Default::default(),
+            rules: Rulebook::this_release(),
         };
         match check(&mut st, Depth::Full { sample: 1.0 }, self.clock.now()) {
             Ok(r) if r.is_clean() => {
@@ -523,6 +528,7 @@ impl Sim {
             clean_at: 0,
             machine,
             fresh: true,
+            rules: Rulebook::this_release(),
         });
         self.say(format!("{name} starts (standby)"));
     }
@@ -745,6 +751,7 @@ impl Sim {
         // The planted bug: the heal writes Redis without the epoch's fence (#38).
         let mut flights = if planted::on(Bug::HealUnfenced) { flights } else { flights.fenced(epoch) };
         let now = self.clock.now();
+        let rules = self.instances[k].rules.clone();
         let pass = Stepped::spawn("sim-pass", move || {
             let mut st = Stores {
                 pg: &mut pg,
@@ -752,6 +759,7 @@ impl Sim {
                 flights: &mut flights,
                 beat: Default::default(),
                 limits: Default::default(),
+                rules,
             };
             if planted::on(Bug::HealSkipped) {
                 // The planted bug: a pass that finds a store that forgot and heals nothing.
@@ -891,7 +899,7 @@ impl Sim {
     fn serve(&mut self, k: usize, epoch: i64, since: crate::clock::Mono, token: Option<String>) {
         let (now, clock) = (self.clock.now(), Arc::new(self.clock.clone()));
         let gate = Arc::new(LeaseGate::new(epoch, clock, since, self.cfg.lease.duration));
-        let active = self.activate(gate, now, token);
+        let active = self.activate(gate, &self.instances[k].rules, now, token);
         self.instances[k].life = Life::Active(Box::new(active));
         let name = self.instances[k].name.clone();
         self.say(format!("{name} acquired the lease, epoch {epoch}"));
@@ -1011,16 +1019,28 @@ impl Sim {
     }
 
     /// Every stage of an instance holding `epoch`, wired as `daemon::serve` wires them.
-    fn activate(&self, gate: Arc<LeaseGate>, now: SystemTime, seen: Option<String>) -> Active {
+    fn activate(
+        &self,
+        gate: Arc<LeaseGate>,
+        rules: &Arc<Rulebook>,
+        now: SystemTime,
+        seen: Option<String>,
+    ) -> Active {
         let p = &self.cfg.pipeline;
         let epoch = gate.epoch();
         let stats = Arc::new(Stats::default());
         let stage_gate: Arc<dyn Gate> = Arc::new(Mischief::new(gate.clone()));
         let mut twins = Twins { sim: self, epoch, seen };
-        let stages =
-            topology::stages(&mut twins, &self.cfg, stage_gate.clone(), &stats, Arc::new(self.clock.clone()))
-                .expect("the twins are built without I/O")
-                .into_list();
+        let stages = topology::stages(
+            &mut twins,
+            &self.cfg,
+            rules,
+            stage_gate.clone(),
+            &stats,
+            Arc::new(self.clock.clone()),
+        )
+        .expect("the twins are built without I/O")
+        .into_list();
         Active {
             epoch,
             gate,

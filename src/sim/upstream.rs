@@ -315,7 +315,10 @@ impl Upstream {
     /// Another FLOP subtype (times, lists, remarks…) for a flight of the plan.
     fn flop_subtype(&mut self, rng: &mut Rng) -> (Kind, String) {
         let (styp, body, _) = *rng.pick(fixtures::EVERY_SUBTYPE);
-        let tag = crate::codec::flop::subtype(styp).expect("EVERY_SUBTYPE lists known subtypes").tag;
+        let tag = crate::codec::Rulebook::this_release()
+            .subtype(styp)
+            .expect("EVERY_SUBTYPE lists known subtypes")
+            .tag;
         let (flid, _, _) = *rng.pick(&FLIGHTS);
         self.decided(tag, &[flid], flop(self.next_seqn + 1, styp, flid, body))
     }

@@ -114,6 +114,7 @@ fn shape_table(title: &str, limits: impl Fn(usize) -> codec::Limits) {
     }
     println!();
     let mut plain_ms = [0f64; 4];
+    let rules = codec::Rulebook::this_release();
     for (name, shape) in msgx::fixtures::shapes::ALL {
         print!("  {name:<34}");
         let mut refused = None;
@@ -121,7 +122,7 @@ fn shape_table(title: &str, limits: impl Fn(usize) -> codec::Limits) {
             let (text, limits) = (shape(bytes), limits(bytes));
             let runs = ((64 << 20) / bytes.max(1 << 20) * 2 + 3).min(21);
             let secs = median_secs(runs, || {
-                if let Err(e) = codec::decode_with(std::hint::black_box(&text), &limits) {
+                if let Err(e) = codec::decode_with(std::hint::black_box(&text), &limits, &rules) {
                     refused = Some(e.class);
                 }
             });
@@ -143,11 +144,12 @@ fn shapes() {
         max_unknown_names: u32::MAX,
     });
     println!("\nat the default limits, 1 MiB of each:");
+    let rules = codec::Rulebook::this_release();
     for (name, shape) in msgx::fixtures::shapes::ALL {
         let text = shape(1 << 20);
         let mut verdict = String::new();
         let secs = median_secs(5, || {
-            verdict = match codec::decode_with(&text, &codec::Limits::DEFAULT) {
+            verdict = match codec::decode_with(&text, &codec::Limits::DEFAULT, &rules) {
                 Ok(_) => "decoded".into(),
                 Err(e) => format!("{}: {}", e.class, e.detail),
             };

@@ -272,6 +272,7 @@ impl Services {
             MysqlMailbox::connect(&self.cfg.mysql_url, &self.cfg.inbound).unwrap(),
             RedisFlights::connect(&self.cfg.redis_url, &self.cfg.redis_prefix).unwrap(),
             &self.cfg.pipeline,
+            msgx::codec::Rulebook::this_release(),
             stats.clone(),
             clock,
         )
@@ -486,10 +487,17 @@ pub fn eventually(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Runs the daemon on its own thread; dropping the returned sender stops it.
-pub fn start_daemon(
-    cfg: &Config,
-) -> (crossbeam_channel::Sender<()>, std::thread::JoinHandle<Result<(), msgx::daemon::DaemonError>>) {
+/// A daemon run on a thread of the test: dropping the sender stops it.
+pub type Daemon =
+    (crossbeam_channel::Sender<()>, std::thread::JoinHandle<Result<(), msgx::daemon::DaemonError>>);
+
+/// Runs the daemon of this release on its own thread; dropping the returned sender stops it.
+pub fn start_daemon(cfg: &Config) -> Daemon {
+    start_daemon_with(cfg, msgx::codec::Rulebook::this_release())
+}
+
+/// Runs the daemon on its own thread deciding under `rules` (another release's rulebook, #65).
+pub fn start_daemon_with(cfg: &Config, rules: std::sync::Arc<msgx::codec::Rulebook>) -> Daemon {
     // The daemon's log lines show with a failing test (nextest keeps them otherwise).
     let _ = env_logger::builder().is_test(true).filter_level(log::LevelFilter::Info).try_init();
     let (tx, rx) = crossbeam_channel::bounded::<()>(0);
@@ -497,6 +505,7 @@ pub fn start_daemon(
     let h = std::thread::spawn(move || {
         msgx::daemon::run(
             &cfg,
+            rules,
             std::sync::Arc::new(msgx::clock::SystemClock),
             rx,
             std::sync::Arc::new(msgx::ops::notify::Notifier::off()),

@@ -146,6 +146,8 @@ pub trait Opener: Send {
 /// The console's own connections, opened when first needed.
 pub struct Console {
     cfg: Config,
+    /// The instance's rules: a message's text is traced as its pump read it (#65).
+    rules: std::sync::Arc<crate::codec::Rulebook>,
     open: Box<dyn Opener>,
     pg: Option<Box<dyn OwnReads>>,
     mailbox: Option<Box<dyn MailboxEntries + Send>>,
@@ -153,8 +155,8 @@ pub struct Console {
 }
 
 impl Console {
-    pub fn new(cfg: Config, open: Box<dyn Opener>) -> Console {
-        Console { cfg, open, pg: None, mailbox: None, redis: None }
+    pub fn new(cfg: Config, rules: std::sync::Arc<crate::codec::Rulebook>, open: Box<dyn Opener>) -> Console {
+        Console { cfg, rules, open, pg: None, mailbox: None, redis: None }
     }
 
     /// The answer to `page`.
@@ -231,7 +233,7 @@ impl Console {
                 self.mailbox = Some(self.open.mailbox()?);
             }
             let pg = self.pg.as_deref_mut().expect("connected");
-            lineage::trace(pg, self.mailbox.as_deref_mut().expect("connected"), &self.cfg, id)
+            lineage::trace(pg, self.mailbox.as_deref_mut().expect("connected"), (&self.cfg, &self.rules), id)
         })();
         read.map_err(|e| self.failed(e))
     }

@@ -684,7 +684,7 @@ impl Pg {
         let (lo, hi) = span(ids.iter().copied());
         let now = SystemTime::UNIX_EPOCH;
         let records: Vec<Option<&str>> = vec![Some(RedisRecord::Applied.as_str()); ids.len()];
-        let rules: Vec<Option<i32>> = vec![Some(handlers::RULES_VERSION as i32); ids.len()];
+        let rules: Vec<Option<i32>> = vec![Some(1); ids.len()];
         let stale: Vec<Option<bool>> = vec![None; ids.len()];
         self.explain(&succeed_sql(), &[&ids, &keys, &t, &now, &lo, &hi, &records, &rules, &stale])
     }
