@@ -1,9 +1,9 @@
 //! A new release takes over a live pipeline from the one before (#52), on the real services.
-//! Three builds run side by side: the **previous** release (the commit pinned in
-//! `packaging/RELEASES`), the build under test, and the **next** one (this tree
-//! plus `tests/support/next-release.patch`: FLOP-STND also reads `<XSTND>`, the rules version
-//! one up). `tests/support/releases.sh` builds the other two, as `msgx-previous` and `msgx-next`, in
-//! the main target directory.
+//! Two builds run side by side: the **previous** release (the commit pinned in
+//! `packaging/RELEASES`, built by `tests/support/releases.sh` as `msgx-previous` in the main
+//! target directory) and the build under test. The **next** release is a value (#65): this
+//! release's rulebook plus one mapping (FLOP-STND also reads `<XSTND>`, the rules version one
+//! up), its daemon run in the test's process.
 
 use crate::common;
 
@@ -20,7 +20,6 @@ use mysql::prelude::Queryable;
 /// The other releases' binaries.
 struct Releases {
     previous: PathBuf,
-    next: PathBuf,
 }
 
 fn releases() -> Releases {
@@ -31,7 +30,7 @@ fn releases() -> Releases {
     let at: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
     let path =
         |name: &str| PathBuf::from(at.get(name).unwrap_or_else(|| panic!("no {name} release in:\n{text}")));
-    Releases { previous: path("previous"), next: path("next") }
+    Releases { previous: path("previous") }
 }
 
 /// The sentinel every second: a rolling upgrade is compared many times over.
@@ -256,14 +255,43 @@ fn fields(s: &Services, bin: &Path, flid: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The next release as the tests run it (#65): this release's rulebook plus the most ordinary
+/// change a release makes — FLOP-STND also reads the vendor element `<XSTND>`, which this
+/// release skips as unknown — so the decision for some input changes and the rules version goes
+/// up by one. A value, run in this process; no other build.
+fn next_release() -> Arc<msgx::codec::Rulebook> {
+    let this = msgx::codec::Rulebook::this_release();
+    Arc::new(this.with_scalar("STND", "XSTND", msgx::codec::flop::Kind::Text).expect("one more mapping"))
+}
+
+/// `msgx verify --sample 1` as an instance carrying `rules` runs it: the report.
+fn verify_under(s: &Services, rules: &Arc<msgx::codec::Rulebook>) -> msgx::consistency::Report {
+    use msgx::store::{flights::RedisFlights, mailbox::MysqlMailbox, pg::Pg};
+    let (mut pg, mut mb, mut fl) = (
+        Pg::connect(&s.cfg.pg_url).unwrap(),
+        MysqlMailbox::connect(&s.cfg.mysql_url, &s.cfg.inbound).unwrap(),
+        RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap(),
+    );
+    let mut st = msgx::consistency::Stores {
+        pg: &mut pg,
+        mailbox: &mut mb,
+        flights: &mut fl,
+        beat: Default::default(),
+        limits: msgx::codec::Limits::of(&s.cfg.pipeline),
+        rules: rules.clone(),
+    };
+    msgx::consistency::check(&mut st, msgx::consistency::Depth::Full { sample: 1.0 }, now()).unwrap()
+}
+
 /// #52, the probe: this release processed 300 FLOPs carrying `<XSTND>9</XSTND>`, which
-/// it skips; the next one maps it. The next release's `verify --sample 1` counts those messages
-/// as decided under other rules (no `versions-behind`), it starts without a finding or a heal,
-/// and after Redis is emptied under it, it rebuilds what was announced: flight 7050 without
-/// XSTND (no event announced one), flight 7200 with the XSTND an event of its own announced.
+/// it skips; the next one maps it. The next release's check (`verify --sample 1`) counts those
+/// messages as decided under other rules (no `versions-behind`), it starts without a finding or
+/// a heal, and after Redis is emptied under it, it rebuilds what was announced: flight 7050
+/// without XSTND (no event announced one), flight 7200 with the XSTND an event of its own
+/// announced. #65: the next release is a rulebook value, its daemon run in this process.
 #[test]
 fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_was_announced() {
-    let r = releases();
+    let next = next_release();
     let this = Path::new(env!("CARGO_BIN_EXE_msgx"));
     let s = Services::migrated("");
     let raws: Vec<String> = (0..300)
@@ -283,43 +311,56 @@ fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_
     assert_eq!(code, Some(0), "{out}");
     a.signal("-TERM");
     assert_eq!(a.wait(Duration::from_secs(60)), Some(0), "{}", a.log_text());
-    let (code, out) = msgx_cli_of(&s, &r.next, &s.cfg.pg_url, &["verify", "--sample", "1"]);
-    assert_eq!(code, Some(0), "the next release finds nothing:\n{out}");
-    assert!(out.contains("other rules: 300 message(s)"), "{out}");
-    let b = Instance::run_release(&s, &r.next, "next", CHECKED, &[]);
-    assert!(b.wait_for_log("lease acquired", Duration::from_secs(60)), "{}", b.log_text());
+    let r = verify_under(&s, &next);
+    assert!(r.is_clean(), "the next release finds nothing: {r:?}");
+    assert_eq!((r.other_rules, r.sampled), (300, 0), "decided under other rules, none decided again");
+    let log = captured::log();
+    let mut cfg = s.cfg.clone();
+    cfg.pipeline.check_interval = Duration::from_secs(1); // CHECKED
+    let (stop, daemon) = start_daemon_with(&cfg, next.clone());
+    assert!(log.wait_for("lease acquired", Duration::from_secs(60)), "{}", log.text());
     // A new message under the next release's rules: its event announces XSTND.
     s.insert_inbound(&[fixtures::flop(301, "STND", "7200", &[("STND", Some("14")), ("XSTND", Some("10"))])]);
-    settled(&s, &b, &[(SENT, 301)]);
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || count(&mut pg, SENT) == 301), "{}", log.text());
+    let recorded = "SELECT rules_version FROM proc_state WHERE msg_id = (SELECT max(msg_id) FROM proc_state)";
+    let version: Option<i32> = pg.query_one(recorded, &[]).unwrap().get(0);
+    assert_eq!(version, Some(next.version() as i32), "decided under the next release's rules");
     // The sentinel compares every second; a few rounds on the next release's rules.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
-        count(&mut s.pg(), "SELECT count(*) FROM consistency_heal"),
+        count(&mut pg, "SELECT count(*) FROM consistency_heal"),
         0,
         "no heal at the start:\n{}",
-        b.log_text()
+        log.text()
     );
-    assert!(alarms(&b.log_text()).is_empty(), "{:?}", alarms(&b.log_text()));
+    assert!(alarms(&log.text()).is_empty(), "{:?}", alarms(&log.text()));
     // Redis emptied under the next release: a real loss, healed from what was announced.
     assert!(empty_redis(&s) > 0);
-    assert!(b.wait_for_log("healed redis:", Duration::from_secs(60)), "{}", b.log_text());
-    let f7050 = fields(&s, &r.next, "7050");
+    assert!(log.wait_for("healed redis:", Duration::from_secs(60)), "{}", log.text());
+    let f7050 = fields(&s, this, "7050");
     assert_eq!(f7050.get("STND").map(String::as_str), Some("12"), "{f7050:?}");
     assert!(!f7050.contains_key("XSTND"), "no event announced XSTND for 7050: {f7050:?}");
-    let f7200 = fields(&s, &r.next, "7200");
+    let f7200 = fields(&s, this, "7200");
     assert_eq!(
         f7200.get("XSTND").map(String::as_str),
         Some("10"),
         "announced by message 301's event: {f7200:?}"
     );
-    let (code, out) = msgx_cli_of(&s, &r.next, &s.cfg.pg_url, &["verify", "--sample", "1"]);
-    assert_eq!(code, Some(0), "{out}");
-    let log = b.log_text();
-    let heal = log.lines().find(|l| l.contains("healed redis:")).unwrap_or_default();
+    let r = verify_under(&s, &next);
+    assert!(r.is_clean(), "{r:?}");
+    let text = log.text();
+    let heal = text.lines().find(|l| l.contains("healed redis:")).unwrap_or_default();
     assert!(
-        heal.contains("300 message(s) decided under other rules laid on as announced, 0 decided again"),
+        heal.contains(&format!(
+            "300 message(s) decided under other rules laid on as announced, 0 decided again under rules {}",
+            next.version()
+        )),
         "{heal}"
     );
+    drop(stop);
+    daemon.join().expect("the daemon's thread").expect("the next release stops cleanly");
+    assert!(log.wait_for("lease released", Duration::from_secs(1)), "{text}");
     println!("next release: {heal}");
 }
 

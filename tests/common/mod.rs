@@ -18,6 +18,7 @@ use msgx::store::flights::RedisFlights;
 use msgx::store::mailbox::MysqlMailbox;
 use msgx::store::pg::Pg;
 
+pub mod captured;
 pub mod tls;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
-# Builds the releases the upgrade tests run beside the build under test (#52) and prints where
-# their binaries are, one `name=path` a line:
-#   previous — the newest release of packaging/RELEASES: the release before this one (a line is
-#              added at each release; a release before #52 cannot run on a newer schema, so the
-#              newest is never older than the commit that taught releases to);
-#   next     — this tree plus tests/support/next-release.patch: one more mapping, the rules
-#              version one up.
-# Both are built in the main target directory (#66), debug, with the lock file of their tree:
-# every dependency they share with this build is compiled once, for all three. Their binary is
-# renamed (msgx-previous, msgx-next) in their tree's Cargo.toml, so building them never
-# replaces target/debug/msgx, the build under test, which tests run while this script runs
-# again. The trees are staged in target/releases. A second run builds only what changed;
-# concurrent runs wait for each other.
+# Builds the release the upgrade tests run beside the build under test (#52) and prints where
+# its binary is, as `previous=path`: the newest release of packaging/RELEASES, the release
+# before this one (a line is added at each release; a release before #52 cannot run on a newer
+# schema, so the newest is never older than the commit that taught releases to). The next
+# release is no build (#65): the tests run this release's rulebook plus one mapping.
+# It is built in the main target directory (#66), debug, with the lock file of its tree: every
+# dependency it shares with this build is compiled once, for both. Its binary is renamed
+# (msgx-previous) in its tree's Cargo.toml, so building it never replaces target/debug/msgx,
+# the build under test, which tests run while this script runs again. The tree is staged in
+# target/releases. A second run builds only what changed; concurrent runs wait for each other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD/target/releases
@@ -20,6 +17,8 @@ exec 9>"$root/.lock"
 flock 9
 # Where the releases were built before #66: a target directory of their own.
 rm -rf "$root/target"
+# Where the next release was staged and built before #65.
+rm -rf "$root/next" "$root/msgx-next"
 
 # A release's binary is named msgx-NAME: the `name` of the [[bin]] msgx in its Cargo.toml. Its
 # package is renamed msgx-NAME too (in its lock file as well), its library keeping the crate name
@@ -54,28 +53,6 @@ if [ "$(cat "$root/previous.pin" 2>/dev/null)" != "$pin renamed" ]; then
   echo "$pin renamed" > "$root/previous.pin"
 fi
 
-# This tree as it is (committed or not, as git lists it), and the patch on top: staged, then
-# copied over the build's tree only where a file differs, so cargo sees unchanged files unchanged.
-sync_tree() {
-  local src=$1 dst=$2 f
-  mkdir -p "$dst"
-  while IFS= read -r f; do
-    cmp -s "$src/$f" "$dst/$f" || { mkdir -p "$dst/$(dirname "$f")"; cp "$src/$f" "$dst/$f"; }
-  done < <(cd "$src" && find . -type f)
-  while IFS= read -r f; do
-    [ -e "$src/$f" ] || rm -f "$dst/$f"
-  done < <(cd "$dst" && find . -type f)
-}
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-  [ -f "$f" ] && { mkdir -p "$stage/$(dirname "$f")"; cp -p "$f" "$stage/$f"; }
-done
-( cd "$stage" && git apply ) < tests/support/next-release.patch \
-  || { echo "releases.sh: tests/support/next-release.patch no longer applies to this tree" >&2; exit 1; }
-rename_bin "$stage" next
-sync_tree "$stage" "$root/next"
-
 build() {
   local name=$1 dir=$2 exe
   # The dependencies built as this tree builds them (Cargo.toml's dev profile: no debug info,
@@ -92,4 +69,3 @@ build() {
   echo "$name=$root/msgx-$name"
 }
 build previous "$root/previous"
-build next "$root/next"
