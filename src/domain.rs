@@ -357,3 +357,30 @@ pub struct OutboundIntent {
     pub routing_id: String,
     pub xml: String,
 }
+
+/// What an inbound message answers, if it is an answer (G-RESP-GUARD): a word of the domain,
+/// here so that a decision (`handlers::Decision::answer`) carries it without the handlers
+/// naming `requests`, the room above them (#65: no circle between rooms).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Answer {
+    /// `SCHD-RESP`, with its earliest and latest scheduled time as a window's key writes them
+    /// (`2026-03-05T09:00`; none when no record has one): it answers the `RQFD` requests whose
+    /// window holds them — SIS answers name no request, so the times are all that tells (#55);
+    /// without times it answers none.
+    Window(Option<(String, String)>),
+    /// A reference `RESP` of this type: the open `RQRD` request for it.
+    Reference(String),
+    /// A family-B message carrying `RMID`: the request whose `MGID` it names.
+    Rmid(String),
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Window(Some((a, b))) => write!(f, "flights {a}..{b} (RQFD)"),
+            Answer::Window(None) => f.write_str("a flight window (RQFD)"),
+            Answer::Reference(t) => write!(f, "reference list {t} (RQRD)"),
+            Answer::Rmid(m) => write!(f, "RMID {m}"),
+        }
+    }
+}

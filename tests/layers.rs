@@ -263,6 +263,69 @@ fn long_functions(read: &Read) -> Vec<String> {
     long.map(|(name, line, n)| format!("{line}: fn {name} has {n} lines")).collect()
 }
 
+/// The rooms each room names (`crate::<room>::…`, aliases resolved), itself left out.
+fn rooms(files: &[(String, String, Read)]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (_, module, read) in files {
+        let named = read.crate_paths().into_iter().filter_map(|p| p.get(1).cloned());
+        g.entry(module.clone()).or_default().extend(named.filter(|u| u != module));
+    }
+    g
+}
+
+/// Every circle between rooms: each a set of rooms that reach one another (a strongly connected
+/// component of more than one room), in name order.
+fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reach = |from: &str| -> BTreeSet<String> {
+        let (mut seen, mut todo) = (BTreeSet::new(), vec![from.to_string()]);
+        while let Some(m) = todo.pop() {
+            for u in g.get(&m).into_iter().flatten() {
+                if seen.insert(u.clone()) {
+                    todo.push(u.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> = g.keys().map(|m| (m, reach(m))).collect();
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for (m, r) in &reaches {
+        let circle: Vec<String> = reaches
+            .iter()
+            .filter(|(n, rn)| r.contains(n.as_str()) && rn.contains(m.as_str()))
+            .map(|(n, _)| n.to_string())
+            .collect();
+        if circle.len() > 1 && !out.contains(&circle) {
+            out.push(circle);
+        }
+    }
+    out
+}
+
+/// Where this release's rulebook may be named (#65): where an instance or a command starts —
+/// the binary (`cli`, `main`), the test builds' simulator and world — and the codec, whose
+/// `decode` (tests', benches' and fixtures' shorthand) decodes under it. Every other room is
+/// handed the rulebook its instance carries.
+const RULES_EDGES: [&str; 5] = ["cli", "main", "sim", "testkit", "codec"];
+
+/// What a file of `module` names of this release's rules outside [`RULES_EDGES`]:
+/// `Rulebook::this_release`, or `codec::decode`, which decodes under it.
+fn this_release_named(module: &str, read: &Read) -> BTreeSet<String> {
+    if RULES_EDGES.contains(&module) {
+        return BTreeSet::new();
+    }
+    let mut named = BTreeSet::new();
+    for p in read.paths.iter().chain(&read.crate_paths()) {
+        if p.ends_with(&["Rulebook".to_string(), "this_release".to_string()]) {
+            named.insert("Rulebook::this_release".to_string());
+        }
+        if p.len() == 3 && p[0] == "crate" && p[1] == "codec" && p[2] == "decode" {
+            named.insert("codec::decode".to_string());
+        }
+    }
+    named
+}
+
 #[test]
 fn no_import_climbs_the_layers() {
     let wrong: Vec<String> = production_files()
@@ -302,6 +365,26 @@ fn no_production_function_is_longer_than_seventy_lines() {
         "production functions over {FN_MAX_LINES} lines (split them):\n{}",
         long.join("\n")
     );
+}
+
+/// #65: rooms that reach one another cannot be read, changed or tested one at a time.
+#[test]
+fn no_circle_between_rooms() {
+    let found = circles(&rooms(&production_files()));
+    assert!(found.is_empty(), "rooms that reach one another (docs/architecture.md, \"Layers\"): {found:?}");
+}
+
+/// #65: a release's rules are a value its instance carries; no room but an edge reads this
+/// release's.
+#[test]
+fn this_releases_rules_are_named_only_where_an_instance_starts() {
+    let mut wrong = Vec::new();
+    for (file, module, read) in production_files() {
+        for n in this_release_named(&module, &read) {
+            wrong.push(format!("{file}: names {n} (decode under the rulebook the instance carries)"));
+        }
+    }
+    assert!(wrong.is_empty(), "this release's rules read past the edges:\n{}", wrong.join("\n"));
 }
 
 // ------------------------------------------------------------------ the rules, proven planted
@@ -348,6 +431,41 @@ fn an_eighty_line_function_below_an_early_cfg_test_is_found_and_text_is_not_code
     assert_eq!(long_functions(&read), ["6: fn long has 80 lines"]);
     let in_tests = format!("#[cfg(test)]\nmod tests {{\n    fn long() {{\n{body}    }}\n}}\n");
     assert!(long_functions(&Read::of(&production(&in_tests))).is_empty(), "test code is left out");
+}
+
+#[test]
+fn a_circle_between_rooms_is_found_through_a_third() {
+    let file = |module: &str, text: &str| {
+        (format!("src/{module}.rs"), module.to_string(), Read::of(&production(text)))
+    };
+    let files = vec![
+        file(
+            "handlers",
+            &format!("{EARLY_TEST_MODULE}pub struct D {{ pub a: Option<crate::requests::Answer> }}\n"),
+        ),
+        file("requests", "use crate::lineage as l;\nfn f() { l::x(); }\n"),
+        file("lineage", "use crate::{handlers::decide, codec};\n"),
+        file("codec", "use crate::config::Limits;\n"),
+        file("config", "#[cfg(test)]\nuse crate::codec::decode;\n"),
+    ];
+    assert_eq!(circles(&rooms(&files)), [["handlers", "lineage", "requests"]]);
+    // The test code's import makes no circle; without the handlers' field there is none.
+    let files: Vec<_> = files.into_iter().skip(1).collect();
+    assert!(circles(&rooms(&files)).is_empty());
+}
+
+#[test]
+fn this_releases_rules_named_past_the_edges_are_found() {
+    let text = format!(
+        "{EARLY_TEST_MODULE}use crate::codec::{{self, decode}};\nfn f(t: &str) {{ let r = codec::Rulebook::this_release(); decode(t); }}\n"
+    );
+    let read = Read::of(&production(&text));
+    let found: Vec<String> = this_release_named("daemon", &read).into_iter().collect();
+    assert_eq!(found, ["Rulebook::this_release", "codec::decode"]);
+    assert!(this_release_named("cli", &read).is_empty(), "where a command starts, it may");
+    let handed =
+        "fn f(t: &str, rules: &crate::codec::Rulebook) { crate::codec::decode_with(t, &L, rules); }\n";
+    assert!(this_release_named("consistency", &Read::of(&production(handed))).is_empty());
 }
 
 // ------------------------------------------------------------- log lines and upstream text

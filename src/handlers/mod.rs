@@ -122,7 +122,7 @@ pub struct Decision {
     /// What the message answers, if it answers a request (G-RESP-GUARD): set by the pump, not
     /// by a handler; the commit closes the request it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer: Option<crate::requests::Answer>,
+    pub answer: Option<crate::domain::Answer>,
     /// The rules that made it (the version of the [`crate::codec::Rulebook`] of the instance that decided it, #52): set by
     /// the pump, journalled with the decision, so a decision a later attempt reuses — perhaps
     /// one of the next release — is recorded with the rules that made it. `None`: a journal

@@ -440,30 +440,7 @@ impl NewRequest {
     }
 }
 
-/// What an inbound message answers, if it is an answer (G-RESP-GUARD).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum Answer {
-    /// `SCHD-RESP`, with its earliest and latest scheduled time as a window's key writes them
-    /// (`2026-03-05T09:00`; none when no record has one): it answers the `RQFD` requests whose
-    /// window holds them — SIS answers name no request, so the times are all that tells (#55);
-    /// without times it answers none.
-    Window(Option<(String, String)>),
-    /// A reference `RESP` of this type: the open `RQRD` request for it.
-    Reference(String),
-    /// A family-B message carrying `RMID`: the request whose `MGID` it names.
-    Rmid(String),
-}
-
-impl fmt::Display for Answer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Answer::Window(Some((a, b))) => write!(f, "flights {a}..{b} (RQFD)"),
-            Answer::Window(None) => f.write_str("a flight window (RQFD)"),
-            Answer::Reference(t) => write!(f, "reference list {t} (RQRD)"),
-            Answer::Rmid(m) => write!(f, "RMID {m}"),
-        }
-    }
-}
+pub use crate::domain::Answer;
 
 /// What `msg` answers: `SCHD-RESP`, a reference `RESP`, or a family-B message with an `RMID`.
 pub fn answer_of(msg: &Message) -> Option<Answer> {
