@@ -42,6 +42,9 @@ pub enum Bug {
     /// came back: a store call that blocked makes a fresh gap look old, and the rows above it
     /// flow before the commit grace is over (#69).
     RoundTimeReused,
+    /// A stop does not give the lease back: the fleet has no writer until it expires (#65;
+    /// planted in the simulator's effect interpreter, where the release is performed).
+    StopKeepsLease,
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! runs it again, step for step. `SIM_SEEDS=n` runs n seeds.
 
 mod check;
+mod fleet;
 mod mischief;
 pub(crate) mod rng;
 mod slow;
@@ -140,6 +141,11 @@ struct Instance {
     /// Its release's rules (#65): what its pump and its pass decode, the version its
     /// decisions carry.
     rules: Arc<Rulebook>,
+    /// systemd asked it to stop (SIGTERM): it ends at its next chance (`fleet::stop_now`).
+    stopping: bool,
+    /// The lease epoch it won last, and the last whose release reached the store (`fleet`).
+    held: Option<i64>,
+    released: Option<i64>,
 }
 
 /// A write only the lease gate guards (Kafka, mailbox marks, COUTMSGS), with the writer's epoch
@@ -214,6 +220,15 @@ pub struct Sim {
     /// answers it will write later (when, to which request's text).
     aodb_read: usize,
     aodb_later: Vec<(SystemTime, String)>,
+    /// The release systemd starts (#65): this one, or the next after an upgrade.
+    deployed: Arc<Rulebook>,
+    /// The rules version of the instance that served last: a takeover by another is said.
+    serving: Option<u32>,
+    /// A broken rule of an instance's life (a stop that kept the lease). Fails the seed.
+    pub broken: Option<String>,
+    /// A heal laid on what another release's decisions announced (#52, #65): the clear of a
+    /// field already empty is announced by no event, so its version cannot come back.
+    pub laid_on_announced: bool,
 }
 
 impl Sim {
@@ -281,6 +296,10 @@ impl Sim {
             false_alarm: None,
             aodb_read: 0,
             aodb_later: Vec::new(),
+            deployed: Rulebook::this_release(),
+            serving: None,
+            broken: None,
+            laid_on_announced: false,
         };
         sim.spawn_standby(Duration::ZERO);
         sim
@@ -327,6 +346,8 @@ impl Sim {
             119 => self.replay_dead(),
             120..=121 => self.ask(),
             122..=127 => self.aodb(),
+            128..=129 => self.sigterm(),
+            130 => self.deploy(),
             _ => self.run_something(),
         }
     }
@@ -415,16 +436,23 @@ impl Sim {
         let lines = self.upstream.end_transactions(&self.mailbox, now, false);
         lines.into_iter().for_each(|l| self.say(l));
         let mut thawed = Vec::new();
-        for i in &mut self.instances {
+        for (k, i) in self.instances.iter_mut().enumerate() {
             if matches!(&i.life, Life::Frozen { until, .. } if *until <= now) {
                 let Life::Frozen { was, .. } = std::mem::replace(&mut i.life, Life::Gone) else {
                     unreachable!()
                 };
                 i.life = *was;
-                thawed.push(i.name.clone());
+                thawed.push(k);
             }
         }
-        thawed.into_iter().for_each(|n| self.say(format!("{n} thawed")));
+        for k in thawed {
+            let name = self.instances[k].name.clone();
+            self.say(format!("{name} thawed"));
+            // A SIGTERM sent while it was frozen is heard now.
+            if self.instances[k].stopping {
+                self.stop_now(k);
+            }
+        }
     }
 
     fn heal(&mut self, s: Store) {
@@ -528,9 +556,13 @@ impl Sim {
             clean_at: 0,
             machine,
             fresh: true,
-            rules: Rulebook::this_release(),
+            rules: self.deployed.clone(),
+            stopping: false,
+            held: None,
+            released: None,
         });
-        self.say(format!("{name} starts (standby)"));
+        let release = fleet::release_name(&self.deployed);
+        self.say(format!("{name} starts (standby, {release})"));
     }
 
     /// The earliest time something wants to run.
@@ -827,6 +859,7 @@ impl Sim {
             eprintln!("pass at step {} (redis seq {seq}): {outcome:?}", self.step);
         }
         if let Pass::Agreed { report, healed, .. } = &outcome {
+            self.laid_on_announced |= healed.as_ref().is_some_and(|h| h.other.announced > 0);
             if !report.is_clean() {
                 self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
                 if self.last_forget.is_none_or(|f| f < clean_before) {
@@ -867,7 +900,13 @@ impl Sim {
         loop {
             let input = match effect {
                 Effect::Compare { epoch } => return self.start_pass(k, epoch),
+                // Stopped while it compared: the holding ends as soon as it begins.
+                Effect::Serve { .. } if self.instances[k].stopping => {
+                    Input::Served { served: Served::Stopped, stale: false, stopping: true }
+                }
                 Effect::Serve { epoch, since, token } => return self.serve(k, epoch, since, token),
+                // A pause ends at once when stop was asked (`daemon::pause_or_stop`).
+                Effect::Wait(_) if self.instances[k].stopping => Input::Stop,
                 Effect::Wait(pause) => {
                     self.instances[k].life = Life::Standby { wake: self.clock.now() + pause };
                     return;
@@ -885,7 +924,16 @@ impl Sim {
         let (me, duration) = (self.instances[k].me.clone(), self.cfg.lease.duration);
         let (mut lease, mut fence) = (self.pg.session(), self.flights.handle());
         let mut edges = Edges { lease: &mut lease, fence: &mut fence, me: &me, duration, clock: &self.clock };
-        let input = effects::perform(call, &mut edges).expect("an effect that is one call to a port");
+        let calls = self.pg.calls();
+        let input = match call {
+            // The planted bug: a stop that does not give the lease back (#65).
+            Effect::Release { .. } if self.instances[k].stopping && planted::on(Bug::StopKeepsLease) => {
+                Input::Done
+            }
+            call => effects::perform(call, &mut edges).expect("an effect that is one call to a port"),
+        };
+        let reached = self.pg.calls() > calls;
+        self.note_held(k, call, &input, reached);
         if matches!(call, Effect::ClaimFlights { .. }) {
             // Serving without a pass: the stores are taken as agreeing from here (a pass that
             // follows, started at this step, says the same).
@@ -903,6 +951,7 @@ impl Sim {
         self.instances[k].life = Life::Active(Box::new(active));
         let name = self.instances[k].name.clone();
         self.say(format!("{name} acquired the lease, epoch {epoch}"));
+        self.note_takeover(k);
     }
 
     /// Instance `k` no longer serves (its stages closed) and stands by again after `pause`.
@@ -917,6 +966,7 @@ impl Sim {
     /// Instance `k` ends; systemd starts it again.
     fn exit(&mut self, k: usize, end: End) {
         self.close(k);
+        self.check_stop(k, &end);
         self.instances[k].life = Life::Gone;
         // The exit code from the one table the daemon's process ends with (`End::exit`).
         let code = end.exit().code();
@@ -928,7 +978,10 @@ impl Sim {
         };
         let name = self.instances[k].name.clone();
         self.say(format!("{name} stops: {why}"));
-        self.spawn_standby(Duration::from_secs(1));
+        match self.instances[k].stopping {
+            true => self.restart(),
+            false => self.spawn_standby(Duration::from_secs(1)),
+        }
     }
 
     /// Instance `k`'s stages, if it serves, closed as the daemon's supervisor joins them; its
@@ -985,7 +1038,8 @@ impl Sim {
             }
         }
         self.close(k);
-        let next = self.instances[k].machine.on(Input::Served { served, stale, stopping: false });
+        let stopping = self.instances[k].stopping;
+        let next = self.instances[k].machine.on(Input::Served { served, stale, stopping });
         self.drive(k, next);
     }
 

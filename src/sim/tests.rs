@@ -23,12 +23,18 @@ fn seeds_hold_every_invariant() {
     let mut steps = 0;
     let (mut stalls, mut stalled) = (0u64, 0f64);
     // The lifecycle's own faults (#38), as the step logs name them.
-    const FAULTS: [&str; 5] = [
+    // The fleet's (#65): stops, upgrades and rollbacks, and takeovers across releases.
+    const FAULTS: [&str; 10] = [
         "freezes before a write to Redis in its heal",
         "freezes before a write to Postgres in its heal",
         "crashed before a write to Redis in its heal",
         "crashed before a write to Postgres in its heal",
         "taken over while compared",
+        "is sent SIGTERM",
+        "stops: stopped",
+        "rules 2 deployed",
+        "rules 1 deployed",
+        "takes over from an instance of rules",
     ];
     let mut faults = [0u64; FAULTS.len()];
     // The upstream's message mix (#39), and how many rows committed late.
@@ -166,3 +172,4 @@ planted_bug!(
     Bug::SnapshotSharesRound,
     ["from the model", "the model decides"]
 );
+planted_bug!(finds_a_stop_that_keeps_the_lease, Bug::StopKeepsLease, ["kept the lease"]);
