@@ -171,15 +171,7 @@ fn holding_the_lease<T>(
     };
     match (end, done) {
         (End::Stopped, Some(done)) => done,
-        (end, _) => Err((end.exit(), anyhow::anyhow!("{}", end_line(&end)))),
-    }
-}
-
-/// What ended a tool's holding, for its error line.
-fn end_line(end: &End) -> &str {
-    match end {
-        End::Stopped => "stopped",
-        End::Fenced(why) | End::NotHealed(why) | End::Held(why) | End::Away(why) => why,
+        (end, _) => Err((end.exit(), anyhow::anyhow!("{}", end.why()))),
     }
 }
 

@@ -93,8 +93,13 @@ pub enum Input {
         stopping: bool,
     },
     Done,
-    /// Stop was asked while waiting.
+    /// Stop was asked (SIGTERM): the answer to any effect. The lease is given back if held,
+    /// then the end.
     Stop,
+    /// The driver met an end of its own while performing an effect — a store refused while it
+    /// was opened, a stage failed: the lease is given back if held, then `End`. Every way an
+    /// instance ends goes through the machine (#65).
+    Failed(End),
 }
 
 /// One instance, from standing by to its end.
@@ -154,11 +159,8 @@ impl Instance {
                 self.follow(next)
             }
             Input::Done => self.queue.pop_front().expect("a step in a row answered by done"),
-            Input::Stop => {
-                debug_assert!(self.held.is_none(), "a wait holds no lease");
-                self.queue.clear();
-                Effect::Exit(End::Stopped)
-            }
+            Input::Stop => self.end(End::Stopped),
+            Input::Failed(end) => self.end(end),
         };
         self.ask(next)
     }
@@ -166,6 +168,18 @@ impl Instance {
     fn ask(&mut self, effect: Effect) -> Effect {
         self.asked = Some(effect.clone());
         effect
+    }
+
+    /// The end, the lease given back first if it is held.
+    fn end(&mut self, end: End) -> Effect {
+        self.queue.clear();
+        match self.held.take() {
+            Some((epoch, _)) => {
+                self.queue.push_back(Effect::Exit(end));
+                Effect::Release { epoch }
+            }
+            None => Effect::Exit(end),
+        }
     }
 
     /// The lease claimed (or not): the flights next, or another look after a pause.
@@ -371,6 +385,63 @@ mod tests {
         let done = Input::Served { served: Served::Stopped, stale: false, stopping: false };
         assert_eq!(t.on(done), Effect::Release { epoch: 5 });
         assert_eq!(t.on(Input::Done), Effect::Exit(End::Stopped));
+    }
+
+    /// #65: every way an instance ends goes through the machine. Stop answers any effect, and
+    /// an end the driver met itself (a store refused during the comparison, a stage failed, a
+    /// session not opened for the lease keeper) gives the lease back first when it is held —
+    /// before, the daemon's `?` ended the process holding it, and a standby waited out its
+    /// expiry.
+    #[test]
+    fn a_stop_or_a_failure_in_any_state_gives_the_lease_back_before_the_end() {
+        let mut i = holding(policy(false), 3);
+        assert_eq!(i.on(Input::Flights(FlightsClaim::Ours)), Effect::Compare { epoch: 3 });
+        let refused = End::Away("postgres refused: permission denied".into());
+        assert_eq!(i.on(Input::Failed(refused.clone())), Effect::Release { epoch: 3 });
+        assert_eq!(i.on(Input::Done), Effect::Exit(refused));
+        let mut i = holding(policy(false), 4);
+        assert_eq!(i.on(Input::Flights(FlightsClaim::Ours)), Effect::Compare { epoch: 4 });
+        assert!(matches!(i.on(agreed()), Effect::Serve { epoch: 4, .. }));
+        let failed = End::Failed("dispatch".into());
+        assert_eq!(i.on(Input::Failed(failed.clone())), Effect::Release { epoch: 4 });
+        assert_eq!(i.on(Input::Done), Effect::Exit(failed));
+        // Asked to stop while it claims the flights: the lease it just won goes back.
+        let mut i = holding(policy(false), 5);
+        assert_eq!(i.on(Input::Stop), Effect::Release { epoch: 5 });
+        assert_eq!(i.on(Input::Done), Effect::Exit(End::Stopped));
+        // Nothing held: the end at once.
+        let mut i = looking(policy(false));
+        assert_eq!(i.on(Input::Failed(End::Failed("x".into()))), Effect::Exit(End::Failed("x".into())));
+        let mut i = looking(policy(false));
+        assert_eq!(i.on(Input::Stop), Effect::Exit(End::Stopped));
+    }
+
+    /// One table from an end to the exit code, the daemon's errors through it.
+    #[test]
+    fn every_end_has_its_exit_code_and_the_daemons_errors_go_through_the_table() {
+        use crate::exit::Exit;
+        let ends = [
+            (End::Stopped, Exit::Ok),
+            (End::Fenced("x".into()), Exit::Failed),
+            (End::Held("x".into()), Exit::Failed),
+            (End::Failed("x".into()), Exit::Failed),
+            (End::NotHealed("x".into()), Exit::Forgot),
+            (End::Away("x".into()), Exit::Unreachable),
+            (End::Schema("x".into()), Exit::Schema),
+        ];
+        for (end, exit) in ends {
+            assert_eq!(end.exit(), exit, "{end:?}");
+        }
+        use super::super::DaemonError;
+        let errors = [
+            (DaemonError::StageFailed("pump".into()), Exit::Failed),
+            (DaemonError::Fenced("x".into()), Exit::Failed),
+            (DaemonError::Forgot("x".into()), Exit::Forgot),
+            (DaemonError::Store(StoreError::unavailable(Store::Mailbox, "refused")), Exit::Unreachable),
+        ];
+        for (e, exit) in errors {
+            assert_eq!(e.exit(), exit, "{e}");
+        }
     }
 
     #[test]

@@ -61,18 +61,40 @@ pub enum End {
     NotHealed(String),
     /// Exit 1: a tool found the lease held by an instance (a tool never stands by).
     Held(String),
-    /// Exit 4: a tool met a store away where an instance would stand by and try again.
+    /// Exit 4: a store could not be reached or refused where nothing waits it out — a tool's,
+    /// or one refused while an instance opened it.
     Away(String),
+    /// Exit 1: a stage failed; the process stops so that systemd starts it again.
+    Failed(String),
+    /// Exit 3: own PostgreSQL's schema is not one this release runs on (checked before an
+    /// instance starts, so never the machine's).
+    Schema(String),
 }
 
 impl End {
+    /// The one table from an end to the process's exit code (#65): the daemon's
+    /// (`DaemonError::exit` goes through it), a tool's and the simulator's.
     pub fn exit(&self) -> crate::exit::Exit {
         use crate::exit::Exit;
         match self {
             End::Stopped => Exit::Ok,
-            End::Fenced(_) | End::Held(_) => Exit::Failed,
+            End::Fenced(_) | End::Held(_) | End::Failed(_) => Exit::Failed,
             End::NotHealed(_) => Exit::Forgot,
             End::Away(_) => Exit::Unreachable,
+            End::Schema(_) => Exit::Schema,
+        }
+    }
+
+    /// Why it ended, for a line of the log or a tool's error.
+    pub fn why(&self) -> &str {
+        match self {
+            End::Stopped => "stopped",
+            End::Fenced(why)
+            | End::NotHealed(why)
+            | End::Held(why)
+            | End::Away(why)
+            | End::Failed(why)
+            | End::Schema(why) => why,
         }
     }
 }
@@ -152,6 +174,53 @@ impl Lifecycle {
     }
 }
 
+/// The lease renewer while the stores are compared (#38, #54): the one rule the daemon's
+/// renewer thread (`daemon::renewing`) and the simulator follow. It renews on every turn unless
+/// a step of the pass has made no progress for `msgx.watchdog.stuck-after` — then it lets the
+/// lease run out, so a standby takes over from a stuck heal —, and stops for good once the lease
+/// was taken over (the heal's writes are fenced from then on).
+#[derive(Debug, Default)]
+pub struct CompareRenewer {
+    said_stuck: bool,
+    taken_over: bool,
+}
+
+/// What the renewer does on a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renew the lease now.
+    Renew,
+    /// Not now: the pass is stuck (`say`: the first time, for the log line) — or, `say` false
+    /// and nothing stuck, the lease was taken over and nothing is renewed any more.
+    Withhold { say: bool },
+}
+
+impl CompareRenewer {
+    /// A turn; `stuck`: a step of the pass has made no progress for `stuck-after`.
+    pub fn turn(&mut self, stuck: bool) -> Renewal {
+        if self.taken_over {
+            return Renewal::Withhold { say: false };
+        }
+        if stuck {
+            return Renewal::Withhold { say: !std::mem::replace(&mut self.said_stuck, true) };
+        }
+        Renewal::Renew
+    }
+
+    /// A renewal's answer: `Ok(false)`, the lease was taken over (true is returned once, for
+    /// the log line); an error is an outage, and the next turn renews again.
+    pub fn renewed(&mut self, answer: &Result<bool, StoreError>) -> bool {
+        let now = matches!(answer, Ok(false)) && !self.taken_over;
+        self.taken_over |= now;
+        now
+    }
+
+    /// Whether the lease was taken over while compared.
+    pub fn taken_over(&self) -> bool {
+        self.taken_over
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +281,22 @@ mod tests {
             Next::Serve(None),
             "agreed: nothing owed"
         );
+    }
+
+    /// #54, #65: the one renewal rule while compared — a stuck pass is not covered (said once),
+    /// an outage is tried again, a takeover ends the renewals.
+    #[test]
+    fn the_renewer_withholds_for_a_stuck_pass_and_stops_after_a_takeover() {
+        let mut r = CompareRenewer::default();
+        assert_eq!(r.turn(false), Renewal::Renew);
+        assert_eq!(r.turn(true), Renewal::Withhold { say: true });
+        assert_eq!(r.turn(true), Renewal::Withhold { say: false }, "said once");
+        assert_eq!(r.turn(false), Renewal::Renew, "moving again: renewed again");
+        assert!(!r.renewed(&Err(StoreError::unavailable(Store::Lease, "refused"))));
+        assert_eq!(r.turn(false), Renewal::Renew, "an outage: tried again");
+        assert!(r.renewed(&Ok(false)), "taken over: said");
+        assert!(!r.renewed(&Ok(false)) && r.taken_over());
+        assert_eq!(r.turn(false), Renewal::Withhold { say: false });
     }
 
     #[test]

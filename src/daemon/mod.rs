@@ -76,15 +76,20 @@ pub enum DaemonError {
 }
 
 impl DaemonError {
-    /// How the process ends (docs/reference.md).
-    pub fn exit(&self) -> crate::exit::Exit {
-        use crate::exit::Exit;
+    /// The instance's end it is: what the machine hears of it (`Input::Failed`).
+    pub fn end(&self) -> End {
         match self {
-            DaemonError::Schema(_) => Exit::Schema,
-            DaemonError::Store(_) => Exit::Unreachable,
-            DaemonError::StageFailed(_) | DaemonError::Fenced(_) => Exit::Failed,
-            DaemonError::Forgot(_) => Exit::Forgot,
+            DaemonError::Schema(e) => End::Schema(e.to_string()),
+            DaemonError::Store(e) => End::Away(e.to_string()),
+            DaemonError::StageFailed(why) => End::Failed(why.clone()),
+            DaemonError::Fenced(why) => End::Fenced(why.clone()),
+            DaemonError::Forgot(why) => End::NotHealed(why.clone()),
         }
+    }
+
+    /// How the process ends (docs/reference.md): the one table, [`End::exit`].
+    pub fn exit(&self) -> crate::exit::Exit {
+        self.end().exit()
     }
 }
 
@@ -298,15 +303,26 @@ fn lifetimes(
     let mut d = Lifetime { cfg, rules, clock, stop, me, ops, standby: Standby::new(cfg) };
     let mut instance = Instance::new(InstancePolicy::of(cfg, false));
     let mut effect = instance.start();
+    // An error met while performing an effect: the machine hears it as its end (the lease
+    // given back first), and the process ends with it.
+    let mut failure: Option<DaemonError> = None;
+    let mut failed = |e: DaemonError| {
+        let end = e.end();
+        failure.get_or_insert(e);
+        Input::Failed(end)
+    };
     loop {
         let input = match effect {
-            Effect::Exit(end) => return ended(end),
-            Effect::Compare { epoch } => Input::Compared(d.compare(epoch)?),
-            Effect::Serve { epoch, since, token } => {
+            Effect::Exit(end) => return failure.map_or_else(|| ended(end), Err),
+            Effect::Compare { epoch } => d.compare(epoch).map_or_else(&mut failed, Input::Compared),
+            Effect::Serve { epoch, since, token } => match real.pg() {
                 // The lease session goes to the lease keeper; the next holding opens another.
-                let session = std::mem::replace(&mut lease, real.pg()?);
-                d.serve(session, epoch, since, token)?
-            }
+                Ok(next) => {
+                    let session = std::mem::replace(&mut lease, next);
+                    d.serve(session, epoch, since, token).unwrap_or_else(&mut failed)
+                }
+                Err(e) => failed(e.into()),
+            },
             Effect::StandDown { forgot, pause, why } => d.stand_down(forgot, pause, &why),
             Effect::Wait(pause) if pause_or_stop(stop, None, pause) => {
                 info!("stopped while standing by");
@@ -330,13 +346,16 @@ fn lifetimes(
 }
 
 /// The process's end for the instance's: a tool's ends never come to a daemon, which stands by
-/// instead; they keep their exit codes all the same.
+/// instead; they keep their exit codes all the same. One the daemon met itself is returned as
+/// it met it (`lifetimes`).
 fn ended(end: End) -> Result<(), DaemonError> {
     match end {
         End::Stopped => Ok(()),
         End::Fenced(why) | End::Held(why) => Err(DaemonError::Fenced(why)),
         End::NotHealed(why) => Err(DaemonError::Forgot(why)),
         End::Away(why) => Err(DaemonError::Store(StoreError::unavailable(Store::Lease, why))),
+        End::Failed(why) => Err(DaemonError::StageFailed(why)),
+        End::Schema(why) => unreachable!("the schema is checked before the instance starts: {why}"),
     }
 }
 
@@ -371,27 +390,14 @@ impl Lifetime<'_> {
     }
 
     /// Serves under `epoch`, its gate counting from `since` (when the lease claim was sent),
-    /// until a stop, a fence or a store that forgot ends it; any other error gives the lease
-    /// back and ends the daemon.
+    /// until a stop, a fence or a store that forgot ends it; any other error is the instance's
+    /// end, which the machine hears (it gives the lease back first).
     fn serve(&self, lease: Pg, epoch: i64, since: Mono, token: Option<String>) -> Result<Input, DaemonError> {
         let gate = Arc::new(LeaseGate::new(epoch, self.clock.clone(), since, self.cfg.lease.duration));
         let tenure =
             Tenure { lease, gate: gate.clone(), redis_token: token.or_else(|| redis_token(self.cfg)) };
-        let served = match serve(
-            self.cfg,
-            self.rules,
-            self.clock.clone(),
-            self.stop.clone(),
-            self.me,
-            tenure,
-            self.ops,
-        ) {
-            Ok(served) => served,
-            Err(e) => {
-                release(self.cfg, self.me, epoch);
-                return Err(e);
-            }
-        };
+        let served =
+            serve(self.cfg, self.rules, self.clock.clone(), self.stop.clone(), self.me, tenure, self.ops)?;
         let stopping = self.stop.try_recv() == Err(TryRecvError::Disconnected);
         Ok(Input::Served { served, stale: gate.is_stale(), stopping })
     }
@@ -433,11 +439,15 @@ pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, watch: Watch<'_>, wo
         scope.spawn(move || {
             let mut lease = None;
             let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
-            let mut said = false;
+            let mut renewer = lifecycle::CompareRenewer::default();
             while !pause_or_stop(&renewals, None, cfg.lease.renew_every) {
-                if let Some((name, took)) = watch.pulse.stuck(watch.clock.mono(), watch.stuck_after) {
-                    if !std::mem::replace(&mut said, true) {
+                let stuck = watch.pulse.stuck(watch.clock.mono(), watch.stuck_after);
+                if let lifecycle::Renewal::Withhold { say } = renewer.turn(stuck.is_some()) {
+                    if let Some((name, took)) = stuck.filter(|_| say) {
                         warn!("lease epoch={epoch} not renewed: {name} has made no progress for {}s (msgx.watchdog.stuck-after); a standby takes over when the lease runs out", took.as_secs());
+                    }
+                    if renewer.taken_over() {
+                        return;
                     }
                     continue;
                 }
@@ -445,15 +455,14 @@ pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, watch: Watch<'_>, wo
                     lease = RealStores::new(cfg).pg().ok();
                 }
                 let Some(store) = lease.as_mut() else { continue };
-                match store.renew(me, epoch, cfg.lease.duration, &status) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        warn!("lease epoch={epoch} taken over while the stores were compared; the heal's writes are fenced");
-                        return;
-                    }
-                    // An outage: the heal meets it too; renewal is tried again, on a new
-                    // connection.
-                    Err(_) => lease = None,
+                let answer = store.renew(me, epoch, cfg.lease.duration, &status);
+                if renewer.renewed(&answer) {
+                    warn!("lease epoch={epoch} taken over while the stores were compared; the heal's writes are fenced");
+                    return;
+                }
+                // An outage: the heal meets it too; renewal is tried again, on a new connection.
+                if answer.is_err() {
+                    lease = None;
                 }
             }
         });
@@ -461,14 +470,6 @@ pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, watch: Watch<'_>, wo
         drop(done);
         out
     })
-}
-
-/// Gives the lease back at once, so a standby takes over without waiting for it to expire.
-fn release(cfg: &Config, me: &Claimant, epoch: i64) {
-    match RealStores::new(cfg).pg().and_then(|mut pg| pg.release(me, epoch)) {
-        Ok(()) => info!("lease released epoch={epoch}"),
-        Err(e) => warn!("lease not released ({e}); a standby takes over when it expires"),
-    }
 }
 
 /// The token of Redis's last write now (`None` when it cannot say).

@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::consistency::Pass;
 use crate::daemon::effects::{self, Edges};
 use crate::daemon::instance::{Effect, Input, Instance as Machine, InstancePolicy};
-use crate::daemon::lifecycle::{End, Served};
+use crate::daemon::lifecycle::{End, Renewal, Served};
 use crate::daemon::topology;
 use crate::error::StoreError;
 use crate::lease::{Gate, LeaseGate};
@@ -96,6 +96,10 @@ struct Comparing {
     /// When the lease is renewed next; `None` once it was taken over (the heal's writes are
     /// fenced from then on).
     lease_wake: Option<SystemTime>,
+    /// The daemon's renewer while compared (`lifecycle::CompareRenewer`, the one rule).
+    renewer: crate::daemon::lifecycle::CompareRenewer,
+    /// When the pass last made progress (a store call answered): its watchdog's pulse.
+    progressed: SystemTime,
 }
 
 /// What an instance does on its turn.
@@ -810,6 +814,8 @@ impl Sim {
             pass,
             wake: now,
             lease_wake,
+            renewer: Default::default(),
+            progressed: now,
         }));
         let name = self.instances[k].name.clone();
         self.say(format!("{name} compares the stores, epoch {epoch}"));
@@ -821,6 +827,7 @@ impl Sim {
     fn pass_turn(&mut self, k: usize) {
         let now = self.clock.now();
         let Life::Comparing(c) = &mut self.instances[k].life else { return };
+        c.progressed = now;
         match c.pass.step() {
             At::Call(store, access) => {
                 c.wake = now + Duration::from_millis(self.rng.range(1, 50));
@@ -974,7 +981,9 @@ impl Sim {
             End::Stopped => "stopped".to_string(),
             End::Fenced(why) => format!("fenced (exit {code}): {why}"),
             End::NotHealed(why) => format!("not healed (exit {code}): {why}"),
-            End::Held(why) | End::Away(why) => unreachable!("an instance stands by: {why}"),
+            End::Held(why) | End::Away(why) | End::Failed(why) | End::Schema(why) => {
+                unreachable!("the simulator's instances stand by, and its stages never fail: {why}")
+            }
         };
         let name = self.instances[k].name.clone();
         self.say(format!("{name} stops: {why}"));
@@ -998,16 +1007,23 @@ impl Sim {
         let (me, policy) = (self.instances[k].me.clone(), self.cfg.lease);
         let name = self.instances[k].name.clone();
         if let Life::Comparing(c) = &mut self.instances[k].life {
-            // As `daemon::renewing`: renewed while compared; once taken over, not any more.
-            let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
-            c.lease_wake = match self.pg.session().renew(&me, c.epoch, policy.duration, &status) {
-                Ok(false) => None,
-                Ok(true) | Err(_) => Some(now + policy.renew_every),
+            // As `daemon::renewing`, by its rule: renewed while compared unless the pass is
+            // stuck; once taken over, not any more.
+            let stuck = now.duration_since(c.progressed).unwrap_or_default() >= self.cfg.watchdog_stuck_after;
+            c.lease_wake = Some(now + policy.renew_every);
+            let line = match c.renewer.turn(stuck) {
+                Renewal::Withhold { say } => {
+                    say.then(|| format!("{name} lease epoch={} not renewed: its pass is stuck", c.epoch))
+                }
+                Renewal::Renew => {
+                    let status = serde_json::json!({"stalled": [], "comparing": true}).to_string();
+                    let answer = self.pg.session().renew(&me, c.epoch, policy.duration, &status);
+                    let taken = c.renewer.renewed(&answer);
+                    c.lease_wake = c.lease_wake.filter(|_| !taken);
+                    taken.then(|| format!("{name} lease epoch={} taken over while compared", c.epoch))
+                }
             };
-            if c.lease_wake.is_none() {
-                let epoch = c.epoch;
-                self.say(format!("{name} lease epoch={epoch} taken over while compared"));
-            }
+            line.into_iter().for_each(|l| self.say(l));
             return;
         }
         let Life::Active(a) = &mut self.instances[k].life else { return };
