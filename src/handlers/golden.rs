@@ -303,7 +303,7 @@ fn the_rules_version_moves_with_the_golden_decisions() {
         ),
         None => {
             let last = versions.iter().map(|(v, _)| *v).max().unwrap_or(0);
-            assert_eq!(current, last + 1, "RULES_VERSION moves by one, from {last}");
+            assert_eq!(current, last + 1, "the rules version moves by one, from {last}");
             let line = format!("{current} sha256:{digest}\n");
             assert!(
                 std::env::var_os("UPDATE_EXPECT").is_some(),
