@@ -700,20 +700,14 @@ fn model_matches(
     Ok(())
 }
 
-/// The flights with only the versions an event can announce: a heal that laid another
-/// release's decisions on as their events announced them (#52) cannot bring back the version of
-/// a field cleared while it was already empty (no event says so); fields set, and fields cleared
-/// from a value, keep theirs. Noticed by the fleet's cross-release heals (#65).
+/// The flights as a heal that laid another release's decisions on as their events announced
+/// them (#52) can bring them back: fields and tombstones, not versions. No event says that a
+/// record restated a value or cleared a field already empty — the decision moved the field's
+/// version, and a message that changed nothing announced nothing at all —, so those versions
+/// stay where the heal found them. Found by the fleet's cross-release heals (#65, seeds 807,
+/// 7810 of the first sweep).
 fn announced_versions<'a>(m: &BTreeMap<&'a String, &FlightState>) -> BTreeMap<&'a String, FlightState> {
-    m.iter()
-        .map(|(k, f)| {
-            let mut f = (*f).clone();
-            let fields = std::mem::take(&mut f.fields);
-            f.versions.retain(|name, _| fields.contains_key(name));
-            f.fields = fields;
-            (*k, f)
-        })
-        .collect()
+    m.iter().map(|(k, f)| (*k, FlightState { versions: Default::default(), ..(*f).clone() })).collect()
 }
 
 /// The one case where a message that delivered events ends SKIPPED, documented in

@@ -230,8 +230,9 @@ pub struct Sim {
     serving: Option<u32>,
     /// A broken rule of an instance's life (a stop that kept the lease). Fails the seed.
     pub broken: Option<String>,
-    /// A heal laid on what another release's decisions announced (#52, #65): the clear of a
-    /// field already empty is announced by no event, so its version cannot come back.
+    /// A pass ran over messages another release decided (#52, #65), and may have laid them on
+    /// as announced: what no event says (a restated value, a field cleared while empty) keeps
+    /// the version the heal found.
     pub laid_on_announced: bool,
 }
 
@@ -788,6 +789,14 @@ impl Sim {
         let mut flights = if planted::on(Bug::HealUnfenced) { flights } else { flights.fenced(epoch) };
         let now = self.clock.now();
         let rules = self.instances[k].rules.clone();
+        // A pass of one release over messages another decided may lay them on as announced:
+        // even one cut short after its first write (#65, seed 807).
+        let version = Some(rules.version());
+        self.laid_on_announced |= self.pg.inspect(|s| {
+            s.procs
+                .values()
+                .any(|p| p.row.state == crate::domain::ProcStatus::Succeeded && p.rules_version != version)
+        });
         let pass = Stepped::spawn("sim-pass", move || {
             let mut st = Stores {
                 pg: &mut pg,
@@ -866,7 +875,6 @@ impl Sim {
             eprintln!("pass at step {} (redis seq {seq}): {outcome:?}", self.step);
         }
         if let Pass::Agreed { report, healed, .. } = &outcome {
-            self.laid_on_announced |= healed.as_ref().is_some_and(|h| h.other.announced > 0);
             if !report.is_clean() {
                 self.say(format!("consistency: {:?}; healed: {healed:?}", report.findings));
                 if self.last_forget.is_none_or(|f| f < clean_before) {
