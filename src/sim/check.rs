@@ -549,7 +549,8 @@ pub fn at_the_end(sim: &Sim, checker: &Checker) -> Result<(), String> {
         if std::env::var("SIM_DEBUG").is_ok() {
             eprintln!("model timeline: {timeline:?}");
         }
-        model_matches(sim, s, &timeline, &checker.retold)
+        model_matches(sim, s, &timeline, &checker.retold)?;
+        consumer_view_matches(sim, checker)
     })
 }
 
@@ -695,6 +696,58 @@ fn model_matches(
     for m in got.keys() {
         if !expected.contains_key(m) && !duplicate_after_a_rollback(sim, s, *m) {
             return Err(format!("msg {m} has delivered events but is not SUCCEEDED"));
+        }
+    }
+    Ok(())
+}
+
+/// What a consumer that applied every event of the message topic holds is what Redis holds (#52,
+/// SPEC §4.13; #65): each record delivered (the first of its `event_key`), in topic order, laid
+/// on by the inverse of the events (`handlers::announced`), for the flights the message topic
+/// alone tells of — none the daily plan's topic names (its rows are upserted per flight, not kept
+/// per message). Not where a store that forgot made a message be retold (the topic then holds
+/// both decisions: docs/operations.md, "A store that forgets").
+/// How many flights [`consumer_view_matches`] compared, over a run of many seeds.
+pub static CONSUMER_FLIGHTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(super) fn consumer_view_matches(sim: &Sim, checker: &Checker) -> Result<(), String> {
+    if sim.pg_rollbacks > 0 || !checker.retold.is_empty() {
+        return Ok(());
+    }
+    let delivered = sim.kafka.delivered();
+    let mut planned: BTreeSet<String> = BTreeSet::new();
+    for r in delivered.iter().filter(|r| r.topic == sim.cfg.topic_schd) {
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&r.payload).unwrap_or_default();
+        planned.extend(rows.iter().filter_map(|v| v["FLID"].as_str().map(str::to_string)));
+    }
+    let mut consumer: BTreeMap<String, FlightState> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for r in delivered.iter().filter(|r| r.topic == sim.cfg.topic_msg) {
+        let (Some(key), Some(m)) = (event_key(r), header(r, "msg_id")) else { continue };
+        if !seen.insert(key) {
+            continue;
+        }
+        let event = crate::domain::NewEvent {
+            target: Target::KafkaMsg,
+            partition_key: r.key.to_string(),
+            event_type: "UPSERT".into(),
+            state_version: 0,
+            payload_json: r.payload.to_string(),
+        };
+        for c in handlers::announced([&event]).map_err(|e| format!("consumer: {e}"))? {
+            consumer.entry(c.flid.clone()).or_default().apply(&c, m);
+        }
+    }
+    let redis = sim.flights.inspect(|f| f.flights.clone());
+    for (flid, held) in consumer.iter().filter(|(f, _)| !planned.contains(*f)) {
+        CONSUMER_FLIGHTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let fields =
+            |f: Option<&FlightState>| f.filter(|f| f.exists()).map(|f| f.fields.clone()).unwrap_or_default();
+        let (theirs, ours) = (fields(Some(held)), fields(redis.get(flid)));
+        if theirs != ours {
+            return Err(format!(
+                "{flid}: a consumer that applied every event holds {theirs:?}, Redis holds {ours:?} (SPEC 4.13)"
+            ));
         }
     }
     Ok(())

@@ -92,6 +92,8 @@ fn seeds_hold_every_invariant() {
         seeds as f64 / secs,
         steps as f64 / secs
     );
+    let consumer = super::check::CONSUMER_FLIGHTS.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("sim: {consumer} flights a consumer of the message topic holds as Redis does (#65)");
     let checked = crate::schema::tests::CHECKED.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("sim: {checked} delivered records valid against their published schemas (#67)");
     FAULTS.iter().zip(faults).for_each(|(f, n)| eprintln!("sim: {n} × {f}"));
@@ -173,3 +175,28 @@ planted_bug!(
     ["from the model", "the model decides"]
 );
 planted_bug!(finds_a_stop_that_keeps_the_lease, Bug::StopKeepsLease, ["kept the lease"]);
+
+/// #65: the consumer's view is checked, and a Redis that holds what no event announced fails it.
+#[test]
+fn a_redis_that_holds_what_no_event_announced_differs_from_the_consumers_view() {
+    let sim = run(3, STEPS).unwrap_or_else(|e| panic!("{e}"));
+    let checker = super::Checker::default();
+    super::check::consumer_view_matches(&sim, &checker).expect("as announced");
+    let planned: Vec<String> = sim
+        .kafka
+        .delivered()
+        .iter()
+        .filter(|r| r.topic == sim.cfg.topic_schd)
+        .flat_map(|r| serde_json::from_str::<Vec<serde_json::Value>>(&r.payload).unwrap_or_default())
+        .filter_map(|v| v["FLID"].as_str().map(str::to_string))
+        .collect();
+    let told = sim.flights.inspect(|f| {
+        f.flights.iter().find(|(k, st)| st.exists() && !planned.contains(k)).map(|(k, _)| k.clone())
+    });
+    let flid = told.expect("a flight only the message topic tells of");
+    let mut state = sim.flights.state();
+    state.flights.get_mut(&flid).unwrap().fields.insert("XSTND".into(), "made up".into());
+    sim.flights.replace_state(state);
+    let e = super::check::consumer_view_matches(&sim, &checker).unwrap_err();
+    assert!(e.contains(&flid) && e.contains("made up"), "{e}");
+}
