@@ -638,11 +638,20 @@ fn sample_versions(
             d.flights.iter().map(|c| c.flid.clone()).filter(|f| !held.contains_key(f)).collect();
         let written = RoundNeed { flids, ..Default::default() };
         held.extend(st.flights.prepare(&written, &[], SystemTime::UNIX_EPOCH)?.flights);
+        // Behind where Redis holds another value than the message left, at an older version. A
+        // value it holds already (restated, or a clear of a field already empty) proves nothing:
+        // a heal that laid the message on as its events announced it — another release's heal
+        // (#52) — moved no version for what no event said. Nor does the FFID: an event carries
+        // it beside its changes, and a record whose only news is its FFID announces nothing, so
+        // such a heal cannot bring it back (#65, the fleet's seed 14311: a false alarm).
         let lost = d.flights.iter().any(|c| {
             let f = held.get(&c.flid);
             let deleted = f.map_or(0, |f| f.deleted);
             let version = |name: &String| f.and_then(|f| f.versions.get(name)).copied().unwrap_or(0);
-            deleted < m && c.set.iter().map(|(k, _)| k).chain(&c.clear).any(|k| version(k) < m)
+            let value = |name: &String| f.and_then(|f| f.fields.get(name));
+            let set = c.set.iter().any(|(k, v)| k != "FFID" && version(k) < m && value(k) != Some(v));
+            let cleared = c.clear.iter().any(|k| version(k) < m && value(k).is_some());
+            deleted < m && (set || cleared)
         });
         if lost {
             behind.push(m);

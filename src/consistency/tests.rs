@@ -184,6 +184,38 @@ fn regression_redis_restored_from_an_older_dump_is_found_and_rebuilt() {
     assert!(w.check().is_clean(), "{:?}", w.check());
 }
 
+/// #65, the fleet's seed 14311: a message laid on by another release's heal as its events
+/// announced it kept the versions of what no event said — a value it restated, the FFID its
+/// record brought (an event carries the FFID beside its changes, and a record whose only news
+/// is its FFID announces nothing) —; the version sample of the release that decided it then
+/// called Redis behind and stopped the stages: a false alarm. A value Redis holds already, and
+/// the FFID, prove nothing; a value it lost does.
+#[test]
+fn regression_a_restated_value_or_an_unannounced_ffid_is_no_finding() {
+    let w = World::new(KEEP);
+    w.process(1..=6);
+    let edit = |w: &World, f: &dyn Fn(&mut crate::handlers::FlightState)| {
+        let mut state = w.flights.state();
+        f(state.flights.get_mut("F0").unwrap());
+        w.flights.replace_state(state);
+    };
+    // Message 6 left F0 at STND S6: the same value at an older version, and no FFID at all.
+    edit(&w, &|f| {
+        f.versions.insert("STND".into(), 3);
+        f.fields.remove("FFID");
+        f.versions.remove("FFID");
+    });
+    let r = w.check();
+    assert!(r.finding(FindingKind::VersionsBehind).is_none(), "nothing lost: {r:?}");
+    assert!(r.sampled > 0, "the sample ran: {r:?}");
+    // The value itself older: a real loss, found.
+    edit(&w, &|f| {
+        f.fields.insert("STND".into(), "S3".into());
+    });
+    let r = w.check();
+    assert_eq!(r.finding(FindingKind::VersionsBehind).map(|f| f.ids.clone()), Some(vec![6]), "{r:?}");
+}
+
 /// #52: the version sample decided an earlier release's messages again under today's rules —
 /// a mapping added since (`<XSTND>`, skipped as unknown before) made Redis look behind, a
 /// false `versions-behind` and a heal. A message is re-decided only under the rules that
