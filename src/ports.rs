@@ -698,6 +698,12 @@ pub trait FlightStore {
     fn forget(&mut self, msg_ids: &[i64], now: SystemTime) -> StoreResult<()>;
 }
 
+/// The token that names a Redis holding no history — no write yet, or everything of msgx's gone
+/// (#65, the fleet's seed 18129): what a consistency pass that read such a Redis hands to the
+/// pump's handle, so that a Redis written or restored between the pass and the first apply is
+/// refused as one that forgot, not taken as it is. No write carries it (`store::write_token`).
+pub const NO_HISTORY: &str = "-";
+
 /// A SUCCEEDED message as the consistency check reads it: what Redis acknowledged of its
 /// decision and when it was recorded (`UPDATED_AT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,7 @@ use crate::error::StoreError;
 use crate::handlers::{self, View, TOMBSTONE_KEEP};
 use crate::ports::{
     FlightAudit, FlightMarks, FlightStore, HealLog, Intake, LeaseStore, MailboxAudit, MailboxTexts, Raw,
-    Requests, RoundNeed, StateAudit, StoreResult, SucceededRow,
+    Requests, RoundNeed, StateAudit, StoreResult, SucceededRow, NO_HISTORY,
 };
 
 /// Own PostgreSQL as the sentinel uses it.
@@ -711,7 +711,8 @@ pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
         };
         return match asked.and_then(|_| heal(st, &report, now)) {
             Ok(_) => {
-                Pass::Agreed { token: report.redis.token.clone(), report: Box::new(report), healed: None }
+                let token = Some(report.redis.token.clone().unwrap_or_else(|| NO_HISTORY.into()));
+                Pass::Agreed { token, report: Box::new(report), healed: None }
             }
             Err(e) => healing_failed(e),
         };
@@ -751,7 +752,8 @@ pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
         return Pass::Person(f.line());
     }
     log::info!("consistency: healed; the stores agree again");
-    Pass::Agreed { token: after.redis.token, report: Box::new(report), healed: Some(healed) }
+    let token = Some(after.redis.token.unwrap_or_else(|| NO_HISTORY.into()));
+    Pass::Agreed { token, report: Box::new(report), healed: Some(healed) }
 }
 
 /// A heal that did not finish: a store away is an outage; not enough evidence is a person's.

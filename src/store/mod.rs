@@ -48,11 +48,11 @@ impl Tokens {
         self.confirmed.is_none() && self.pending.is_empty()
     }
 
-    /// Whether `current` is a history this handle wrote (or nothing was seen yet).
+    /// Whether `current` is a history this handle wrote (or nothing was seen yet); a handle that
+    /// saw no history ([`crate::ports::NO_HISTORY`]) accepts a Redis that holds none.
     pub fn accepts(&self, current: Option<&str>) -> bool {
-        self.is_empty()
-            || current
-                .is_some_and(|c| self.confirmed.as_deref() == Some(c) || self.pending.iter().any(|t| t == c))
+        let mine = |c: &str| self.confirmed.as_deref() == Some(c) || self.pending.iter().any(|t| t == c);
+        self.is_empty() || current.map_or(self.confirmed.as_deref() == Some(crate::ports::NO_HISTORY), mine)
     }
 
     /// After a write of `token`: `known`, it is the current one; a lost answer keeps it as one

@@ -25,6 +25,8 @@ pub trait FlightTwin: FlightStore + FlightAudit + FlightsFence + Sized {
     fn keeping_twin(&self, keep: Duration) -> Self;
     /// What a restart without persistence or a FLUSHALL does: everything of msgx's is gone.
     fn lose_everything(&self);
+    /// A handle that saw `token` (what a consistency pass read, #20).
+    fn expecting_twin(&self, token: Option<String>) -> Self;
 }
 
 impl FlightTwin for crate::store::memory::MemFlights {
@@ -42,6 +44,9 @@ impl FlightTwin for crate::store::memory::MemFlights {
     fn lose_everything(&self) {
         self.replace_state(Default::default());
     }
+    fn expecting_twin(&self, token: Option<String>) -> Self {
+        self.handle().expecting(token)
+    }
 }
 
 impl FlightTwin for crate::store::flights::RedisFlights {
@@ -57,6 +62,9 @@ impl FlightTwin for crate::store::flights::RedisFlights {
     }
     fn lose_everything(&self) {
         self.twin().drop_everything().expect("the prefix's keys deleted");
+    }
+    fn expecting_twin(&self, token: Option<String>) -> Self {
+        self.twin().expecting(token)
     }
 }
 
@@ -511,6 +519,21 @@ pub fn a_claim_that_cannot_reach_the_store_is_an_outage<S: FlightTwin>(mut s: S)
     assert_eq!(s.epoch_held().unwrap(), 2);
 }
 
+/// #65, the fleet's seed 18129: a pass read an empty Redis, and Redis was restored from a dump
+/// before the pump's first apply; the pump took the restored history as its own and decided on
+/// flights that lacked what was applied after the dump. A handle that saw no history
+/// (`NO_HISTORY`) accepts a Redis that still holds none, and refuses one written since as one
+/// that forgot — nothing written.
+pub fn a_handle_that_saw_no_history_refuses_one_written_since<S: FlightTwin>(s: S) {
+    let none = || Some(crate::ports::NO_HISTORY.to_string());
+    let mut first = s.expecting_twin(none());
+    first.apply(&Applying::unnamed_all(&[(1, &set("F", &[("STND", "A")]))])).unwrap();
+    let mut late = s.expecting_twin(none());
+    let err = late.apply(&Applying::unnamed_all(&[(2, &set("F", &[("STND", "B")]))])).unwrap_err();
+    assert_eq!(err.kind, crate::error::StoreErrorKind::Forgot, "{err}");
+    assert_eq!(fields(&mut late, "F"), [("STND".to_string(), "A".to_string())], "nothing written");
+}
+
 /// Expands to one `#[test]` per case; `$make` builds a fresh, empty store and a guard.
 #[macro_export]
 macro_rules! flight_conformance_tests {
@@ -537,6 +560,7 @@ macro_rules! flight_conformance_tests {
             a_claim_fences_every_older_epoch,
             a_claim_below_a_seen_epoch_is_fenced_and_moves_nothing,
             a_claim_that_cannot_reach_the_store_is_an_outage,
+            a_handle_that_saw_no_history_refuses_one_written_since,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

@@ -29,7 +29,8 @@ end
 if saw ~= '' then
   local ok = false
   for t in string.gmatch(saw, '[^,]+') do
-    if t == cur then ok = true end
+    -- '-' (NO_HISTORY): the handle saw a Redis that held none, and accepts one that still does.
+    if t == cur or (t == '-' and not cur) then ok = true end
   end
   if not ok then
     return redis.error_reply('MSGX_FORGOT redis holds another history than this instance wrote (' .. (redis.call('GET', seqkey) or '0') .. ' applies)')
