@@ -29,6 +29,7 @@ pub mod handlers;
 pub mod health;
 pub mod http;
 pub mod ingress;
+pub mod instance;
 pub mod jobs;
 pub mod lease;
 pub mod lineage;

@@ -21,17 +21,14 @@
 //! too), [`threads`] runs stages and the lease keeper on threads, [`stores`] is the one place a
 //! real adapter is made, [`topology`] builds the stages; this module does the I/O between them.
 
-pub mod effects;
-pub mod instance;
-pub mod lifecycle;
 pub mod stores;
 pub mod threads;
 pub mod topology;
 pub mod watchdog;
 
-use effects::Edges;
-use instance::{holder_line, Effect, Input, Instance, InstancePolicy};
-use lifecycle::{End, Served};
+use crate::instance::effects::{self, Edges};
+use crate::instance::lifecycle::{self, End, Served};
+use crate::instance::{holder_line, Effect, Input, Instance, InstancePolicy};
 use stores::RealStores;
 use threads::{lease_keeper, pause_or_stop, spawn, supervise, Bell, Context, Doorbells, Thread};
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, select, Receiver, Sender};
 use log::{error, info};
 
-use super::lifecycle::Served;
 use super::DaemonError;
 use crate::clock::Clock;
 use crate::error::{Store, StoreError};
+use crate::instance::lifecycle::Served;
 use crate::lease::{LeaseGate, LeasePolicy};
 use crate::ports::{Claimant, LeaseStore};
 use crate::stage::runner::{Keeper, Runner, Turn};

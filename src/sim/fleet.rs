@@ -18,8 +18,8 @@ use std::time::Duration;
 use super::{Life, Sim};
 use crate::codec::flop::Kind;
 use crate::codec::Rulebook;
-use crate::daemon::instance::{Effect, Input};
-use crate::daemon::lifecycle::{End, Served};
+use crate::instance::lifecycle::{End, Served};
+use crate::instance::{Effect, Input};
 use crate::ports::Claim;
 
 /// The next release: this one's rulebook plus one mapping (FLOP-STND also reads `<XSTND>`), the

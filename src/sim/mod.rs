@@ -33,11 +33,11 @@ use crate::clock::{Clock, FakeClock};
 use crate::codec::Rulebook;
 use crate::config::Config;
 use crate::consistency::Pass;
-use crate::daemon::effects::{self, Edges};
-use crate::daemon::instance::{Effect, Input, Instance as Machine, InstancePolicy};
-use crate::daemon::lifecycle::{End, Renewal, Served};
 use crate::daemon::topology;
 use crate::error::StoreError;
+use crate::instance::effects::{self, Edges};
+use crate::instance::lifecycle::{End, Renewal, Served};
+use crate::instance::{Effect, Input, Instance as Machine, InstancePolicy};
 use crate::lease::{Gate, LeaseGate};
 use crate::planted::{self, Bug};
 use crate::policy::retry::retry_policy;
@@ -97,7 +97,7 @@ struct Comparing {
     /// fenced from then on).
     lease_wake: Option<SystemTime>,
     /// The daemon's renewer while compared (`lifecycle::CompareRenewer`, the one rule).
-    renewer: crate::daemon::lifecycle::CompareRenewer,
+    renewer: crate::instance::lifecycle::CompareRenewer,
     /// When the pass last made progress (a store call answered): its watchdog's pulse.
     progressed: SystemTime,
 }

@@ -1,14 +1,14 @@
 //! The one interpreter of the instance's effects that are one call to a port (#56): the floor
 //! read, the lease claimed, the flights claimed, the lease given back. The daemon performs
 //! them on the real stores, the simulator on its twins, `msgx rebuild-flights` on the real
-//! stores once: the same calls, in the order [`super::instance::Instance`] asks for them.
+//! stores once: the same calls, in the order [`super::Instance`] asks for them.
 
 use std::time::Duration;
 
 use log::{error, info, warn};
 
-use super::instance::{Effect, Input};
 use super::lifecycle::FlightsClaim;
+use super::{Effect, Input};
 use crate::clock::Clock;
 use crate::ports::{Claimant, FlightsFence, LeaseStore};
 

@@ -1,5 +1,5 @@
 //! An instance's life around its stages (#38), as a pure step: what comes after the lease is
-//! won, after the stores were compared, and after a holding ended. [`super::instance`]'s machine
+//! won, after the stores were compared, and after a holding ended. [`super`]'s machine
 //! asks it, and the daemon, the simulator and `msgx rebuild-flights` drive that machine: one set
 //! of rules, so the simulator proves the daemon's.
 //!

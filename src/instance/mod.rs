@@ -5,7 +5,7 @@
 //! daemon performs the effects on its threads and the real stores (`daemon::lifetimes`), the
 //! simulator on its twins (`sim`), `msgx rebuild-flights` once, as a tool (`cli::consistency`).
 //! The effects that are one call to a port are performed by the one interpreter,
-//! [`super::effects::perform`]; the others (compare, serve, wait, stand down, exit) by each
+//! [`effects::perform`]; the others (compare, serve, wait, stand down, exit) by each
 //! driver in its own time, and answered with an [`Input`].
 //!
 //! What comes after a claim, a comparison and a holding is [`Lifecycle`]'s; the states are drawn
@@ -14,13 +14,16 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
+pub mod effects;
+pub mod lifecycle;
+
 use crate::clock::Mono;
 use crate::config::Config;
 use crate::consistency::Pass;
 use crate::error::StoreError;
 use crate::ports::{Claim, LeaseHolder};
 use crate::stage::OutagePolicy;
+use lifecycle::{End, FlightsClaim, Lifecycle, Next, Served};
 
 /// What an instance's rules read from the configuration.
 #[derive(Debug, Clone, Copy)]
@@ -432,7 +435,7 @@ mod tests {
         for (end, exit) in ends {
             assert_eq!(end.exit(), exit, "{end:?}");
         }
-        use super::super::DaemonError;
+        use crate::daemon::DaemonError;
         let errors = [
             (DaemonError::StageFailed("pump".into()), Exit::Failed),
             (DaemonError::Fenced("x".into()), Exit::Failed),
