@@ -732,9 +732,11 @@ pub trait StateAudit {
     /// The newest SUCCEEDED snapshot above `after` (archived ones too) whose decision Redis
     /// acknowledged advancing the plan's generation to (`REDIS_RECORD = generation`).
     fn generation_above(&mut self, after: i64) -> StoreResult<Option<i64>>;
-    /// When own PostgreSQL last changed one of its newest 1 000 messages (`UPDATED_AT`): the
-    /// moment a restored database stands at.
-    fn newest_write(&mut self) -> StoreResult<Option<SystemTime>>;
+    /// When own PostgreSQL last enqueued one of its newest 1 000 messages (`ENQUEUED_AT`): the
+    /// moment a restored database stands at. An operator's command on an old row (a replay, a
+    /// dismissal, a park) changes it but enqueues nothing, so it does not move this moment
+    /// (#65, the fleet's seed 10482: a replay after a forget hid a late row's mark).
+    fn newest_enqueue(&mut self) -> StoreResult<Option<SystemTime>>;
     /// The outbox events of `ids` as their messages made them, in their order (a `KAFKA:schd`
     /// row, upserted per flight, belongs to the newest message only).
     fn events_of(&mut self, ids: &[i64]) -> StoreResult<Vec<(i64, NewEvent)>>;

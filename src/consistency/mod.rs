@@ -435,7 +435,7 @@ const MARK_SLACK: Duration = Duration::from_secs(60);
 /// Late rows (PRE-2) below the highest MSG_ID PostgreSQL knows, marked with msgx's status since
 /// the moment it stands at.
 pub(crate) fn late_marked(st: &mut Stores<'_>, known_max: i64) -> StoreResult<Vec<i64>> {
-    let Some(since) = st.pg.newest_write()?.and_then(|t| t.checked_sub(MARK_SLACK)) else {
+    let Some(since) = st.pg.newest_enqueue()?.and_then(|t| t.checked_sub(MARK_SLACK)) else {
         return Ok(Vec::new());
     };
     let late = st.mailbox.ours((known_max - LATE_ROWS).max(1), known_max, LATE_ROWS as usize, true)?;

@@ -571,6 +571,29 @@ fn regression_a_late_row_both_stores_forgot_is_a_suspicion_named_and_left_alone(
     assert_eq!(w.pg.proc(4), None, "never processed on a guess");
 }
 
+/// #65, the fleet's seed 10482: after both stores went back, an operator replayed an old DEAD
+/// row before the stores were compared. The replay moved own PostgreSQL's newest `UPDATED_AT`,
+/// the moment the check took it to stand at, ten minutes on: the mark of late row 4, made
+/// before, fell out of the window and the row was never enqueued again. The moment is the
+/// newest enqueue, which no operator's command moves.
+#[test]
+fn regression_an_operators_command_after_a_forget_does_not_hide_a_late_rows_mark() {
+    let w = World::new(KEEP);
+    w.process(1..=3);
+    w.process(5..=6);
+    let (pg, flights) = (w.pg.state(), w.flights.state());
+    w.clock.advance(Duration::from_secs(1));
+    w.process(4..=4); // committed late (PRE-2): processed after 5 and 6
+    w.pg.replace_state(pg);
+    w.flights.replace_state(flights);
+    w.clock.advance(Duration::from_secs(600));
+    let now = w.clock.now();
+    w.pg.tamper(|s| s.procs.get_mut(&2).unwrap().updated_at = now); // `msgx replay`, say
+    let r = w.check();
+    let s = r.suspicion(SuspicionKind::MarkedUnrecorded).expect("the late row's mark is still looked at");
+    assert_eq!(s.ids, [4]);
+}
+
 #[test]
 fn a_generation_advanced_by_an_older_snapshot_is_redis_behind() {
     let w = World::new(KEEP);
@@ -613,8 +636,8 @@ impl crate::ports::StateAudit for ReadEarly {
     fn generation_above(&mut self, after: i64) -> crate::ports::StoreResult<Option<i64>> {
         self.0.generation_above(after)
     }
-    fn newest_write(&mut self) -> crate::ports::StoreResult<Option<std::time::SystemTime>> {
-        self.0.newest_write()
+    fn newest_enqueue(&mut self) -> crate::ports::StoreResult<Option<std::time::SystemTime>> {
+        self.0.newest_enqueue()
     }
     fn events_of(&mut self, ids: &[i64]) -> crate::ports::StoreResult<Vec<(i64, crate::domain::NewEvent)>> {
         self.0.events_of(ids)

@@ -239,6 +239,18 @@ pub fn type_tag_is_kept<S: OwnStore>(mut s: S) {
     assert_eq!(s.row(1).unwrap().unwrap().type_tag.as_deref(), Some("FLOP-STND"));
 }
 
+/// #65, the fleet's seed 10482: the moment own PostgreSQL stands at is its newest enqueue; an
+/// outcome or an operator's replay later changes rows but enqueues nothing, and moves it not.
+pub fn the_moment_postgres_stands_at_is_its_newest_enqueue<S: OwnStore>(mut s: S) {
+    use crate::ports::StateAudit;
+    assert_eq!(s.newest_enqueue().unwrap(), None, "nothing enqueued");
+    enqueue(&mut s, &[1, 2]);
+    let dead = Failure::Dead { class: ErrorClass::Exhausted, error: "e".into() };
+    commit(&mut s, &[Settle::failed(1, dead), Settle::succeeded(2, "k2", vec![])], at(5)).unwrap();
+    assert!(s.replay(&ReplaySelection::Ids(vec![1]), 10, at(600)).unwrap()[0].verdict.is_ok());
+    assert_eq!(s.newest_enqueue().unwrap(), Some(t0()));
+}
+
 pub fn replay_follows_the_whitelist<S: OwnStore>(mut s: S) {
     enqueue(&mut s, &[1, 2, 3, 4, 5]);
     let dead = |class| Failure::Dead { class, error: "e".into() };
@@ -727,6 +739,7 @@ macro_rules! conformance_tests {
             failures_count_attempts_and_anchor_the_first_failure,
             type_tag_is_kept,
             replay_follows_the_whitelist,
+            the_moment_postgres_stands_at_is_its_newest_enqueue,
             replay_by_range_and_class,
             backfill_settles_abandons_and_retries,
             outbox_is_fifo_per_target_and_conditional,

@@ -75,11 +75,11 @@ impl StateAudit for Pg {
         })
     }
 
-    fn newest_write(&mut self) -> StoreResult<Option<std::time::SystemTime>> {
+    fn newest_enqueue(&mut self) -> StoreResult<Option<std::time::SystemTime>> {
         // Among the newest rows by MSG_ID (the primary key): no scan of the table every round.
         self.run(|c| {
             Ok(c.query_one(
-                "SELECT max(updated_at) FROM (SELECT updated_at FROM proc_state ORDER BY msg_id DESC LIMIT 1000) s",
+                "SELECT max(enqueued_at) FROM (SELECT enqueued_at FROM proc_state ORDER BY msg_id DESC LIMIT 1000) s",
                 &[],
             )?
             .get(0))

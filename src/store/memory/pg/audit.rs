@@ -66,8 +66,8 @@ impl crate::ports::StateAudit for MemPg {
         })
     }
 
-    fn newest_write(&mut self) -> StoreResult<Option<SystemTime>> {
-        self.read(|s| Ok(s.procs.values().rev().take(1000).map(|p| p.updated_at).max()))
+    fn newest_enqueue(&mut self) -> StoreResult<Option<SystemTime>> {
+        self.read(|s| Ok(s.procs.values().rev().take(1000).map(|p| p.enqueued_at).max()))
     }
 
     fn events_pruned(&mut self) -> StoreResult<i64> {
