@@ -242,7 +242,6 @@ pub fn type_tag_is_kept<S: OwnStore>(mut s: S) {
 /// #65, the fleet's seed 10482: the moment own PostgreSQL stands at is its newest enqueue; an
 /// outcome or an operator's replay later changes rows but enqueues nothing, and moves it not.
 pub fn the_moment_postgres_stands_at_is_its_newest_enqueue<S: OwnStore>(mut s: S) {
-    use crate::ports::StateAudit;
     assert_eq!(s.newest_enqueue().unwrap(), None, "nothing enqueued");
     enqueue(&mut s, &[1, 2]);
     let dead = Failure::Dead { class: ErrorClass::Exhausted, error: "e".into() };
