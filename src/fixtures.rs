@@ -18,6 +18,21 @@ pub fn flop(seqn: u64, styp: &str, flid: &str, fields: &[(&str, Option<&str>)]) 
 }
 
 /// A stand change (FLOP-STND) for `flid`.
+/// The next release as the tests and the simulator run it (#65): this release's rulebook plus
+/// the most ordinary change a release makes — FLOP-STND also reads the vendor element `<XSTND>`,
+/// which this release skips as unknown — so the decision for some input changes and the rules
+/// version goes up by one. A value run beside this release, no other build; made once a
+/// process (its table lives as long as the process).
+pub fn next_release() -> std::sync::Arc<crate::codec::Rulebook> {
+    use crate::codec::{flop::Kind, Rulebook};
+    static NEXT: std::sync::OnceLock<std::sync::Arc<Rulebook>> = std::sync::OnceLock::new();
+    NEXT.get_or_init(|| {
+        let next = Rulebook::this_release().with_scalar("STND", "XSTND", Kind::Text);
+        std::sync::Arc::new(next.expect("one more mapping"))
+    })
+    .clone()
+}
+
 pub fn flop_stnd(seqn: u64, flid: &str, stand: &str) -> String {
     flop(seqn, "STND", flid, &[("STND", Some(stand))])
 }

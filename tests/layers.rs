@@ -303,10 +303,11 @@ fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 }
 
 /// Where this release's rulebook may be named (#65): where an instance or a command starts —
-/// the binary (`cli`, `main`), the test builds' simulator and world — and the codec, whose
-/// `decode` (tests', benches' and fixtures' shorthand) decodes under it. Every other room is
-/// handed the rulebook its instance carries.
-const RULES_EDGES: [&str; 5] = ["cli", "main", "sim", "testkit", "codec"];
+/// the binary (`cli`, `main`), the test builds' simulator and world —, the codec, whose
+/// `decode` (tests', benches' and fixtures' shorthand) decodes under it, and the test fixtures,
+/// which make the next release from it. Every other room is handed the rulebook its instance
+/// carries.
+const RULES_EDGES: [&str; 6] = ["cli", "main", "sim", "testkit", "codec", "fixtures"];
 
 /// What a file of `module` names of this release's rules outside [`RULES_EDGES`]:
 /// `Rulebook::this_release`, or `codec::decode`, which decodes under it.

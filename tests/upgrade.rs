@@ -255,15 +255,6 @@ fn fields(s: &Services, bin: &Path, flid: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The next release as the tests run it (#65): this release's rulebook plus the most ordinary
-/// change a release makes — FLOP-STND also reads the vendor element `<XSTND>`, which this
-/// release skips as unknown — so the decision for some input changes and the rules version goes
-/// up by one. A value, run in this process; no other build.
-fn next_release() -> Arc<msgx::codec::Rulebook> {
-    let this = msgx::codec::Rulebook::this_release();
-    Arc::new(this.with_scalar("STND", "XSTND", msgx::codec::flop::Kind::Text).expect("one more mapping"))
-}
-
 /// `msgx verify --sample 1` as an instance carrying `rules` runs it: the report.
 fn verify_under(s: &Services, rules: &Arc<msgx::codec::Rulebook>) -> msgx::consistency::Report {
     use msgx::store::{flights::RedisFlights, mailbox::MysqlMailbox, pg::Pg};
@@ -291,7 +282,7 @@ fn verify_under(s: &Services, rules: &Arc<msgx::codec::Rulebook>) -> msgx::consi
 /// announced. #65: the next release is a rulebook value, its daemon run in this process.
 #[test]
 fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_was_announced() {
-    let next = next_release();
+    let next = fixtures::next_release();
     let this = Path::new(env!("CARGO_BIN_EXE_msgx"));
     let s = Services::migrated("");
     let raws: Vec<String> = (0..300)

@@ -490,8 +490,8 @@ fn replay_onto(
         // was taken is played again as such (seed 2155).
         let row: BTreeMap<i64, SucceededRow> = rows.iter().map(|m| (m.msg_id, *m)).collect();
         let record: BTreeMap<i64, Option<RedisRecord>> = rows.iter().map(|m| (m.msg_id, m.record)).collect();
-        let reading = (st.limits, st.rules.clone());
-        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking, &reading)?;
+        let (limits, rules) = (st.limits, st.rules.clone());
+        let (page, missing_texts) = decode_page(texts(st, &ids)?, from, asking, &limits, &rules)?;
         gone.extend(missing_texts.into_iter().map(|m| (m, record[&m])));
         // What the page's messages read, from Redis in one go (not a round trip a message).
         let mut need = handlers::Need::default();
@@ -547,7 +547,8 @@ fn decode_page(
     texts: Vec<(i64, Option<String>)>,
     from: i64,
     asking: bool,
-    (limits, rules): &(codec::Limits, std::sync::Arc<codec::Rulebook>),
+    limits: &codec::Limits,
+    rules: &codec::Rulebook,
 ) -> Result<(Vec<(i64, Option<codec::Message>)>, Vec<i64>), HealError> {
     let mut out = Vec::with_capacity(texts.len());
     let mut gone = Vec::new();

@@ -549,11 +549,9 @@ fn regression_a_new_epoch_is_above_every_epoch_another_store_saw() {
     assert_eq!(fl.audit().unwrap().epoch, 7);
 }
 
-/// Found by the simulator (seed 637) as a forget; since #37 a mark is evidence only when
-/// Redis recorded that msgx settled the row: with both stores back to the same moment, nothing
-/// proves msgx marked row 4 rather than someone else — a suspicion, named, left alone.
-#[test]
-fn regression_a_late_row_both_stores_forgot_is_a_suspicion_named_and_left_alone() {
+/// Rows 1 to 6 processed and marked, row 4 committed late (PRE-2) and processed after 5 and 6;
+/// then own PostgreSQL and Redis both back to the moment before row 4.
+fn late_row_4_both_stores_forgot() -> World {
     let w = World::new(KEEP);
     w.process(1..=3);
     w.process(5..=6);
@@ -562,6 +560,15 @@ fn regression_a_late_row_both_stores_forgot_is_a_suspicion_named_and_left_alone(
     w.process(4..=4); // committed late (PRE-2): processed after 5 and 6
     w.pg.replace_state(pg);
     w.flights.replace_state(flights);
+    w
+}
+
+/// Found by the simulator (seed 637) as a forget; since #37 a mark is evidence only when
+/// Redis recorded that msgx settled the row: with both stores back to the same moment, nothing
+/// proves msgx marked row 4 rather than someone else — a suspicion, named, left alone.
+#[test]
+fn regression_a_late_row_both_stores_forgot_is_a_suspicion_named_and_left_alone() {
+    let w = late_row_4_both_stores_forgot();
     let r = w.check();
     assert!(r.is_clean(), "no proof that a store forgot: {r:?}");
     let s = r.suspicion(SuspicionKind::MarkedUnrecorded).expect("the mark is named");
@@ -578,14 +585,7 @@ fn regression_a_late_row_both_stores_forgot_is_a_suspicion_named_and_left_alone(
 /// newest enqueue, which no operator's command moves.
 #[test]
 fn regression_an_operators_command_after_a_forget_does_not_hide_a_late_rows_mark() {
-    let w = World::new(KEEP);
-    w.process(1..=3);
-    w.process(5..=6);
-    let (pg, flights) = (w.pg.state(), w.flights.state());
-    w.clock.advance(Duration::from_secs(1));
-    w.process(4..=4); // committed late (PRE-2): processed after 5 and 6
-    w.pg.replace_state(pg);
-    w.flights.replace_state(flights);
+    let w = late_row_4_both_stores_forgot();
     w.clock.advance(Duration::from_secs(600));
     let now = w.clock.now();
     w.pg.tamper(|s| s.procs.get_mut(&2).unwrap().updated_at = now); // `msgx replay`, say

@@ -443,9 +443,6 @@ pub fn renewing<T>(cfg: &Config, me: &Claimant, epoch: i64, watch: Watch<'_>, wo
                     if let Some((name, took)) = stuck.filter(|_| say) {
                         warn!("lease epoch={epoch} not renewed: {name} has made no progress for {}s (msgx.watchdog.stuck-after); a standby takes over when the lease runs out", took.as_secs());
                     }
-                    if renewer.taken_over() {
-                        return;
-                    }
                     continue;
                 }
                 if lease.is_none() {

@@ -701,15 +701,15 @@ fn model_matches(
     Ok(())
 }
 
+/// How many flights [`consumer_view_matches`] compared, over a run of many seeds.
+pub static CONSUMER_FLIGHTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What a consumer that applied every event of the message topic holds is what Redis holds (#52,
 /// SPEC §4.13; #65): each record delivered (the first of its `event_key`), in topic order, laid
 /// on by the inverse of the events (`handlers::announced`), for the flights the message topic
 /// alone tells of — none the daily plan's topic names (its rows are upserted per flight, not kept
 /// per message). Not where a store that forgot made a message be retold (the topic then holds
 /// both decisions: docs/operations.md, "A store that forgets").
-/// How many flights [`consumer_view_matches`] compared, over a run of many seeds.
-pub static CONSUMER_FLIGHTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 pub(super) fn consumer_view_matches(sim: &Sim, checker: &Checker) -> Result<(), String> {
     if sim.pg_rollbacks > 0 || !checker.retold.is_empty() {
         return Ok(());

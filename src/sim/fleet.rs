@@ -10,28 +10,16 @@
 //! newer instance holds it (a stop that kept it would leave the fleet without a writer until
 //! it expired; planted as `Bug::StopKeepsLease`).
 
-use std::sync::{Arc, OnceLock};
-
-use crate::clock::Clock;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Life, Sim};
-use crate::codec::flop::Kind;
+use crate::clock::Clock;
 use crate::codec::Rulebook;
+use crate::fixtures::next_release;
 use crate::instance::lifecycle::{End, Served};
 use crate::instance::{Effect, Input};
 use crate::ports::Claim;
-
-/// The next release: this one's rulebook plus one mapping (FLOP-STND also reads `<XSTND>`), the
-/// rules version one up. Built once a process: its table lives as long as the process.
-pub fn next_release() -> Arc<Rulebook> {
-    static NEXT: OnceLock<Arc<Rulebook>> = OnceLock::new();
-    NEXT.get_or_init(|| {
-        let this = Rulebook::this_release();
-        Arc::new(this.with_scalar("STND", "XSTND", Kind::Text).expect("one more mapping"))
-    })
-    .clone()
-}
 
 /// The rulebook of the release whose decisions carry `version` (this release's when not known).
 pub fn rules_of(version: Option<u32>) -> Arc<Rulebook> {
