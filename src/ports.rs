@@ -763,6 +763,85 @@ pub trait HealLog {
     fn record_heal(&mut self, heal: &HealRecord) -> StoreResult<()>;
 }
 
+/// Where a `msgx rules apply` job stands (`RULES_APPLY.STATE`, #65).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RulesJobState {
+    /// Asked; no instance of its rules has run it yet.
+    Open,
+    /// Its difference is staged and being written: Redis, then the outbox.
+    Applying,
+    Done,
+    /// A person must read its note.
+    Failed,
+}
+
+impl RulesJobState {
+    pub const ALL: [RulesJobState; 4] =
+        [RulesJobState::Open, RulesJobState::Applying, RulesJobState::Done, RulesJobState::Failed];
+
+    /// The column's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            RulesJobState::Open => "OPEN",
+            RulesJobState::Applying => "APPLYING",
+            RulesJobState::Done => "DONE",
+            RulesJobState::Failed => "FAILED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RulesJobState> {
+        RulesJobState::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+/// One `msgx rules apply` job (`RULES_APPLY`, #65): the SUCCEEDED messages from `since` on,
+/// decided again under the rules of version `rules` by an instance that carries them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesJob {
+    pub job_id: i64,
+    pub since: i64,
+    pub rules: u32,
+    pub state: RulesJobState,
+    pub requested_at: SystemTime,
+    pub done_at: Option<SystemTime>,
+    /// APPLYING: what is being written (`consistency::rules`, its own format).
+    pub staged: Option<String>,
+    /// DONE: what it did; FAILED: why.
+    pub note: Option<String>,
+}
+
+/// What a finished job writes to own PostgreSQL in one transaction: its events (each with the
+/// message it is told under and its ordinal there), the messages now decided under its rules
+/// (their `RULES_VERSION`), and its note.
+#[derive(Debug, Clone, Copy)]
+pub struct RulesDone<'a> {
+    pub events: &'a [(i64, i32, NewEvent)],
+    pub redecided: &'a [i64],
+    pub note: &'a str,
+}
+
+/// Own PostgreSQL, the `msgx rules apply` jobs (#65): asked by an operator's command beside the
+/// daemon (unfenced), run by the active instance of their rules between two holdings (fenced).
+pub trait RulesJobs {
+    /// Registers a job OPEN.
+    fn ask_rules_apply(&mut self, since: i64, rules: u32, now: SystemTime) -> StoreResult<RulesJob>;
+    /// The newest jobs first, at most `limit`.
+    fn rules_jobs(&mut self, limit: usize) -> StoreResult<Vec<RulesJob>>;
+    /// The oldest job of `rules` not finished (OPEN or APPLYING).
+    fn open_rules_job(&mut self, rules: u32) -> StoreResult<Option<RulesJob>>;
+    /// The job's difference staged: APPLYING.
+    fn stage_rules_apply(&mut self, job_id: i64, staged: &str, now: SystemTime) -> StoreResult<()>;
+    /// DONE, in one transaction with its events in the outbox and the messages' rules version.
+    fn finish_rules_apply(
+        &mut self,
+        job: &RulesJob,
+        done: &RulesDone<'_>,
+        now: SystemTime,
+    ) -> StoreResult<()>;
+    /// FAILED, with why.
+    fn fail_rules_apply(&mut self, job_id: i64, why: &str, now: SystemTime) -> StoreResult<()>;
+}
+
 /// A mailbox row msgx has or had to process: unmarked and in the status filter, or marked
 /// with msgx's processed status (`marked`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -363,6 +363,7 @@ fn rebuild(st: &mut Stores<'_>, from: i64, how: &How<'_>, now: SystemTime) -> Re
         windows: Vec::new(),
         events_pruned: None,
         other: OtherRules { rules: st.rules.version(), ..Default::default() },
+        again: None,
     };
     let (journal, messages, gone) = replay_onto(st, &mut replay, from, pruned, how.asking.is_some())?;
     let asked = match how.asking {
@@ -422,9 +423,64 @@ pub(super) struct Rebuild {
     /// message of other rules needs it).
     events_pruned: Option<i64>,
     other: OtherRules,
+    /// `msgx rules apply` (#65): from which MSG_ID every message is decided again under this
+    /// release's rules, and what that found.
+    pub(super) again: Option<Again>,
+}
+
+/// What deciding the messages from `since` on again under this release's rules found (#65).
+#[derive(Debug, Default)]
+pub(super) struct Again {
+    pub(super) since: i64,
+    /// Each flight a message from `since` on changed: the last such message and its type tag
+    /// (the difference is told under it).
+    pub(super) last: BTreeMap<String, (i64, String)>,
+    /// The messages decided under other rules until now (their `RULES_VERSION` moves).
+    pub(super) redecided: Vec<i64>,
+    /// Fields other rules announced that today's decision of the same message does not write
+    /// (`msg_id`, `FLID.field`): kept as they are, since no earlier value is known here.
+    pub(super) kept: Vec<(i64, String)>,
+    /// SUCCEEDED messages read.
+    pub(super) messages: usize,
 }
 
 impl Rebuild {
+    /// A replay of the SUCCEEDED messages on top of what Redis holds, every one from `since` on
+    /// decided again under this release's rules (`msgx rules apply`, #65).
+    pub(super) fn again(st: &mut Stores<'_>, since: i64) -> Result<Rebuild, HealError> {
+        let generation = st.flights.generation_of()?;
+        let pruned = st.flights.audit()?.pruned;
+        let mut replay = Rebuild {
+            plan: Replay::new(generation),
+            seed: BTreeMap::new(),
+            windows: Vec::new(),
+            events_pruned: None,
+            other: OtherRules { rules: st.rules.version(), ..Default::default() },
+            again: Some(Again { since, ..Default::default() }),
+        };
+        let (_, messages, _) = replay_onto(st, &mut replay, since, pruned, false)?;
+        if let Some(a) = replay.again.as_mut() {
+            a.messages = messages;
+        }
+        Ok(replay)
+    }
+
+    /// Each flight the replay changed, as Redis held it and as the replay left it, with their
+    /// SODT keys: `(flid, before, sodt before, after, sodt after)`.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn changed(&self) -> Vec<(String, FlightState, Option<i64>, FlightState, Option<i64>)> {
+        self.plan
+            .flights
+            .iter()
+            .filter_map(|(k, f)| {
+                let (before, sodt) = self.seed.get(k).cloned().unwrap_or_default();
+                let sodt = sodt.filter(|_| before.exists());
+                let after = self.plan.sodt.get(k).copied();
+                (before != *f || sodt != after).then(|| (k.clone(), before, sodt, f.clone(), after))
+            })
+            .collect()
+    }
+
     /// Reads from Redis, once each, the flights of `flids` not read yet.
     pub(super) fn load(&mut self, st: &mut Stores<'_>, mut flids: Vec<String>) -> Result<(), HealError> {
         flids.retain(|f| !self.seed.contains_key(f));
@@ -506,9 +562,12 @@ fn replay_onto(
             // one; replayed in MSG_ID order, before that one, it would lay its window on.
             let msg = msg.filter(|_| record[&m] != Some(RedisRecord::Stale));
             if let Some(msg) = msg {
-                let lay = match other.contains(&m) {
-                    false => Lay::Decided,
-                    true => Lay::Announced(made.get(&m).map_or(&[][..], Vec::as_slice)),
+                let made = made.get(&m).map_or(&[][..], Vec::as_slice);
+                let again = replay.again.as_ref().is_some_and(|a| m >= a.since);
+                let lay = match (other.contains(&m), again) {
+                    (true, true) => Lay::Again(made),
+                    (false, _) => Lay::Decided,
+                    (true, false) => Lay::Announced(made),
                 };
                 redecide(st, replay, m, &msg, record[&m] == Some(RedisRecord::Generation), lay)?;
             }
@@ -575,10 +634,13 @@ fn decode_page(
 }
 
 /// How a message is laid on in a rebuild (#52): decided again (this release's rules decided
-/// it), or as the events the outbox holds of it announced.
+/// it), or as the events the outbox holds of it announced; or, by `msgx rules apply` (#65),
+/// decided again under this release's rules although other rules decided it (what they
+/// announced, to find what today's decision no longer writes).
 enum Lay<'a> {
     Decided,
     Announced(&'a [NewEvent]),
+    Again(&'a [NewEvent]),
 }
 
 /// Decides message `m` again on the replay, whose flights it reads were read from Redis before,
@@ -605,7 +667,20 @@ fn redecide(
             let held = replay.events_pruned.is_some_and(|p| m > p);
             replay.other.lay(m, d, events, held)
         }
+        Lay::Again(events) => {
+            if let Some(a) = replay.again.as_mut() {
+                a.redecided.push(m);
+                a.keep(m, &d, events, &replay.plan);
+            }
+            d
+        }
     };
+    if let Some(a) = replay.again.as_mut().filter(|a| m >= a.since) {
+        let tag = msg.kind.type_tag();
+        for c in &d.flights {
+            a.last.insert(c.flid.clone(), (m, tag.to_string()));
+        }
+    }
     if !d.flights.is_empty() || d.snapshot {
         replay.load(st, d.flights.iter().map(|c| c.flid.clone()).collect())?;
         if advanced {
@@ -627,4 +702,25 @@ pub fn rebuild_flights(
 ) -> Result<(usize, usize), HealError> {
     let how = How { only, write, asking: None };
     rebuild(st, 0, &how, now).map(|r| (r.flights, r.messages))
+}
+
+impl Again {
+    /// Notes the fields `events` (what other rules announced of message `m`) wrote that `d`,
+    /// today's decision of it, does not, where the value is still `m`'s (`plan`: no later
+    /// message wrote it): no earlier value of them is known here, so they stay.
+    fn keep(&mut self, m: i64, d: &Decision, events: &[NewEvent], plan: &Replay) {
+        let Ok(announced) = handlers::announced(events) else { return };
+        for c in announced {
+            let today = d.flights.iter().filter(|t| t.flid == c.flid);
+            let written: BTreeSet<&str> = today
+                .flat_map(|t| t.set.iter().map(|(f, _)| f.as_str()).chain(t.clear.iter().map(String::as_str)))
+                .collect();
+            let fields = c.set.iter().map(|(f, _)| f.as_str()).chain(c.clear.iter().map(String::as_str));
+            let versions = plan.flights.get(&c.flid).map(|f| &f.versions);
+            let still = |f: &&str| versions.and_then(|v| v.get(*f)) == Some(&m);
+            for f in fields.filter(|f| *f != "FFID" && !written.contains(f)).filter(still) {
+                self.kept.push((m, format!("{}.{f}", c.flid)));
+            }
+        }
+    }
 }

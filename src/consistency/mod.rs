@@ -28,6 +28,7 @@
 mod ask;
 mod budget;
 mod heal;
+pub mod rules;
 pub mod stage;
 #[cfg(test)]
 mod tests;
@@ -46,12 +47,12 @@ use crate::error::StoreError;
 use crate::handlers::{self, View, TOMBSTONE_KEEP};
 use crate::ports::{
     FlightAudit, FlightMarks, FlightStore, HealLog, Intake, LeaseStore, MailboxAudit, MailboxTexts, Raw,
-    Requests, RoundNeed, StateAudit, StoreResult, SucceededRow, NO_HISTORY,
+    Requests, RoundNeed, RulesJobs, StateAudit, StoreResult, SucceededRow, NO_HISTORY,
 };
 
 /// Own PostgreSQL as the sentinel uses it.
-pub trait PgSide: StateAudit + Intake + LeaseStore + HealLog + Requests {}
-impl<T: StateAudit + Intake + LeaseStore + HealLog + Requests> PgSide for T {}
+pub trait PgSide: StateAudit + Intake + LeaseStore + HealLog + Requests + RulesJobs {}
+impl<T: StateAudit + Intake + LeaseStore + HealLog + Requests + RulesJobs> PgSide for T {}
 /// The shared mailbox as the sentinel uses it.
 pub trait MailboxSide: MailboxAudit + MailboxTexts {}
 impl<T: MailboxAudit + MailboxTexts> MailboxSide for T {}
@@ -711,8 +712,8 @@ pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
         };
         return match asked.and_then(|_| heal(st, &report, now)) {
             Ok(_) => {
-                let token = Some(report.redis.token.clone().unwrap_or_else(|| NO_HISTORY.into()));
-                Pass::Agreed { token, report: Box::new(report), healed: None }
+                let token = report.redis.token.clone();
+                agreed(st, token, report, None, now)
             }
             Err(e) => healing_failed(e),
         };
@@ -752,8 +753,29 @@ pub fn pass(st: &mut Stores<'_>, policy: PassPolicy, now: SystemTime) -> Pass {
         return Pass::Person(f.line());
     }
     log::info!("consistency: healed; the stores agree again");
-    let token = Some(after.redis.token.unwrap_or_else(|| NO_HISTORY.into()));
-    Pass::Agreed { token, report: Box::new(report), healed: Some(healed) }
+    agreed(st, after.redis.token, report, Some(healed), now)
+}
+
+/// The stores agree: the job of this instance's rules `msgx rules apply` asked for, if one is
+/// open, runs now, before the stages start (#65); the pump's handle starts from the token of
+/// Redis's last write — the job's, when it wrote.
+fn agreed(
+    st: &mut Stores<'_>,
+    token: Option<String>,
+    report: Report,
+    healed: Option<Healed>,
+    now: SystemTime,
+) -> Pass {
+    let token = match rules::run_open(st, now) {
+        Ok(Some(rules::Ran::Done { wrote: true, .. })) => match st.flights.audit() {
+            Ok(marks) => marks.token,
+            Err(e) => return failed(e),
+        },
+        Ok(_) => token,
+        Err(e) => return failed(e),
+    };
+    let token = Some(token.unwrap_or_else(|| NO_HISTORY.into()));
+    Pass::Agreed { token, report: Box::new(report), healed }
 }
 
 /// A heal that did not finish: a store away is an outage; not enough evidence is a person's.

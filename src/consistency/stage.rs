@@ -38,9 +38,10 @@ pub struct Sentinel<P, M, F> {
     rules: Arc<crate::codec::Rulebook>,
 }
 
-/// A round of the sentinel: when it runs again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Round(pub SystemTime);
+/// A round of the sentinel: when it runs again; what it asks of the instance (a `msgx rules
+/// apply` job of its rules, #65).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Round(pub SystemTime, pub Option<String>);
 
 impl RoundReport for Round {
     fn next(&self) -> Next {
@@ -49,6 +50,10 @@ impl RoundReport for Round {
 
     fn progressed(&self) -> bool {
         false
+    }
+
+    fn asks(&self) -> Option<String> {
+        self.1.clone()
     }
 }
 
@@ -86,7 +91,14 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
 
     pub fn round(&mut self, now: SystemTime) -> Result<Round, StoreError> {
         if let Some(t) = self.next.filter(|t| *t > now) {
-            return Ok(Round(t));
+            return Ok(Round(t, None));
+        }
+        if let Some(job) = self.pg.open_rules_job(self.rules.version())? {
+            let why = format!(
+                "rules apply job={} (the SUCCEEDED messages from MSG_ID {} decided again under rules {})",
+                job.job_id, job.since, job.rules
+            );
+            return Ok(Round(now, Some(why)));
         }
         let full = *self.next_full.get_or_insert(now + DAY) <= now;
         let depth = if full { Depth::Full { sample: self.sample } } else { Depth::Recent(RECENT) };
@@ -117,7 +129,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
         }
         let next = now + self.every;
         self.next = Some(next);
-        Ok(Round(next))
+        Ok(Round(next, None))
     }
 
     /// Reports the rows of each suspicion not reported before.

@@ -9,7 +9,8 @@ use crate::config::Config;
 use crate::domain::InboundRow;
 use crate::fixtures::flop_stnd;
 use crate::ports::{
-    Claim, Claimant, FlightAudit, FlightsFence, Intake, LeaseStore, MailboxMarks, SucceededRow,
+    Claim, Claimant, FlightAudit, FlightsFence, Intake, LeaseStore, MailboxMarks, Restore, RulesJobState,
+    SucceededRow,
 };
 use crate::stage::{Next, RoundReport};
 use crate::store::memory::{MemFlights, MemPg};
@@ -647,6 +648,47 @@ impl crate::ports::StateAudit for ReadEarly {
     }
 }
 
+impl crate::ports::RulesJobs for ReadEarly {
+    fn ask_rules_apply(
+        &mut self,
+        since: i64,
+        rules: u32,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<crate::ports::RulesJob> {
+        self.0.ask_rules_apply(since, rules, now)
+    }
+    fn rules_jobs(&mut self, limit: usize) -> crate::ports::StoreResult<Vec<crate::ports::RulesJob>> {
+        self.0.rules_jobs(limit)
+    }
+    fn open_rules_job(&mut self, rules: u32) -> crate::ports::StoreResult<Option<crate::ports::RulesJob>> {
+        self.0.open_rules_job(rules)
+    }
+    fn stage_rules_apply(
+        &mut self,
+        job_id: i64,
+        staged: &str,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<()> {
+        self.0.stage_rules_apply(job_id, staged, now)
+    }
+    fn finish_rules_apply(
+        &mut self,
+        job: &crate::ports::RulesJob,
+        done: &crate::ports::RulesDone<'_>,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<()> {
+        self.0.finish_rules_apply(job, done, now)
+    }
+    fn fail_rules_apply(
+        &mut self,
+        job_id: i64,
+        why: &str,
+        now: std::time::SystemTime,
+    ) -> crate::ports::StoreResult<()> {
+        self.0.fail_rules_apply(job_id, why, now)
+    }
+}
+
 impl crate::ports::Requests for ReadEarly {
     fn register(
         &mut self,
@@ -920,4 +962,235 @@ fn regression_a_heal_lays_on_what_other_rules_announced_never_what_today_reads_i
     let (healed, stands) = announced(&w);
     assert_eq!(stands, ["S6", "S4", "S5"]);
     assert_eq!((healed.other.announced, healed.other.redecided), (0, 0));
+}
+
+/// `msgx rules apply` (#65) on the twins: messages 1..=4 for one flight, decided under this
+/// release; 2 and 4 carry the vendor element `<XSTND>` only the next release reads.
+fn vendor_world() -> World {
+    let w = World::new(KEEP);
+    for id in 1..=4i64 {
+        let stand = format!("S{id}");
+        let vendor = format!("V{id}");
+        let mut fields = vec![("STND", Some(stand.as_str()))];
+        if id % 2 == 0 {
+            fields.push(("XSTND", Some(vendor.as_str())));
+        }
+        w.arrive(id, Some(&crate::fixtures::flop(id as u64, "STND", "F1", &fields)));
+    }
+    w.drain();
+    let mut mb = w.mailbox.clone();
+    mb.mark(&[1, 2, 3, 4], w.clock.now(), &|| Ok(())).unwrap();
+    assert!(!w.flights.all()["F1"].contains_key("XSTND"), "this release skips the vendor element");
+    w
+}
+
+impl World {
+    /// The stores as an instance of `rules` opens them for its pass, under the lease's epoch.
+    fn under<R>(
+        &self,
+        rules: &std::sync::Arc<crate::codec::Rulebook>,
+        f: impl FnOnce(&mut Stores<'_>) -> R,
+    ) -> R {
+        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
+        let st = &mut Stores {
+            pg: &mut pg,
+            mailbox: &mut mb,
+            flights: &mut fl,
+            beat: Default::default(),
+            limits: Default::default(),
+            rules: rules.clone(),
+        };
+        f(st)
+    }
+
+    /// The consistency pass of an instance of `rules`.
+    fn pass_under(&self, rules: &std::sync::Arc<crate::codec::Rulebook>) -> Pass {
+        let policy = PassPolicy { epoch: 0, sample: 1.0, budget: HealBudget { per_hour: 10 }, asking: None };
+        self.under(rules, |st| pass(st, policy, self.clock.now()))
+    }
+
+    /// What a consumer that applied every `KAFKA:msg` event in order holds.
+    fn consumer_view(&self) -> std::collections::BTreeMap<String, crate::handlers::Flight> {
+        let mut held: std::collections::BTreeMap<String, crate::handlers::Flight> = Default::default();
+        let events: Vec<crate::domain::NewEvent> = self.pg.inspect(|s| {
+            s.events
+                .values()
+                .filter(|e| e.event.target == crate::domain::Target::KafkaMsg)
+                .map(|e| crate::domain::NewEvent {
+                    target: e.event.target,
+                    partition_key: e.event.partition_key.clone(),
+                    event_type: String::new(),
+                    state_version: e.event.state_version,
+                    payload_json: e.event.payload_json.clone(),
+                })
+                .collect()
+        });
+        for c in handlers::announced(&events).unwrap() {
+            let f = held.entry(c.flid.clone()).or_default();
+            if c.delete {
+                f.clear();
+            }
+            f.extend(c.set.iter().cloned());
+            c.clear.iter().for_each(|k| drop(f.remove(k)));
+        }
+        held.retain(|_, f| !f.is_empty());
+        held
+    }
+
+    fn rules_of(&self, ids: &[i64]) -> Vec<Option<u32>> {
+        self.pg.inspect(|s| ids.iter().map(|m| s.procs[m].rules_version).collect())
+    }
+}
+
+#[test]
+fn a_rules_job_tells_each_difference_under_the_message_that_made_it_and_a_consumer_holds_what_redis_holds() {
+    let w = vendor_world();
+    let next = crate::fixtures::next_release();
+    let told = w.events().len();
+    let job = w.pg.clone().ask_rules_apply(2, next.version(), w.clock.now()).unwrap();
+    // This release's pass leaves a job of other rules alone.
+    assert!(matches!(w.pass_under(&crate::codec::Rulebook::this_release()), Pass::Agreed { .. }));
+    assert_eq!(w.events().len(), told);
+    let Pass::Agreed { token, .. } = w.pass_under(&next) else { panic!("the next release's pass agrees") };
+    assert_eq!(token, w.flights.inspect(|s| s.token.clone()), "the pump starts from the job's write");
+    let f1 = &w.flights.all()["F1"];
+    assert_eq!((f1["STND"].as_str(), f1["XSTND"].as_str()), ("S4", "V4"));
+    let events = w.events();
+    assert_eq!(events.len(), told + 1, "one event for the one flight that differs: {events:?}");
+    let (m, payload) = events.last().unwrap();
+    assert_eq!(*m, Some(4), "told under the flight's last message");
+    assert!(payload.contains(r#"{"field":"XSTND","new":"V4","old":null}"#), "{payload}");
+    let ordinal = w.pg.inspect(|s| s.events.values().last().unwrap().event.ordinal);
+    assert_eq!(ordinal, Some(rules::ordinal_base(next.version())));
+    assert_eq!(w.rules_of(&[1, 2, 3, 4]), [Some(1), Some(2), Some(2), Some(2)]);
+    assert_eq!(
+        w.consumer_view(),
+        w.flights.all(),
+        "a consumer that applied every event holds what Redis holds"
+    );
+    let done = w.pg.clone().rules_jobs(1).unwrap().remove(0);
+    assert_eq!((done.job_id, done.state), (job.job_id, RulesJobState::Done));
+    assert!(done.note.as_deref().unwrap().contains("3 message(s) from the first decided again under rules 2 (3 of them decided under other rules before): 1 flight(s) differ, 1 event(s) told"), "{done:?}");
+    // The next release's check finds nothing, and a heal of it decides them under its rules.
+    let clean = w.under(&next, |st| check(st, Depth::Full { sample: 1.0 }, w.clock.now()).unwrap());
+    assert!(clean.is_clean(), "{clean:?}");
+    assert!(matches!(w.pass_under(&next), Pass::Agreed { .. }));
+    assert_eq!(w.events().len(), told + 1, "a job runs once");
+}
+
+#[test]
+fn a_rules_job_cut_short_after_its_redis_write_tells_it_once() {
+    for written in [false, true] {
+        let w = vendor_world();
+        let next = crate::fixtures::next_release();
+        let told = w.events().len();
+        let job = w.pg.clone().ask_rules_apply(1, next.version(), w.clock.now()).unwrap();
+        // The job's first step, then (`written`) its Redis write: the process ends there.
+        let diff = w.under(&next, |st| rules::difference(st, 1).unwrap());
+        assert_eq!(diff.flights.len(), 1, "{diff:?}");
+        let text = serde_json::to_string(&diff).unwrap();
+        w.pg.clone().stage_rules_apply(job.job_id, &text, w.clock.now()).unwrap();
+        if written {
+            let f = &diff.flights[0];
+            let restore = Restore {
+                flights: vec![(f.flid.clone(), f.after.clone(), f.sodt_after)],
+                generation: None,
+                journal: vec![],
+            };
+            w.flights.handle().restore(&restore, w.clock.now()).unwrap();
+        }
+        assert!(matches!(w.pass_under(&next), Pass::Agreed { .. }), "written={written}");
+        assert_eq!(w.events().len(), told + 1, "told once, written={written}");
+        assert_eq!(w.flights.all()["F1"]["XSTND"], "V4");
+        assert_eq!(w.consumer_view(), w.flights.all(), "written={written}");
+        assert_eq!(w.pg.clone().rules_jobs(1).unwrap()[0].state, RulesJobState::Done);
+    }
+}
+
+#[test]
+fn a_rules_job_whose_flights_moved_since_it_was_staged_fails_for_a_person() {
+    let w = vendor_world();
+    let next = crate::fixtures::next_release();
+    let job = w.pg.clone().ask_rules_apply(1, next.version(), w.clock.now()).unwrap();
+    let diff = w.under(&next, |st| rules::difference(st, 1).unwrap());
+    w.pg.clone()
+        .stage_rules_apply(job.job_id, &serde_json::to_string(&diff).unwrap(), w.clock.now())
+        .unwrap();
+    // An instance of this release serves meanwhile and changes the flight.
+    w.arrive(5, Some(&crate::fixtures::flop_stnd(5, "F1", "S5")));
+    w.drain();
+    let told = w.events().len();
+    assert!(matches!(w.pass_under(&next), Pass::Agreed { .. }), "the job fails, the instance serves");
+    let failed = w.pg.clone().rules_jobs(1).unwrap().remove(0);
+    assert_eq!(failed.state, RulesJobState::Failed);
+    assert!(failed
+        .note
+        .unwrap()
+        .contains("1 flight(s) changed since its difference was staged (first FLID F1)"));
+    assert_eq!(w.events().len(), told, "nothing told");
+    assert_eq!(w.flights.all()["F1"]["STND"], "S5", "nothing written over it");
+}
+
+#[test]
+fn a_rules_job_keeps_and_names_a_field_todays_rules_no_longer_write() {
+    // This release's rules decide the job's messages as the next release's did: the vendor
+    // field the next release wrote is one today's decision does not write.
+    let w = vendor_world();
+    let next = crate::fixtures::next_release();
+    w.pg.clone().ask_rules_apply(1, next.version(), w.clock.now()).unwrap();
+    assert!(matches!(w.pass_under(&next), Pass::Agreed { .. }));
+    let this = crate::codec::Rulebook::this_release();
+    w.pg.clone().ask_rules_apply(3, this.version(), w.clock.now()).unwrap();
+    let told = w.events().len();
+    assert!(matches!(w.pass_under(&this), Pass::Agreed { .. }));
+    let done = w.pg.clone().rules_jobs(1).unwrap().remove(0);
+    assert_eq!(done.state, RulesJobState::Done);
+    let note = done.note.unwrap();
+    assert!(
+        note.contains(
+            "1 field(s) other rules wrote that rules 1 do not kept as they are (first: msg_id=4 F1.XSTND)"
+        ),
+        "{note}"
+    );
+    assert_eq!(w.events().len(), told, "nothing differs: nothing told");
+    assert_eq!(w.flights.all()["F1"]["XSTND"], "V4", "kept");
+    assert_eq!(w.rules_of(&[2, 3, 4]), [Some(2), Some(1), Some(1)]);
+}
+
+/// The sentinel notices a job of its rules (#65) and the runner stops the stages for it, the
+/// lease kept; a job of other rules is no business of this instance's.
+#[test]
+fn the_sentinel_asks_for_a_job_of_its_rules_and_the_runner_stops_the_stages_for_it() {
+    use crate::stage::runner::{Halt, Runner, Turn};
+    use crate::stage::{StageId, StallBoard};
+    let w = vendor_world();
+    let this = crate::codec::Rulebook::this_release();
+    let p = Config::defaults().pipeline;
+    let stats = std::sync::Arc::new(crate::stats::Stats::default());
+    let sentinel = |w: &World| {
+        stage::Sentinel::new(
+            w.pg.clone(),
+            w.mailbox.clone(),
+            w.flights.handle(),
+            &p,
+            this.clone(),
+            stats.clone(),
+        )
+    };
+    let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(w.clock.clone());
+    let gate = crate::lease::LeaseGate::new(0, clock.clone(), clock.mono(), Duration::from_secs(60));
+    let turn = |s: &mut stage::Sentinel<MemPg, crate::store::memory::MemMailbox, MemFlights>| {
+        let mut runner = Runner::new(StageId::Sentinel, p.outage, Duration::from_secs(1));
+        runner.turn(s, &gate, &StallBoard::default(), &stats, clock.as_ref())
+    };
+    w.pg.clone().ask_rules_apply(1, crate::fixtures::next_release().version(), w.clock.now()).unwrap();
+    assert!(matches!(turn(&mut sentinel(&w)), Turn::Again { .. }), "another release's job");
+    let job = w.pg.clone().ask_rules_apply(2, this.version(), w.clock.now()).unwrap();
+    match turn(&mut sentinel(&w)) {
+        Turn::Stop(Halt::Asked(why)) => {
+            assert!(why.contains(&format!("rules apply job={}", job.job_id)), "{why}")
+        }
+        other => panic!("the stages stop for the job: {other:?}"),
+    }
+    assert!(!gate.is_stale(), "the lease is kept");
 }

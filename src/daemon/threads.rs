@@ -184,7 +184,7 @@ pub fn supervise(
         select! {
             recv(exit_rx) -> msg => {
                 break match msg {
-                    Ok((_, Some(halted @ (Served::Fenced(_) | Served::Forgot(_))))) => Ok(halted),
+                    Ok((_, Some(halted @ (Served::Fenced(_) | Served::Forgot(_) | Served::Asked(_))))) => Ok(halted),
                     Ok((name, exit)) => {
                         error!("stage {name} ended{} before stop was requested", if exit.is_none() { " by a panic" } else { "" });
                         Err(DaemonError::StageFailed(name.to_string()))

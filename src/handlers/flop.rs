@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::{event, Decision, Flight, FlightChange, FlightState, FlightView};
 use crate::codec::{time, FlopRecord, Message};
-use crate::domain::Target;
+use crate::domain::{NewEvent, Target};
 
 /// SODT from an FFID `airline-flightNo-A|D-ddMMMyyHHmm-D|I`, as `yyyyMMddHHmm`.
 /// The SODT key an FFID carries: family A's `MU-5101-A-05MAR261430-D` or family B's
@@ -175,6 +175,47 @@ fn delete(state: &mut FlightState, rec: &FlopRecord, tag: &str, msg_id: i64, d: 
         let payload = Deleted { deleted: true, ffid, flid, msg_id, old: &removed, tag };
         d.events.push(event(Target::KafkaMsg, &rec.flid, "DELETE", msg_id, payload));
     }
+}
+
+/// The `KAFKA:msg` event that tells a consumer holding `before` how to hold `after`: a flight
+/// decided again under other rules (`msgx rules apply`, #65), told under message `msg_id` (its
+/// last message the new decision changed) with that message's type tag. An UPSERT of each field
+/// that differs (`created` when the flight was not held), or a DELETE when it is held no more;
+/// `None` when no value differs (only versions moved: nothing a consumer holds). The FFID rides
+/// in `ffid`, as every event of a record carries it, and so [`announced`] gives `after` back.
+pub fn restated(
+    flid: &str,
+    before: &FlightState,
+    after: &FlightState,
+    msg_id: i64,
+    tag: &str,
+) -> Option<NewEvent> {
+    let ffid = after.fields.get("FFID").map(String::as_str);
+    if before.exists() && !after.exists() {
+        let old = &before.fields;
+        let ffid = old.get("FFID").map(String::as_str);
+        let payload = Deleted { deleted: true, ffid, flid, msg_id, old, tag };
+        return Some(event(Target::KafkaMsg, flid, "DELETE", msg_id, payload));
+    }
+    let names: std::collections::BTreeSet<&String> =
+        before.fields.keys().chain(after.fields.keys()).collect();
+    let diffs: Vec<Diff> = names
+        .into_iter()
+        .filter(|f| *f != "FFID" || ffid.is_none())
+        .map(|f| Diff {
+            field: f,
+            old: before.fields.get(f).map(String::as_str),
+            new: after.fields.get(f).map(String::as_str),
+        })
+        .filter(|d| d.old != d.new)
+        .collect();
+    let created = !before.exists() && after.exists();
+    let ffid_moved = ffid.is_some() && before.fields.get("FFID").map(String::as_str) != ffid;
+    if diffs.is_empty() && !created && !ffid_moved {
+        return None;
+    }
+    let payload = Upsert { changes: &diffs, created, ffid, flid, msg_id, tag };
+    Some(event(Target::KafkaMsg, flid, "UPSERT", msg_id, payload))
 }
 
 /// What a message's `KAFKA:msg` events announced, as the flight changes that give a consumer's

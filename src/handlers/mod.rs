@@ -12,7 +12,7 @@ mod reference;
 mod schedule;
 pub mod state;
 
-pub use flop::announced;
+pub use flop::{announced, restated};
 pub use state::{FlightState, TOMBSTONE_KEEP};
 
 use std::collections::BTreeMap;

@@ -38,6 +38,9 @@ pub enum Served {
     Fenced(String),
     /// A store forgot what it acknowledged.
     Forgot(String),
+    /// A stage asked for work between two holdings (a `msgx rules apply` job, #65): the stores
+    /// are compared, and the work done, under the lease still held.
+    Asked(String),
 }
 
 impl From<Halt> for Served {
@@ -45,6 +48,7 @@ impl From<Halt> for Served {
         match h {
             Halt::Fenced(why) => Served::Fenced(why),
             Halt::Forgot(why) => Served::Forgot(why),
+            Halt::Asked(why) => Served::Asked(why),
         }
     }
 }
@@ -170,6 +174,11 @@ impl Lifecycle {
                 self.recheck = true;
                 Next::Again { pause: Duration::ZERO, forgot: true, why }
             }
+            Served::Asked(_) if stopping => Next::End { end: End::Stopped, release: !stale },
+            Served::Asked(_) if stale => {
+                Next::End { end: End::Fenced("lease taken over".into()), release: false }
+            }
+            Served::Asked(_) => Next::Compare,
         }
     }
 }

@@ -361,6 +361,21 @@ mod tests {
         assert_eq!(i.on(Input::Flights(FlightsClaim::Ours)), Effect::Compare { epoch: 2 });
     }
 
+    /// A stage asked for work between two holdings (a `msgx rules apply` job, #65): the stores
+    /// are compared under the same lease, nothing given back; at a stop, the lease is.
+    #[test]
+    fn work_asked_while_serving_is_done_in_a_comparison_under_the_lease_held() {
+        let mut i = holding(InstancePolicy { compare_on_start: false, ..policy(false) }, 1);
+        assert!(matches!(i.on(Input::Flights(FlightsClaim::Ours)), Effect::Serve { epoch: 1, .. }));
+        let asked =
+            |stopping| Input::Served { served: Served::Asked("job 1".into()), stale: false, stopping };
+        assert_eq!(i.on(asked(false)), Effect::Compare { epoch: 1 });
+        let agreed = Pass::Agreed { token: None, report: Box::default(), healed: None };
+        assert!(matches!(i.on(Input::Compared(agreed)), Effect::Serve { epoch: 1, .. }));
+        assert_eq!(i.on(asked(true)), Effect::Release { epoch: 1 });
+        assert_eq!(i.on(Input::Done), Effect::Exit(End::Stopped));
+    }
+
     /// Fenced at the claim: a newer instance holds the flights; nothing to give back.
     #[test]
     fn a_newer_holder_of_the_flights_ends_the_instance_without_a_release() {

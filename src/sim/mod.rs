@@ -1041,6 +1041,7 @@ impl Sim {
         match a.keeper.turn(renewed, self.clock.mono(), &a.gate, &a.stats, now) {
             Some(Halt::Fenced(e)) => self.served(k, Served::Fenced(format!("lost the lease: {e}"))),
             Some(Halt::Forgot(e)) => self.served(k, Served::Forgot(format!("lease keeper: {e}"))),
+            Some(Halt::Asked(e)) => self.served(k, Served::Asked(e)),
             None => {}
         }
     }
@@ -1093,6 +1094,7 @@ impl Sim {
             }
             Turn::Stop(Halt::Fenced(e)) => self.served(k, Served::Fenced(format!("{stage} fenced: {e}"))),
             Turn::Stop(Halt::Forgot(e)) => self.served(k, Served::Forgot(format!("{stage} forgot: {e}"))),
+            Turn::Stop(Halt::Asked(e)) => self.served(k, Served::Asked(e)),
         }
     }
 

@@ -93,6 +93,11 @@ pub trait RoundReport: fmt::Debug {
     fn next(&self) -> Next;
     /// Whether the stages downstream have something new (their doorbells ring).
     fn progressed(&self) -> bool;
+    /// Work an operator asked of the instance between two holdings (a `msgx rules apply`
+    /// job, #65): the stages stop, and the instance does it before they start again.
+    fn asks(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A stage: one round of work at `now`. A store error that is not charged to a message or an

@@ -20,16 +20,17 @@ const LOG: &str = "msgx::daemon";
 
 /// A stage as the runner drives it (object-safe, so a list of different stages can be run).
 pub trait Runs {
-    /// One round: when the stage wants the next one, and whether it made work downstream.
-    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError>;
+    /// One round: when the stage wants the next one, whether it made work downstream, and
+    /// what it asks of the instance ([`RoundReport::asks`]).
+    fn run(&mut self, now: SystemTime) -> Result<(Next, bool, Option<String>), StoreError>;
     /// Held by a condition only a person can clear (see [`Stage::held`]).
     fn held(&self) -> Option<(&'static str, SystemTime)>;
     fn close(&mut self);
 }
 
 impl<S: Stage> Runs for S {
-    fn run(&mut self, now: SystemTime) -> Result<(Next, bool), StoreError> {
-        self.round(now).map(|r| (r.next(), r.progressed()))
+    fn run(&mut self, now: SystemTime) -> Result<(Next, bool, Option<String>), StoreError> {
+        self.round(now).map(|r| (r.next(), r.progressed(), r.asks()))
     }
 
     fn held(&self) -> Option<(&'static str, SystemTime)> {
@@ -48,6 +49,9 @@ pub enum Halt {
     Fenced(String),
     /// A store forgot what it acknowledged (#19, #20): the stores are compared again.
     Forgot(String),
+    /// A stage asks the instance for work between two holdings ([`RoundReport::asks`]): every
+    /// stage stops, and the lease is kept.
+    Asked(String),
 }
 
 /// What the runner decided after one turn.
@@ -94,7 +98,11 @@ impl Runner {
         let ran = gate.check().and_then(|()| stage.run(started));
         let now = clock.after(started);
         match ran {
-            Ok((next, progressed)) => {
+            Ok((_, _, Some(why))) => {
+                log::info!(target: LOG, "stage={name} asks: {why}; every stage stops, and the instance does it under its lease before they start again");
+                Turn::Stop(Halt::Asked(why))
+            }
+            Ok((next, progressed, None)) => {
                 for n in self.outages.recovered(now) {
                     log_notice(&n, stats);
                 }

@@ -100,6 +100,8 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(20, "snapshot_stale", "V020__snapshot_stale.sql", Expand, since 17),
     // 0.3.0's: an index, so every release since V017 (0.1.0, 0.2.0) runs on it.
     migration!(21, "heal_window_requests", "V021__heal_window_requests.sql", Expand, since 17),
+    // 0.3.0's: a table no earlier release reads (`msgx rules apply`, #65).
+    migration!(22, "rules_apply", "V022__rules_apply.sql", Expand, since 17),
 ];
 
 #[derive(Debug, thiserror::Error)]

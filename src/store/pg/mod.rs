@@ -11,6 +11,7 @@ pub mod lineage;
 pub mod migrate;
 mod operator;
 mod requests;
+mod rules;
 mod session;
 pub mod witness;
 

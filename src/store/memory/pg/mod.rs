@@ -107,6 +107,8 @@ pub struct PgState {
     /// REQ_TRACK: the requests to the AODB by REQ_ID (#41).
     pub requests: BTreeMap<i64, crate::requests::Request>,
     next_req_id: i64,
+    /// RULES_APPLY: the `msgx rules apply` jobs by JOB_ID (#65).
+    pub rules_jobs: BTreeMap<i64, crate::ports::RulesJob>,
 }
 
 impl Default for PgState {
@@ -127,6 +129,7 @@ impl Default for PgState {
             heals: Vec::new(),
             requests: BTreeMap::new(),
             next_req_id: 0,
+            rules_jobs: BTreeMap::new(),
         }
     }
 }
@@ -366,6 +369,7 @@ mod operator;
 mod outbox;
 mod requests;
 mod round;
+mod rules;
 
 #[cfg(test)]
 mod conformance {
