@@ -355,6 +355,87 @@ fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_
     println!("next release: {heal}");
 }
 
+/// #65, `msgx rules apply` on the real services: this release processed 40 FLOPs carrying
+/// `<XSTND>`, which it skips. Its `msgx rules apply --since 1` shows that nothing differs under
+/// its own rules. The next release serves; its job is asked while it does (as its own
+/// `msgx rules apply --since 1 --yes` asks it): its sentinel stops the stages, its pass decides
+/// the 40 messages again under its rules under the lease it holds, writes Redis, and tells one
+/// event per flight — each under its message, with a new `event_key`, valid against the
+/// published schema the broker enforces — and the stages go on. Redis, the topic and the
+/// next release's check then agree.
+#[test]
+fn the_next_releases_rules_applied_to_old_messages_tell_each_difference_on_the_real_services() {
+    use msgx::ports::RulesJobs;
+    let next = fixtures::next_release();
+    let this = Path::new(env!("CARGO_BIN_EXE_msgx"));
+    let s = Services::migrated("");
+    let raws: Vec<String> = (0..40)
+        .map(|i| {
+            fixtures::flop(
+                i + 1,
+                "STND",
+                &format!("{}", 8000 + i),
+                &[("STND", Some("12")), ("XSTND", Some("9"))],
+            )
+        })
+        .collect();
+    s.insert_inbound(&raws);
+    let mut a = Instance::run(&s, "this", CHECKED);
+    settled(&s, &a, &[("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'", 40), (SENT, 40)]);
+    a.signal("-TERM");
+    assert_eq!(a.wait(Duration::from_secs(60)), Some(0), "{}", a.log_text());
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["rules", "apply", "--since", "1"]);
+    assert_eq!(code, Some(2), "a preview refuses to act:\n{out}");
+    assert!(out.contains("40 message(s) from the first decided again under rules 1 (0 of them decided under other rules before): 0 flight(s) differ, 0 event(s) told"), "{out}");
+    let log = captured::log();
+    let mut cfg = s.cfg.clone();
+    cfg.pipeline.check_interval = Duration::from_secs(1); // CHECKED
+    let (stop, daemon) = start_daemon_with(&cfg, next.clone());
+    assert!(log.wait_for("lease acquired", Duration::from_secs(60)), "{}", log.text());
+    let mut own = msgx::store::pg::Pg::connect(&s.cfg.pg_url).unwrap();
+    let job = own.ask_rules_apply(1, next.version(), now()).unwrap();
+    assert!(log.wait_for("rules applied job=", Duration::from_secs(60)), "{}", log.text());
+    let mut pg = s.pg();
+    assert!(eventually(Duration::from_secs(60), || count(&mut pg, SENT) == 80), "{}", log.text());
+    let records = consume(s.topic(), 80, Duration::from_secs(30));
+    let told: Vec<&Consumed> =
+        records.iter().filter(|r| r.header("event_key").is_some_and(|k| k.contains(".2000000."))).collect();
+    assert_eq!(told.len(), 40, "one event per flight, a new event_key each: {records:?}");
+    for r in &told {
+        let m = r.header("msg_id").unwrap();
+        assert_eq!(r.payload["msg_id"].to_string(), m, "told under its message: {r:?}");
+        assert_eq!(
+            r.payload["changes"],
+            serde_json::json!([{"field": "XSTND", "old": null, "new": "9"}]),
+            "{r:?}"
+        );
+        let key = r.header("event_key").unwrap();
+        assert!(key.starts_with(&format!("{m}.2000000.")), "{key}");
+    }
+    // The stages went on: a new message, decided under the next release's rules.
+    s.insert_inbound(&[fixtures::flop(41, "STND", "8003", &[("STND", Some("14")), ("XSTND", Some("10"))])]);
+    assert!(eventually(Duration::from_secs(60), || count(&mut pg, SENT) == 81), "{}", log.text());
+    let f = fields(&s, this, "8007");
+    assert_eq!(f.get("XSTND").map(String::as_str), Some("9"), "{f:?}");
+    assert_eq!(fields(&s, this, "8003").get("XSTND").map(String::as_str), Some("10"));
+    let other = "SELECT count(*) FROM proc_state WHERE rules_version IS DISTINCT FROM 2";
+    assert_eq!(count(&mut pg, other), 0, "every message now decided under rules 2");
+    let r = verify_under(&s, &next);
+    assert!(r.is_clean() && r.other_rules == 0, "{r:?}");
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["rules", "list"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("job_id={} since=1 rules=2 state=DONE", job.job_id)), "{out}");
+    assert!(out.contains("40 flight(s) differ, 40 event(s) told"), "{out}");
+    let text = log.text();
+    assert!(alarms(&text).is_empty(), "{:?}", alarms(&text));
+    assert_eq!(count(&mut pg, "SELECT count(*) FROM consistency_heal"), 0, "a job is no heal:\n{text}");
+    drop(stop);
+    daemon.join().expect("the daemon's thread").expect("the next release stops cleanly");
+    let applied = text.lines().find(|l| l.contains("rules applied job=")).unwrap_or_default();
+    println!("next release: {applied}");
+    println!("told: key={} headers={:?} value={}", told[0].key, told[0].headers, told[0].payload);
+}
+
 /// #68, releases side by side: this release records a daily-plan snapshot it found stale (V020,
 /// `snapshot_stale`: a lower MSG_ID committed after a newer snapshot moved the plan's
 /// generation), and the previous release, on the same schema, heals a Redis that forgot without

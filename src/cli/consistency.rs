@@ -17,7 +17,7 @@ use msgx::exit::Exit;
 use super::{unreachable, CmdResult};
 
 /// The three stores, connected now; a store that does not answer is exit 4.
-fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow::Error)> {
+pub(super) fn open(cfg: &Config) -> Result<(Pg, MysqlMailbox, RedisFlights), (Exit, anyhow::Error)> {
     let pg = Pg::of(cfg).and_then(Pg::connected).map_err(unreachable)?;
     let mailbox = MysqlMailbox::of(cfg).map_err(unreachable)?;
     Ok((pg, mailbox, open_flights(cfg)?))
@@ -31,7 +31,7 @@ fn open_flights(cfg: &Config) -> Result<RedisFlights, (Exit, anyhow::Error)> {
 
 /// The stores a command compares, decoding under the configured limits and this release's
 /// rules; nothing is watched.
-fn stores<'a>(
+pub(super) fn stores<'a>(
     cfg: &Config,
     pg: &'a mut Pg,
     mailbox: &'a mut MysqlMailbox,

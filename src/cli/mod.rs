@@ -22,6 +22,7 @@ mod replay;
 mod request;
 mod resend;
 mod reset_watermark;
+mod rules;
 mod run;
 mod status;
 mod trace;
@@ -112,6 +113,7 @@ fn command(cmd: &Command, cfg: &Config) -> CmdResult {
         Command::Requests { dismiss: Some(id), note, .. } => request::dismiss(cfg, *id, note.as_deref()),
         Command::Requests { open, limit, json, .. } => request::list(cfg, *open, *limit, *json),
         Command::Verify { sample, json } => consistency::verify(cfg, *sample, *json),
+        Command::Rules { action } => rules::rules(cfg, action),
         Command::RebuildFlights { flid, yes } => consistency::rebuild_flights(cfg, flid, *yes),
         Command::Decode { .. } | Command::ConfigDefaults | Command::Man => {
             unreachable!("handled above")
@@ -292,6 +294,13 @@ enum Command {
         sample: Option<f64>,
         #[arg(long)]
         json: bool,
+    },
+    /// New rules on old messages (#65): decide the SUCCEEDED messages from a MSG_ID again under
+    /// this release's rules and tell every difference as an event (`apply`), and the jobs
+    /// asked (`list`).
+    Rules {
+        #[command(subcommand)]
+        action: rules::RulesArgs,
     },
     /// Rebuild the flights in Redis from the mailbox texts of the SUCCEEDED messages, in MSG_ID
     /// order through the same handlers (Redis only: no events). Shows what would change and

@@ -99,7 +99,7 @@ impl Runner {
         let now = clock.after(started);
         match ran {
             Ok((_, _, Some(why))) => {
-                log::info!(target: LOG, "stage={name} asks: {why}; every stage stops, and the instance does it under its lease before they start again");
+                log::info!(target: LOG, "work asked stage={name}: {why}; every stage stops, and the instance does it under its lease before they start again");
                 Turn::Stop(Halt::Asked(why))
             }
             Ok((next, progressed, None)) => {

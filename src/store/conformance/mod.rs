@@ -37,6 +37,7 @@ pub trait OwnStore:
     + crate::ports::Requests
     + crate::ports::StateAudit
     + crate::ports::LineageReads
+    + crate::ports::RulesJobs
     + Sized
 {
     /// Another handle on the same store whose writes carry `epoch`.
@@ -170,6 +171,55 @@ pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: OwnS
     assert_eq!(ev[0].msg_id, Some(1));
     assert_eq!(due(&mut s, at(4), 10), Vec::<i64>::new(), "intent is due from its time on");
     assert_eq!(due(&mut s, at(5), 10), vec![1], "INV-8: owed with the terminal state");
+}
+
+/// `RULES_APPLY` (#65): a job per rules version, oldest open first; staged once; done once, in
+/// one write with its events (after every event before them, under their messages, with their
+/// ordinals) and the messages' rules version; failed with its note; listed newest first.
+pub fn a_rules_job_is_asked_staged_and_done_once_with_its_events_and_the_messages_rules<S: OwnStore>(
+    mut s: S,
+) {
+    use crate::ports::{RulesDone, RulesJobState, RulesJobs};
+    enqueue(&mut s, &[5, 6]);
+    let settles =
+        [Settle::succeeded(5, "k5", vec![event("F1", 5)]), Settle::succeeded(6, "k6", vec![event("F1", 6)])];
+    commit(&mut s, &settles, at(1)).unwrap();
+    let a = s.ask_rules_apply(5, 2, at(2)).unwrap();
+    let b = s.ask_rules_apply(1, 3, at(3)).unwrap();
+    assert!(b.job_id > a.job_id);
+    assert_eq!((a.since, a.rules, a.state, a.requested_at), (5, 2, RulesJobState::Open, at(2)));
+    assert_eq!(s.open_rules_job(2).unwrap().map(|j| j.job_id), Some(a.job_id));
+    assert_eq!(s.open_rules_job(9).unwrap(), None, "no job of those rules");
+    s.stage_rules_apply(a.job_id, "{\"staged\":1}", at(4)).unwrap();
+    let staged = s.open_rules_job(2).unwrap().unwrap();
+    assert_eq!((staged.state, staged.staged.as_deref()), (RulesJobState::Applying, Some("{\"staged\":1}")));
+    assert!(s.stage_rules_apply(a.job_id, "{}", at(4)).is_err(), "staged once");
+    let told = NewEvent { payload_json: "{\"told\":6}".into(), ..event("F1", 6) };
+    let events = [(6, 2_000_000, told.clone())];
+    let done = RulesDone { events: &events, redecided: &[5, 6], note: "1 flight(s) differ" };
+    s.finish_rules_apply(&staged, &done, at(5)).unwrap();
+    assert!(s.finish_rules_apply(&staged, &done, at(6)).is_err(), "done once: nothing told twice");
+    let pending = s.pending(Target::KafkaMsg, 10).unwrap();
+    assert_eq!(pending.len(), 3, "{pending:?}");
+    assert_eq!((pending[2].msg_id, pending[2].ordinal), (Some(6), Some(2_000_000)));
+    assert_eq!(pending[2].payload_json, told.payload_json);
+    let of6: Vec<String> = s.events_of(&[6]).unwrap().into_iter().map(|(_, e)| e.payload_json).collect();
+    assert_eq!(of6.last(), Some(&told.payload_json), "after the message's own events");
+    let rules: Vec<Option<u32>> = s.succeeded_above(0, 10).unwrap().iter().map(|r| r.rules).collect();
+    assert_eq!(rules, [Some(2), Some(2)]);
+    s.fail_rules_apply(b.job_id, "a text is gone", at(7)).unwrap();
+    assert_eq!(s.open_rules_job(3).unwrap(), None);
+    let listed = s.rules_jobs(10).unwrap();
+    let seen: Vec<(i64, RulesJobState, Option<&str>)> =
+        listed.iter().map(|j| (j.job_id, j.state, j.note.as_deref())).collect();
+    assert_eq!(
+        seen,
+        [
+            (b.job_id, RulesJobState::Failed, Some("a text is gone")),
+            (a.job_id, RulesJobState::Done, Some("1 flight(s) differ"))
+        ]
+    );
+    assert_eq!((listed[1].done_at, listed[1].staged.as_deref()), (Some(at(5)), None));
 }
 
 pub fn commit_is_all_or_nothing<S: OwnStore>(mut s: S) {
@@ -766,6 +816,7 @@ macro_rules! conformance_tests {
             dead_letters_are_listed_in_order_filtered_bounded_and_marked_when_dismissed,
             a_trace_shows_the_row_live_or_archived_and_its_events_in_order,
             a_flights_messages_are_newest_first_bounded_and_decided,
+            a_rules_job_is_asked_staged_and_done_once_with_its_events_and_the_messages_rules,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {
