@@ -179,7 +179,7 @@ pub fn succeeded_writes_identity_events_in_order_and_the_backfill_intent<S: OwnS
 pub fn a_rules_job_is_asked_staged_and_done_once_with_its_events_and_the_messages_rules<S: OwnStore>(
     mut s: S,
 ) {
-    use crate::ports::{RulesDone, RulesJobState, RulesJobs};
+    use crate::ports::{RulesDone, RulesJobState};
     enqueue(&mut s, &[5, 6]);
     let settles =
         [Settle::succeeded(5, "k5", vec![event("F1", 5)]), Settle::succeeded(6, "k6", vec![event("F1", 6)])];
