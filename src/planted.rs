@@ -45,6 +45,9 @@ pub enum Bug {
     /// A stop does not give the lease back: the fleet has no writer until it expires (#65;
     /// planted in the simulator's effect interpreter, where the release is performed).
     StopKeepsLease,
+    /// Own PostgreSQL finishes a `msgx rules apply` job without the events it tells: Redis
+    /// holds what no consumer was told (#65; planted in the twin).
+    RulesUntold,
 }
 
 #[cfg(test)]

@@ -45,6 +45,26 @@ impl Sim {
         self.deployed = to;
     }
 
+    /// An operator runs the next release's `msgx rules apply --since …` (#65): its messages from
+    /// a MSG_ID on are decided again under its rules by the active instance of that release
+    /// (now, or once one is deployed and takes over), every difference told. Only the next
+    /// release's: a rollback's job would keep what it cannot take back, which the model (each
+    /// message decided under its recorded rules) does not hold, and is proven in `consistency`.
+    pub(super) fn rules_apply(&mut self) {
+        use crate::ports::RulesJobs;
+        let top = self.pg.inspect(|s| s.procs.keys().next_back().copied().unwrap_or(0));
+        let since = self.rng.range(1, top.max(1) as u64) as i64;
+        let rules = next_release().version();
+        let line = match self.pg.session().ask_rules_apply(since, rules, self.clock.now()) {
+            Ok(job) => format!(
+                "operator asks rules apply job={} since MSG_ID {since} under rules {rules}",
+                job.job_id
+            ),
+            Err(e) => format!("operator's rules apply failed: {e}"),
+        };
+        self.say(line);
+    }
+
     /// systemd stops an instance (SIGTERM), then starts the deployed release in its place.
     pub(super) fn sigterm(&mut self) {
         let live: Vec<usize> = (0..self.instances.len())

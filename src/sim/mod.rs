@@ -353,6 +353,7 @@ impl Sim {
             122..=127 => self.aodb(),
             128..=129 => self.sigterm(),
             130 => self.deploy(),
+            131..=132 => self.rules_apply(),
             _ => self.run_something(),
         }
     }

@@ -41,6 +41,7 @@ fn seeds_hold_every_invariant() {
     let mut mix: std::collections::BTreeMap<&str, u64> = Default::default();
     // The requests to the AODB (#41): how they ended, and the AODB's answers.
     let mut requests: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut jobs: std::collections::BTreeMap<String, u64> = Default::default();
     let mut failed: Vec<String> = Vec::new();
     for seed in first..first + seeds {
         match run(seed, per_seed) {
@@ -52,6 +53,16 @@ fn seeds_hold_every_invariant() {
                     *mix.entry(row.kind.tag()).or_default() += 1;
                     *mix.entry("(of them committed late or rolled back)").or_default() += row.late as u64;
                 }
+                // `msgx rules apply` (#65): how the jobs ended, and the events they told.
+                sim.pg.inspect(|s| {
+                    for j in s.rules_jobs.values() {
+                        *jobs.entry(format!("jobs {}", j.state.name())).or_default() += 1;
+                    }
+                    let base = crate::consistency::rules::ordinal_base(1);
+                    let told =
+                        s.events.values().filter(|e| e.event.ordinal.is_some_and(|o| o >= base)).count();
+                    *jobs.entry("events told by a job".into()).or_default() += told as u64;
+                });
                 sim.pg.inspect(|s| {
                     for r in s.requests.values() {
                         let late = if r.state == ReqState::Expired && r.answer_msg_id.is_some() {
@@ -99,6 +110,7 @@ fn seeds_hold_every_invariant() {
     FAULTS.iter().zip(faults).for_each(|(f, n)| eprintln!("sim: {n} × {f}"));
     mix.iter().for_each(|(kind, n)| eprintln!("sim: upstream {n} × {kind}"));
     requests.iter().for_each(|(what, n)| eprintln!("sim: requests {n} × {what}"));
+    jobs.iter().for_each(|(what, n)| eprintln!("sim: rules apply {n} × {what}"));
     let firsts: Vec<&str> = failed.iter().filter_map(|e| e.lines().next()).collect();
     assert!(failed.is_empty(), "{} seed(s) failed:\n{}", failed.len(), firsts.join("\n"));
 }
@@ -175,6 +187,7 @@ planted_bug!(
     ["from the model", "the model decides"]
 );
 planted_bug!(finds_a_stop_that_keeps_the_lease, Bug::StopKeepsLease, ["kept the lease"]);
+planted_bug!(finds_a_rules_job_that_tells_nothing, Bug::RulesUntold, ["a consumer"]);
 
 /// #65: the consumer's view is checked, and a Redis that holds what no event announced fails it.
 #[test]

@@ -88,6 +88,9 @@ const FLIGHTS: [(&str, Day, u32); 6] =
 /// Family B's flights, on days of their own (a table replaces its day's flights of both
 /// families alike: msgx keeps one plan).
 const PLATFORM: [(&str, Day, u32); 4] = [("B0", D7, 7), ("B1", D7, 9), ("B2", D8, 7), ("B3", D8, 12)];
+/// Flights only the vendor's records name, on a day no plan covers: only the message topic
+/// tells of them, so a consumer's view of them is compared with Redis (#65).
+const VENDOR_ONLY: [(&str, Day, u32); 2] = [("X0", D9, 9), ("X1", D9, 15)];
 const FIELDS: [(&str, &str); 2] = [("STND", "STND"), ("ACFT", "ACFT")];
 const VALUES: [&str; 4] = ["A1", "A2", "B7", "C3"];
 const GATES: [&str; 4] = ["G1", "G2", "G3", "G4"];
@@ -99,6 +102,8 @@ const D5: Day = Day("05MAR26", "20260305");
 const D6: Day = Day("06MAR26", "20260306");
 const D7: Day = Day("07MAR26", "20260307");
 const D8: Day = Day("08MAR26", "20260308");
+/// A day no plan covers: the vendor-only flights'.
+const D9: Day = Day("09MAR26", "20260309");
 
 /// An MGID msgx never issues (its numbers have 16 digits): the RMID of a stray platform answer.
 const NEVER_ISSUED: &str = "MSGX9999999999999999999999999999";
@@ -111,7 +116,8 @@ fn element(request: &str, name: &str) -> Option<String> {
 
 /// A family-A flight's SODT (`ddMMMyyHHmm`).
 fn sodt(flid: &str) -> String {
-    let (_, day, hour) = FLIGHTS.iter().find(|(f, _, _)| *f == flid).expect("a family-A flight");
+    let (_, day, hour) =
+        FLIGHTS.iter().chain(&VENDOR_ONLY).find(|(f, _, _)| *f == flid).expect("a family-A flight");
     format!("{}{hour:02}00", day.0)
 }
 
@@ -247,9 +253,14 @@ impl Upstream {
                 self.decided("FLOP-FDEL", &[flid], flop(self.next_seqn + 1, "FDEL", flid, ""))
             }
             55..=56 => {
-                let (flid, _, _) = *rng.pick(&FLIGHTS);
+                let (flid, _, _) = match rng.chance(500) {
+                    true => *rng.pick(&VENDOR_ONLY),
+                    false => *rng.pick(&FLIGHTS),
+                };
                 let seqn = self.seqn();
-                let raw = flop(seqn, "STND", flid, "<XSTND>9</XSTND>");
+                // A value of its own now and then: the next release's decisions then differ
+                // from this one's in more than a first value (#65, `msgx rules apply`).
+                let raw = flop(seqn, "STND", flid, &format!("<XSTND>{}</XSTND>", seqn % 3));
                 (Kind::Vendor { flid: flid.to_string(), seqn }, raw)
             }
             57..=60 => {

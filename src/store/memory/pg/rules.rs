@@ -77,7 +77,9 @@ impl RulesJobs for MemPg {
             let j = open_job(s, job.job_id)?;
             (j.state, j.done_at, j.note, j.staged) =
                 (RulesJobState::Done, Some(now), Some(done.note.to_string()), None);
-            for (m, ordinal, e) in done.events {
+            let told =
+                if crate::planted::on(crate::planted::Bug::RulesUntold) { &[][..] } else { done.events };
+            for (m, ordinal, e) in told {
                 s.next_event_id += 1;
                 let event = MsgEvent {
                     event_id: s.next_event_id,
