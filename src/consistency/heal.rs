@@ -356,15 +356,8 @@ fn marked_above(st: &mut Stores<'_>, known: i64) -> Result<Vec<i64>, HealError> 
 fn rebuild(st: &mut Stores<'_>, from: i64, how: &How<'_>, now: SystemTime) -> Result<Rebuilt, HealError> {
     let (only, write) = (how.only, how.write);
     let pruned = st.flights.audit()?.pruned;
-    let generation = st.flights.generation_of()?;
-    let mut replay = Rebuild {
-        plan: Replay::new(generation),
-        seed: BTreeMap::new(),
-        windows: Vec::new(),
-        events_pruned: None,
-        other: OtherRules { rules: st.rules.version(), ..Default::default() },
-        again: None,
-    };
+    let mut replay = Rebuild::new(st, None)?;
+    let generation = replay.plan.generation;
     let (journal, messages, gone) = replay_onto(st, &mut replay, from, pruned, how.asking.is_some())?;
     let asked = match how.asking {
         Some(a) if !gone.is_empty() && write => ask::for_gone(st, &mut replay, a, &gone, now)?,
@@ -445,19 +438,23 @@ pub(super) struct Again {
 }
 
 impl Rebuild {
-    /// A replay of the SUCCEEDED messages on top of what Redis holds, every one from `since` on
-    /// decided again under this release's rules (`msgx rules apply`, #65).
-    pub(super) fn again(st: &mut Stores<'_>, since: i64) -> Result<Rebuild, HealError> {
-        let generation = st.flights.generation_of()?;
-        let pruned = st.flights.audit()?.pruned;
-        let mut replay = Rebuild {
-            plan: Replay::new(generation),
+    /// A replay on the plan's generation as Redis holds it, nothing read yet.
+    fn new(st: &mut Stores<'_>, again: Option<Again>) -> Result<Rebuild, HealError> {
+        Ok(Rebuild {
+            plan: Replay::new(st.flights.generation_of()?),
             seed: BTreeMap::new(),
             windows: Vec::new(),
             events_pruned: None,
             other: OtherRules { rules: st.rules.version(), ..Default::default() },
-            again: Some(Again { since, ..Default::default() }),
-        };
+            again,
+        })
+    }
+
+    /// A replay of the SUCCEEDED messages on top of what Redis holds, every one from `since` on
+    /// decided again under this release's rules (`msgx rules apply`, #65).
+    pub(super) fn again(st: &mut Stores<'_>, since: i64) -> Result<Rebuild, HealError> {
+        let pruned = st.flights.audit()?.pruned;
+        let mut replay = Rebuild::new(st, Some(Again { since, ..Default::default() }))?;
         let (_, messages, _) = replay_onto(st, &mut replay, since, pruned, false)?;
         if let Some(a) = replay.again.as_mut() {
             a.messages = messages;

@@ -38,32 +38,12 @@ impl World {
     }
 
     fn check(&self) -> Report {
-        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
-        let st = &mut Stores {
-            pg: &mut pg,
-            mailbox: &mut mb,
-            flights: &mut fl,
-            beat: Default::default(),
-            limits: Default::default(),
-            rules: crate::codec::Rulebook::this_release(),
-        };
-        check(st, Depth::Full { sample: 1.0 }, self.clock.now()).unwrap()
+        let this = crate::codec::Rulebook::this_release();
+        self.under(&this, |st| check(st, Depth::Full { sample: 1.0 }, self.clock.now()).unwrap())
     }
 
     fn heal(&self, r: &Report) -> Result<Healed, HealError> {
-        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
-        heal(
-            &mut Stores {
-                pg: &mut pg,
-                mailbox: &mut mb,
-                flights: &mut fl,
-                beat: Default::default(),
-                limits: Default::default(),
-                rules: crate::codec::Rulebook::this_release(),
-            },
-            r,
-            self.clock.now(),
-        )
+        self.under(&crate::codec::Rulebook::this_release(), |st| heal(st, r, self.clock.now()))
     }
 
     /// As [`World::heal`], asking the AODB for what the mailbox no longer holds (#41).
@@ -74,16 +54,8 @@ impl World {
     }
 
     fn heal_with(&self, r: &Report, asking: &Asking) -> Result<Healed, HealError> {
-        let (mut pg, mut mb, mut fl) = (self.pg.clone(), self.mailbox.clone(), self.flights.handle());
-        let st = &mut Stores {
-            pg: &mut pg,
-            mailbox: &mut mb,
-            flights: &mut fl,
-            beat: Default::default(),
-            limits: Default::default(),
-            rules: crate::codec::Rulebook::this_release(),
-        };
-        heal_asking(st, r, self.clock.now(), Some(asking))
+        let this = crate::codec::Rulebook::this_release();
+        self.under(&this, |st| heal_asking(st, r, self.clock.now(), Some(asking)))
     }
 
     /// What the dispatcher does with the requests' outbox events: each lands in `COUTMSGS`

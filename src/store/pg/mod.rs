@@ -429,7 +429,7 @@ type RoundEvent<'a> = (i64, usize, &'a NewEvent);
 /// message id. `KAFKA:schd` events are upserted per FLID instead: a newer (or equal) generation
 /// resets the flight's row to PENDING with the new payload and clears SENT_AT; an older one is
 /// dropped. One statement per kind, whatever the round's size.
-fn insert_events(
+pub(super) fn insert_events(
     c: &mut Session<'_>,
     events: &[RoundEvent<'_>],
     now: SystemTime,

@@ -71,13 +71,8 @@ impl RulesJobs for Pg {
         done: &RulesDone<'_>,
         now: SystemTime,
     ) -> StoreResult<()> {
-        let msg_ids: Vec<i64> = done.events.iter().map(|(m, _, _)| *m).collect();
-        let ordinals: Vec<i32> = done.events.iter().map(|(_, o, _)| *o).collect();
-        let targets: Vec<&str> = done.events.iter().map(|(_, _, e)| e.target.as_str()).collect();
-        let keys: Vec<&str> = done.events.iter().map(|(_, _, e)| e.partition_key.as_str()).collect();
-        let types: Vec<&str> = done.events.iter().map(|(_, _, e)| e.event_type.as_str()).collect();
-        let versions: Vec<i64> = done.events.iter().map(|(_, _, e)| e.state_version).collect();
-        let payloads: Vec<&str> = done.events.iter().map(|(_, _, e)| e.payload_json.as_str()).collect();
+        let events: Vec<(i64, usize, &crate::domain::NewEvent)> =
+            done.events.iter().map(|(m, o, e)| (*m, usize::try_from(*o).unwrap_or_default(), e)).collect();
         let note = clip(done.note, 1000);
         let rules = version(job.rules);
         self.write(|c| {
@@ -89,15 +84,8 @@ impl RulesJobs for Pg {
             if n != 1 {
                 return Ok(unchanged(n, job.job_id, "OPEN or APPLYING"));
             }
-            // In the order given: the event ids hand out the order they are sent in.
-            c.execute(
-                "INSERT INTO msg_event (target, partition_key, event_type, state_version, payload_json, state, attempts, created_at, msg_id, ordinal)
-                 SELECT t, k, ty, v, p, 'PENDING', 0, $7, m, o
-                 FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bigint[], $5::text[], $6::bigint[], $8::int[])
-                      WITH ORDINALITY AS x(t, k, ty, v, p, m, o, ord)
-                 ORDER BY ord",
-                &[&targets, &keys, &types, &versions, &payloads, &msg_ids, &now, &ordinals],
-            )?;
+            // In the order given, as a round's: the event ids hand out the order they are sent in.
+            super::insert_events(c, &events, now)?;
             for table in ["proc_state", "proc_state_hst"] {
                 c.execute(
                     &format!("UPDATE {table} SET rules_version = $2 WHERE msg_id = ANY($1) AND state = 'SUCCEEDED'"),

@@ -56,6 +56,44 @@ pub struct MemEvent {
     pub landed: Option<crate::ports::Landed<'static>>,
 }
 
+impl MemEvent {
+    /// A new outbox row, PENDING.
+    pub(super) fn pending(event: MsgEvent) -> MemEvent {
+        MemEvent {
+            event,
+            state: EventStatus::Pending,
+            error_class: None,
+            last_error: None,
+            sent_at: None,
+            landed: None,
+        }
+    }
+
+    /// A message's event `e` as a new outbox row, PENDING: its place `ordinal` among the
+    /// message's events.
+    pub(super) fn of(
+        event_id: i64,
+        msg_id: i64,
+        e: &crate::domain::NewEvent,
+        ordinal: Option<i32>,
+        now: SystemTime,
+    ) -> MemEvent {
+        MemEvent::pending(MsgEvent {
+            event_id,
+            msg_id: Some(msg_id),
+            target: e.target,
+            partition_key: e.partition_key.clone(),
+            state_version: e.state_version,
+            payload_json: e.payload_json.clone(),
+            attempts: 0,
+            next_attempt_at: None,
+            last_attempt_at: None,
+            created_at: Some(now),
+            ordinal,
+        })
+    }
+}
+
 /// A season of the seasonal plan (`SEASON_PLAN`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemSeason {

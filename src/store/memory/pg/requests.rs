@@ -32,14 +32,7 @@ fn request_event(event_id: i64, req_id: i64, intent: &OutboundIntent, now: Syste
         created_at: Some(now),
         ordinal: None,
     };
-    MemEvent {
-        event,
-        state: EventStatus::Pending,
-        error_class: None,
-        last_error: None,
-        sent_at: None,
-        landed: None,
-    }
+    MemEvent::pending(event)
 }
 
 impl Requests for MemPg {

@@ -157,27 +157,9 @@ impl Tables {
         now: SystemTime,
     ) -> StoreResult<()> {
         let target = e.target;
-        let fresh = |event_id| MemEvent {
-            event: MsgEvent {
-                event_id,
-                msg_id: Some(id),
-                target,
-                partition_key: e.partition_key.clone(),
-                state_version: e.state_version,
-                payload_json: e.payload_json.clone(),
-                attempts: 0,
-                next_attempt_at: None,
-                last_attempt_at: None,
-                created_at: Some(now),
-                // As the real adapter: a KAFKA:schd row is the flight's, not one message's.
-                ordinal: (target != Target::KafkaSchd).then_some(ordinal as i32),
-            },
-            state: EventStatus::Pending,
-            error_class: None,
-            last_error: None,
-            sent_at: None,
-            landed: None,
-        };
+        // As the real adapter: a KAFKA:schd row is the flight's, not one message's.
+        let place = (target != Target::KafkaSchd).then_some(ordinal as i32);
+        let fresh = |event_id| MemEvent::of(event_id, id, e, place, now);
         let existing = (target == Target::KafkaSchd)
             .then(|| {
                 self.events

@@ -81,28 +81,7 @@ impl RulesJobs for MemPg {
                 if crate::planted::on(crate::planted::Bug::RulesUntold) { &[][..] } else { done.events };
             for (m, ordinal, e) in told {
                 s.next_event_id += 1;
-                let event = MsgEvent {
-                    event_id: s.next_event_id,
-                    msg_id: Some(*m),
-                    target: e.target,
-                    partition_key: e.partition_key.clone(),
-                    state_version: e.state_version,
-                    payload_json: e.payload_json.clone(),
-                    attempts: 0,
-                    next_attempt_at: None,
-                    last_attempt_at: None,
-                    created_at: Some(now),
-                    ordinal: Some(*ordinal),
-                };
-                let row = MemEvent {
-                    event,
-                    state: EventStatus::Pending,
-                    error_class: None,
-                    last_error: None,
-                    sent_at: None,
-                    landed: None,
-                };
-                s.events.insert(s.next_event_id, row);
+                s.events.insert(s.next_event_id, MemEvent::of(s.next_event_id, *m, e, Some(*ordinal), now));
             }
             for m in done.redecided {
                 for p in [s.procs.get_mut(m), s.hst.get_mut(m)].into_iter().flatten() {
