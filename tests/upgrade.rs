@@ -426,6 +426,15 @@ fn the_next_releases_rules_applied_to_old_messages_tell_each_difference_on_the_r
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains(&format!("job_id={} since=1 rules=2 state=DONE", job.job_id)), "{out}");
     assert!(out.contains("40 flight(s) differ, 40 event(s) told"), "{out}");
+    // A job of rules no instance carries waits, and `msgx status` says so.
+    let waiting = own.ask_rules_apply(5, 9, now()).unwrap();
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["status"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("rules apply jobs open: 1"), "{out}");
+    assert!(out.contains(&format!("job_id={} since=5 rules=9 OPEN since", waiting.job_id)), "{out}");
+    let (code, out) = msgx_cli_of(&s, this, &s.cfg.pg_url, &["status", "--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("\"job_id\": {}", waiting.job_id)), "{out}");
     let text = log.text();
     assert!(alarms(&text).is_empty(), "{:?}", alarms(&text));
     assert_eq!(count(&mut pg, "SELECT count(*) FROM consistency_heal"), 0, "a job is no heal:\n{text}");

@@ -44,8 +44,9 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     let heals = Heals::read(&mut pg, cfg, now)?;
     let open = open_requests(&mut pg)?;
     let awaited = awaited(&mut pg)?;
+    let jobs = open_jobs(&mut pg)?;
     if json {
-        print_json(&s, &r, &heals, &open, awaited.len());
+        print_json(&s, &r, &heals, &open, awaited.len(), &jobs);
         return Ok(());
     }
     print_lease(&r);
@@ -54,7 +55,32 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
     heals.print();
     print_requests(&open);
     print_unanswered(&awaited, &cfg.requests);
+    print_jobs(&jobs);
     Ok(())
+}
+
+/// The `msgx rules apply` jobs not finished (#65), oldest first: at most 100 of the newest.
+fn open_jobs(pg: &mut Pg) -> Result<Vec<msgx::ports::RulesJob>, (Exit, anyhow::Error)> {
+    use msgx::ports::{RulesJobState, RulesJobs};
+    let mut jobs = pg.rules_jobs(100).map_err(unreachable)?;
+    jobs.retain(|j| matches!(j.state, RulesJobState::Open | RulesJobState::Applying));
+    jobs.reverse();
+    Ok(jobs)
+}
+
+fn print_jobs(jobs: &[msgx::ports::RulesJob]) {
+    out!("rules apply jobs open: {}", jobs.len());
+    for j in jobs {
+        out!(
+            "  job_id={} since={} rules={} {} since {} — run by the active instance of rules {} (msgx rules list)",
+            j.job_id,
+            j.since,
+            j.rules,
+            j.state.name(),
+            time(j.requested_at),
+            j.rules
+        );
+    }
 }
 
 /// A heal's windows whose request expired unanswered (#55): asked again later, or after the
@@ -145,6 +171,17 @@ struct StatusDoc<'a> {
     requests: RequestsDoc,
     lease: LeaseDoc<'a>,
     stalled: Vec<StalledDoc<'a>>,
+    /// The `msgx rules apply` jobs not finished (#65).
+    rules_jobs: Vec<JobDoc>,
+}
+
+#[derive(serde::Serialize)]
+struct JobDoc {
+    job_id: i64,
+    since: i64,
+    rules: u32,
+    state: &'static str,
+    requested_ms: i64,
 }
 
 #[derive(serde::Serialize)]
@@ -201,6 +238,7 @@ fn print_json(
     heals: &Heals,
     open: &[msgx::requests::Request],
     awaited: usize,
+    jobs: &[msgx::ports::RulesJob],
 ) {
     let recent: Vec<HealDoc> = heals
         .recent
@@ -241,6 +279,16 @@ fn print_json(
             .stalled
             .iter()
             .map(|(stage, store, d)| StalledDoc { stage, store, for_ms: d.as_millis() as u64 })
+            .collect(),
+        rules_jobs: jobs
+            .iter()
+            .map(|j| JobDoc {
+                job_id: j.job_id,
+                since: j.since,
+                rules: j.rules,
+                state: j.state.name(),
+                requested_ms: msgx::clock::unix_millis(j.requested_at),
+            })
             .collect(),
     };
     // Through a `Value`, whose keys are sorted: the text is the one the document always had.
