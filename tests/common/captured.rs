@@ -1,10 +1,10 @@
 //! The log of the daemons a test runs in its own process (`start_daemon_with`): kept, so that a
 //! test waits on a line and checks what was said as it does for a daemon in a process of its own
-//! (`Instance::log_text`). Nextest runs each test in a process of its own, so the log is that
-//! test's alone. Each line is printed too (shown with a failing test), and what is kept is
+//! (`Instance::log_text`). Nextest runs each test in a process of its own; under `cargo test` the
+//! tests that capture take turns ([`Held`]), so the log is each one's alone. Each line is printed too (shown with a failing test), and what is kept is
 //! bounded.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The most lines kept: a test's daemon says far fewer.
 const KEEP: usize = 200_000;
@@ -44,14 +44,33 @@ impl log::Log for Captured {
     fn flush(&self) {}
 }
 
-/// This process's log, captured from now on (the first call installs the logger; the process
-/// must not have one yet).
-pub fn log() -> &'static Captured {
+/// The capture held by one test: under `cargo test`, where tests share a process, a second test
+/// that runs a daemon in it waits until the first is done, and starts from an empty log — so
+/// neither reads the other's lines.
+pub struct Held {
+    _turn: MutexGuard<'static, ()>,
+    captured: &'static Captured,
+}
+
+impl std::ops::Deref for Held {
+    type Target = Captured;
+    fn deref(&self) -> &Captured {
+        self.captured
+    }
+}
+
+/// This process's log, captured from now on for the calling test alone (the first call installs
+/// the logger; the process must not have one yet).
+pub fn log() -> Held {
     static LOG: OnceLock<&'static Captured> = OnceLock::new();
-    LOG.get_or_init(|| {
+    static TURN: Mutex<()> = Mutex::new(());
+    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let captured = *LOG.get_or_init(|| {
         let captured: &'static Captured = Box::leak(Box::new(Captured { lines: Mutex::new(Vec::new()) }));
         log::set_logger(captured).expect("no logger installed before the capture");
         log::set_max_level(log::LevelFilter::Info);
         captured
-    })
+    });
+    captured.lines.lock().unwrap().clear();
+    Held { _turn: turn, captured }
 }
