@@ -17,7 +17,6 @@ pub fn flop(seqn: u64, styp: &str, flid: &str, fields: &[(&str, Option<&str>)]) 
     )
 }
 
-/// A stand change (FLOP-STND) for `flid`.
 /// The next release as the tests and the simulator run it (#65): this release's rulebook plus
 /// the most ordinary change a release makes — FLOP-STND also reads the vendor element `<XSTND>`,
 /// which this release skips as unknown — so the decision for some input changes and the rules
@@ -33,6 +32,7 @@ pub fn next_release() -> std::sync::Arc<crate::codec::Rulebook> {
     .clone()
 }
 
+/// A stand change (FLOP-STND) for `flid`.
 pub fn flop_stnd(seqn: u64, flid: &str, stand: &str) -> String {
     flop(seqn, "STND", flid, &[("STND", Some(stand))])
 }

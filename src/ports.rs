@@ -792,6 +792,11 @@ impl RulesJobState {
     pub fn parse(s: &str) -> Option<RulesJobState> {
         RulesJobState::ALL.into_iter().find(|k| k.name() == s)
     }
+
+    /// Not finished: an instance of its rules runs it (OPEN), or finishes it (APPLYING).
+    pub fn is_open(self) -> bool {
+        matches!(self, RulesJobState::Open | RulesJobState::Applying)
+    }
 }
 
 /// One `msgx rules apply` job (`RULES_APPLY`, #65): the SUCCEEDED messages from `since` on,

@@ -74,13 +74,13 @@ fn apply(cfg: &Config, since: i64, yes: bool) -> CmdResult {
 
 /// What a job from `since` would tell, the first flights one by one.
 fn preview(diff: &Difference, version: u32) {
-    out!("would decide again under rules {version}: {}", diff.summary(version));
-    for (m, _, e) in diff.events(version).iter().take(SHOWN) {
+    let told = diff.events(version);
+    out!("would decide again under rules {version}: {}", diff.summary(version, told.len()));
+    for (m, _, e) in told.iter().take(SHOWN) {
         out!("  flid={} msg_id={m} {} {}", e.partition_key, e.event_type, e.payload_json);
     }
-    let told = diff.events(version).len();
-    if told > SHOWN {
-        out!("  … and {} more", told - SHOWN);
+    if told.len() > SHOWN {
+        out!("  … and {} more", told.len() - SHOWN);
     }
     for (m, field) in diff.kept.iter().take(SHOWN) {
         out!("  kept msg_id={m} {field}: other rules wrote it, rules {version} do not");

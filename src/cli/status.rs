@@ -61,9 +61,9 @@ pub(super) fn status(cfg: &Config, json: bool) -> CmdResult {
 
 /// The `msgx rules apply` jobs not finished (#65), oldest first: at most 100 of the newest.
 fn open_jobs(pg: &mut Pg) -> Result<Vec<msgx::ports::RulesJob>, (Exit, anyhow::Error)> {
-    use msgx::ports::{RulesJobState, RulesJobs};
+    use msgx::ports::RulesJobs;
     let mut jobs = pg.rules_jobs(100).map_err(unreachable)?;
-    jobs.retain(|j| matches!(j.state, RulesJobState::Open | RulesJobState::Applying));
+    jobs.retain(|j| j.state.is_open());
     jobs.reverse();
     Ok(jobs)
 }

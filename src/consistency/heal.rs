@@ -462,8 +462,10 @@ impl Rebuild {
         Ok(replay)
     }
 
-    /// Each flight the replay changed, as Redis held it and as the replay left it, with their
-    /// SODT keys: `(flid, before, sodt before, after, sodt after)`.
+    /// Each flight whose values the replay changed, as Redis held it and as the replay left it,
+    /// with their SODT keys: `(flid, before, sodt before, after, sodt after)`. Versions alone
+    /// are no change: the replay's are those of MSG_ID order, which may differ from the order
+    /// the pump took the messages in (a late row), and say nothing a consumer holds.
     #[allow(clippy::type_complexity)]
     pub(super) fn changed(&self) -> Vec<(String, FlightState, Option<i64>, FlightState, Option<i64>)> {
         self.plan
@@ -473,7 +475,7 @@ impl Rebuild {
                 let (before, sodt) = self.seed.get(k).cloned().unwrap_or_default();
                 let sodt = sodt.filter(|_| before.exists());
                 let after = self.plan.sodt.get(k).copied();
-                (before != *f || sodt != after).then(|| (k.clone(), before, sodt, f.clone(), after))
+                (before.fields != f.fields).then(|| (k.clone(), before, sodt, f.clone(), after))
             })
             .collect()
     }

@@ -100,9 +100,8 @@ impl Difference {
             .collect()
     }
 
-    /// One line: what the job does (or did).
-    pub fn summary(&self, rules: u32) -> String {
-        let events = self.flights.iter().filter(|f| f.event().is_some()).count();
+    /// One line: what the job does (or did), `events` of [`Difference::events`] told.
+    pub fn summary(&self, rules: u32, events: usize) -> String {
         let mut line = format!(
             "{} message(s) from the first decided again under rules {rules} ({} of them decided under other rules before): {} flight(s) differ, {events} event(s) told",
             self.messages,
@@ -124,13 +123,9 @@ impl Difference {
 pub fn difference(st: &mut Stores<'_>, since: i64) -> Result<Difference, HealError> {
     let replay = Rebuild::again(st, since.max(1))?;
     let again = replay.again.as_ref().expect("a replay from `since` keeps what it found");
-    // A flight whose values are the same is not written: the replay's versions are those of
-    // MSG_ID order, which may differ from the order the pump took the messages in (a late row)
-    // and say nothing a consumer holds.
     let flights = replay
         .changed()
         .into_iter()
-        .filter(|(_, before, _, after, _)| before.fields != after.fields)
         .map(|(flid, before, sodt_before, after, sodt_after)| {
             let (msg_id, tag) = again.last.get(&flid).cloned().unwrap_or((since, String::new()));
             Restated { flid, before, sodt_before, after, sodt_after, msg_id, tag }
@@ -196,7 +191,7 @@ fn run(st: &mut Stores<'_>, job: &RulesJob, now: SystemTime) -> Result<bool, Hea
     };
     let wrote = write_flights(st, &diff, now)?;
     let events = diff.events(rules);
-    let note = diff.summary(rules);
+    let note = diff.summary(rules, events.len());
     if !diff.kept.is_empty() {
         warn!("rules apply job={}: {}", job.job_id, note);
     }

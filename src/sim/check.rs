@@ -799,12 +799,6 @@ pub(super) fn consumer_view_matches(sim: &Sim, checker: &Checker) -> Result<(), 
     Ok(())
 }
 
-/// The flights as a heal that laid another release's decisions on as their events announced
-/// them (#52) can bring them back: fields and tombstones, not versions. No event says that a
-/// record restated a value or cleared a field already empty — the decision moved the field's
-/// version, and a message that changed nothing announced nothing at all —, so those versions
-/// stay where the heal found them. Found by the fleet's cross-release heals (#65, seeds 807,
-/// 7810 of the first sweep).
 /// A flight as the rule reads it: the version of a field it no longer holds, at or below its
 /// tombstone, decides nothing (`FlightState::writable` refuses every message up to the delete
 /// anyway). A heal's replay in MSG_ID order leaves one where the pump, which took a late row
@@ -833,6 +827,12 @@ fn without_the_vendor_field(payloads: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The flights as a heal that laid another release's decisions on as their events announced
+/// them (#52) can bring them back: fields and tombstones, not versions. No event says that a
+/// record restated a value or cleared a field already empty — the decision moved the field's
+/// version, and a message that changed nothing announced nothing at all —, so those versions
+/// stay where the heal found them. Found by the fleet's cross-release heals (#65, seeds 807,
+/// 7810 of the first sweep).
 fn announced_versions<'a>(m: &BTreeMap<&'a String, &FlightState>) -> BTreeMap<&'a String, FlightState> {
     m.iter().map(|(k, f)| (*k, FlightState { versions: Default::default(), ..(*f).clone() })).collect()
 }

@@ -5,17 +5,12 @@ use crate::ports::{RulesDone, RulesJob, RulesJobState, RulesJobs};
 
 /// A write that found the job finished refuses, as the real adapter's guard does.
 fn open_job(s: &mut PgState, job_id: i64) -> StoreResult<&mut RulesJob> {
-    s.rules_jobs
-        .get_mut(&job_id)
-        .filter(|j| matches!(j.state, RulesJobState::Open | RulesJobState::Applying))
-        .ok_or_else(|| {
-            StoreError::rejected(
-                Store::Postgres,
-                format!(
-                    "rules apply job {job_id} is no longer OPEN or APPLYING: another instance finished it"
-                ),
-            )
-        })
+    s.rules_jobs.get_mut(&job_id).filter(|j| j.state.is_open()).ok_or_else(|| {
+        StoreError::rejected(
+            Store::Postgres,
+            format!("rules apply job {job_id} is no longer OPEN or APPLYING: another instance finished it"),
+        )
+    })
 }
 
 impl RulesJobs for MemPg {
@@ -42,14 +37,7 @@ impl RulesJobs for MemPg {
     }
 
     fn open_rules_job(&mut self, rules: u32) -> StoreResult<Option<RulesJob>> {
-        self.read(|s| {
-            Ok(s.rules_jobs
-                .values()
-                .find(|j| {
-                    j.rules == rules && matches!(j.state, RulesJobState::Open | RulesJobState::Applying)
-                })
-                .cloned())
-        })
+        self.read(|s| Ok(s.rules_jobs.values().find(|j| j.rules == rules && j.state.is_open()).cloned()))
     }
 
     fn stage_rules_apply(&mut self, job_id: i64, staged: &str, _now: SystemTime) -> StoreResult<()> {
