@@ -57,6 +57,7 @@ counters! {
     outage_ms: "milliseconds stages spent stalled, summed over stages and outages",
     consistency_findings: "findings of the consistency sentinel: a store behind what it acknowledged (U25, #20)",
     consistency_suspicions: "suspicions of the consistency sentinel: evidence that does not prove a store forgot, reported and left alone (#37)",
+    consistency_checks: "comparisons of the stores by the consistency sentinel that found nothing (its rounds: a count that stops growing on the active instance means nothing watches the stores, #66)",
     heals: "heals of a store that forgot that changed something (mailbox rows enqueued again, flights or journal entries rebuilt)",
     unsolicited_answers: "answers from the AODB (SCHD-RESP, a reference RESP, a family-B RMID) no request explains: processed, counted (G-RESP-GUARD)",
     requests_expired_operator: "requests an operator asked that EXPIRED unanswered or undeliverable (#55)",

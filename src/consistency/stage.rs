@@ -127,6 +127,7 @@ impl<P: PgSide, M: MailboxSide, F: FlightsSide> Sentinel<P, M, F> {
             stats::add(&self.stats.consistency_findings, report.findings.len() as u64);
             return Err(StoreError::forgot(first.store.store(), first.line()));
         }
+        stats::add(&self.stats.consistency_checks, 1);
         let next = now + self.every;
         self.next = Some(next);
         Ok(Round(next, None))

@@ -1157,6 +1157,8 @@ fn the_sentinel_asks_for_a_job_of_its_rules_and_the_runner_stops_the_stages_for_
     };
     w.pg.clone().ask_rules_apply(1, crate::fixtures::next_release().version(), w.clock.now()).unwrap();
     assert!(matches!(turn(&mut sentinel(&w)), Turn::Again { .. }), "another release's job");
+    let rounds = || stats.consistency_checks.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(rounds(), 1, "a comparison that found nothing is counted (#66)");
     let job = w.pg.clone().ask_rules_apply(2, this.version(), w.clock.now()).unwrap();
     match turn(&mut sentinel(&w)) {
         Turn::Stop(Halt::Asked(why)) => {
@@ -1165,4 +1167,5 @@ fn the_sentinel_asks_for_a_job_of_its_rules_and_the_runner_stops_the_stages_for_
         other => panic!("the stages stop for the job: {other:?}"),
     }
     assert!(!gate.is_stale(), "the lease is kept");
+    assert_eq!(rounds(), 1, "a round that stops for a job compares nothing");
 }

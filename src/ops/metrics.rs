@@ -183,7 +183,7 @@ impl Metrics {
     fn plain_counters(&self, r: &mut Registry) {
         let s = &self.ops.stats;
         let get = |c: &AtomicU64| c.load(Relaxed);
-        let plain: [(&str, &str, &AtomicU64); 13] = [
+        let plain: [(&str, &str, &AtomicU64); 14] = [
             ("msgx_polled", "Mailbox rows seen by the poller", &s.polled),
             ("msgx_enqueued", "PROC_STATE rows created (PENDING)", &s.enqueued),
             ("msgx_rescued", "Unmarked mailbox rows the compensating rescan enqueued", &s.rescued),
@@ -202,6 +202,11 @@ impl Metrics {
                 "msgx_consistency_suspicions",
                 "Suspicions of the consistency sentinel: evidence that does not prove a store forgot",
                 &s.consistency_suspicions,
+            ),
+            (
+                "msgx_consistency_checks",
+                "Comparisons of the stores by the consistency sentinel that found nothing",
+                &s.consistency_checks,
             ),
             ("msgx_heals", "Heals of a store that forgot that changed something", &s.heals),
             (
@@ -366,6 +371,7 @@ pub const SERIES: &[&str] = &[
     "msgx_outage_seconds_total",
     "msgx_consistency_findings_total",
     "msgx_consistency_suspicions_total",
+    "msgx_consistency_checks_total",
     "msgx_heals_total",
     "msgx_unsolicited_answers_total",
     "msgx_processing_latency_seconds",
