@@ -62,7 +62,8 @@ fn regression_ordinary_inputs_that_change_no_flight_are_no_finding() {
     assert!(eventually(Duration::from_secs(30), || [ids[0], vendor, newer, deleted]
         .iter()
         .all(|m| succeeded(&mut pg, *m))));
-    std::thread::sleep(Duration::from_secs(3)); // the newer ones applied; the late ones commit now
+    // The newer ones applied and compared with the late ones still open; these commit now.
+    assert!(sentinel_compared(&endpoint(&msgx), 3, Duration::from_secs(30)), "{}", msgx.log_text());
     let (late, stale) = (late.commit(), stale.commit());
     assert!(eventually(Duration::from_secs(30), || succeeded(&mut pg, late) && succeeded(&mut pg, stale)));
     for m in [vendor, late, stale] {
@@ -73,7 +74,7 @@ fn regression_ordinary_inputs_that_change_no_flight_are_no_finding() {
     }
     assert_eq!(state(&mut pg, late).unwrap().1, None, "superseded: nothing for Redis, none expected");
     assert_eq!(state(&mut pg, stale).unwrap().1, None, "deleted since: nothing for Redis, none expected");
-    std::thread::sleep(Duration::from_secs(5)); // five comparisons of the sentinel
+    assert!(sentinel_compared(&endpoint(&msgx), 5, Duration::from_secs(30)), "{}", msgx.log_text());
     let log = msgx.log_text();
     assert!(alarms(&log).is_empty(), "no finding, no heal:\n{}", alarms(&log).join("\n"));
     assert!(!log.contains("forgot"), "{log}");
@@ -268,7 +269,7 @@ fn regression_a_quiet_week_leaves_no_journal_mark_that_claims_entries_it_lost() 
     let more =
         s.insert_inbound(&[fixtures::flop_stnd(30, "Q2", "AFTER"), fixtures::flop_stnd(31, "Q1", "BACK")]);
     assert!(eventually(Duration::from_secs(30), || more.iter().all(|m| succeeded(&mut pg, *m))));
-    std::thread::sleep(Duration::from_secs(3));
+    assert!(sentinel_compared(&endpoint(&msgx), 3, Duration::from_secs(30)), "{}", msgx.log_text());
     let log = msgx.log_text();
     assert!(alarms(&log).is_empty(), "{}", alarms(&log).join("\n"));
     let (code, out) = verify_all(&s);
@@ -325,7 +326,8 @@ fn regression_the_version_sample_does_not_redecide_a_snapshot_never_applied() {
     let newer = s.insert_inbound(&[snapshot(2, "06MAR26", &["73", "74"])])[0];
     let mut pg = s.pg();
     assert!(eventually(Duration::from_secs(30), || succeeded(&mut pg, newer)));
-    std::thread::sleep(Duration::from_secs(3));
+    // Compared while the stale snapshot is still open; it commits now.
+    assert!(sentinel_compared(&endpoint(&msgx), 3, Duration::from_secs(30)), "{}", msgx.log_text());
     let stale = stale.commit();
     assert!(eventually(Duration::from_secs(30), || succeeded(&mut pg, stale)));
     assert_eq!(state(&mut pg, newer).unwrap().1.as_deref(), Some("generation"));
@@ -444,8 +446,9 @@ fn regression_a_store_away_during_the_pass_is_no_heal_and_heals_are_limited_by_r
     empty_redis(&s);
     mysql.stop();
     let mut b = Instance::run(&s, "b", &budget);
-    assert!(b.wait_for_log("an outage, not a heal", Duration::from_secs(30)), "{}", b.log_text());
-    std::thread::sleep(Duration::from_secs(3));
+    // Compared again after its pause (1 s, then doubling) and still away: an outage twice.
+    let tried = |b: &Instance| b.log_text().matches("an outage, not a heal").count();
+    assert!(eventually(Duration::from_secs(30), || tried(&b) >= 2), "{}", b.log_text());
     let heals = |pg: &mut postgres::Client| count(pg, "SELECT count(*) FROM consistency_heal");
     assert_eq!(heals(&mut pg), 0, "an outage is no heal");
     assert!(!b.log_text().contains("started epoch"), "no stage on stores never compared");

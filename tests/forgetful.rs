@@ -344,7 +344,7 @@ fn an_airports_ordinary_day_raises_no_finding_and_no_heal() {
             && count(&mut pg, "SELECT count(*) FROM msg_event WHERE state <> 'SENT'") == 0
     });
     assert!(drained, "the day drained");
-    std::thread::sleep(Duration::from_secs(3)); // three more comparisons of the sentinel
+    assert!(sentinel_compared(&endpoint(&msgx), 3, Duration::from_secs(30)), "{}", msgx.log_text());
     verified.push(verify_all(&s));
     msgx.signal("-TERM");
     assert_eq!(msgx.wait(Duration::from_secs(30)), Some(0), "{}", msgx.log_text());
@@ -466,7 +466,13 @@ fn a_lagging_asynchronous_replica_promoted_is_noticed_and_healed() {
         &mut primary,
         "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL"
     ) == 150));
-    std::thread::sleep(Duration::from_secs(2)); // a lease renewal sees the newest position
+    // A lease renewal after the last of them sees the newest position.
+    let done_at: std::time::SystemTime = primary.query_one("SELECT now()", &[]).unwrap().get(0);
+    assert!(eventually(Duration::from_secs(30), || {
+        let renewed: Option<std::time::SystemTime> =
+            primary.query_one("SELECT renewed_at FROM msgx_lease", &[]).unwrap().get(0);
+        renewed.is_some_and(|r| r > done_at)
+    }));
     drop(primary);
     script(&["halt", "pg", pair.at("p")]);
     // The lagging replica comes back and is promoted: it has the first 50 only.

@@ -142,9 +142,11 @@ fn a_frozen_active_that_wakes_after_the_takeover_writes_nothing_and_exits_1() {
 fn killing_the_lease_session_keeps_the_lease_and_nobody_takes_over() {
     let s = Services::migrated("");
     audit_writes(&s);
-    let a = Instance::run(&s, "a", "");
+    // The tests' time profile (#66): a 3 s lease, so "longer than the lease" is seconds.
+    let lease = "[msgx.lease]\nduration = \"3s\"\nrenew-interval = \"500ms\"\n";
+    let a = Instance::run(&s, "a", lease);
     assert!(a.wait_for_log("lease acquired epoch=1", Duration::from_secs(20)));
-    let b = Instance::run(&s, "b", "");
+    let b = Instance::run(&s, "b", lease);
     assert!(b.wait_for_log("standby: lease held by", Duration::from_secs(20)));
     let feeder = feed(&s, 1, 200, Duration::from_millis(50));
     let mut pg = s.pg();
@@ -163,8 +165,17 @@ fn killing_the_lease_session_keeps_the_lease_and_nobody_takes_over() {
         n >= 1
     });
     assert!(killed, "the lease keeper's session was found and ended");
-    std::thread::sleep(Duration::from_secs(15)); // longer than the lease
+    // Twice the lease after the kill, as the database's clock tells: a lease held by the ended
+    // session would have expired by then, and the standby (looking every 500 ms) taken it.
+    let killed_at: std::time::SystemTime = pg.query_one("SELECT now()", &[]).unwrap().get(0);
+    let renewed_past = eventually(Duration::from_secs(20), || {
+        let renewed: Option<std::time::SystemTime> =
+            pg.query_one("SELECT renewed_at FROM msgx_lease", &[]).unwrap().get(0);
+        renewed.is_some_and(|r| r > killed_at + Duration::from_secs(6))
+    });
+    assert!(renewed_past, "the lease was renewed beyond twice its duration after the kill: {}", a.log_text());
     assert_eq!(epoch(&s), 1, "the lease is a row, not a session: it was renewed on a new connection");
+    assert!(!b.log_text().contains("lease acquired"), "the standby never took over: {}", b.log_text());
     feeder.join().unwrap();
     assert!(eventually(Duration::from_secs(60), || all_done(&s, 200)), "{}", a.log_text());
     assert_eq!(

@@ -11,11 +11,6 @@ use std::time::Duration;
 use common::*;
 use msgx::fixtures;
 
-/// The value of one sample (`name{labels}`), if it is there.
-fn sample(body: &str, series: &str) -> Option<f64> {
-    body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 fn promtool(body: &str) -> (bool, String) {
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])

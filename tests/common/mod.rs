@@ -1042,10 +1042,37 @@ pub fn insert_marked_elsewhere(s: &Services, raw: &str) -> i64 {
 
 /// The address an instance's operations endpoint listens on (its log says).
 pub fn endpoint(i: &Instance) -> String {
-    assert!(i.wait_for_log("metrics listening on ", Duration::from_secs(30)), "{}", i.log_text());
-    let log = i.log_text();
-    let at = log.find("metrics listening on ").unwrap() + "metrics listening on ".len();
-    log[at..].split_whitespace().next().unwrap().to_string()
+    assert!(i.wait_for_log(LISTENING, Duration::from_secs(30)), "{}", i.log_text());
+    listening_on(&i.log_text()).unwrap()
+}
+
+const LISTENING: &str = "metrics listening on ";
+
+/// The address of the operations endpoint a daemon's log names, once it does.
+pub fn listening_on(log: &str) -> Option<String> {
+    let at = log.find(LISTENING)? + LISTENING.len();
+    log[at..].split_whitespace().next().map(str::to_string)
+}
+
+/// The value of one sample (`name{labels}`) of a `/metrics` body, if it is there.
+pub fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The rounds with no finding of the sentinel behind the operations endpoint `addr`
+/// (`msgx_consistency_checks_total`, #66).
+pub fn sentinel_rounds(addr: &str) -> u64 {
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "/metrics of {addr}: {body}");
+    sample(&body, "msgx_consistency_checks_total").expect("msgx_consistency_checks_total in /metrics") as u64
+}
+
+/// Waits until the sentinel behind `addr` has compared the stores `n` more times than when
+/// called, each with no finding: what a test that proves "no alarm" waits on, not seconds (#66).
+/// False at the deadline, as after a finding, which stops the rounds.
+pub fn sentinel_compared(addr: &str, n: u64, deadline: Duration) -> bool {
+    let from = sentinel_rounds(addr);
+    eventually(deadline, || sentinel_rounds(addr) >= from + n)
 }
 
 /// `GET path` on an operations endpoint: (status, body).
