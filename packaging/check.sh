@@ -6,6 +6,8 @@
 # nothing is left; then inspects the .rpm (rpm -qpi/-qpl/--scripts).
 #
 #   packaging/check.sh [PROFILE]     PROFILE: release (default) or dev (CI: the binary it tested)
+#   packaging/check.sh --tools       only installs what the check needs, and exits (CI does it
+#                                    early, while clippy compiles: #66)
 #
 # Needs root (dpkg -i). Installs lintian and rpm (rpmbuild) with apt-get and cargo-deb with
 # cargo, when missing.
@@ -13,7 +15,9 @@ set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-release}
 
-say() { printf '== package: %s\n' "$*"; }
+# Each line says when, in seconds since the check started: where its time goes (#66).
+started=$SECONDS
+say() { printf '== package: [%ss] %s\n' "$((SECONDS - started))" "$*"; }
 fail() { printf '== package: FAILED: %s\n' "$*" >&2; exit 1; }
 # A command that fails without a word of its own is named, with its line.
 trap 'fail "line $LINENO: \`$BASH_COMMAND\` exited $?"' ERR
@@ -26,6 +30,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+packaging/build.sh --tools
+if [ "$profile" = --tools ]; then
+  say "tools ready"
+  exit 0
 fi
 
 packaging/build.sh "$profile"
