@@ -181,13 +181,19 @@ fn regression_two_applies_whose_answers_were_lost_are_no_forget() {
     proxy.set(LOSE_ANSWER);
     let lost = h.apply(&Applying::unnamed_all(&[(2, &stand("F", "B"))])).unwrap_err();
     assert!(lost.is_unavailable(), "{lost}");
+    // The handle hears of the loss when the proxy drops its side, before the proxy hands the
+    // script on: on a loaded machine apply 3 and 4 overtook it, and the fence then refused it.
+    let mut audit = RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || audit.journal_has(&[2]).unwrap() == [true]),
+        "apply 2 landed"
+    );
     proxy.set(CUT);
     let cut = h.apply(&Applying::unnamed_all(&[(3, &stand("F", "C"))])).unwrap_err();
     assert!(cut.is_unavailable(), "{cut}");
     proxy.set(PASS);
     h.apply(&Applying::unnamed_all(&[(4, &stand("F", "D"))]))
         .expect("Redis holds a history this handle wrote: apply 2's");
-    let mut audit = RedisFlights::connect(&s.cfg.redis_url, &s.cfg.redis_prefix).unwrap();
     assert_eq!(audit.journal_has(&[1, 2, 3, 4]).unwrap(), [true, true, false, true], "2 landed, 3 did not");
     let need = msgx::ports::RoundNeed { flids: vec!["F".into()], ..Default::default() };
     let f = audit.prepare(&need, &[], now()).unwrap().flights["F"].clone();
