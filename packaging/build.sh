@@ -8,7 +8,6 @@
 #                                   packages an already built binary with the packaging files of
 #                                   another tree (the previous release, for the upgrade check):
 #                                   that tree's Cargo.toml, spec, units and configuration
-#   packaging/build.sh --tools      only installs cargo-deb when missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -16,7 +15,6 @@ repo=$PWD
 # as fast, and it compiles in half the time (48 CPU-s instead of 93 on this machine): on a fresh
 # CI machine the compile was the longest part of the package check.
 command -v cargo-deb >/dev/null || cargo install --debug --locked cargo-deb
-[ "${1:-}" != --tools ] || exit 0
 # A checked package (dev, or another tree's for the upgrade check) is compressed fast: the same
 # files, a 5.5 MB .deb in 2 s instead of 4.8 MB in 12 s. A release is compressed as cargo-deb does.
 fast=--fast

@@ -6,8 +6,10 @@
 # nothing is left; then inspects the .rpm (rpm -qpi/-qpl/--scripts).
 #
 #   packaging/check.sh [PROFILE]     PROFILE: release (default) or dev (CI: the binary it tested)
-#   packaging/check.sh --tools       only installs what the check needs, and exits (CI does it
-#                                    early, while clippy compiles: #66)
+#   packaging/check.sh --tools       only installs the Debian packages the check needs, and exits
+#                                    (CI does it early, beside clippy: apt-get waits on the
+#                                    network and the disk; cargo-deb, compiled, is installed by
+#                                    packaging/build.sh during the check, beside the tests: #66)
 #
 # Needs root (dpkg -i). Installs lintian and rpm (rpmbuild) with apt-get and cargo-deb with
 # cargo, when missing.
@@ -31,9 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-packaging/build.sh --tools
 if [ "$profile" = --tools ]; then
-  say "tools ready"
+  say "lintian, rpm and systemd-analyze ready"
   exit 0
 fi
 
