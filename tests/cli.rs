@@ -600,19 +600,27 @@ fn regression_a_postgres_password_with_slash_question_mark_and_hash_never_reache
     // `msgx run` waits for its PostgreSQL (#54) and is stopped while it waits.
     let file = std::env::temp_dir().join(format!("msgx-cli-run-{}.toml", s.name));
     std::fs::write(&file, &s.toml).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_msgx"))
+    let log = std::env::temp_dir().join(format!("msgx-cli-run-{}.log", s.name));
+    let to_log = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_msgx"))
         .args(["--config", file.to_str().unwrap(), "run"])
         .env("MSGX_PG_URL", url)
         .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdout(to_log.try_clone().unwrap())
+        .stderr(to_log)
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(4));
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    // Stopped once it says it waits for its PostgreSQL (#66: a signal, not 4 s).
+    let waiting = common::eventually(std::time::Duration::from_secs(30), || {
+        read().contains("store unavailable store=postgres")
+    });
+    assert!(waiting, "run waits for postgres: {}", read());
     Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let o = child.wait_with_output().unwrap();
-    let out = text(&o);
-    assert_eq!(o.status.code(), Some(0), "run, stopped while it waits for postgres: {out}");
+    let status = child.wait().unwrap();
+    let out = read();
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(status.code(), Some(0), "run, stopped while it waits for postgres: {out}");
     assert!(out.contains("postgres://msgx:***@127.0.0.1:9/msgx"), "run: {out}");
     assert!(!out.contains("p/a?s#s") && !out.contains("a?s#"), "run leaked: {out}");
 }
