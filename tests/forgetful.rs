@@ -467,12 +467,8 @@ fn a_lagging_asynchronous_replica_promoted_is_noticed_and_healed() {
         "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED' AND backfill_at IS NOT NULL"
     ) == 150));
     // A lease renewal after the last of them sees the newest position.
-    let done_at: std::time::SystemTime = primary.query_one("SELECT now()", &[]).unwrap().get(0);
-    assert!(eventually(Duration::from_secs(30), || {
-        let renewed: Option<std::time::SystemTime> =
-            primary.query_one("SELECT renewed_at FROM msgx_lease", &[]).unwrap().get(0);
-        renewed.is_some_and(|r| r > done_at)
-    }));
+    let done_at = db_now(&mut primary);
+    assert!(eventually(Duration::from_secs(30), || lease_renewed_after(&mut primary, done_at)));
     drop(primary);
     script(&["halt", "pg", pair.at("p")]);
     // The lagging replica comes back and is promoted: it has the first 50 only.

@@ -167,12 +167,8 @@ fn killing_the_lease_session_keeps_the_lease_and_nobody_takes_over() {
     assert!(killed, "the lease keeper's session was found and ended");
     // Twice the lease after the kill, as the database's clock tells: a lease held by the ended
     // session would have expired by then, and the standby (looking every 500 ms) taken it.
-    let killed_at: std::time::SystemTime = pg.query_one("SELECT now()", &[]).unwrap().get(0);
-    let renewed_past = eventually(Duration::from_secs(20), || {
-        let renewed: Option<std::time::SystemTime> =
-            pg.query_one("SELECT renewed_at FROM msgx_lease", &[]).unwrap().get(0);
-        renewed.is_some_and(|r| r > killed_at + Duration::from_secs(6))
-    });
+    let twice_the_lease = db_now(&mut pg) + Duration::from_secs(6);
+    let renewed_past = eventually(Duration::from_secs(20), || lease_renewed_after(&mut pg, twice_the_lease));
     assert!(renewed_past, "the lease was renewed beyond twice its duration after the kill: {}", a.log_text());
     assert_eq!(epoch(&s), 1, "the lease is a row, not a session: it was renewed on a new connection");
     assert!(!b.log_text().contains("lease acquired"), "the standby never took over: {}", b.log_text());

@@ -318,7 +318,7 @@ fn the_next_release_with_one_more_mapping_raises_no_finding_and_heals_only_what_
     let version: Option<i32> = pg.query_one(recorded, &[]).unwrap().get(0);
     assert_eq!(version, Some(next.version() as i32), "decided under the next release's rules");
     // The sentinel compares every second: three rounds on the next release's rules.
-    assert!(log.wait_for("metrics listening on ", Duration::from_secs(30)), "{}", log.text());
+    assert!(log.wait_for(LISTENING, Duration::from_secs(30)), "{}", log.text());
     let ops = listening_on(&log.text()).unwrap();
     assert!(sentinel_compared(&ops, 3, Duration::from_secs(30)), "{}", log.text());
     assert_eq!(

@@ -1048,7 +1048,8 @@ pub fn endpoint(i: &Instance) -> String {
     listening_on(&i.log_text()).unwrap()
 }
 
-const LISTENING: &str = "metrics listening on ";
+/// The log line that names the operations endpoint's address.
+pub const LISTENING: &str = "metrics listening on ";
 
 /// The address of the operations endpoint a daemon's log names, once it does.
 pub fn listening_on(log: &str) -> Option<String> {
@@ -1075,6 +1076,19 @@ pub fn sentinel_rounds(addr: &str) -> u64 {
 pub fn sentinel_compared(addr: &str, n: u64, deadline: Duration) -> bool {
     let from = sentinel_rounds(addr);
     eventually(deadline, || sentinel_rounds(addr) >= from + n)
+}
+
+/// The database's clock now: what the lease's times are written by.
+pub fn db_now(pg: &mut postgres::Client) -> std::time::SystemTime {
+    pg.query_one("SELECT now()", &[]).unwrap().get(0)
+}
+
+/// Whether the lease was renewed after `at` (the database's clock): what a test that needs a
+/// renewal waits on, not seconds (#66).
+pub fn lease_renewed_after(pg: &mut postgres::Client, at: std::time::SystemTime) -> bool {
+    let renewed: Option<std::time::SystemTime> =
+        pg.query_one("SELECT renewed_at FROM msgx_lease", &[]).unwrap().get(0);
+    renewed.is_some_and(|r| r > at)
 }
 
 /// `GET path` on an operations endpoint: (status, body).
